@@ -1,0 +1,38 @@
+//! The machine-dependent part of the fiber core: the context switch and the
+//! first frame of a new fiber's stack.
+//!
+//! Everything above this module is portable. An architecture provides:
+//!
+//! - `switch(save, to, transfer) -> transfer'`: save the callee-saved registers and the
+//!   floating-point control state on the current stack, store the stack pointer in
+//!   `*save`, load `to`, restore its registers and return `transfer` *on the other
+//!   side*. The value passed in is what the resumed context sees returned: the fiber
+//!   core passes the fiber it is leaving, so the resumed side can release it (see
+//!   `fiber.rs`).
+//! - `init_stack(top, main, arg) -> sp`: lay out a stack so that the first `switch` to it
+//!   enters `main(transfer, arg)`, which must never return.
+//! - `exit_thread_at(sp) -> !`: move to `sp` and call `pthread_exit` from a frame marked
+//!   as the end of the stack, so the unwinder that `pthread_exit` starts stops at once and
+//!   glibc jumps back to the thread's start frame, without unwinding any Rust frame.
+
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_64::{exit_thread_at, init_stack, switch};
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("weft's fiber core supports x86_64 only for now (aarch64 is planned)");
+
+/// The signature of the function a new fiber starts in: `main(transfer, arg)`.
+pub(crate) type EntryFn = unsafe extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void) -> !;
+
+/// Reads the current stack pointer.
+#[inline(always)]
+pub(crate) fn stack_pointer() -> usize {
+    let sp: usize;
+    // SAFETY: reads a register; touches no memory.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
+}

@@ -1,0 +1,111 @@
+//! Errors: the Windows error codes that `GetLastError` returns, and the Rust [`Error`]
+//! that the idiomatic API returns. Every error says what went wrong and what to do.
+
+use core::ffi::CStr;
+use std::any::Any;
+use std::fmt;
+
+pub const ERROR_SUCCESS: u32 = 0;
+pub const ERROR_INVALID_FUNCTION: u32 = 1;
+pub const ERROR_INVALID_HANDLE: u32 = 6;
+pub const ERROR_NOT_ENOUGH_MEMORY: u32 = 8;
+pub const ERROR_INVALID_PARAMETER: u32 = 87;
+pub const ERROR_BUSY: u32 = 170;
+pub const ERROR_ALREADY_FIBER: u32 = 1280;
+pub const ERROR_ALREADY_THREAD: u32 = 1281;
+
+/// What went wrong in a fiber operation.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The thread is already a fiber (`ConvertThreadToFiber` twice).
+    AlreadyFiber,
+    /// The thread is not a fiber: convert it first.
+    NotAFiber,
+    /// `ConvertFiberToThread` was called while a fiber other than the thread's own runs.
+    NotThreadFiber,
+    /// A parameter was out of range; the text names it.
+    InvalidParameter(&'static str),
+    /// The fiber is running on another thread (a fiber runs on one thread at a time).
+    Busy { fiber: u64 },
+    /// The fiber has finished and cannot be switched to.
+    Finished { fiber: u64 },
+    /// A signal handler tried to switch while this thread was in the middle of a switch.
+    Interrupted,
+    /// No memory (or address space) for a stack or a record.
+    OutOfMemory(std::io::Error),
+    /// The fiber switched to panicked; this is its payload (see `Fiber::switch_to`).
+    Panicked(Box<dyn Any + Send + 'static>),
+}
+
+impl Error {
+    /// The Windows error code for this error, as `GetLastError` reports it.
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::AlreadyFiber => ERROR_ALREADY_FIBER,
+            Error::NotAFiber => ERROR_ALREADY_THREAD,
+            Error::NotThreadFiber | Error::InvalidParameter(_) => ERROR_INVALID_PARAMETER,
+            Error::Busy { .. } | Error::Interrupted => ERROR_BUSY,
+            Error::Finished { .. } => ERROR_INVALID_HANDLE,
+            Error::OutOfMemory(_) => ERROR_NOT_ENOUGH_MEMORY,
+            Error::Panicked(_) => ERROR_INVALID_FUNCTION,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::AlreadyFiber => write!(f, "this thread is already a fiber; convert it once"),
+            Error::NotAFiber => write!(
+                f,
+                "this thread is not a fiber; call ConvertThreadToFiber (convert_thread) first"
+            ),
+            Error::NotThreadFiber => write!(
+                f,
+                "ConvertFiberToThread must run on the thread's own fiber; switch back to it first"
+            ),
+            Error::InvalidParameter(what) => write!(f, "invalid parameter: {what}"),
+            Error::Busy { fiber } => write!(
+                f,
+                "fiber {fiber} is running on another thread; a fiber runs on one thread at a \
+                 time, so switch to it after it has switched away"
+            ),
+            Error::Finished { fiber } => {
+                write!(
+                    f,
+                    "fiber {fiber} has finished; create a new fiber to run more work"
+                )
+            }
+            Error::Interrupted => write!(
+                f,
+                "a signal handler tried to switch while this thread was switching; try again \
+                 at the next signal"
+            ),
+            Error::OutOfMemory(e) => {
+                write!(
+                    f,
+                    "cannot map a fiber stack ({e}); use smaller stacks or fewer fibers"
+                )
+            }
+            Error::Panicked(_) => write!(f, "the fiber panicked"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A static description of a Windows error code: what went wrong and what to do.
+pub fn message(code: u32) -> &'static CStr {
+    match code {
+        ERROR_SUCCESS => c"success",
+        ERROR_INVALID_FUNCTION => c"the operation is not valid here",
+        ERROR_INVALID_HANDLE => c"the fiber handle is not valid (finished or deleted); create a new fiber",
+        ERROR_NOT_ENOUGH_MEMORY => c"not enough memory for a fiber stack; use smaller stacks or fewer fibers",
+        ERROR_INVALID_PARAMETER => c"a parameter is invalid: check the fiber handle, FLS index (1..=4080, allocated) or flags",
+        ERROR_BUSY => c"the fiber is running on another thread; switch to it after it has switched away",
+        ERROR_ALREADY_FIBER => c"the thread is already a fiber; convert it once",
+        ERROR_ALREADY_THREAD => c"the thread is not a fiber; call ConvertThreadToFiber first",
+        _ => c"unknown error code",
+    }
+}

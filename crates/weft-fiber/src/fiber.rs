@@ -1,0 +1,398 @@
+//! Fiber records and the switch protocol.
+//!
+//! # Ownership: who may run a fiber
+//!
+//! A fiber runs on at most one OS thread at a time, and may run on a different thread
+//! each time it is resumed. Its `state` word is the lock that makes this true on SMP:
+//!
+//! ```text
+//!          CAS READY -> RUNNING (Acquire)            store READY (Release)
+//!   READY ---------------------------> RUNNING -----------------------------> READY
+//!          by the thread that will                   by the *next* context to run on
+//!          switch into it                            the thread it just left, once its
+//!                                                    registers are saved
+//! ```
+//!
+//! The subtle step is the release. A fiber cannot mark itself READY before switching
+//! away: between the store and the moment its registers are saved, another thread could
+//! take it and resume it from a stale stack pointer. So `switch` hands the outgoing
+//! fiber to the incoming side as its transfer value, and whatever runs next (the fiber
+//! that was resumed, or a new fiber's entry) releases it in [`after_resume`]. By then the
+//! outgoing fiber's stack pointer is stored and its stack is no longer in use, and the
+//! Release store publishes both to the next thread that acquires it.
+//!
+//! A fiber that should not become READY again leaves a note in its `exit` field before
+//! its last switch: `EXIT_FINISHED` (its function returned or panicked) or
+//! `EXIT_DELETE` (its handle was dropped while it ran; free it). The releasing side reads
+//! the note, so the common path costs one load and a predictable branch.
+//!
+//! # Signal handlers
+//!
+//! `SwitchToFiber` may be called from a signal handler (fibers time-sliced by SIGALRM).
+//! The path allocates nothing, takes no lock and touches only static TLS. A signal that
+//! lands *inside* a switch on the same thread must not start another one (the thread's
+//! current fiber would be half-updated), so `ThreadState::in_switch` is set around the
+//! critical section and a switch attempted meanwhile fails with `Error::Interrupted`.
+//!
+//! # Statistics
+//!
+//! The switcher owns both fibers (the outgoing one because it runs it, the incoming one
+//! because it has just acquired it), so it updates their counters with plain relaxed
+//! loads and stores, no read-modify-write; only failed activations, which any thread may
+//! count, use `fetch_add`. One time-stamp read closes the outgoing fiber's slice and
+//! opens the incoming one's.
+
+use crate::arch;
+use crate::clock;
+use crate::error::Error;
+use crate::fls::FlsStorage;
+use crate::stack::Stack;
+use crate::thread::{self, ThreadState};
+use crate::tls;
+use core::cell::UnsafeCell;
+use core::ffi::c_void;
+use core::ptr;
+use core::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use std::any::Any;
+
+pub(crate) const READY: u32 = 0;
+pub(crate) const RUNNING: u32 = 1;
+pub(crate) const FINISHED: u32 = 2;
+
+pub(crate) const EXIT_NONE: u32 = 0;
+pub(crate) const EXIT_FINISHED: u32 = 1;
+pub(crate) const EXIT_DELETE: u32 = 2;
+
+/// Marks a live record; cleared when the record is freed, so a stale or foreign pointer
+/// passed as a fiber handle is usually caught (best effort, as on Windows it is undefined).
+pub(crate) const MAGIC: u32 = 0x5746_4252; // "WFBR"
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// How a fiber starts.
+pub(crate) enum Start {
+    /// A converted thread: it runs on the thread's own stack and never "starts".
+    Thread,
+    /// A Windows start routine; when it returns, the thread running it exits.
+    C {
+        routine: unsafe extern "C" fn(*mut c_void),
+    },
+    /// A Rust closure (boxed at `data`); when it returns or panics, control goes back to
+    /// the fiber that last switched to it. `drop` frees the closure if it never ran.
+    Rust {
+        data: *mut (),
+        call: unsafe fn(*mut (), *mut FiberRecord),
+        drop: unsafe fn(*mut ()),
+    },
+    /// Already started (the closure has been taken).
+    Started,
+}
+
+/// Everything weft knows about one fiber. `LPVOID` fiber handles point at one of these.
+#[repr(C)]
+pub(crate) struct FiberRecord {
+    // ---- the switch path ----
+    pub magic: AtomicU32,
+    /// READY, RUNNING or FINISHED: see the module comment.
+    pub state: AtomicU32,
+    /// Saved stack pointer while suspended.
+    pub sp: UnsafeCell<*mut u8>,
+    /// Note for the releasing side (EXIT_*); written only by the fiber itself.
+    pub exit: UnsafeCell<u32>,
+    /// The OS thread running this fiber now (set by whoever switched into it).
+    pub thread: AtomicPtr<ThreadState>,
+    /// The fiber that last switched into this one (where a finished Rust fiber returns).
+    pub resumer: UnsafeCell<*mut FiberRecord>,
+    pub switched_in_at: AtomicU64,
+    // ---- statistics, readable from any thread ----
+    pub activations: AtomicU64,
+    pub failed_activations: AtomicU64,
+    pub run_ticks: AtomicU64,
+    pub last_tid: AtomicI32,
+    pub creator_tid: i32,
+    pub id: u64,
+    pub entry: usize,
+    // ---- the rest ----
+    pub param: *mut c_void,
+    pub start: UnsafeCell<Start>,
+    pub stack: Option<Stack>,
+    pub stack_size: usize,
+    pub fls: AtomicPtr<FlsStorage>,
+    pub panic: UnsafeCell<Option<Box<dyn Any + Send + 'static>>>,
+}
+
+impl FiberRecord {
+    pub(crate) fn new(
+        start: Start,
+        entry: usize,
+        param: *mut c_void,
+        stack: Option<Stack>,
+    ) -> Box<Self> {
+        let stack_size = stack.as_ref().map_or(0, |s| s.usable_size());
+        Box::new(FiberRecord {
+            magic: AtomicU32::new(MAGIC),
+            state: AtomicU32::new(READY),
+            sp: UnsafeCell::new(ptr::null_mut()),
+            exit: UnsafeCell::new(EXIT_NONE),
+            thread: AtomicPtr::new(ptr::null_mut()),
+            resumer: UnsafeCell::new(ptr::null_mut()),
+            switched_in_at: AtomicU64::new(0),
+            activations: AtomicU64::new(0),
+            failed_activations: AtomicU64::new(0),
+            run_ticks: AtomicU64::new(0),
+            last_tid: AtomicI32::new(0),
+            creator_tid: thread::gettid(),
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            entry,
+            param,
+            start: UnsafeCell::new(start),
+            stack,
+            stack_size,
+            fls: AtomicPtr::new(ptr::null_mut()),
+            panic: UnsafeCell::new(None),
+        })
+    }
+
+    pub(crate) fn is_thread_fiber(&self) -> bool {
+        // SAFETY: `start` changes only from Rust/C to Started on the fiber's first run,
+        // never to or from Thread.
+        matches!(unsafe { &*self.start.get() }, Start::Thread)
+    }
+}
+
+/// Creates a fiber that will start in `main` on `stack`. Returns the record, owned by
+/// the caller (freed by [`delete`]).
+pub(crate) fn create(
+    start: Start,
+    entry: usize,
+    param: *mut c_void,
+    stack: Stack,
+) -> *mut FiberRecord {
+    let top = stack.top();
+    let rec = Box::into_raw(FiberRecord::new(start, entry, param, Some(stack)));
+    // SAFETY: the stack is ours and unused; `rec` outlives every run of the fiber.
+    unsafe { *(*rec).sp.get() = arch::init_stack(top, fiber_main, rec.cast()) };
+    rec
+}
+
+/// Why a switch did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SwitchFail {
+    NotAFiber,
+    Interrupted,
+    Busy,
+    Finished,
+}
+
+impl SwitchFail {
+    pub(crate) fn into_error(self, to: *mut FiberRecord) -> Error {
+        // SAFETY: `to` was a live record when the switch was attempted.
+        let fiber = unsafe { (*to).id };
+        match self {
+            SwitchFail::NotAFiber => Error::NotAFiber,
+            SwitchFail::Interrupted => Error::Interrupted,
+            SwitchFail::Busy => Error::Busy { fiber },
+            SwitchFail::Finished => Error::Finished { fiber },
+        }
+    }
+}
+
+/// Switches from the calling thread's current fiber to `to`.
+///
+/// Returns, once the caller is resumed, the fiber that resumed it. Fails at once (and
+/// counts a failed activation on `to`) if `to` is running, finished, or if the thread is
+/// not a fiber. Switching to the current fiber is a counted no-op.
+///
+/// # Safety
+/// `to` must be a live fiber record.
+#[inline(always)]
+pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord, SwitchFail> {
+    let thread = tls::thread();
+    // SAFETY: a non-null thread pointer is this thread's live state; `to` is live.
+    unsafe {
+        let cur = if thread.is_null() {
+            ptr::null_mut()
+        } else {
+            (*thread).current
+        };
+        if cur.is_null() {
+            return Err(SwitchFail::NotAFiber);
+        }
+        if cur == to {
+            bump(&(*cur).activations);
+            return Ok(cur);
+        }
+        if (*thread).in_switch.load(Relaxed) {
+            (*to).failed_activations.fetch_add(1, Relaxed);
+            return Err(SwitchFail::Interrupted);
+        }
+        if let Err(s) = (*to)
+            .state
+            .compare_exchange(READY, RUNNING, Acquire, Relaxed)
+        {
+            (*to).failed_activations.fetch_add(1, Relaxed);
+            return Err(if s == FINISHED {
+                SwitchFail::Finished
+            } else {
+                SwitchFail::Busy
+            });
+        }
+        Ok(switch_acquired(thread, cur, to))
+    }
+}
+
+/// A relaxed increment by the owner of a counter: a load and a store, no locked RMW.
+#[inline(always)]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Relaxed) + 1, Relaxed);
+}
+
+/// The switch proper, once `to` is owned by the caller. See the module comment.
+///
+/// # Safety
+/// `thread` is the calling thread's state, `cur` its running fiber, `to` a fiber this
+/// thread has just acquired (state RUNNING by our CAS).
+#[inline(always)]
+pub(crate) unsafe fn switch_acquired(
+    thread: *mut ThreadState,
+    cur: *mut FiberRecord,
+    to: *mut FiberRecord,
+) -> *mut FiberRecord {
+    // SAFETY: the caller owns `cur` and `to`; `thread` is this thread's state.
+    unsafe {
+        (*thread).in_switch.store(true, Relaxed);
+        compiler_fence(SeqCst);
+        let now = clock::ticks();
+        let c = &*cur;
+        c.run_ticks.store(
+            c.run_ticks.load(Relaxed) + now.wrapping_sub(c.switched_in_at.load(Relaxed)),
+            Relaxed,
+        );
+        let t = &*to;
+        t.switched_in_at.store(now, Relaxed);
+        bump(&t.activations);
+        t.last_tid.store((*thread).tid, Relaxed);
+        t.thread.store(thread, Relaxed);
+        *t.resumer.get() = cur;
+        (*thread).current = to;
+        compiler_fence(SeqCst);
+        let prev = arch::switch(c.sp.get(), *t.sp.get(), cur.cast()).cast::<FiberRecord>();
+        // Resumed, perhaps on another OS thread: `thread` is stale from here on.
+        after_resume(cur, prev);
+        prev
+    }
+}
+
+/// Runs first thing whenever a context resumes: releases the fiber we came from and
+/// ends the thread's switch.
+///
+/// # Safety
+/// `me` is the fiber now running; `prev` the fiber that switched to it.
+#[inline(always)]
+pub(crate) unsafe fn after_resume(me: *mut FiberRecord, prev: *mut FiberRecord) {
+    // SAFETY: `prev` is off its stack and still owned by us until the store below.
+    unsafe {
+        let exit = *(*prev).exit.get();
+        if exit == EXIT_NONE {
+            (*prev).state.store(READY, Release);
+        } else {
+            release_exited(me, prev, exit);
+        }
+        let thread = (*me).thread.load(Relaxed);
+        compiler_fence(SeqCst);
+        (*thread).in_switch.store(false, Relaxed);
+    }
+}
+
+#[cold]
+unsafe fn release_exited(me: *mut FiberRecord, prev: *mut FiberRecord, exit: u32) {
+    // SAFETY: see `after_resume`.
+    unsafe {
+        if exit == EXIT_DELETE {
+            destroy(prev, (*me).thread.load(Relaxed));
+        } else {
+            (*prev).state.store(FINISHED, Release);
+        }
+    }
+}
+
+/// Where every new fiber starts (called by the arch entry trampoline).
+unsafe extern "C" fn fiber_main(prev: *mut c_void, me: *mut c_void) -> ! {
+    let me = me.cast::<FiberRecord>();
+    // SAFETY: `me` is the record `create` set up; it stays alive while the fiber runs.
+    unsafe {
+        after_resume(me, prev.cast());
+        match core::mem::replace(&mut *(*me).start.get(), Start::Started) {
+            Start::C { routine } => {
+                routine((*me).param);
+                thread::exit_from_returned_fiber(me)
+            }
+            Start::Rust { data, call, .. } => {
+                call(data, me);
+                finish(me)
+            }
+            Start::Thread | Start::Started => unreachable!("fiber {} started twice", (*me).id),
+        }
+    }
+}
+
+/// Ends a Rust fiber whose closure has returned (or panicked): it becomes FINISHED and
+/// control goes to the fiber that last switched to it, or failing that to the thread's
+/// own fiber.
+unsafe fn finish(me: *mut FiberRecord) -> ! {
+    // SAFETY: `me` is running on this thread; the thread state is live.
+    unsafe {
+        *(*me).exit.get() = if *(*me).exit.get() == EXIT_DELETE {
+            EXIT_DELETE
+        } else {
+            EXIT_FINISHED
+        };
+        let thread = (*me).thread.load(Relaxed);
+        let resumer = *(*me).resumer.get();
+        let target = [resumer, (*thread).main].into_iter().find(|&f| {
+            !f.is_null()
+                && (*f)
+                    .state
+                    .compare_exchange(READY, RUNNING, Acquire, Relaxed)
+                    .is_ok()
+        });
+        let Some(target) = target else {
+            thread::die(format_args!(
+                "fiber {} finished, but neither the fiber that last switched to it nor this \
+                 thread's own fiber can run now (both are running elsewhere); keep one of \
+                 them free to return to, or switch away before the closure ends",
+                (*me).id
+            ))
+        };
+        switch_acquired(thread, me, target);
+        unreachable!("a finished fiber was resumed")
+    }
+}
+
+/// Frees a fiber that no thread runs (state acquired by the caller, or finished and
+/// unreachable): runs its FLS callbacks, drops a closure that never ran, returns its
+/// stack to `thread`'s cache (or the global one) and frees the record.
+///
+/// # Safety
+/// Nothing runs on `rec` and nothing will; `thread` is null or the calling thread's state.
+pub(crate) unsafe fn destroy(rec: *mut FiberRecord, thread: *mut ThreadState) {
+    // SAFETY: per the contract, we own `rec` exclusively.
+    unsafe {
+        crate::fls::run_callbacks_and_free(rec);
+        if let Start::Rust { data, drop, .. } =
+            core::mem::replace(&mut *(*rec).start.get(), Start::Started)
+        {
+            drop(data);
+        }
+        (*rec).magic.store(0, Relaxed);
+        let mut rec = Box::from_raw(rec);
+        if let Some(stack) = rec.stack.take() {
+            let local = if thread.is_null() {
+                None
+            } else {
+                Some(&mut (*thread).stacks)
+            };
+            crate::stack::release(local, stack);
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! # weft-fiber: the fiber core
+//!
+//! Fibers are user-mode threads that the program schedules itself: a fiber runs until
+//! it switches to another. This crate implements them with the Windows Fibers API
+//! ([`win`], exported to C by `libweft` through `include/weft/fibers.h`) and an
+//! idiomatic Rust API beside it ([`Fiber`], [`ThreadFiber`], [`FlsKey`]).
+//!
+//! ## Map
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `arch` | the context switch (a few dozen instructions of assembly) and a new stack's first frame |
+//! | `stack` | guarded, lazily committed stacks and their per-thread and process-wide caches |
+//! | `fiber` | the fiber record and the switch protocol: atomic ownership, statistics, signal safety |
+//! | `thread` | per-OS-thread state, conversion, and cleanup when a thread ends |
+//! | `fls` | fiber-local storage |
+//! | `overflow` | the SIGSEGV handler that names a fiber that overflowed its stack |
+//! | `stats` | per-fiber statistics snapshots |
+//! | `tls` | the two words of static TLS the hot paths read |
+//! | `clock` | the time-stamp counter behind run-time accounting |
+//! | [`win`] | the Windows API |
+//! | `api` | the Rust API |
+//! | [`raw`] | the bare switch, for benchmarks |
+//!
+//! ## Invariants a reader should keep in mind
+//!
+//! 1. A fiber runs on at most one thread; its `state` word (READY/RUNNING/FINISHED) is
+//!    taken with a CAS and released by the *next* context after the switch (`fiber.rs`).
+//! 2. Code that runs after a switch never uses a thread-local address computed before
+//!    it: the fiber may have moved to another OS thread (`tls.rs`).
+//! 3. The switch path allocates nothing and takes no lock, so a signal handler may
+//!    switch (`fiber.rs`, "Signal handlers").
+//! 4. No Rust frame is ever unwound by a thread exit started from a fiber (`arch`,
+//!    `exit_thread_at`).
+
+mod api;
+mod arch;
+mod clock;
+mod error;
+mod fiber;
+mod fls;
+mod overflow;
+pub mod raw;
+pub mod stack;
+mod stats;
+mod thread;
+mod tls;
+pub mod win;
+
+pub use api::{convert_thread, current_id, Builder, Fiber, FlsKey, ThreadFiber};
+pub use error::{message as error_message, Error};
+pub use fls::{FlsCallback, FLS_MAXIMUM_AVAILABLE, FLS_OUT_OF_INDEXES};
+pub use stats::{FiberState, FiberStats};
+
+/// Error codes as `GetLastError` reports them.
+pub mod error_codes {
+    pub use crate::error::{
+        ERROR_ALREADY_FIBER, ERROR_ALREADY_THREAD, ERROR_BUSY, ERROR_INVALID_FUNCTION,
+        ERROR_INVALID_HANDLE, ERROR_INVALID_PARAMETER, ERROR_NOT_ENOUGH_MEMORY, ERROR_SUCCESS,
+    };
+}

@@ -1,0 +1,343 @@
+//! The Windows Fibers API, under its Windows names and types.
+//!
+//! These are the functions `include/weft/fibers.h` declares; `libweft` exports them
+//! unchanged (crate `weft-capi`). Each sets the thread's last error on failure, as
+//! Windows does, and returns the Windows failure value (NULL, FALSE, FLS_OUT_OF_INDEXES).
+//!
+//! Where Windows leaves behaviour undefined, weft chooses the safe answer and says so:
+//!
+//! | call | Windows | weft |
+//! |---|---|---|
+//! | `CreateFiber` before the thread converts | allowed | allowed; the fiber can be switched to once a thread is a fiber |
+//! | `SwitchToFiber` on a thread that is not a fiber | undefined | fails, `ERROR_ALREADY_THREAD` |
+//! | `SwitchToFiber` to a fiber running on another thread | undefined (corrupts) | fails at once, `ERROR_BUSY`, counts a failed activation |
+//! | `SwitchToFiber` to a finished fiber | undefined | fails, `ERROR_INVALID_HANDLE` |
+//! | `SwitchToFiber` to the running fiber | no-op | no-op, counted as an activation |
+//! | `DeleteFiber` of a fiber running on another thread | undefined | fails, `ERROR_BUSY` |
+//! | `DeleteFiber` of another thread's converted fiber | undefined | fails, `ERROR_INVALID_PARAMETER` |
+//! | `ConvertFiberToThread` while running a created fiber | undefined | fails, `ERROR_INVALID_PARAMETER` |
+//! | `FIBER_FLAG_FLOAT_SWITCH` | opt-in FP state switch | always on (MXCSR and x87 control word are per fiber) |
+//! | a start routine returns | the thread exits | the thread exits (FLS callbacks run, `pthread_join` returns) |
+
+#![allow(non_snake_case, non_camel_case_types)]
+
+use crate::error::Error;
+pub use crate::error::{
+    message as weft_error_message_str, ERROR_ALREADY_FIBER, ERROR_ALREADY_THREAD, ERROR_BUSY,
+    ERROR_INVALID_FUNCTION, ERROR_INVALID_HANDLE, ERROR_INVALID_PARAMETER, ERROR_NOT_ENOUGH_MEMORY,
+    ERROR_SUCCESS,
+};
+use crate::fiber::{self, FiberRecord, Start, MAGIC};
+pub use crate::fls::{FLS_MAXIMUM_AVAILABLE, FLS_OUT_OF_INDEXES};
+use crate::stack::{self, Stack};
+use crate::{fls, stats, thread, tls};
+use core::ffi::{c_char, c_void};
+use core::ptr;
+use core::sync::atomic::Ordering::*;
+
+pub type LPVOID = *mut c_void;
+pub type PVOID = *mut c_void;
+pub type DWORD = u32;
+pub type BOOL = i32;
+pub type SIZE_T = usize;
+pub type LPFIBER_START_ROUTINE = Option<unsafe extern "C" fn(LPVOID)>;
+pub type PFLS_CALLBACK_FUNCTION = Option<unsafe extern "C" fn(PVOID)>;
+
+pub const TRUE: BOOL = 1;
+pub const FALSE: BOOL = 0;
+pub const FIBER_FLAG_FLOAT_SWITCH: DWORD = 0x1;
+
+/// Per-fiber statistics for C (`struct weft_fiber_stats` in fibers.h).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WeftFiberStats {
+    pub id: u64,
+    pub entry: usize,
+    pub stack_size: usize,
+    pub activations: u64,
+    pub failed_activations: u64,
+    pub run_time_ns: u64,
+    /// 0 ready, 1 running, 2 finished.
+    pub state: u32,
+    pub creator_tid: i32,
+    pub last_tid: i32,
+    pub _reserved: u32,
+}
+
+#[inline(always)]
+fn fail(e: Error) {
+    tls::set_last_error(e.code());
+}
+
+/// Checks that `f` looks like a live weft fiber handle.
+#[inline(always)]
+unsafe fn record(f: LPVOID) -> Result<*mut FiberRecord, Error> {
+    if f.is_null() {
+        return Err(Error::InvalidParameter("fiber handle is NULL"));
+    }
+    let r = f.cast::<FiberRecord>();
+    // SAFETY: the caller passes a fiber handle; reading its magic is the check.
+    if unsafe { (*r).magic.load(Relaxed) } != MAGIC {
+        return Err(Error::InvalidParameter("not a live fiber handle"));
+    }
+    Ok(r)
+}
+
+fn check_flags(flags: DWORD) -> Result<(), Error> {
+    if flags & !FIBER_FLAG_FLOAT_SWITCH != 0 {
+        return Err(Error::InvalidParameter(
+            "fiber flags: only FIBER_FLAG_FLOAT_SWITCH is defined",
+        ));
+    }
+    Ok(())
+}
+
+/// Makes the calling thread a fiber; `param` is what `GetFiberData` returns.
+#[inline]
+pub unsafe extern "C" fn ConvertThreadToFiber(param: LPVOID) -> LPVOID {
+    // SAFETY: forwards to the Ex form with no flags.
+    unsafe { ConvertThreadToFiberEx(param, 0) }
+}
+
+/// `ConvertThreadToFiber` with flags (only `FIBER_FLAG_FLOAT_SWITCH`, always on in weft).
+pub unsafe extern "C" fn ConvertThreadToFiberEx(param: LPVOID, flags: DWORD) -> LPVOID {
+    match check_flags(flags).and_then(|_| thread::convert(param)) {
+        Ok(f) => f.cast(),
+        Err(e) => {
+            fail(e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// Turns the calling thread back into a plain thread, freeing its fiber.
+pub unsafe extern "C" fn ConvertFiberToThread() -> BOOL {
+    match thread::convert_back() {
+        Ok(()) => TRUE,
+        Err(e) => {
+            fail(e);
+            FALSE
+        }
+    }
+}
+
+/// Creates a fiber with a `stack_size`-byte stack (0: 1 MiB) that will run
+/// `start(param)` when first switched to.
+pub unsafe extern "C" fn CreateFiber(
+    stack_size: SIZE_T,
+    start: LPFIBER_START_ROUTINE,
+    param: LPVOID,
+) -> LPVOID {
+    // SAFETY: forwards.
+    unsafe { CreateFiberEx(stack_size, 0, 0, start, param) }
+}
+
+/// `CreateFiber` with commit and reserve sizes (the stack is the larger, committed
+/// lazily either way) and flags.
+pub unsafe extern "C" fn CreateFiberEx(
+    commit: SIZE_T,
+    reserve: SIZE_T,
+    flags: DWORD,
+    start: LPFIBER_START_ROUTINE,
+    param: LPVOID,
+) -> LPVOID {
+    match create(commit.max(reserve), flags, start, param) {
+        Ok(f) => f.cast(),
+        Err(e) => {
+            fail(e);
+            ptr::null_mut()
+        }
+    }
+}
+
+fn create(
+    size: usize,
+    flags: DWORD,
+    start: LPFIBER_START_ROUTINE,
+    param: LPVOID,
+) -> Result<*mut FiberRecord, Error> {
+    check_flags(flags)?;
+    let routine = start.ok_or(Error::InvalidParameter("start routine is NULL"))?;
+    let t = thread::ensure();
+    let size = Stack::round_size(size);
+    // SAFETY: `t` is this thread's state.
+    let stack =
+        stack::acquire(Some(unsafe { &mut (*t).stacks }), size).map_err(Error::OutOfMemory)?;
+    Ok(fiber::create(
+        Start::C { routine },
+        routine as usize,
+        param,
+        stack,
+    ))
+}
+
+/// Switches to `fiber`. On failure the caller keeps running and `GetLastError` says why.
+/// Safe to call from a signal handler.
+#[inline]
+pub unsafe extern "C" fn SwitchToFiber(fiber: LPVOID) {
+    // SAFETY: `record` validates the handle; `switch_to` needs a live record.
+    unsafe {
+        match record(fiber) {
+            Ok(r) => {
+                if let Err(e) = fiber::switch_to(r) {
+                    tls::set_last_error(e.into_error(r).code());
+                }
+            }
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Deletes `fiber`, running its FLS callbacks. Deleting the running fiber ends the thread.
+pub unsafe extern "C" fn DeleteFiber(fiber: LPVOID) {
+    // SAFETY: the handle is validated; ownership is taken by CAS before freeing.
+    unsafe {
+        let r = match record(fiber) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+        let t = tls::thread();
+        if !t.is_null() && (*t).current == r {
+            // Ends the thread; its exit cleanup runs the FLS callbacks and frees `r`.
+            thread::delete_current(t, r);
+        }
+        if (*r).is_thread_fiber() {
+            return fail(Error::InvalidParameter(
+                "DeleteFiber of another thread's converted fiber; that thread must call ConvertFiberToThread",
+            ));
+        }
+        if let Err(e) = crate::api::take_for_delete(r) {
+            return fail(e);
+        }
+        fiber::destroy(r, t);
+    }
+}
+
+/// The running fiber's handle, or NULL on a thread that is not a fiber.
+pub unsafe extern "C" fn GetCurrentFiber() -> LPVOID {
+    let t = tls::thread();
+    if t.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: a non-null pointer is this thread's live state.
+    unsafe { (*t).current.cast() }
+}
+
+/// The `param` the running fiber was created (or converted) with.
+pub unsafe extern "C" fn GetFiberData() -> LPVOID {
+    // SAFETY: GetCurrentFiber returns null or the running, live record.
+    unsafe {
+        let f = GetCurrentFiber().cast::<FiberRecord>();
+        if f.is_null() {
+            ptr::null_mut()
+        } else {
+            (*f).param
+        }
+    }
+}
+
+/// TRUE if the calling thread is a fiber.
+pub unsafe extern "C" fn IsThreadAFiber() -> BOOL {
+    // SAFETY: reads this thread's state.
+    unsafe { (!GetCurrentFiber().is_null()) as BOOL }
+}
+
+/// Allocates an FLS index (1..=4080), or returns FLS_OUT_OF_INDEXES.
+pub unsafe extern "C" fn FlsAlloc(callback: PFLS_CALLBACK_FUNCTION) -> DWORD {
+    match fls::alloc(callback) {
+        Ok(i) => i,
+        Err(e) => {
+            fail(e);
+            FLS_OUT_OF_INDEXES
+        }
+    }
+}
+
+/// Frees an FLS index, calling its callback for every fiber's non-null value.
+pub unsafe extern "C" fn FlsFree(index: DWORD) -> BOOL {
+    match fls::free(index) {
+        Ok(()) => TRUE,
+        Err(e) => {
+            fail(e);
+            FALSE
+        }
+    }
+}
+
+/// The running fiber's value at `index`; on success the last error is cleared, so a
+/// NULL value is told apart from a failure.
+#[inline]
+pub unsafe extern "C" fn FlsGetValue(index: DWORD) -> PVOID {
+    match fls::get(index) {
+        Ok(v) => {
+            tls::set_last_error(ERROR_SUCCESS);
+            v
+        }
+        Err(e) => {
+            fail(e);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// Stores the running fiber's value at `index`.
+#[inline]
+pub unsafe extern "C" fn FlsSetValue(index: DWORD, value: PVOID) -> BOOL {
+    match fls::set(index, value) {
+        Ok(()) => TRUE,
+        Err(e) => {
+            fail(e);
+            FALSE
+        }
+    }
+}
+
+/// The calling thread's last error.
+#[inline]
+pub unsafe extern "C" fn GetLastError() -> DWORD {
+    tls::last_error()
+}
+
+/// Sets the calling thread's last error.
+#[inline]
+pub unsafe extern "C" fn SetLastError(code: DWORD) {
+    tls::set_last_error(code)
+}
+
+/// Fills `*out` with `fiber`'s statistics (weft extension).
+pub unsafe extern "C" fn weft_fiber_stats(fiber: LPVOID, out: *mut WeftFiberStats) -> BOOL {
+    // SAFETY: the handle is validated; `out` is the caller's to write.
+    unsafe {
+        let r = match record(fiber) {
+            Ok(r) if !out.is_null() => r,
+            Ok(_) => {
+                fail(Error::InvalidParameter("stats output pointer is NULL"));
+                return FALSE;
+            }
+            Err(e) => {
+                fail(e);
+                return FALSE;
+            }
+        };
+        let s = stats::snapshot(r);
+        *out = WeftFiberStats {
+            id: s.id,
+            entry: s.entry,
+            stack_size: s.stack_size,
+            activations: s.activations,
+            failed_activations: s.failed_activations,
+            run_time_ns: s.run_time.as_nanos() as u64,
+            state: s.state as u32,
+            creator_tid: s.creator_tid,
+            last_tid: s.last_tid,
+            _reserved: 0,
+        };
+        TRUE
+    }
+}
+
+/// A static, NUL-terminated description of a Windows error code: what went wrong and
+/// what to do (weft extension).
+pub unsafe extern "C" fn weft_error_message(code: DWORD) -> *const c_char {
+    crate::error::message(code).as_ptr()
+}

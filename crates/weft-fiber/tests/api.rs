@@ -1,0 +1,234 @@
+//! The Rust API: conversion, switching, finishing, panics, statistics, errors.
+
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex};
+use weft_fiber::{convert_thread, Error, Fiber, FiberState};
+
+/// Each test runs on its own fresh thread (the test harness reuses threads otherwise).
+fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(f).join().expect("test thread panicked")
+}
+
+#[test]
+fn converting_twice_fails_and_converting_back_requires_a_fiber() {
+    on_thread(|| {
+        assert!(matches!(weft_fiber::current_id(), None));
+        let main = convert_thread().unwrap();
+        assert!(matches!(convert_thread(), Err(Error::AlreadyFiber)));
+        assert_eq!(weft_fiber::current_id(), Some(main.id()));
+        drop(main); // converts back
+        assert_eq!(weft_fiber::current_id(), None);
+        assert!(matches!(convert_thread().map(|f| f.id()), Ok(_)));
+    });
+}
+
+#[test]
+fn switching_without_being_a_fiber_fails() {
+    on_thread(|| {
+        let f = Fiber::new(|| {}).unwrap(); // creating before conversion is allowed
+        assert!(matches!(f.switch_to(), Err(Error::NotAFiber)));
+        assert_eq!(f.stats().activations, 0);
+        let _main = convert_thread().unwrap();
+        f.switch_to().unwrap();
+        assert!(f.is_finished());
+    });
+}
+
+#[test]
+fn ping_pong_counts_activations_exactly() {
+    on_thread(|| {
+        let main = Arc::new(convert_thread().unwrap());
+        let back = main.clone();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let f = Fiber::new(move || loop {
+            h.fetch_add(1, Relaxed);
+            back.switch_to().unwrap();
+        })
+        .unwrap();
+        for _ in 0..1000 {
+            f.switch_to().unwrap();
+        }
+        assert_eq!(hits.load(Relaxed), 1000);
+        let s = f.stats();
+        assert_eq!(s.activations, 1000);
+        assert_eq!(s.failed_activations, 0);
+        assert_eq!(s.state, FiberState::Ready);
+        assert_eq!(main.stats().activations, 1000);
+        assert_eq!(main.stats().state, FiberState::Running);
+        // switching to yourself is a counted no-op
+        main.switch_to().unwrap();
+        assert_eq!(main.stats().activations, 1001);
+    });
+}
+
+#[test]
+fn a_returning_closure_goes_back_to_its_resumer_and_cannot_run_again() {
+    on_thread(|| {
+        let _main = convert_thread().unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let f = Fiber::new(move || {
+            r.fetch_add(1, Relaxed);
+        })
+        .unwrap();
+        f.switch_to().unwrap();
+        assert_eq!(ran.load(Relaxed), 1);
+        assert!(f.is_finished());
+        assert_eq!(f.stats().state, FiberState::Finished);
+        assert!(matches!(f.switch_to(), Err(Error::Finished { fiber }) if fiber == f.id()));
+        assert_eq!(f.stats().failed_activations, 1);
+        assert_eq!(f.stats().activations, 1);
+    });
+}
+
+#[test]
+fn a_panic_is_caught_at_the_fiber_boundary_and_reported_to_the_resumer() {
+    on_thread(|| {
+        let _main = convert_thread().unwrap();
+        let f = Fiber::new(|| panic!("boom in a fiber")).unwrap();
+        match f.switch_to() {
+            Err(Error::Panicked(p)) => {
+                assert_eq!(*p.downcast::<&str>().unwrap(), "boom in a fiber")
+            }
+            other => panic!("expected Panicked, got {other:?}"),
+        }
+        assert!(f.is_finished());
+    });
+}
+
+#[test]
+fn run_time_and_threads_are_recorded() {
+    on_thread(|| {
+        let main = Arc::new(convert_thread().unwrap());
+        let back = main.clone();
+        let f = Fiber::new(move || {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_millis(30) {
+                std::hint::spin_loop();
+            }
+            back.switch_to().unwrap();
+        })
+        .unwrap();
+        let tid = unsafe { libc::gettid() };
+        assert_eq!(f.stats().creator_tid, tid);
+        assert_eq!(f.stats().last_tid, 0);
+        f.switch_to().unwrap();
+        let s = f.stats();
+        assert_eq!(s.last_tid, tid);
+        assert!(
+            s.run_time >= std::time::Duration::from_millis(25),
+            "run time {:?}",
+            s.run_time
+        );
+        assert!(
+            s.run_time < std::time::Duration::from_secs(5),
+            "run time {:?}",
+            s.run_time
+        );
+        assert_ne!(s.entry, 0);
+        assert_eq!(s.stack_size, weft_fiber::stack::DEFAULT_STACK_SIZE);
+    });
+}
+
+#[test]
+fn a_fiber_created_on_one_thread_runs_on_another() {
+    let f = on_thread(|| {
+        let main_tid = Arc::new(Mutex::new(Vec::new()));
+        let seen = main_tid.clone();
+        // The fiber records the thread it runs on, then switches to whoever is home.
+        let f = Fiber::builder()
+            .stack_size(64 * 1024)
+            .spawn(move || loop {
+                seen.lock().unwrap().push(unsafe { libc::gettid() });
+                HOME.with(|h| h.get())
+                    .map(|h| unsafe { weft_fiber::win::SwitchToFiber(h) });
+            })
+            .unwrap();
+        (f, main_tid)
+    });
+    let (f, seen) = f;
+    let f = Arc::new(f);
+    let mut tids = Vec::new();
+    for _ in 0..3 {
+        let f = f.clone();
+        tids.push(on_thread(move || {
+            let main = convert_thread().unwrap();
+            HOME.with(|h| h.set(Some(main.as_raw())));
+            f.switch_to().unwrap();
+            f.switch_to().unwrap();
+            unsafe { libc::gettid() }
+        }));
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 6);
+    for (i, t) in tids.iter().enumerate() {
+        assert_eq!(
+            &seen[2 * i..2 * i + 2],
+            &[*t, *t],
+            "fiber ran on the thread that switched to it"
+        );
+    }
+    assert_eq!(f.stats().activations, 6);
+}
+
+thread_local! {
+    static HOME: std::cell::Cell<Option<*mut std::ffi::c_void>> = const { std::cell::Cell::new(None) };
+}
+
+#[test]
+fn dropping_a_suspended_fiber_frees_it_without_running_it() {
+    on_thread(|| {
+        let _main = convert_thread().unwrap();
+        let token = Arc::new(());
+        let t = token.clone();
+        let f = Fiber::new(move || drop(t)).unwrap();
+        assert_eq!(Arc::strong_count(&token), 2);
+        drop(f); // never ran: its closure (and the Arc it holds) is dropped
+        assert_eq!(Arc::strong_count(&token), 1);
+    });
+}
+
+#[test]
+fn floating_point_control_state_is_per_fiber() {
+    on_thread(|| {
+        let main = Arc::new(convert_thread().unwrap());
+        let back = main.clone();
+        const RC_UP: u32 = 0x4000; // MXCSR rounding control = round up
+        let f = Fiber::new(move || {
+            set_mxcsr(mxcsr() | RC_UP);
+            back.switch_to().unwrap();
+            assert_eq!(
+                mxcsr() & 0x6000,
+                RC_UP,
+                "the fiber's rounding mode survived a switch"
+            );
+            back.switch_to().unwrap();
+        })
+        .unwrap();
+        let before = mxcsr();
+        f.switch_to().unwrap();
+        assert_eq!(
+            mxcsr() & CONTROL,
+            before & CONTROL,
+            "the fiber's rounding mode did not leak into main"
+        );
+        // 1/3 rounds differently under round-up: check SSE arithmetic really follows it.
+        let third = std::hint::black_box(1.0f64) / std::hint::black_box(3.0f64);
+        assert_eq!(third, 1.0 / 3.0);
+        f.switch_to().unwrap();
+        assert_eq!(mxcsr() & CONTROL, before & CONTROL);
+    });
+}
+
+/// MXCSR's control bits (bits 0-5 are sticky exception flags, not control state).
+const CONTROL: u32 = !0x3F;
+
+fn mxcsr() -> u32 {
+    let mut v = 0u32;
+    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v) };
+    v
+}
+fn set_mxcsr(v: u32) {
+    unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v) };
+}
