@@ -6,8 +6,44 @@
 //! (`constant_tsc` and `nonstop_tsc` in /proc/cpuinfo), which every x86_64 machine of the
 //! last decade and every mainstream hypervisor provides.
 
-use std::sync::OnceLock;
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
+
+static RUN_TIME: AtomicBool = AtomicBool::new(true);
+
+/// Whether switches time the fibers they switch (on unless turned off).
+///
+/// Reading the time-stamp counter is most of what a switch costs beyond the bare context
+/// switch (about 5 ns of 13 on the machine in docs/benchmarks.md), so a program that
+/// needs the fastest switch and not per-fiber run time may turn it off, with
+/// [`set_run_time_accounting`] or `WEFT_RUN_TIME=off` in the environment.
+#[inline(always)]
+pub(crate) fn run_time_accounting() -> bool {
+    RUN_TIME.load(Relaxed)
+}
+
+/// Turns per-fiber run-time accounting on or off for the whole process. Slices that
+/// begin while it is off are not counted; every other statistic is kept either way.
+pub fn set_run_time_accounting(on: bool) {
+    RUN_TIME.store(on, Relaxed);
+}
+
+/// Applies `WEFT_RUN_TIME=off|0|no` once (called when a thread first uses weft).
+pub(crate) fn read_environment() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if let Ok(v) = std::env::var("WEFT_RUN_TIME") {
+            match v.as_str() {
+                "off" | "0" | "no" | "false" => set_run_time_accounting(false),
+                "on" | "1" | "yes" | "true" | "" => {}
+                other => eprintln!(
+                    "weft: WEFT_RUN_TIME={other:?} not understood; use on or off (keeping it on)"
+                ),
+            }
+        }
+    });
+}
 
 /// The current tick count.
 #[inline(always)]

@@ -262,13 +262,20 @@ pub(crate) unsafe fn switch_acquired(
     unsafe {
         (*thread).in_switch.store(true, Relaxed);
         compiler_fence(SeqCst);
-        let now = clock::ticks();
         let c = &*cur;
-        c.run_ticks.store(
-            c.run_ticks.load(Relaxed) + now.wrapping_sub(c.switched_in_at.load(Relaxed)),
-            Relaxed,
-        );
         let t = &*to;
+        // Run time: one time-stamp read closes `cur`'s slice and opens `to`'s. A slice
+        // start of 0 means "not timed" (accounting was off when it began).
+        let now = if clock::run_time_accounting() {
+            clock::ticks()
+        } else {
+            0
+        };
+        let start = c.switched_in_at.load(Relaxed);
+        if now != 0 && start != 0 {
+            c.run_ticks
+                .store(c.run_ticks.load(Relaxed) + now.wrapping_sub(start), Relaxed);
+        }
         t.switched_in_at.store(now, Relaxed);
         bump(&t.activations);
         t.last_tid.store((*thread).tid, Relaxed);

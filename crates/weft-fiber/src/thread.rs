@@ -86,6 +86,7 @@ pub(crate) fn ensure() -> *mut ThreadState {
     if !t.is_null() {
         return t;
     }
+    crate::clock::read_environment();
     let t = Box::into_raw(Box::new(ThreadState {
         current: ptr::null_mut(),
         main: ptr::null_mut(),

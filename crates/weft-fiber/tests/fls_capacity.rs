@@ -1,0 +1,31 @@
+//! FLS capacity (its own test binary: it takes every index in the process).
+
+use weft_fiber::win::*;
+
+#[test]
+fn flsalloc_hands_out_indexes_1_to_4080_then_fls_out_of_indexes() {
+    unsafe {
+        let mut got = Vec::new();
+        loop {
+            let i = FlsAlloc(None);
+            if i == FLS_OUT_OF_INDEXES {
+                assert_eq!(GetLastError(), ERROR_INVALID_PARAMETER);
+                break;
+            }
+            got.push(i);
+            assert!(got.len() <= 4080, "more indexes than the limit");
+        }
+        assert_eq!(got.len(), 4080);
+        assert!(!got.contains(&0), "index 0 is never returned");
+        got.sort();
+        assert_eq!(got.first(), Some(&1));
+        assert_eq!(got.last(), Some(&4080));
+        assert_eq!(FlsSetValue(4080, 9 as LPVOID), TRUE);
+        assert_eq!(FlsGetValue(4080) as usize, 9);
+        assert_eq!(FlsFree(17), TRUE);
+        assert_eq!(FlsAlloc(None), 17, "a freed index is handed out again");
+        for i in got {
+            assert_eq!(FlsFree(i), TRUE);
+        }
+    }
+}
