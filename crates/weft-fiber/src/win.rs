@@ -197,13 +197,21 @@ pub unsafe extern "C" fn DeleteFiber(fiber: LPVOID) {
             Err(e) => return fail(e),
         };
         let t = tls::thread();
+        if (*r).is_thread_fiber() && (t.is_null() || (*t).main != r) {
+            // Running here after a migration, or suspended: it belongs to its own thread.
+            return fail(Error::InvalidParameter(
+                "DeleteFiber of another thread's converted fiber; that thread must call ConvertFiberToThread",
+            ));
+        }
         if !t.is_null() && (*t).current == r {
             // Ends the thread; its exit cleanup runs the FLS callbacks and frees `r`.
             thread::delete_current(t, r);
         }
         if (*r).is_thread_fiber() {
+            // This thread's own fiber while one of its created fibers runs: its stack is
+            // this thread's stack, so it can only end with the thread.
             return fail(Error::InvalidParameter(
-                "DeleteFiber of another thread's converted fiber; that thread must call ConvertFiberToThread",
+                "DeleteFiber of this thread's own fiber from another fiber; switch back to it first",
             ));
         }
         if let Err(e) = crate::api::take_for_delete(r) {
