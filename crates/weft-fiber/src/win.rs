@@ -19,7 +19,17 @@
 //! | `FIBER_FLAG_FLOAT_SWITCH` | opt-in FP state switch | always on (MXCSR and x87 control word are per fiber) |
 //! | a start routine returns | the thread exits | the thread exits (FLS callbacks run, `pthread_join` returns) |
 
+//! # Safety
+//!
+//! Every function here is `unsafe` for the reasons the Windows API is: fiber handles
+//! are raw pointers. A handle passed in must be NULL or one that `CreateFiber(Ex)` or
+//! `ConvertThreadToFiber(Ex)` returned and that has not been deleted (weft checks a
+//! magic word and reports ERROR_INVALID_PARAMETER for most other pointers, but a freed
+//! handle is undefined behaviour, as on Windows). Output pointers must be valid for
+//! writes. Callbacks and start routines must be sound to call with the values given.
+
 #![allow(non_snake_case, non_camel_case_types)]
+#![allow(clippy::missing_safety_doc)] // one contract for the whole module, stated above
 
 use crate::error::Error;
 pub use crate::error::{

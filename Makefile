@@ -1,0 +1,34 @@
+# weft: build and install libweft, the Windows Fibers API on Linux.
+#   make build                      cargo build --release -p weft-capi
+#   make install [PREFIX=/usr/local] [DESTDIR=]
+#   make uninstall [PREFIX=/usr/local] [DESTDIR=]
+# NO_BUILD=1 installs what is already in $(BUILD_DIR) without running cargo.
+
+PREFIX     ?= /usr/local
+CARGO      ?= cargo
+PROFILE    ?= release
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+BUILD_DIR  ?= $(TARGET_DIR)/$(PROFILE)
+VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+LIBDIR      = $(DESTDIR)$(PREFIX)/lib
+INCDIR      = $(DESTDIR)$(PREFIX)/include/weft
+HEADERS     = $(wildcard include/weft/*.h)
+
+.PHONY: all build install uninstall
+
+all: build
+
+build:
+	$(CARGO) build --profile $(if $(filter debug,$(PROFILE)),dev,$(PROFILE)) -p weft-capi
+
+install: $(if $(NO_BUILD),,build)
+	install -d $(LIBDIR)/pkgconfig $(INCDIR)
+	install -m 755 $(BUILD_DIR)/libweft.so $(LIBDIR)/libweft.so
+	install -m 644 $(BUILD_DIR)/libweft.a $(LIBDIR)/libweft.a
+	install -m 644 $(HEADERS) $(INCDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' weft.pc.in > $(LIBDIR)/pkgconfig/weft.pc
+
+uninstall:
+	rm -f $(LIBDIR)/libweft.so $(LIBDIR)/libweft.a $(LIBDIR)/pkgconfig/weft.pc
+	rm -f $(addprefix $(INCDIR)/,$(notdir $(HEADERS)))
+	-rmdir $(INCDIR) 2>/dev/null

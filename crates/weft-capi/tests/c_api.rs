@@ -1,0 +1,659 @@
+//! Builds the C tests in `tests/c/` with the system C compiler against
+//! `include/weft/fibers.h` and the libweft built by cargo, runs them, and
+//! checks the outcome.
+//!
+//! - Most C tests link `libweft.so` (with an rpath) and must exit 0.
+//! - `overflow` must die by SIGSEGV after printing "stack overflow", the
+//!   fiber's id and its stack size to stderr.
+//! - `thread_exit` also runs under valgrind (set `WEFT_SKIP_VALGRIND=1` to
+//!   skip that one where valgrind cannot be installed).
+//! - One test links `libweft.a` statically, one installs with `make install`
+//!   into a scratch prefix and builds with `pkg-config --cflags --libs weft`.
+//!
+//! The library is the one next to this test binary (`<target>/<profile>/`,
+//! where `cargo test -p weft-capi` puts `libweft.so` and `libweft.a`). If it
+//! is missing or older than a source file of weft-fiber or weft-capi, the
+//! harness runs `cargo build -p weft-capi` for the same profile first.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long one C test may run before it counts as hung.
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// Under valgrind everything is much slower.
+const VALGRIND_TIMEOUT: Duration = Duration::from_secs(600);
+
+const CFLAGS: &[&str] = &["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// `<target>/<profile>`: where cargo put libweft for this test run.
+fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = find_lib_dir();
+        ensure_library_fresh(&dir);
+        dir
+    })
+}
+
+fn find_lib_dir() -> PathBuf {
+    // The test binary is <target>/<profile>/deps/c_api-<hash>.
+    let exe = std::env::current_exe().expect("current_exe");
+    if let Some(profile_dir) = exe
+        .parent()
+        .filter(|d| d.ends_with("deps"))
+        .and_then(Path::parent)
+    {
+        return profile_dir.to_path_buf();
+    }
+    // Fallback: CARGO_TARGET_DIR or the workspace's target/, and the profile
+    // guessed from the path of this binary.
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        Some(d) => workspace().join(d),
+        None => workspace().join("target"),
+    };
+    let profile = if exe.to_string_lossy().contains("/release/") {
+        "release"
+    } else {
+        "debug"
+    };
+    target.join(profile)
+}
+
+fn newest_source_mtime() -> SystemTime {
+    fn walk(dir: &Path, newest: &mut SystemTime) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, newest);
+            } else if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
+                *newest = (*newest).max(m);
+            }
+        }
+    }
+    let ws = workspace();
+    let mut newest = SystemTime::UNIX_EPOCH;
+    walk(&ws.join("crates/weft-fiber/src"), &mut newest);
+    walk(&ws.join("crates/weft-capi/src"), &mut newest);
+    newest
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Rebuilds libweft (same profile) if it is missing or older than a source.
+fn ensure_library_fresh(dir: &Path) {
+    let so = dir.join("libweft.so");
+    let a = dir.join("libweft.a");
+    let newest = newest_source_mtime();
+    let fresh = |p: &Path| mtime(p).is_some_and(|m| m >= newest);
+    if fresh(&so) && fresh(&a) {
+        return;
+    }
+    let profile = dir.file_name().and_then(OsStr::to_str).unwrap_or("debug");
+    let target_dir = dir.parent().expect("target dir");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.arg("build").arg("-p").arg("weft-capi");
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.arg("--profile").arg(other);
+        }
+    }
+    cmd.env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(workspace());
+    eprintln!(
+        "libweft in {} is missing or stale; running {cmd:?}",
+        dir.display()
+    );
+    let status = cmd.status().expect("run cargo build -p weft-capi");
+    assert!(
+        status.success(),
+        "cargo build -p weft-capi failed: {status}"
+    );
+    assert!(
+        fresh(&so) && fresh(&a),
+        "cargo build -p weft-capi did not produce a fresh {} and {}",
+        so.display(),
+        a.display()
+    );
+}
+
+/// Where compiled C tests go.
+fn out_dir() -> PathBuf {
+    let d = lib_dir().join("weft-c-tests");
+    std::fs::create_dir_all(&d).expect("create C test output dir");
+    d
+}
+
+fn c_src(name: &str) -> PathBuf {
+    workspace().join("tests/c").join(format!("{name}.c"))
+}
+
+fn include_dir() -> PathBuf {
+    workspace().join("include")
+}
+
+/// Runs a compiler command and panics with its output if it fails.
+fn run_compiler(cmd: Command, what: &str) {
+    let shown = format!("{cmd:?}");
+    let r = run_with_timeout(cmd, TIMEOUT);
+    assert!(
+        r.status.success(),
+        "compiling {what} failed: {shown}\n{}",
+        r.describe()
+    );
+}
+
+/// Compiles tests/c/<name>.c against libweft.so; returns the binary.
+fn build_c(name: &str) -> PathBuf {
+    build_with("cc", name, &[], name)
+}
+
+/// Compiles tests/c/<src>.c with `compiler`, extra flags, into <out_name>.
+fn build_with(compiler: &str, src: &str, extra: &[&str], out_name: &str) -> PathBuf {
+    let lib = lib_dir();
+    let out = out_dir().join(out_name);
+    let mut cmd = Command::new(compiler);
+    cmd.args(CFLAGS)
+        .args(extra)
+        .arg("-I")
+        .arg(include_dir())
+        .arg(c_src(src))
+        .args(["-x", "none"]) // what follows is not source, whatever -x said
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(lib)
+        .arg("-lweft")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lm");
+    run_compiler(cmd, out_name);
+    out
+}
+
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs a command with a timeout, capturing its output.
+fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Run {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (is it installed?)"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for child") {
+            break st;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let st = child.wait().expect("wait for killed child");
+            let stdout = String::from_utf8_lossy(&out_t.join().unwrap()).into_owned();
+            let stderr = String::from_utf8_lossy(&err_t.join().unwrap()).into_owned();
+            panic!(
+                "{cmd:?} did not finish within {timeout:?} (hung?); killed\n{}",
+                Run {
+                    status: st,
+                    stdout,
+                    stderr
+                }
+                .describe()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Run {
+        status,
+        stdout: String::from_utf8_lossy(&out_t.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&err_t.join().unwrap()).into_owned(),
+    }
+}
+
+fn run_bin(bin: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    run_with_timeout(cmd, TIMEOUT)
+}
+
+fn assert_passed(r: &Run, name: &str) {
+    assert!(r.status.success(), "C test {name} failed\n{}", r.describe());
+    assert!(
+        r.stdout.contains("all checks passed"),
+        "C test {name} exited 0 without reporting success\n{}",
+        r.describe()
+    );
+}
+
+/// Compiles tests/c/<name>.c, runs it, and asserts it passed.
+fn c_test(name: &str) {
+    let bin = build_c(name);
+    let r = run_bin(&bin, &[]);
+    assert_passed(&r, name);
+}
+
+// ---- the C tests ----------------------------------------------------------
+
+#[test]
+fn c_convert() {
+    c_test("convert");
+}
+
+#[test]
+fn c_create_switch() {
+    c_test("create_switch");
+}
+
+#[test]
+fn c_delete() {
+    c_test("delete");
+}
+
+#[test]
+fn c_fls() {
+    c_test("fls");
+}
+
+#[test]
+fn c_fpu() {
+    c_test("fpu");
+}
+
+#[test]
+fn c_migrate_contention() {
+    c_test("migrate_contention");
+}
+
+#[test]
+fn c_signal_switch() {
+    c_test("signal_switch");
+}
+
+#[test]
+fn c_thread_exit() {
+    c_test("thread_exit");
+}
+
+#[test]
+fn c_windows_program_c99() {
+    let bin = build_with(
+        "cc",
+        "windows_program",
+        &["-std=c99", "-pedantic"],
+        "windows_program_c99",
+    );
+    assert_passed(&run_bin(&bin, &[]), "windows_program (C99)");
+}
+
+#[test]
+fn c_windows_program_cxx11() {
+    let bin = build_with(
+        "c++",
+        "windows_program",
+        &["-std=c++11", "-pedantic", "-x", "c++"],
+        "windows_program_cxx11",
+    );
+    assert_passed(&run_bin(&bin, &[]), "windows_program (C++11)");
+}
+
+#[test]
+fn c_header_c99() {
+    let bin = build_with(
+        "cc",
+        "header_check",
+        &["-std=c99", "-pedantic"],
+        "header_check_c99",
+    );
+    assert_passed(&run_bin(&bin, &[]), "header_check (C99)");
+}
+
+#[test]
+fn c_header_cxx11() {
+    let bin = build_with(
+        "c++",
+        "header_check",
+        &["-std=c++11", "-pedantic", "-x", "c++"],
+        "header_check_cxx11",
+    );
+    assert_passed(&run_bin(&bin, &[]), "header_check (C++11)");
+}
+
+/// The Rust definition of the stats struct has the layout the header declares.
+#[test]
+fn stats_layout_matches_header() {
+    use core::mem::{offset_of, size_of};
+    use weft::WeftFiberStats as S;
+    assert_eq!(size_of::<S>(), 64);
+    assert_eq!(offset_of!(S, id), 0);
+    assert_eq!(offset_of!(S, entry), 8);
+    assert_eq!(offset_of!(S, stack_size), 16);
+    assert_eq!(offset_of!(S, activations), 24);
+    assert_eq!(offset_of!(S, failed_activations), 32);
+    assert_eq!(offset_of!(S, run_time_ns), 40);
+    assert_eq!(offset_of!(S, state), 48);
+    assert_eq!(offset_of!(S, creator_tid), 52);
+    assert_eq!(offset_of!(S, last_tid), 56);
+    assert_eq!(offset_of!(S, _reserved), 60);
+}
+
+// ---- stack overflow --------------------------------------------------------
+
+fn overflow(mode: &str) {
+    let bin = build_c("overflow");
+    let r = run_bin(&bin, &[mode]);
+    let id: u64 = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("overflow fiber id "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "overflow ({mode}) did not print its fiber id\n{}",
+                r.describe()
+            )
+        });
+    assert_eq!(
+        r.status.signal(),
+        Some(libc::SIGSEGV),
+        "overflow ({mode}) should die by SIGSEGV\n{}",
+        r.describe()
+    );
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("stack overflow"))
+        .unwrap_or_else(|| {
+            panic!(
+                "overflow ({mode}): no \"stack overflow\" line on stderr\n{}",
+                r.describe()
+            )
+        });
+    let tokens: Vec<&str> = line
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert!(
+        tokens.contains(&id.to_string().as_str()),
+        "overflow ({mode}): the stack overflow line does not name fiber {id}: {line:?}\n{}",
+        r.describe()
+    );
+    assert!(
+        tokens.contains(&"65536"),
+        "overflow ({mode}): the stack overflow line does not give the stack size 65536: {line:?}\n{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn c_overflow_main_thread() {
+    overflow("main");
+}
+
+#[test]
+fn c_overflow_other_thread() {
+    overflow("thread");
+}
+
+// ---- valgrind ------------------------------------------------------------------
+
+#[test]
+fn c_thread_exit_valgrind() {
+    if std::env::var_os("WEFT_SKIP_VALGRIND").is_some_and(|v| v == "1") {
+        eprintln!("WEFT_SKIP_VALGRIND=1: skipping the valgrind run of thread_exit");
+        return;
+    }
+    let valgrind = ["/usr/bin/valgrind", "/usr/local/bin/valgrind"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| {
+            Command::new("valgrind")
+                .arg("--version")
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|_| PathBuf::from("valgrind"))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "valgrind is not installed: install it (apt-get install valgrind) to run the \
+                 thread-exit leak test, or set WEFT_SKIP_VALGRIND=1 to skip it"
+            )
+        });
+    let bin = build_with("cc", "thread_exit", &[], "thread_exit_vg");
+    let mut cmd = Command::new(valgrind);
+    cmd.args([
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite",
+        "--error-exitcode=9",
+    ])
+    .arg(&bin);
+    let r = run_with_timeout(cmd, VALGRIND_TIMEOUT);
+    assert!(
+        r.status.success(),
+        "thread_exit under valgrind failed (exit 9 = valgrind found errors or definite leaks)\n{}",
+        r.describe()
+    );
+    assert!(r.stdout.contains("all checks passed"), "{}", r.describe());
+}
+
+// ---- static linking -----------------------------------------------------------
+
+fn build_static(src: &str, extra: &[&str], out_name: &str, compiler: &str) -> PathBuf {
+    let out = out_dir().join(out_name);
+    let mut cmd = Command::new(compiler);
+    cmd.args(CFLAGS)
+        .args(extra)
+        .arg("-I")
+        .arg(include_dir())
+        .arg(c_src(src))
+        .args(["-x", "none"]) // what follows is not source, whatever -x said
+        .arg("-o")
+        .arg(&out)
+        .arg(lib_dir().join("libweft.a"))
+        // What `cargo rustc -- --print native-static-libs` lists.
+        .args([
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lpthread",
+            "-lm",
+            "-ldl",
+            "-lc",
+        ]);
+    run_compiler(cmd, out_name);
+    out
+}
+
+fn assert_not_linked_to_libweft_so(bin: &Path) {
+    let out = Command::new("readelf").arg("-d").arg(bin).output();
+    if let Ok(out) = out {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains("libweft"),
+            "{} should not need libweft.so:\n{text}",
+            bin.display()
+        );
+    }
+}
+
+#[test]
+fn c_static_link() {
+    for (src, extra, name, compiler) in [
+        ("windows_program", &[][..], "windows_program_static", "cc"),
+        ("create_switch", &[][..], "create_switch_static", "cc"),
+        (
+            "header_check",
+            &["-std=c++11", "-x", "c++"][..],
+            "header_check_static_cxx",
+            "c++",
+        ),
+    ] {
+        let bin = build_static(src, extra, name, compiler);
+        assert_not_linked_to_libweft_so(&bin);
+        let mut cmd = Command::new(&bin);
+        cmd.env_remove("LD_LIBRARY_PATH");
+        let r = run_with_timeout(cmd, TIMEOUT);
+        assert_passed(&r, name);
+    }
+}
+
+// ---- make install + pkg-config ------------------------------------------------
+
+#[test]
+fn make_install_and_pkg_config() {
+    let lib = lib_dir();
+    let prefix = out_dir().join(format!("prefix-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&prefix);
+    let make = |target: &str| {
+        let mut cmd = Command::new("make");
+        cmd.arg("-s")
+            .arg("-C")
+            .arg(workspace())
+            .arg(target)
+            .arg(format!("PREFIX={}", prefix.display()))
+            .arg(format!("BUILD_DIR={}", lib.display()))
+            .arg("NO_BUILD=1");
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run make ({e}); install make"));
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    make("install");
+    for f in [
+        "lib/libweft.so",
+        "lib/libweft.a",
+        "lib/pkgconfig/weft.pc",
+        "include/weft/fibers.h",
+    ] {
+        assert!(prefix.join(f).is_file(), "make install did not install {f}");
+    }
+    assert_eq!(
+        std::fs::read(prefix.join("include/weft/fibers.h")).unwrap(),
+        std::fs::read(include_dir().join("weft/fibers.h")).unwrap()
+    );
+
+    let pkgconfig_dir = prefix.join("lib/pkgconfig");
+    let pkg_config = |args: &[&str]| -> String {
+        let out = Command::new("pkg-config")
+            .args(args)
+            .arg("weft")
+            .env("PKG_CONFIG_PATH", &pkgconfig_dir)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run pkg-config ({e}); install pkg-config"));
+        assert!(
+            out.status.success(),
+            "pkg-config {args:?} weft failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(pkg_config(&["--modversion"]), env!("CARGO_PKG_VERSION"));
+    let flags = pkg_config(&["--cflags", "--libs"]);
+    assert!(flags.contains("-lweft"), "pkg-config flags: {flags}");
+    assert!(
+        flags.contains(&format!("-I{}/include", prefix.display())),
+        "pkg-config flags: {flags}"
+    );
+
+    let bin = prefix.join("windows_program_pkgconfig");
+    let mut cmd = Command::new("cc");
+    cmd.args(CFLAGS)
+        .arg(c_src("windows_program"))
+        .arg("-o")
+        .arg(&bin)
+        .args(flags.split_whitespace());
+    run_compiler(cmd, "windows_program with pkg-config flags");
+    let mut cmd = Command::new(&bin);
+    cmd.env("LD_LIBRARY_PATH", prefix.join("lib"));
+    assert_passed(
+        &run_with_timeout(cmd, TIMEOUT),
+        "windows_program (pkg-config)",
+    );
+
+    // Static linking through pkg-config --static.
+    let static_flags = pkg_config(&["--static", "--cflags", "--libs"]);
+    let bin_static = prefix.join("windows_program_pkgconfig_static");
+    let mut cmd = Command::new("cc");
+    cmd.args(CFLAGS)
+        .arg(c_src("windows_program"))
+        .arg("-o")
+        .arg(&bin_static)
+        .arg(format!("-I{}/include", prefix.display()))
+        .arg(prefix.join("lib/libweft.a"))
+        .args(
+            static_flags
+                .split_whitespace()
+                .filter(|f| f.starts_with("-l") && *f != "-lweft"),
+        );
+    run_compiler(cmd, "windows_program with pkg-config --static flags");
+    let mut cmd = Command::new(&bin_static);
+    cmd.env_remove("LD_LIBRARY_PATH");
+    assert_passed(
+        &run_with_timeout(cmd, TIMEOUT),
+        "windows_program (pkg-config --static)",
+    );
+
+    make("uninstall");
+    for f in [
+        "lib/libweft.so",
+        "lib/libweft.a",
+        "lib/pkgconfig/weft.pc",
+        "include/weft/fibers.h",
+    ] {
+        assert!(!prefix.join(f).exists(), "make uninstall left {f}");
+    }
+    let _ = std::fs::remove_dir_all(&prefix);
+}
