@@ -97,8 +97,6 @@ pub(crate) struct FiberRecord {
     pub state: AtomicU32,
     /// Saved stack pointer while suspended.
     pub sp: UnsafeCell<*mut u8>,
-    /// Note for the releasing side (EXIT_*); written only by the fiber itself.
-    pub exit: UnsafeCell<u32>,
     /// The OS thread running this fiber now (set by whoever switched into it).
     pub thread: AtomicPtr<ThreadState>,
     /// The fiber that last switched into this one (where a finished Rust fiber returns).
@@ -119,6 +117,9 @@ pub(crate) struct FiberRecord {
     pub stack_size: usize,
     pub fls: AtomicPtr<FlsStorage>,
     pub panic: UnsafeCell<Option<Box<dyn Any + Send + 'static>>>,
+    /// Note for the releasing side (EXIT_*); written only by the fiber itself. A fiber
+    /// with a note leaves through `arch::switch_exiting`.
+    pub exit: UnsafeCell<u32>,
 }
 
 impl FiberRecord {
@@ -268,6 +269,10 @@ pub(crate) unsafe fn begin_switch(
             });
         }
         prepare_acquired(thread, cur, to);
+        if *(*cur).exit.get() != EXIT_NONE {
+            // The running fiber dropped its own handle: it is freed as it leaves.
+            arch::switch_exiting(cur, to);
+        }
         Ok(Some(cur))
     }
 }
@@ -313,26 +318,10 @@ unsafe fn prepare_acquired(thread: *mut ThreadState, cur: *mut FiberRecord, to: 
     }
 }
 
-/// A switch to a fiber the caller has already acquired (finishing fibers, thread exit).
+/// The release done by `arch::switch_exiting`'s resumed side: `prev` left an exit note.
 ///
 /// # Safety
-/// As for `prepare_acquired`.
-pub(crate) unsafe fn switch_acquired(
-    thread: *mut ThreadState,
-    cur: *mut FiberRecord,
-    to: *mut FiberRecord,
-) -> *mut FiberRecord {
-    // SAFETY: per the contract.
-    unsafe {
-        prepare_acquired(thread, cur, to);
-        arch::switch(cur, to)
-    }
-}
-
-/// The slow path of the release in `arch::switch`: `prev` left an exit note.
-///
-/// # Safety
-/// Called only by `arch::switch` on the resumed side: `me` runs on this thread and
+/// Called only by `arch::switch_exiting` on the resumed side: `me` runs on this thread and
 /// `prev` is off its stack and still owned by us.
 pub(crate) unsafe extern "C" fn release_exited(me: *mut FiberRecord, prev: *mut FiberRecord) {
     // SAFETY: per the contract.
@@ -393,8 +382,8 @@ unsafe fn finish(me: *mut FiberRecord) -> ! {
                 (*me).id
             ))
         };
-        switch_acquired(thread, me, target);
-        unreachable!("a finished fiber was resumed")
+        prepare_acquired(thread, me, target);
+        arch::switch_exiting(me, target)
     }
 }
 

@@ -232,3 +232,36 @@ fn mxcsr() -> u32 {
 fn set_mxcsr(v: u32) {
     unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v) };
 }
+
+static OWN_HANDLE: std::sync::Mutex<Option<Fiber>> = std::sync::Mutex::new(None);
+static FREED_SELF: AtomicUsize = AtomicUsize::new(0);
+unsafe extern "C" fn count_freed(_: *mut std::ffi::c_void) {
+    FREED_SELF.fetch_add(1, Relaxed);
+}
+
+#[test]
+fn a_fiber_that_drops_its_own_handle_is_freed_when_it_switches_away() {
+    on_thread(|| {
+        let main = Arc::new(convert_thread().unwrap());
+        let back = main.clone();
+        let key = weft_fiber::FlsKey::new(Some(count_freed)).unwrap();
+        let k = key.index();
+        let f = Fiber::new(move || {
+            unsafe { weft_fiber::win::FlsSetValue(k, 1 as *mut _) };
+            drop(OWN_HANDLE.lock().unwrap().take()); // our own handle
+            assert_eq!(FREED_SELF.load(Relaxed), 0, "still running: not freed yet");
+            back.switch_to().unwrap();
+            unreachable!("a fiber whose handle is gone is never resumed");
+        })
+        .unwrap();
+        let raw = f.as_raw();
+        *OWN_HANDLE.lock().unwrap() = Some(f);
+        unsafe { weft_fiber::win::SwitchToFiber(raw) };
+        assert_eq!(
+            FREED_SELF.load(Relaxed),
+            1,
+            "freed (FLS callback ran) as it switched away"
+        );
+        drop(key);
+    });
+}

@@ -8,6 +8,8 @@
 //!   the resumed side release the fiber it came from and clear its thread's
 //!   `in_switch` (the resume half of the protocol in `fiber.rs`), then return that
 //!   fiber.
+//! - `switch_exiting(cur, to) -> !`: the same for a fiber that will never run again; the
+//!   resumed side hands it to `fiber::release_exited`, which acts on its exit note.
 //! - `init_stack(top, rec, main, arg) -> sp`: lay out a stack so that the first `switch`
 //!   to it enters `main(prev, arg)`, which must never return.
 //! - `exit_thread_at(sp) -> !`: move to `sp` and call `pthread_exit` from a frame marked
@@ -17,7 +19,7 @@
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::{exit_thread_at, init_stack, switch};
+pub(crate) use x86_64::{exit_thread_at, init_stack, switch, switch_exiting};
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("weft's fiber core supports x86_64 only for now (aarch64 is planned)");
