@@ -9,38 +9,7 @@
 
 static LPVOID g_main;
 
-/* ---- callback log ------------------------------------------------------ */
-
-#define MAX_CALLS 64
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    PVOID value;
-    int tid;
-} g_calls[MAX_CALLS];
-static int g_ncalls;
-
-static VOID WINAPI fls_cb(PVOID value) {
-    CHECK(value != NULL);
-    pthread_mutex_lock(&g_lock);
-    CHECK(g_ncalls < MAX_CALLS);
-    g_calls[g_ncalls].value = value;
-    g_calls[g_ncalls].tid = test_gettid();
-    g_ncalls++;
-    pthread_mutex_unlock(&g_lock);
-}
-
-static int calls_with(PVOID value, int *tid) {
-    int n = 0;
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_ncalls; i++)
-        if (g_calls[i].value == value) {
-            n++;
-            if (tid)
-                *tid = g_calls[i].tid;
-        }
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+#include "fls_log.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -15,7 +15,7 @@ static RUN_TIME: AtomicBool = AtomicBool::new(true);
 /// Whether switches time the fibers they switch (on unless turned off).
 ///
 /// Reading the time-stamp counter is most of what a switch costs beyond the bare context
-/// switch (about 5 ns of 13 on the machine in docs/benchmarks.md), so a program that
+/// switch (about 5.5 ns of 14 on the machine in docs/benchmarks.md), so a program that
 /// needs the fastest switch and not per-fiber run time may turn it off, with
 /// [`set_run_time_accounting`] or `WEFT_RUN_TIME=off` in the environment.
 #[inline(always)]

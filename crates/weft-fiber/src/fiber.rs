@@ -15,16 +15,17 @@
 //!
 //! The subtle step is the release. A fiber cannot mark itself READY before switching
 //! away: between the store and the moment its registers are saved, another thread could
-//! take it and resume it from a stale stack pointer. So `switch` hands the outgoing
-//! fiber to the incoming side as its transfer value, and whatever runs next (the fiber
-//! that was resumed, or a new fiber's entry) releases it in [`after_resume`]. By then the
-//! outgoing fiber's stack pointer is stored and its stack is no longer in use, and the
-//! Release store publishes both to the next thread that acquires it.
+//! take it and resume it from a stale stack pointer. So `arch::switch` hands the
+//! outgoing fiber to the other side, and the resumed side releases it before returning
+//! (in assembly: a Release store of READY is a plain `mov` on x86). By then the outgoing
+//! fiber's stack pointer is stored and its stack is no longer in use, and the Release
+//! store publishes both to the next thread that acquires it.
 //!
 //! A fiber that should not become READY again leaves a note in its `exit` field before
 //! its last switch: `EXIT_FINISHED` (its function returned or panicked) or
-//! `EXIT_DELETE` (its handle was dropped while it ran; free it). The releasing side reads
-//! the note, so the common path costs one load and a predictable branch.
+//! `EXIT_DELETE` (its handle was dropped while it ran; free it), and leaves through
+//! `arch::switch_exiting`, whose resumed side hands it to [`release_exited`]. The common
+//! path thus has no branch on the note at all.
 //!
 //! # Signal handlers
 //!

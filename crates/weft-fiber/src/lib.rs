@@ -20,7 +20,6 @@
 //! | `clock` | the time-stamp counter behind run-time accounting |
 //! | [`win`] | the Windows API |
 //! | `api` | the Rust API |
-//! | [`raw`] | the bare switch, for benchmarks |
 //!
 //! ## Invariants a reader should keep in mind
 //!
@@ -40,7 +39,6 @@ mod error;
 mod fiber;
 mod fls;
 mod overflow;
-pub mod raw;
 pub mod stack;
 mod stats;
 mod thread;

@@ -53,9 +53,9 @@ fn values_are_per_fiber_and_callbacks_run_on_delete_and_free() {
         let a = CreateFiber(64 * 1024, Some(reader), 7 as LPVOID);
         let b = CreateFiber(64 * 1024, Some(reader), 11 as LPVOID);
         SwitchToFiber(a);
-        assert_eq!(SEEN, 0, "a new fiber reads NULL");
+        assert_eq!(std::ptr::read(&raw const SEEN), 0, "a new fiber reads NULL");
         SwitchToFiber(b);
-        assert_eq!(SEEN, 0, "a new fiber reads NULL");
+        assert_eq!(std::ptr::read(&raw const SEEN), 0, "a new fiber reads NULL");
         assert_eq!(
             FlsGetValue(INDEX) as usize,
             1000,

@@ -36,6 +36,7 @@ extern "C" fn on_alarm(_: libc::c_int) {
 }
 
 #[test]
+#[allow(clippy::needless_range_loop)] // HANDLES is a static mut, indexed on purpose
 fn a_sigalrm_handler_time_slices_fibers_that_never_yield() {
     std::thread::spawn(|| unsafe {
         HANDLES[FIBERS] = ConvertThreadToFiber(std::ptr::null_mut());

@@ -1,0 +1,76 @@
+//! `weft`: the command-line tool of the weft project.
+//!
+//! This file is only the command line (clap derive) and the dispatch:
+//!
+//! * `weft bench <suite> [--json] [--quick]` runs a benchmark suite
+//!   (see [`bench`]; one module per suite under `src/bench/`).
+//! * `weft bench-worker <job> ...` is hidden from `--help`: it is how a suite
+//!   re-executes this binary to run a workload in a fresh process (e.g. the
+//!   "4 processes at once" rows of `bench fibers`). It prints one JSON line.
+//!
+//! Errors are printed as `weft: error: ...` on stderr with exit status 1.
+
+mod bench;
+
+// Link libweft's C entry points (SwitchToFiber, ...) into this binary: the C
+// peers in peers/peers.c call them as a C program would.
+use weft as _;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "weft", version, about = "weft: Windows Fibers API on Linux")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a benchmark suite and print a table (or JSON lines with --json).
+    Bench(BenchArgs),
+    /// Internal: run one benchmark workload in this process and print one JSON line.
+    #[command(name = "bench-worker", hide = true)]
+    BenchWorker {
+        #[command(subcommand)]
+        job: bench::WorkerJob,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    /// Which suite to run.
+    #[arg(value_enum)]
+    suite: bench::Suite,
+    /// Print one JSON object per line on stdout, {"suite","name","impl","value","unit"},
+    /// and nothing else there (the human-readable table then goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Shorter run: 3 repetitions of ~5 ms batches and a 10x smaller workload
+    /// for the long benchmarks. Fine for a smoke test, noisier numbers.
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(
+            args.suite,
+            bench::Options {
+                json: args.json,
+                quick: args.quick,
+            },
+        ),
+        Command::BenchWorker { job } => bench::run_worker(job),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weft: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
