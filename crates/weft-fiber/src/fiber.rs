@@ -37,23 +37,26 @@
 //!
 //! # Statistics
 //!
-//! The switcher owns both fibers (the outgoing one because it runs it, the incoming one
-//! because it has just acquired it), so it updates their counters with plain relaxed
-//! loads and stores, no read-modify-write; only failed activations, which any thread may
-//! count, use `fetch_add`. One time-stamp read closes the outgoing fiber's slice and
-//! opens the incoming one's.
+//! A fiber's statistics live in its slot of the shared-memory registry (`registry.rs`),
+//! so `weft ps` can read them from another process. The switcher owns both fibers (the
+//! outgoing one because it runs it, the incoming one because it has just acquired it),
+//! so it updates their slots with plain relaxed loads and stores inside each slot's
+//! seqlock, no read-modify-write; only failed activations, which any thread may count,
+//! use `fetch_add`. One time-stamp read closes the outgoing fiber's slice and opens the
+//! incoming one's.
 
 use crate::arch;
 use crate::clock;
 use crate::error::Error;
 use crate::fls::FlsStorage;
+use crate::registry::{self, Slot};
 use crate::stack::Stack;
 use crate::thread::{self, ThreadState};
 use crate::tls;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::ptr;
-use core::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use core::sync::atomic::{compiler_fence, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 use std::any::Any;
 
 pub(crate) const READY: u32 = 0;
@@ -102,20 +105,13 @@ pub(crate) struct FiberRecord {
     pub thread: AtomicPtr<ThreadState>,
     /// The fiber that last switched into this one (where a finished Rust fiber returns).
     pub resumer: UnsafeCell<*mut FiberRecord>,
-    pub switched_in_at: AtomicU64,
-    // ---- statistics, readable from any thread ----
-    pub activations: AtomicU64,
-    pub failed_activations: AtomicU64,
-    pub run_ticks: AtomicU64,
-    pub last_tid: AtomicI32,
-    pub creator_tid: i32,
+    /// This fiber's statistics, in the shared-memory registry (`registry.rs`).
+    pub slot: *mut Slot,
     pub id: u64,
-    pub entry: usize,
     // ---- the rest ----
     pub param: *mut c_void,
     pub start: UnsafeCell<Start>,
     pub stack: Option<Stack>,
-    pub stack_size: usize,
     pub fls: AtomicPtr<FlsStorage>,
     pub panic: UnsafeCell<Option<Box<dyn Any + Send + 'static>>>,
     /// Note for the releasing side (EXIT_*); written only by the fiber itself. A fiber
@@ -130,7 +126,47 @@ impl FiberRecord {
         param: *mut c_void,
         stack: Option<Stack>,
     ) -> Box<Self> {
-        let stack_size = stack.as_ref().map_or(0, |s| s.usable_size());
+        let id = NEXT_ID.fetch_add(1, Relaxed);
+        let slot = registry::alloc_slot();
+        // SAFETY: a fresh slot is ours until the record is freed.
+        unsafe {
+            let sl = &*slot;
+            sl.begin_write();
+            sl.id.store(id, Relaxed);
+            sl.activations.store(0, Relaxed);
+            sl.deactivations.store(0, Relaxed);
+            sl.run_ticks.store(0, Relaxed);
+            sl.switched_in_at.store(0, Relaxed);
+            sl.last_tid.store(0, Relaxed);
+            sl.creator_tid.store(thread::gettid(), Relaxed);
+            sl.entry.store(entry as u64, Relaxed);
+            sl.failed_activations.store(0, Relaxed);
+            let (base, size) = stack
+                .as_ref()
+                .map_or((0, 0), |s| (s.guard().end as u64, s.usable_size() as u64));
+            sl.stack_base.store(base, Relaxed);
+            sl.stack_size.store(size, Relaxed);
+            let thread_fiber = matches!(start, Start::Thread);
+            sl.flags.store(
+                if thread_fiber {
+                    registry::FLAG_THREAD
+                } else {
+                    0
+                },
+                Relaxed,
+            );
+            // A thread's own record is not shown until the thread converts (it may exist
+            // only to hold the thread's FLS values).
+            sl.state.store(
+                if thread_fiber {
+                    registry::SLOT_FREE
+                } else {
+                    registry::SLOT_READY
+                },
+                Relaxed,
+            );
+            sl.end_write();
+        }
         Box::new(FiberRecord {
             magic: AtomicU32::new(MAGIC),
             state: AtomicU32::new(READY),
@@ -138,21 +174,21 @@ impl FiberRecord {
             exit: UnsafeCell::new(EXIT_NONE),
             thread: AtomicPtr::new(ptr::null_mut()),
             resumer: UnsafeCell::new(ptr::null_mut()),
-            switched_in_at: AtomicU64::new(0),
-            activations: AtomicU64::new(0),
-            failed_activations: AtomicU64::new(0),
-            run_ticks: AtomicU64::new(0),
-            last_tid: AtomicI32::new(0),
-            creator_tid: thread::gettid(),
-            id: NEXT_ID.fetch_add(1, Relaxed),
-            entry,
+            slot,
+            id,
             param,
             start: UnsafeCell::new(start),
             stack,
-            stack_size,
             fls: AtomicPtr::new(ptr::null_mut()),
             panic: UnsafeCell::new(None),
         })
+    }
+
+    /// This fiber's statistics slot.
+    #[inline(always)]
+    pub(crate) fn slot(&self) -> &Slot {
+        // SAFETY: the slot lives (mapped, never moved) as long as the record.
+        unsafe { &*self.slot }
     }
 
     pub(crate) fn is_thread_fiber(&self) -> bool {
@@ -251,18 +287,22 @@ pub(crate) unsafe fn begin_switch(
             return Err(SwitchFail::NotAFiber);
         }
         if cur == to {
-            bump(&(*cur).activations);
+            let sl = (*cur).slot();
+            sl.begin_write();
+            Slot::bump(&sl.activations);
+            Slot::bump(&sl.deactivations);
+            sl.end_write();
             return Ok(None);
         }
         if (*thread).in_switch.load(Relaxed) {
-            (*to).failed_activations.fetch_add(1, Relaxed);
+            (*to).slot().failed_activations.fetch_add(1, Relaxed);
             return Err(SwitchFail::Interrupted);
         }
         if let Err(s) = (*to)
             .state
             .compare_exchange(READY, RUNNING, Acquire, Relaxed)
         {
-            (*to).failed_activations.fetch_add(1, Relaxed);
+            (*to).slot().failed_activations.fetch_add(1, Relaxed);
             return Err(if s == FINISHED {
                 SwitchFail::Finished
             } else {
@@ -278,12 +318,6 @@ pub(crate) unsafe fn begin_switch(
     }
 }
 
-/// A relaxed increment by the owner of a counter: a load and a store, no locked RMW.
-#[inline(always)]
-fn bump(c: &AtomicU64) {
-    c.store(c.load(Relaxed) + 1, Relaxed);
-}
-
 /// The bookkeeping of a switch from `cur` to `to`, which this thread now owns.
 ///
 /// # Safety
@@ -297,21 +331,32 @@ unsafe fn prepare_acquired(thread: *mut ThreadState, cur: *mut FiberRecord, to: 
         compiler_fence(SeqCst);
         let c = &*cur;
         let t = &*to;
+        let (cs, ts) = (c.slot(), t.slot());
         // Run time: one time-stamp read closes `cur`'s slice and opens `to`'s. A slice
-        // start of 0 means "not timed" (accounting was off when it began).
+        // start of 0 means "not timed" (accounting was off when it began). Read before
+        // the seqlocks open, so readers are kept out for a few stores only.
         let now = if clock::run_time_accounting() {
             clock::ticks()
         } else {
             0
         };
-        let start = c.switched_in_at.load(Relaxed);
+        cs.begin_write();
+        ts.begin_write();
+        let start = cs.switched_in_at.load(Relaxed);
         if now != 0 && start != 0 {
-            c.run_ticks
-                .store(c.run_ticks.load(Relaxed) + now.wrapping_sub(start), Relaxed);
+            cs.run_ticks.store(
+                cs.run_ticks.load(Relaxed) + now.wrapping_sub(start),
+                Relaxed,
+            );
         }
-        t.switched_in_at.store(now, Relaxed);
-        bump(&t.activations);
-        t.last_tid.store((*thread).tid, Relaxed);
+        Slot::bump(&cs.deactivations);
+        cs.state.store(registry::SLOT_READY, Relaxed);
+        ts.switched_in_at.store(now, Relaxed);
+        Slot::bump(&ts.activations);
+        ts.last_tid.store((*thread).tid, Relaxed);
+        ts.state.store(registry::SLOT_RUNNING, Relaxed);
+        cs.end_write();
+        ts.end_write();
         t.thread.store(thread, Relaxed);
         *t.resumer.get() = cur;
         (*thread).current = to;
@@ -330,8 +375,23 @@ pub(crate) unsafe extern "C" fn release_exited(me: *mut FiberRecord, prev: *mut 
         if *(*prev).exit.get() == EXIT_DELETE {
             destroy(prev, (*me).thread.load(Relaxed));
         } else {
-            (*prev).state.store(FINISHED, Release);
+            mark_finished(prev);
         }
+    }
+}
+
+/// Marks a fiber that will never run again as FINISHED (ownership word and slot).
+///
+/// # Safety
+/// The caller owns `rec` (it is off its stack and nobody else can take it).
+pub(crate) unsafe fn mark_finished(rec: *mut FiberRecord) {
+    // SAFETY: per the contract.
+    unsafe {
+        let sl = (*rec).slot();
+        sl.begin_write();
+        sl.state.store(registry::SLOT_FINISHED, Relaxed);
+        sl.end_write();
+        (*rec).state.store(FINISHED, Release);
     }
 }
 
@@ -404,6 +464,7 @@ pub(crate) unsafe fn destroy(rec: *mut FiberRecord, thread: *mut ThreadState) {
             drop(data);
         }
         (*rec).magic.store(0, Relaxed);
+        registry::free_slot((*rec).slot);
         let mut rec = Box::from_raw(rec);
         if let Some(stack) = rec.stack.take() {
             let local = if thread.is_null() {

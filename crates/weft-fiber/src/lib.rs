@@ -15,6 +15,8 @@
 //! | `thread` | per-OS-thread state, conversion, and cleanup when a thread ends |
 //! | `fls` | fiber-local storage |
 //! | `overflow` | the SIGSEGV handler that names a fiber that overflowed its stack |
+//! | `registry` | the shared-memory registry of every fiber's statistics (seqlocked slots) |
+//! | [`introspect`] | reading registries, this process's or another's |
 //! | `stats` | per-fiber statistics snapshots |
 //! | `tls` | the two words of static TLS the hot paths read |
 //! | `clock` | the time-stamp counter behind run-time accounting |
@@ -38,7 +40,9 @@ mod clock;
 mod error;
 mod fiber;
 mod fls;
+pub mod introspect;
 mod overflow;
+mod registry;
 pub mod stack;
 mod stats;
 mod thread;

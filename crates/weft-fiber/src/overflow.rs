@@ -14,6 +14,7 @@
 use crate::thread::ThreadState;
 use crate::tls;
 use core::ptr;
+use core::sync::atomic::Ordering::Relaxed;
 use std::sync::Once;
 
 const ALTSTACK_SIZE: usize = 64 * 1024;
@@ -142,13 +143,14 @@ fn report(f: &crate::fiber::FiberRecord, addr: usize) {
     w.s("weft: stack overflow in fiber ");
     w.dec(f.id);
     w.s(" (entry 0x");
-    w.hex(f.entry as u64);
+    let sl = f.slot();
+    w.hex(sl.entry.load(Relaxed));
     w.s(", stack size ");
-    w.dec(f.stack_size as u64);
+    w.dec(sl.stack_size.load(Relaxed));
     w.s(" bytes, fault at 0x");
     w.hex(addr as u64);
     w.s(", created by thread ");
-    w.dec(f.creator_tid as u64);
+    w.dec(sl.creator_tid.load(Relaxed) as u64);
     w.s("); give it a larger stack: CreateFiber(size, ...) or Fiber::builder().stack_size(size)\n");
     let n = w.len;
     // SAFETY: write(2) of our own buffer to stderr is async-signal-safe.

@@ -4,7 +4,7 @@
 //! approximate (fields are read one by one), never torn within a field.
 
 use crate::clock;
-use crate::fiber::{FiberRecord, FINISHED, READY, RUNNING};
+use crate::fiber::{FiberRecord, READY, RUNNING};
 use core::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -47,29 +47,23 @@ pub struct FiberStats {
 /// # Safety
 /// `rec` must be a live record.
 pub(crate) unsafe fn snapshot(rec: *const FiberRecord) -> FiberStats {
-    // SAFETY: per the contract; every mutable field read here is atomic.
+    // SAFETY: per the contract; every field read here is atomic.
     let r = unsafe { &*rec };
-    let state = match r.state.load(Relaxed) {
-        READY => FiberState::Ready,
-        RUNNING => FiberState::Running,
-        FINISHED => FiberState::Finished,
-        _ => FiberState::Finished,
-    };
-    let mut ticks = r.run_ticks.load(Relaxed);
-    if state == FiberState::Running
-        && r.activations.load(Relaxed) + u64::from(r.is_thread_fiber()) > 0
-    {
-        ticks += clock::ticks().saturating_sub(r.switched_in_at.load(Relaxed));
-    }
+    // Our own slot: its owner (the running thread, or none) is not stuck mid-update.
+    let s = crate::introspect::read_slot(r.slot(), clock::ticks()).unwrap_or_default();
     FiberStats {
-        id: r.id,
-        state,
-        entry: r.entry,
-        creator_tid: r.creator_tid,
-        last_tid: r.last_tid.load(Relaxed),
-        activations: r.activations.load(Relaxed),
-        failed_activations: r.failed_activations.load(Relaxed),
-        run_time: clock::ticks_to_duration(ticks),
-        stack_size: r.stack_size,
+        id: s.id,
+        state: match r.state.load(Relaxed) {
+            READY => FiberState::Ready,
+            RUNNING => FiberState::Running,
+            _ => FiberState::Finished,
+        },
+        entry: s.entry as usize,
+        creator_tid: s.creator_tid,
+        last_tid: s.last_tid,
+        activations: s.activations,
+        failed_activations: s.failed_activations,
+        run_time: clock::ticks_to_duration(s.run_ticks),
+        stack_size: s.stack_size as usize,
     }
 }

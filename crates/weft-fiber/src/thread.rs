@@ -118,7 +118,6 @@ pub(crate) fn ensure_main(t: *mut ThreadState) -> *mut FiberRecord {
             let rec = Box::into_raw(FiberRecord::new(Start::Thread, 0, ptr::null_mut(), None));
             (*rec).state.store(RUNNING, Relaxed);
             (*rec).thread.store(t, Relaxed);
-            (*rec).last_tid.store((*t).tid, Relaxed);
             (*t).main = rec;
         }
         (*t).main
@@ -135,7 +134,20 @@ pub(crate) fn convert(param: *mut c_void) -> Result<*mut FiberRecord, Error> {
         }
         let main = ensure_main(t);
         (*main).param = param;
-        (*main).switched_in_at.store(crate::clock::ticks(), Relaxed);
+        // Show the thread's fiber in the registry: running here, timed from now.
+        let sl = (*main).slot();
+        sl.begin_write();
+        sl.last_tid.store((*t).tid, Relaxed);
+        sl.switched_in_at.store(
+            if crate::clock::run_time_accounting() {
+                crate::clock::ticks()
+            } else {
+                0
+            },
+            Relaxed,
+        );
+        sl.state.store(crate::registry::SLOT_RUNNING, Relaxed);
+        sl.end_write();
         crate::overflow::install_for_thread(t);
         (*t).current = main;
         Ok(main)
@@ -222,7 +234,7 @@ unsafe fn cleanup_exiting_thread() {
                 fiber::destroy(cur, t);
             } else {
                 crate::fls::run_callbacks(cur);
-                (*cur).state.store(fiber::FINISHED, Release);
+                fiber::mark_finished(cur);
             }
             if !(*t).exiting {
                 // Ended from inside a fiber by other means (pthread_exit): the thread's

@@ -1,0 +1,429 @@
+//! Reading fiber registries, this process's or another's (`weft ps`, `weft top`,
+//! `weft fs`, and `weft_introspect` in C).
+//!
+//! A reader maps a registry file read-only and copies each slot under its seqlock: read
+//! `seq`; if it is odd the owner is writing, so retry; copy the fields; read `seq`
+//! again; if it changed, retry. A copy taken this way is never torn, even while the
+//! target switches millions of times a second, and the target never waits for readers.
+//!
+//! Tick counts become time with the registry's (TSC, CLOCK_MONOTONIC) pair and one taken
+//! now: the time-stamp counter is the same on every CPU of the machine.
+
+use crate::registry::{self, Header, Slot, HEADER_SIZE, MAGIC, SLOT_SIZE};
+use crate::stats::FiberState;
+use core::sync::atomic::{fence, Ordering::*};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use registry::registry_dir;
+
+/// One registry file found in [`registry_dir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessEntry {
+    pub pid: i32,
+    pub path: PathBuf,
+    /// Owner of the file (the user the process runs as).
+    pub uid: u32,
+    /// False when the process is gone, or its pid now belongs to a later process: the
+    /// registry is stale (the process died without removing it).
+    pub alive: bool,
+}
+
+/// Every fiber of one process at one moment (each fiber consistent on its own).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub pid: i32,
+    pub fibers: Vec<FiberInfo>,
+    /// Slots whose owner kept them busy for longer than [`READ_PATIENCE`], so no
+    /// consistent copy could be taken (they are not in `fibers`).
+    pub unreadable: usize,
+}
+
+/// One fiber as a reader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiberInfo {
+    pub id: u64,
+    pub state: FiberState,
+    /// A converted thread rather than a created fiber.
+    pub is_thread_fiber: bool,
+    /// Start routine address in the target (0 for converted threads).
+    pub entry: u64,
+    pub creator_tid: i32,
+    /// The thread it runs on now (only when running).
+    pub running_on: Option<i32>,
+    /// The thread it last ran on (0 if it never ran).
+    pub last_tid: i32,
+    pub activations: u64,
+    pub failed_activations: u64,
+    /// Switches away from it: a running fiber has one activation more than this.
+    pub deactivations: u64,
+    pub run_time: Duration,
+    /// Lowest usable stack address (0 for converted threads).
+    pub stack_base: u64,
+    /// Usable stack bytes (0 for converted threads).
+    pub stack_size: u64,
+}
+
+/// Why a registry could not be read.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IntrospectError {
+    /// The process exists but has no registry (it does not use weft, or has not created
+    /// or converted a fiber yet, or runs with WEFT_REGISTRY=off).
+    NotUsingWeft {
+        pid: i32,
+    },
+    NoSuchProcess {
+        pid: i32,
+    },
+    /// A registry whose process died without removing it.
+    Stale {
+        pid: i32,
+    },
+    PermissionDenied {
+        pid: i32,
+        path: PathBuf,
+    },
+    BadFormat {
+        path: PathBuf,
+        what: String,
+    },
+    Io(io::Error),
+}
+
+impl fmt::Display for IntrospectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntrospectError::NotUsingWeft { pid } => write!(
+                f,
+                "process {pid} has no fiber registry: it does not use weft (or has not created a \
+                 fiber yet, or runs with WEFT_REGISTRY=off, or uses another WEFT_REGISTRY_DIR than \
+                 {})",
+                registry_dir().display()
+            ),
+            IntrospectError::NoSuchProcess { pid } => write!(f, "no process {pid}"),
+            IntrospectError::Stale { pid } => write!(
+                f,
+                "process {pid} died without removing its fiber registry (stale); `weft ps` removes \
+                 stale registries"
+            ),
+            IntrospectError::PermissionDenied { pid, path } => write!(
+                f,
+                "not allowed to read the fiber registry of process {pid} ({}): registries are \
+                 readable only by the user the process runs as; run as that user or as root",
+                path.display()
+            ),
+            IntrospectError::BadFormat { path, what } => {
+                write!(
+                    f,
+                    "{} is not a weft registry this version can read: {what}",
+                    path.display()
+                )
+            }
+            IntrospectError::Io(e) => write!(f, "cannot read a fiber registry: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for IntrospectError {}
+
+/// The fields of one slot, copied consistently.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RawSlot {
+    pub state: u32,
+    pub id: u64,
+    pub activations: u64,
+    pub deactivations: u64,
+    /// Including the current slice if the fiber is running.
+    pub run_ticks: u64,
+    pub last_tid: i32,
+    pub creator_tid: i32,
+    pub entry: u64,
+    pub failed_activations: u64,
+    pub stack_base: u64,
+    pub stack_size: u64,
+    pub flags: u32,
+}
+
+/// Copies a slot under its seqlock; `now` is the current tick count. `None` if the
+/// owner kept the slot busy for [`READ_PATIENCE`] (a writer stopped in the middle of an
+/// update, by a debugger say): the caller counts it rather than show a torn copy.
+pub(crate) fn read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
+    let mut deadline = None;
+    let mut tries = 0u32;
+    loop {
+        if let Some(r) = try_read_slot(s, now) {
+            return Some(r);
+        }
+        tries += 1;
+        if tries % 64 == 0 {
+            // A writer that switches every few nanoseconds can keep beating a spinning
+            // reader; give up the CPU now and then, and bound the wait by time.
+            let d = *deadline.get_or_insert_with(|| std::time::Instant::now() + READ_PATIENCE);
+            if std::time::Instant::now() > d {
+                return None;
+            }
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// How long a reader retries a slot its owner keeps busy.
+pub const READ_PATIENCE: Duration = Duration::from_millis(50);
+
+#[inline(always)]
+fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
+    let before = s.seq.load(Acquire);
+    if before & 1 == 1 {
+        return None;
+    }
+    let mut r = RawSlot {
+        state: s.state.load(Relaxed),
+        id: s.id.load(Relaxed),
+        activations: s.activations.load(Relaxed),
+        deactivations: s.deactivations.load(Relaxed),
+        run_ticks: s.run_ticks.load(Relaxed),
+        last_tid: s.last_tid.load(Relaxed),
+        creator_tid: s.creator_tid.load(Relaxed),
+        entry: s.entry.load(Relaxed),
+        failed_activations: 0,
+        stack_base: 0,
+        stack_size: 0,
+        flags: 0,
+    };
+    let start = s.switched_in_at.load(Relaxed);
+    fence(Acquire);
+    if s.seq.load(Relaxed) != before {
+        return None;
+    }
+    if r.state == registry::SLOT_RUNNING && start != 0 {
+        r.run_ticks += now.saturating_sub(start);
+    }
+    // Fields no switch writes (set when the slot is filled): read after the check.
+    r.failed_activations = s.failed_activations.load(Relaxed);
+    r.stack_base = s.stack_base.load(Relaxed);
+    r.stack_size = s.stack_size.load(Relaxed);
+    r.flags = s.flags.load(Relaxed);
+    Some(r)
+}
+
+/// Lists every registry in [`registry_dir`], live or stale.
+pub fn list() -> io::Result<Vec<ProcessEntry>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(registry_dir())? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("weft-"))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(meta) = e.metadata() else { continue };
+        let path = e.path();
+        let alive = is_alive(pid, &path);
+        out.push(ProcessEntry {
+            pid,
+            path,
+            uid: meta.uid(),
+            alive,
+        });
+    }
+    out.sort_by_key(|p| p.pid);
+    Ok(out)
+}
+
+/// Removes the stale registries this user may remove; returns their pids.
+pub fn clean_stale() -> io::Result<Vec<i32>> {
+    let mut removed = Vec::new();
+    for p in list()? {
+        if !p.alive && std::fs::remove_file(&p.path).is_ok() {
+            removed.push(p.pid);
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether the registry at `path` belongs to a running process (not a dead one whose
+/// pid was reused since).
+fn is_alive(pid: i32, path: &Path) -> bool {
+    let Some(now_start) = registry::process_start_time(pid) else {
+        return false;
+    };
+    match read_header_start_time(path) {
+        Some(0) | None => true, // cannot tell (unreadable, or written without one)
+        Some(t) => t == now_start,
+    }
+}
+
+fn read_header_start_time(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut buf = [0u8; core::mem::size_of::<Header>()];
+    std::fs::File::open(path).ok()?.read_exact(&mut buf).ok()?;
+    if buf[..8] != MAGIC {
+        return None;
+    }
+    let off = core::mem::offset_of!(Header, start_time);
+    Some(u64::from_ne_bytes(buf[off..off + 8].try_into().ok()?))
+}
+
+/// Reads every fiber of process `pid` (0: this process).
+pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
+    // SAFETY: getpid has no preconditions.
+    let pid = if pid == 0 {
+        unsafe { libc::getpid() }
+    } else {
+        pid
+    };
+    if pid < 0 {
+        return Err(IntrospectError::NoSuchProcess { pid });
+    }
+    let path = registry_dir().join(format!("weft-{pid}"));
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(if Path::new(&format!("/proc/{pid}")).exists() {
+                IntrospectError::NotUsingWeft { pid }
+            } else {
+                IntrospectError::NoSuchProcess { pid }
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(IntrospectError::PermissionDenied { pid, path })
+        }
+        Err(e) => return Err(IntrospectError::Io(e)),
+    };
+    if !is_alive(pid, &path) {
+        return Err(IntrospectError::Stale { pid });
+    }
+    let map = Mapping::new(&file, &path)?;
+    let h = map.header();
+    let bad = |what: &str| IntrospectError::BadFormat {
+        path: path.clone(),
+        what: what.to_string(),
+    };
+    if h.magic != MAGIC {
+        return Err(bad("wrong magic number"));
+    }
+    if h.version != 1 || h.slot_size as usize != SLOT_SIZE {
+        return Err(bad(&format!(
+            "version {} with {}-byte slots",
+            h.version, h.slot_size
+        )));
+    }
+    let used = (h.used.load(Acquire) as usize).min(map.slots());
+    let now = crate::clock::ticks();
+    let ns_per_tick = ns_per_tick(h, now);
+    let mut fibers = Vec::with_capacity(used);
+    let mut unreadable = 0;
+    for i in 0..used {
+        let Some(r) = read_slot(map.slot(i), now) else {
+            unreadable += 1;
+            continue;
+        };
+        let state = match r.state {
+            registry::SLOT_READY => FiberState::Ready,
+            registry::SLOT_RUNNING => FiberState::Running,
+            registry::SLOT_FINISHED => FiberState::Finished,
+            _ => continue,
+        };
+        fibers.push(FiberInfo {
+            id: r.id,
+            state,
+            is_thread_fiber: r.flags & registry::FLAG_THREAD != 0,
+            entry: r.entry,
+            creator_tid: r.creator_tid,
+            running_on: (state == FiberState::Running).then_some(r.last_tid),
+            last_tid: r.last_tid,
+            activations: r.activations,
+            failed_activations: r.failed_activations,
+            deactivations: r.deactivations,
+            run_time: Duration::from_nanos((r.run_ticks as f64 * ns_per_tick) as u64),
+            stack_base: r.stack_base,
+            stack_size: r.stack_size,
+        });
+    }
+    Ok(Snapshot {
+        pid,
+        fibers,
+        unreadable,
+    })
+}
+
+/// Nanoseconds per tick, from the registry's (TSC, monotonic) pair and one taken now.
+fn ns_per_tick(h: &Header, now: u64) -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into our local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let mono = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    let (dt, dn) = (now.saturating_sub(h.tsc0), mono.saturating_sub(h.mono0_ns));
+    if dt > 0 && dn >= 10_000_000 {
+        dn as f64 / dt as f64
+    } else {
+        1e9 / crate::clock::ticks_per_second()
+    }
+}
+
+/// A read-only mapping of a registry file.
+struct Mapping {
+    base: *const u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(file: &std::fs::File, path: &Path) -> Result<Mapping, IntrospectError> {
+        use std::os::fd::AsRawFd;
+        let len = file.metadata().map_err(IntrospectError::Io)?.len() as usize;
+        if len < HEADER_SIZE {
+            return Err(IntrospectError::BadFormat {
+                path: path.to_path_buf(),
+                what: format!("only {len} bytes"),
+            });
+        }
+        // SAFETY: a read-only shared mapping of a file we opened; unmapped on drop.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(IntrospectError::Io(io::Error::last_os_error()));
+        }
+        Ok(Mapping {
+            base: p.cast(),
+            len,
+        })
+    }
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping holds at least the header.
+        unsafe { &*self.base.cast::<Header>() }
+    }
+    fn slots(&self) -> usize {
+        (self.len - HEADER_SIZE) / SLOT_SIZE
+    }
+    fn slot(&self, i: usize) -> &Slot {
+        // SAFETY: i < slots(): inside the mapping.
+        unsafe { &*self.base.add(HEADER_SIZE + i * SLOT_SIZE).cast::<Slot>() }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `new` mapped.
+        unsafe { libc::munmap(self.base as *mut _, self.len) };
+    }
+}
