@@ -6,27 +6,46 @@
 //! (`constant_tsc` and `nonstop_tsc` in /proc/cpuinfo), which every x86_64 machine of the
 //! last decade and every mainstream hypervisor provides.
 
-use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
-static RUN_TIME: AtomicBool = AtomicBool::new(true);
+/// What switches record: every statistic (0), all but run time (1), nothing (2).
+static MODE: AtomicU8 = AtomicU8::new(FULL);
+pub(crate) const FULL: u8 = 0;
+pub(crate) const NO_RUN_TIME: u8 = 1;
+pub(crate) const NONE: u8 = 2;
+
+/// What switches record now (one load on the switch path).
+#[inline(always)]
+pub(crate) fn statistics_mode() -> u8 {
+    MODE.load(Relaxed)
+}
 
 /// Whether switches time the fibers they switch (on unless turned off).
+#[inline(always)]
+pub(crate) fn run_time_accounting() -> bool {
+    statistics_mode() == FULL
+}
+
+/// Turns per-fiber run-time accounting on or off for the whole process.
 ///
 /// Reading the time-stamp counter is most of what a switch costs beyond the bare context
 /// switch (about 5.5 ns of 14 on the machine in docs/benchmarks.md), so a program that
-/// needs the fastest switch and not per-fiber run time may turn it off, with
-/// [`set_run_time_accounting`] or `WEFT_RUN_TIME=off` in the environment.
-#[inline(always)]
-pub(crate) fn run_time_accounting() -> bool {
-    RUN_TIME.load(Relaxed)
+/// needs the fastest switch and not per-fiber run time may turn it off, with this or
+/// `WEFT_RUN_TIME=off` in the environment. Slices that begin while it is off are not
+/// counted; every other statistic is kept either way.
+pub fn set_run_time_accounting(on: bool) {
+    MODE.store(if on { FULL } else { NO_RUN_TIME }, Relaxed);
 }
 
-/// Turns per-fiber run-time accounting on or off for the whole process. Slices that
-/// begin while it is off are not counted; every other statistic is kept either way.
-pub fn set_run_time_accounting(on: bool) {
-    RUN_TIME.store(on, Relaxed);
+/// Stops (or resumes) every per-fiber statistic and registry update in the switch.
+///
+/// For measuring what statistics cost (`weft bench fibers` reports the switch without
+/// them); while off, `weft ps` shows counts frozen where they were. Not for production.
+#[doc(hidden)]
+pub fn set_statistics_enabled(on: bool) {
+    MODE.store(if on { FULL } else { NONE }, Relaxed);
 }
 
 /// Applies `WEFT_RUN_TIME=off|0|no` once (called when a thread first uses weft).

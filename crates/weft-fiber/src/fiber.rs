@@ -331,32 +331,35 @@ unsafe fn prepare_acquired(thread: *mut ThreadState, cur: *mut FiberRecord, to: 
         compiler_fence(SeqCst);
         let c = &*cur;
         let t = &*to;
-        let (cs, ts) = (c.slot(), t.slot());
-        // Run time: one time-stamp read closes `cur`'s slice and opens `to`'s. A slice
-        // start of 0 means "not timed" (accounting was off when it began). Read before
-        // the seqlocks open, so readers are kept out for a few stores only.
-        let now = if clock::run_time_accounting() {
-            clock::ticks()
-        } else {
-            0
-        };
-        cs.begin_write();
-        ts.begin_write();
-        let start = cs.switched_in_at.load(Relaxed);
-        if now != 0 && start != 0 {
-            cs.run_ticks.store(
-                cs.run_ticks.load(Relaxed) + now.wrapping_sub(start),
-                Relaxed,
-            );
+        let mode = clock::statistics_mode();
+        if mode != clock::NONE {
+            let (cs, ts) = (c.slot(), t.slot());
+            // Run time: one time-stamp read closes `cur`'s slice and opens `to`'s. A
+            // slice start of 0 means "not timed" (accounting was off when it began).
+            // Read before the seqlocks open, so readers are kept out for a few stores.
+            let now = if mode == clock::FULL {
+                clock::ticks()
+            } else {
+                0
+            };
+            cs.begin_write();
+            ts.begin_write();
+            let start = cs.switched_in_at.load(Relaxed);
+            if now != 0 && start != 0 {
+                cs.run_ticks.store(
+                    cs.run_ticks.load(Relaxed) + now.wrapping_sub(start),
+                    Relaxed,
+                );
+            }
+            Slot::bump(&cs.deactivations);
+            cs.state.store(registry::SLOT_READY, Relaxed);
+            ts.switched_in_at.store(now, Relaxed);
+            Slot::bump(&ts.activations);
+            ts.last_tid.store((*thread).tid, Relaxed);
+            ts.state.store(registry::SLOT_RUNNING, Relaxed);
+            cs.end_write();
+            ts.end_write();
         }
-        Slot::bump(&cs.deactivations);
-        cs.state.store(registry::SLOT_READY, Relaxed);
-        ts.switched_in_at.store(now, Relaxed);
-        Slot::bump(&ts.activations);
-        ts.last_tid.store((*thread).tid, Relaxed);
-        ts.state.store(registry::SLOT_RUNNING, Relaxed);
-        cs.end_write();
-        ts.end_write();
         t.thread.store(thread, Relaxed);
         *t.resumer.get() = cur;
         (*thread).current = to;

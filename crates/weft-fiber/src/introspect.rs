@@ -158,7 +158,7 @@ pub(crate) fn read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
             return Some(r);
         }
         tries += 1;
-        if tries % 64 == 0 {
+        if tries.is_multiple_of(64) {
             // A writer that switches every few nanoseconds can keep beating a spinning
             // reader; give up the CPU now and then, and bound the wait by time.
             let d = *deadline.get_or_insert_with(|| std::time::Instant::now() + READ_PATIENCE);

@@ -8,7 +8,8 @@
 //!   (`peers.c`), the path a program using fibers.h takes, with statistics
 //!   on as users get them; "weft-no-runtime" is the same with per-fiber
 //!   run-time accounting turned off (`WEFT_RUN_TIME=off`: one `rdtsc` less
-//!   per switch); "weft-rust" calls it from Rust; "ucontext" is glibc
+//!   per switch); "weft-no-stats" records no statistic and writes nothing to
+//!   the registry (only to show what they cost); "weft-rust" calls it from Rust; "ucontext" is glibc
 //!   swapcontext; "boost-fcontext" is Boost.Context's jump_fcontext (when
 //!   installed).
 //! * `create`: create + first switch in and back + delete, warm stack cache,
@@ -167,6 +168,12 @@ fn switch_rows(opts: &Options, rep: &mut Reporter, home: LPVOID) -> Result<(), S
             weft_fiber::set_run_time_accounting(false);
             let r = peers::weft_c_pingpong(n);
             weft_fiber::set_run_time_accounting(true);
+            r
+        }),
+        Contender::new("weft-no-stats", 2, |n| {
+            weft_fiber::set_statistics_enabled(false);
+            let r = peers::weft_c_pingpong(n);
+            weft_fiber::set_statistics_enabled(true);
             r
         }),
         Contender::new("weft-rust", 2, |n| {
