@@ -479,3 +479,47 @@ extern "C" fn after_fork_child() {
     }
     unlock();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::offset_of;
+
+    /// The layout docs/introspection.md documents for other readers.
+    #[test]
+    fn layout_matches_the_documented_format() {
+        assert_eq!(
+            [
+                offset_of!(Header, version),
+                offset_of!(Header, slot_size),
+                offset_of!(Header, pid),
+                offset_of!(Header, uid),
+                offset_of!(Header, start_time),
+                offset_of!(Header, tsc0),
+                offset_of!(Header, mono0_ns),
+                offset_of!(Header, capacity),
+                offset_of!(Header, used),
+            ],
+            [8, 12, 16, 20, 24, 32, 40, 48, 56]
+        );
+        assert_eq!(
+            [
+                offset_of!(Slot, state),
+                offset_of!(Slot, id),
+                offset_of!(Slot, activations),
+                offset_of!(Slot, deactivations),
+                offset_of!(Slot, run_ticks),
+                offset_of!(Slot, switched_in_at),
+                offset_of!(Slot, last_tid),
+                offset_of!(Slot, creator_tid),
+                offset_of!(Slot, entry),
+                offset_of!(Slot, failed_activations),
+                offset_of!(Slot, stack_base),
+                offset_of!(Slot, stack_size),
+                offset_of!(Slot, flags),
+            ],
+            [4, 8, 16, 24, 32, 40, 48, 52, 56, 64, 72, 80, 88]
+        );
+        assert_eq!(core::mem::size_of::<Slot>(), 128);
+    }
+}
