@@ -320,6 +320,21 @@ fn c_thread_exit() {
     c_test("thread_exit");
 }
 
+/// weft_introspect (include/weft/introspect.h), with a registry directory of
+/// its own: the test makes a stale registry on purpose.
+#[test]
+fn c_introspect() {
+    let bin = build_c("introspect");
+    let dir = out_dir().join(format!("introspect-registry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the registry directory");
+    let mut cmd = Command::new(&bin);
+    cmd.env("WEFT_REGISTRY_DIR", &dir);
+    let r = run_with_timeout(cmd, TIMEOUT);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_passed(&r, "introspect");
+}
+
 #[test]
 fn c_windows_program_c99() {
     let bin = build_with(
@@ -382,11 +397,36 @@ fn stats_layout_matches_header() {
     assert_eq!(offset_of!(S, _reserved), 60);
 }
 
+/// The Rust definition of the introspection record has the layout the header declares.
+#[test]
+fn fiber_info_layout_matches_header() {
+    use core::mem::{offset_of, size_of};
+    use weft::WeftFiberInfo as I;
+    assert_eq!(size_of::<I>(), 80);
+    assert_eq!(offset_of!(I, id), 0);
+    assert_eq!(offset_of!(I, state), 8);
+    assert_eq!(offset_of!(I, is_thread_fiber), 12);
+    assert_eq!(offset_of!(I, entry), 16);
+    assert_eq!(offset_of!(I, creator_tid), 24);
+    assert_eq!(offset_of!(I, running_on), 28);
+    assert_eq!(offset_of!(I, last_tid), 32);
+    assert_eq!(offset_of!(I, reserved), 36);
+    assert_eq!(offset_of!(I, activations), 40);
+    assert_eq!(offset_of!(I, failed_activations), 48);
+    assert_eq!(offset_of!(I, run_time_ns), 56);
+    assert_eq!(offset_of!(I, stack_base), 64);
+    assert_eq!(offset_of!(I, stack_size), 72);
+}
+
 // ---- stack overflow --------------------------------------------------------
 
 fn overflow(mode: &str) {
-    let bin = build_c("overflow");
-    let r = run_bin(&bin, &[mode]);
+    // One binary per mode: the two tests run in parallel and must not write the same file.
+    let bin = build_with("cc", "overflow", &[], &format!("overflow_{mode}"));
+    let mut cmd = Command::new(&bin);
+    // It dies by SIGSEGV on purpose: leave no stale registry behind.
+    cmd.arg(mode).env("WEFT_REGISTRY", "off");
+    let r = run_with_timeout(cmd, TIMEOUT);
     let id: u64 = r
         .stdout
         .lines()

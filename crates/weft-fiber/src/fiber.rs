@@ -334,16 +334,18 @@ unsafe fn prepare_acquired(thread: *mut ThreadState, cur: *mut FiberRecord, to: 
         let mode = clock::statistics_mode();
         if mode != clock::NONE {
             let (cs, ts) = (c.slot(), t.slot());
+            cs.begin_write();
+            ts.begin_write();
             // Run time: one time-stamp read closes `cur`'s slice and opens `to`'s. A
             // slice start of 0 means "not timed" (accounting was off when it began).
-            // Read before the seqlocks open, so readers are kept out for a few stores.
+            // Read inside the seqlocks: read before them, a preemption between the
+            // read and the update would let a reader extend the open slice past the
+            // time it is then closed at, and see run time go backwards.
             let now = if mode == clock::FULL {
                 clock::ticks()
             } else {
                 0
             };
-            cs.begin_write();
-            ts.begin_write();
             let start = cs.switched_in_at.load(Relaxed);
             if now != 0 && start != 0 {
                 cs.run_ticks.store(

@@ -57,7 +57,9 @@ pub struct FiberInfo {
     pub last_tid: i32,
     pub activations: u64,
     pub failed_activations: u64,
-    /// Switches away from it: a running fiber has one activation more than this.
+    /// Switches away from it. A consistent running fiber has one activation more than
+    /// this, a ready one as many; a converted thread starts running without an
+    /// activation (converting is not a switch), so it has one fewer than that.
     pub deactivations: u64,
     pub run_time: Duration,
     /// Lowest usable stack address (0 for converted threads).
@@ -356,15 +358,14 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
     })
 }
 
-/// Nanoseconds per tick, from the registry's (TSC, monotonic) pair and one taken now.
+/// Nanoseconds per tick: the rate the process published (the same for every reader, so
+/// run times never go backwards between readings), else an estimate from the
+/// registry's (TSC, monotonic) pair and one taken now.
 fn ns_per_tick(h: &Header, now: u64) -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes into our local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let mono = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    if h.ticks_per_sec > 0.0 {
+        return 1e9 / h.ticks_per_sec;
+    }
+    let mono = crate::clock::monotonic_ns();
     let (dt, dn) = (now.saturating_sub(h.tsc0), mono.saturating_sub(h.mono0_ns));
     if dt > 0 && dn >= 10_000_000 {
         dn as f64 / dt as f64

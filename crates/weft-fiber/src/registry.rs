@@ -68,6 +68,9 @@ pub struct Header {
     pub capacity: AtomicU64,
     /// Slots ever handed out: readers scan `[0, used)`.
     pub used: AtomicU64,
+    /// Time-stamp-counter ticks per second, measured once by this process: readers use
+    /// it, so run times are converted alike by every reader and never go backwards.
+    pub ticks_per_sec: f64,
 }
 
 /// One fiber's statistics (two cache lines). Written by the fiber's owner under `seq`.
@@ -141,6 +144,8 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
 struct Registry {
     /// Start of the reservation: the header, then the slots.
     base: *mut u8,
+    /// Slots the reservation can hold (0: none could be made).
+    reserve: usize,
     fd: i32,
     path: Option<CString>,
     pid: i32,
@@ -189,8 +194,9 @@ pub(crate) fn alloc_slot() -> *mut Slot {
     let index = match r.free.pop() {
         Some(i) => i as usize,
         None => {
-            if r.used == r.capacity {
-                r.grow();
+            if r.used == r.capacity && !r.grow() {
+                unlock();
+                return private_slot();
             }
             r.used += 1;
             r.header().used.store(r.used as u64, Release);
@@ -210,12 +216,25 @@ pub(crate) fn free_slot(slot: *mut Slot) {
     s.state.store(SLOT_FREE, Relaxed);
     s.end_write();
     lock();
-    // SAFETY: the lock is held; the registry exists since the slot does.
+    // SAFETY: the lock is held.
     if let Some(r) = unsafe { &mut *GLOBAL.reg.get() } {
-        let index = (slot as usize - r.base as usize - HEADER_SIZE) / SLOT_SIZE;
-        r.free.push(index as u32);
+        let start = r.base as usize + HEADER_SIZE;
+        if r.reserve > 0 && (start..start + r.capacity * SLOT_SIZE).contains(&(slot as usize)) {
+            r.free.push(((slot as usize - start) / SLOT_SIZE) as u32);
+            unlock();
+            return;
+        }
     }
     unlock();
+    // SAFETY: not in the registry, so it came from `private_slot`.
+    drop(unsafe { Box::from_raw(slot) });
+}
+
+/// A slot outside the registry (it is full, or could not be made): the fiber works, but
+/// readers do not see it.
+fn private_slot() -> *mut Slot {
+    // SAFETY: a Slot is plain atomics, valid when zeroed.
+    Box::into_raw(Box::new(unsafe { core::mem::zeroed::<Slot>() }))
 }
 
 impl Registry {
@@ -230,25 +249,30 @@ impl Registry {
     }
 
     fn create() -> Registry {
-        // SAFETY: reserves address space only (PROT_NONE, no memory).
-        let base = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                HEADER_SIZE + RESERVE_SLOTS * SLOT_SIZE,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert!(
-            base != libc::MAP_FAILED,
-            "weft: cannot reserve address space for the fiber registry"
-        );
+        // Reserve address space for the slots; under tools that limit it (valgrind) or
+        // a tight `ulimit -v`, settle for less: past it, fibers still work, unseen.
+        let (base, reserve) = [RESERVE_SLOTS, 32 << 20, 1 << 20, 64 << 10, FIRST_SLOTS]
+            .into_iter()
+            .find_map(|slots| {
+                // SAFETY: reserves address space only (PROT_NONE, no memory).
+                let p = unsafe {
+                    libc::mmap(
+                        core::ptr::null_mut(),
+                        HEADER_SIZE + slots * SLOT_SIZE,
+                        libc::PROT_NONE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                        -1,
+                        0,
+                    )
+                };
+                (p != libc::MAP_FAILED).then_some((p, slots))
+            })
+            .unwrap_or((core::ptr::null_mut(), 0));
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         let mut r = Registry {
             base: base.cast(),
+            reserve,
             fd: -1,
             path: None,
             pid,
@@ -256,6 +280,10 @@ impl Registry {
             used: 0,
             free: Vec::new(),
         };
+        if reserve == 0 {
+            eprintln!("weft: no address space for the fiber registry; `weft ps` will not see this process");
+            return r;
+        }
         let off = matches!(
             std::env::var("WEFT_REGISTRY").as_deref(),
             Ok("off" | "0" | "no")
@@ -287,7 +315,8 @@ impl Registry {
             h.start_time
                 .store(process_start_time(pid).unwrap_or(0), Relaxed);
             h.tsc0 = crate::clock::ticks();
-            h.mono0_ns = monotonic_ns();
+            h.mono0_ns = crate::clock::monotonic_ns();
+            h.ticks_per_sec = crate::clock::ticks_per_second();
             h.capacity.store(FIRST_SLOTS as u64, Release);
         }
         if r.path.is_some() {
@@ -345,18 +374,27 @@ impl Registry {
         self.fd = -1;
     }
 
-    fn grow(&mut self) {
-        let new = (self.capacity * 2).min(RESERVE_SLOTS);
-        assert!(
-            new > self.capacity,
-            "weft: more than {RESERVE_SLOTS} fibers at once"
-        );
+    /// Doubles the slots the registry holds; false when the reservation is full.
+    fn grow(&mut self) -> bool {
+        let new = (self.capacity * 2).min(self.reserve);
+        if new <= self.capacity {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Relaxed) {
+                eprintln!(
+                    "weft: the fiber registry is full ({} fibers); more fibers work, but `weft ps` \
+                     will not see them",
+                    self.capacity
+                );
+            }
+            return false;
+        }
         self.map_range(
             HEADER_SIZE + self.capacity * SLOT_SIZE,
             (new - self.capacity) * SLOT_SIZE,
         );
         self.capacity = new;
         self.header().capacity.store(new as u64, Release);
+        true
     }
 }
 
@@ -389,16 +427,6 @@ fn open_file(pid: i32) -> std::io::Result<(i32, CString)> {
     Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists))
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes into our local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 extern "C" fn remove_at_exit() {
     lock();
     // SAFETY: the lock is held.
@@ -427,7 +455,10 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     // SAFETY: the child has one thread, and `before_fork` took the lock for us.
     unsafe {
-        if let Some(r) = &mut *GLOBAL.reg.get() {
+        if let Some(r) = (*GLOBAL.reg.get())
+            .as_mut()
+            .filter(|r| r.reserve > 0 && r.path.is_some())
+        {
             let pid = libc::getpid();
             let len = HEADER_SIZE + r.capacity * SLOT_SIZE;
             match open_file(pid) {
@@ -499,8 +530,9 @@ mod tests {
                 offset_of!(Header, mono0_ns),
                 offset_of!(Header, capacity),
                 offset_of!(Header, used),
+                offset_of!(Header, ticks_per_sec),
             ],
-            [8, 12, 16, 20, 24, 32, 40, 48, 56]
+            [8, 12, 16, 20, 24, 32, 40, 48, 56, 64]
         );
         assert_eq!(
             [
