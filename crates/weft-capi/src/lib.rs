@@ -228,3 +228,154 @@ pub unsafe extern "C" fn weft_error_message(code: DWORD) -> *const c_char {
     // SAFETY: no preconditions beyond those of the forwarded function.
     unsafe { weft_fiber::win::weft_error_message(code) }
 }
+
+// ---- introspection: include/weft/introspect.h ---------------------------------
+
+/// One fiber as `weft_introspect` reports it: `struct weft_fiber_info` of
+/// `include/weft/introspect.h` (80 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeftFiberInfo {
+    pub id: u64,
+    /// `WEFT_FIBER_READY` (0), `WEFT_FIBER_RUNNING` (1) or `WEFT_FIBER_FINISHED` (2).
+    pub state: u32,
+    pub is_thread_fiber: u32,
+    pub entry: u64,
+    pub creator_tid: i32,
+    /// 0 when the fiber is not running.
+    pub running_on: i32,
+    pub last_tid: i32,
+    pub reserved: i32,
+    pub activations: u64,
+    pub failed_activations: u64,
+    pub run_time_ns: u64,
+    pub stack_base: u64,
+    pub stack_size: u64,
+}
+
+impl From<&weft_fiber::introspect::FiberInfo> for WeftFiberInfo {
+    fn from(f: &weft_fiber::introspect::FiberInfo) -> Self {
+        use weft_fiber::FiberState;
+        WeftFiberInfo {
+            id: f.id,
+            state: match f.state {
+                FiberState::Ready => 0,
+                FiberState::Running => 1,
+                FiberState::Finished => 2,
+            },
+            is_thread_fiber: f.is_thread_fiber.into(),
+            entry: f.entry,
+            creator_tid: f.creator_tid,
+            running_on: f.running_on.unwrap_or(0),
+            last_tid: f.last_tid,
+            reserved: 0,
+            activations: f.activations,
+            failed_activations: f.failed_activations,
+            run_time_ns: u64::try_from(f.run_time.as_nanos()).unwrap_or(u64::MAX),
+            stack_base: f.stack_base,
+            stack_size: f.stack_size,
+        }
+    }
+}
+
+std::thread_local! {
+    /// The message `weft_introspect_error` returns on this thread.
+    static INTROSPECT_ERROR: core::cell::RefCell<std::ffi::CString> =
+        core::cell::RefCell::new(c"no error".to_owned());
+}
+
+/// Records a failure of `weft_introspect` on this thread: errno and message.
+fn introspect_fail(errno: i32, message: String) -> core::ffi::c_long {
+    let message = std::ffi::CString::new(message.replace('\0', " "))
+        .unwrap_or_else(|_| c"weft_introspect failed".to_owned());
+    // The thread-local may be gone while this thread exits; errno still tells.
+    let _ = INTROSPECT_ERROR.try_with(|m| *m.borrow_mut() = message);
+    // SAFETY: __errno_location returns this thread's errno, always valid.
+    unsafe { *libc::__errno_location() = errno };
+    -1
+}
+
+/// The errno and message of a reader error.
+fn introspect_errno(e: &weft_fiber::introspect::IntrospectError) -> (i32, String) {
+    use weft_fiber::introspect::IntrospectError as E;
+    let errno = match e {
+        E::NotUsingWeft { .. } | E::NoSuchProcess { .. } => libc::ESRCH,
+        E::Stale { .. } => libc::ESTALE,
+        E::PermissionDenied { .. } => libc::EACCES,
+        E::BadFormat { .. } => libc::EINVAL,
+        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        _ => libc::EIO,
+    };
+    (errno, e.to_string())
+}
+
+/// weft extension: reads the fibers of process `pid` (0: this one) into
+/// `out[0..cap]`, sorted by id, and returns how many fibers it has (possibly
+/// more than `cap`), or -1 with errno set.
+///
+/// # Safety
+/// `out` must be NULL (then `cap` must be 0, or the call fails with EINVAL) or
+/// valid for writing `cap` `WeftFiberInfo`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_introspect(
+    pid: core::ffi::c_int,
+    out: *mut WeftFiberInfo,
+    cap: usize,
+) -> core::ffi::c_long {
+    if pid < 0 {
+        return introspect_fail(
+            libc::EINVAL,
+            format!(
+                "weft_introspect: pid {pid} is negative: pass a process id, or 0 for this process"
+            ),
+        );
+    }
+    if out.is_null() && cap > 0 {
+        return introspect_fail(
+            libc::EINVAL,
+            format!(
+                "weft_introspect: out is NULL but cap is {cap}: pass a buffer of cap entries, \
+                 or cap 0 to ask only for the number of fibers"
+            ),
+        );
+    }
+    // A panic must not unwind into C.
+    let result = std::panic::catch_unwind(|| weft_fiber::introspect::read(pid));
+    let snapshot = match result {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let (errno, message) = introspect_errno(&e);
+            return introspect_fail(errno, message);
+        }
+        Err(_) => {
+            return introspect_fail(
+                libc::EIO,
+                "weft_introspect: internal error while reading the registry (a bug in weft: \
+                 please report it)"
+                    .into(),
+            )
+        }
+    };
+    let mut fibers: Vec<WeftFiberInfo> = snapshot.fibers.iter().map(WeftFiberInfo::from).collect();
+    fibers.sort_unstable_by_key(|f| f.id);
+    let n = fibers.len().min(cap);
+    if n > 0 {
+        // SAFETY: out is not NULL (cap > 0) and valid for cap >= n entries (the
+        // caller's contract); the source is our own vector, so they do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(fibers.as_ptr(), out, n) };
+    }
+    core::ffi::c_long::try_from(fibers.len()).unwrap_or(core::ffi::c_long::MAX)
+}
+
+/// weft extension: the message of the last `weft_introspect` failure on this
+/// thread ("no error" before the first).
+///
+/// # Safety
+/// Always safe to call from C; the text must not be freed, and is valid until
+/// the next `weft_introspect` call on this thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_introspect_error() -> *const c_char {
+    INTROSPECT_ERROR
+        .try_with(|m| m.borrow().as_ptr())
+        .unwrap_or(c"weft_introspect_error: called while this thread exits".as_ptr())
+}

@@ -11,6 +11,10 @@
 //! Errors are printed as `weft: error: ...` on stderr with exit status 1.
 
 mod bench;
+mod fs;
+mod introspect;
+mod ps;
+mod top;
 
 // Link libweft's C entry points (SwitchToFiber, ...) into this binary: the C
 // peers in peers/peers.c call them as a C program would.
@@ -31,6 +35,13 @@ struct Cli {
 enum Command {
     /// Run a benchmark suite and print a table (or JSON lines with --json).
     Bench(BenchArgs),
+    /// List the processes using weft, or (with a PID) the fibers of one of them.
+    Ps(ps::Args),
+    /// Watch the fibers of a process, refreshing like top (q or Ctrl-C quits).
+    Top(top::Args),
+    /// The fibers of weft processes as files: DIR/<pid>/fibers/<id> (FUSE).
+    #[command(subcommand)]
+    Fs(fs::FsCommand),
     /// Internal: run one benchmark workload in this process and print one JSON line.
     #[command(name = "bench-worker", hide = true)]
     BenchWorker {
@@ -65,6 +76,9 @@ fn main() -> ExitCode {
             },
         ),
         Command::BenchWorker { job } => bench::run_worker(job),
+        Command::Fs(cmd) => fs::run(cmd),
+        Command::Ps(args) => ps::run(args),
+        Command::Top(args) => top::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

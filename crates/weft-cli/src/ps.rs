@@ -1,0 +1,368 @@
+//! `weft ps [PID] [--json]`: the processes using weft, or the fibers of one of them.
+//!
+//! Without a PID: one row per process that has a fiber registry (pid, user, fibers,
+//! command). Registries left behind by processes that died are removed (when this user
+//! may) and mentioned on stderr.
+//!
+//! With a PID: one row per fiber, with the seed's `/proc/<pid>/fibers/<id>` fields plus
+//! the entry point resolved to a symbol, the thread it runs on now, stack size and stack
+//! high-water mark. The registry is read once, the target's maps and smaps once, and each
+//! distinct entry address is resolved once, so 100,000 fibers take well under a second.
+//!
+//! `--json`: one JSON object per line (per process, or per fiber) and nothing else on
+//! stdout.
+
+use std::collections::HashMap;
+use std::io::{self, BufWriter, Write};
+
+use weft_fiber::introspect::{self as reg, FiberInfo, IntrospectError};
+
+use crate::introspect::{self as intro, Details};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A process using weft: list its fibers. Without it, list the processes using weft.
+    pub pid: Option<i32>,
+    /// One JSON object per line on stdout (per fiber, or per process).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let out = io::stdout().lock();
+    let mut out = BufWriter::with_capacity(1 << 16, out);
+    let r = match args.pid {
+        Some(pid) => fibers(pid, args.json, &mut out),
+        None => processes(args.json, &mut out),
+    };
+    let r = r.and_then(|()| out.flush().map_err(Error::Io));
+    match r {
+        Ok(()) => Ok(()),
+        // `weft ps | head`: the reader left; not an error.
+        Err(Error::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(Error::Io(e)) => Err(format!("writing the output: {e}")),
+        Err(Error::Msg(m)) => Err(m),
+    }
+}
+
+/// Why `ps` failed: a message for the user, or an error writing stdout.
+pub(crate) enum Error {
+    Msg(String),
+    Io(io::Error),
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// The message for a registry that cannot be read.
+/// For a registry another user owns, it also says whose it is.
+pub(crate) fn explain(e: &IntrospectError) -> String {
+    use std::os::unix::fs::MetadataExt;
+    match e {
+        IntrospectError::PermissionDenied { path, .. } => match std::fs::metadata(path) {
+            Ok(m) => format!(
+                "{e} (the registry belongs to user {}, uid {})",
+                intro::user_name(m.uid()),
+                m.uid()
+            ),
+            Err(_) => e.to_string(),
+        },
+        _ => e.to_string(),
+    }
+}
+
+// ---- weft ps -------------------------------------------------------------------
+
+struct ProcRow {
+    pid: i32,
+    uid: u32,
+    user: String,
+    command: String,
+    /// None when the registry cannot be read (another user's).
+    fibers: Option<usize>,
+    running: Option<usize>,
+}
+
+fn processes(json: bool, out: &mut impl Write) -> Result<(), Error> {
+    let dir = reg::registry_dir();
+    let entries = reg::list().map_err(|e| {
+        Error::Msg(format!(
+            "cannot list the registries in {}: {e}",
+            dir.display()
+        ))
+    })?;
+
+    // Stale registries: say so, and remove those this user may remove.
+    if entries.iter().any(|e| !e.alive) {
+        let removed = reg::clean_stale().unwrap_or_default();
+        for e in entries.iter().filter(|e| !e.alive) {
+            let why = if std::path::Path::new(&format!("/proc/{}", e.pid)).exists() {
+                "pid reused by another process"
+            } else {
+                "process gone"
+            };
+            if removed.contains(&e.pid) {
+                eprintln!("weft ps: removed stale registry of pid {} ({why})", e.pid);
+            } else {
+                eprintln!(
+                    "weft ps: stale registry of pid {} ({why}) at {} belongs to {}; \
+                     run weft ps as that user or as root to remove it",
+                    e.pid,
+                    e.path.display(),
+                    intro::user_name(e.uid)
+                );
+            }
+        }
+    }
+
+    let mut rows: Vec<ProcRow> = Vec::new();
+    for e in entries.iter().filter(|e| e.alive) {
+        let (fibers, running) = match reg::read(e.pid) {
+            Ok(s) => (
+                Some(s.fibers.len()),
+                Some(
+                    s.fibers
+                        .iter()
+                        .filter(|f| f.state == weft_fiber::FiberState::Running)
+                        .count(),
+                ),
+            ),
+            Err(IntrospectError::PermissionDenied { .. }) => (None, None),
+            // It exited (or died) since list(): not a weft process any more.
+            Err(
+                IntrospectError::NoSuchProcess { .. }
+                | IntrospectError::Stale { .. }
+                | IntrospectError::NotUsingWeft { .. },
+            ) => continue,
+            Err(err) => {
+                eprintln!("weft ps: pid {}: {}", e.pid, explain(&err));
+                (None, None)
+            }
+        };
+        rows.push(ProcRow {
+            pid: e.pid,
+            uid: e.uid,
+            user: intro::user_name(e.uid),
+            command: intro::command(e.pid).unwrap_or_default(),
+            fibers,
+            running,
+        });
+    }
+    rows.sort_by_key(|r| r.pid);
+
+    if json {
+        for r in &rows {
+            let v = serde_json::json!({
+                "pid": r.pid,
+                "uid": r.uid,
+                "user": r.user,
+                "command": r.command,
+                "fibers": r.fibers,
+                "running": r.running,
+            });
+            writeln!(out, "{v}")?;
+        }
+        return Ok(());
+    }
+    if rows.is_empty() {
+        eprintln!(
+            "weft ps: no process using weft (no registry in {})",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let user_w = rows.iter().map(|r| r.user.len()).max().unwrap_or(0).max(4);
+    writeln!(
+        out,
+        "{:>7}  {:<user_w$}  {:>7}  {:>7}  COMMAND",
+        "PID", "USER", "FIBERS", "RUNNING"
+    )?;
+    let unreadable = rows.iter().any(|r| r.fibers.is_none());
+    for r in &rows {
+        let n = |v: Option<usize>| v.map_or_else(|| "?".to_string(), |n| n.to_string());
+        writeln!(
+            out,
+            "{:>7}  {:<user_w$}  {:>7}  {:>7}  {}",
+            r.pid,
+            r.user,
+            n(r.fibers),
+            n(r.running),
+            r.command
+        )?;
+    }
+    if unreadable {
+        writeln!(
+            out,
+            "(?: the registry belongs to another user; run weft ps as that user or as root)"
+        )?;
+    }
+    Ok(())
+}
+
+// ---- weft ps PID ---------------------------------------------------------------
+
+fn fibers(pid: i32, json: bool, out: &mut impl Write) -> Result<(), Error> {
+    let mut snap = reg::read(pid).map_err(|e| Error::Msg(explain(&e)))?;
+    snap.fibers.sort_by_key(|f| f.id);
+    let mut details = Details::gather(pid);
+    if json {
+        write_json(pid, &snap.fibers, &mut details, out)
+    } else {
+        write_table(&snap.fibers, &mut details, out)
+    }
+}
+
+fn write_json(
+    pid: i32,
+    fibers: &[FiberInfo],
+    details: &mut Details,
+    out: &mut impl Write,
+) -> Result<(), Error> {
+    // The entry part of a line, once per distinct entry address.
+    let mut entry_json: HashMap<(u64, bool), String> = HashMap::new();
+    for f in fibers {
+        let entry = entry_json
+            .entry((f.entry, f.is_thread_fiber))
+            .or_insert_with(|| {
+                let sym = if f.is_thread_fiber {
+                    None
+                } else {
+                    details.entry_symbol(f.entry)
+                };
+                let (name, object) = match &sym {
+                    Some(s) => (
+                        serde_json::to_string(&s.to_string()).unwrap(),
+                        serde_json::to_string(&s.object.to_string_lossy()).unwrap(),
+                    ),
+                    None => ("null".to_string(), "null".to_string()),
+                };
+                format!(
+                    "\"entry\":\"{:#x}\",\"entry_symbol\":{name},\"entry_object\":{object}",
+                    f.entry
+                )
+            });
+        let opt = |v: Option<u64>| v.map_or_else(|| "null".to_string(), |n| n.to_string());
+        writeln!(
+            out,
+            "{{\"pid\":{pid},\"id\":{},\"state\":\"{}\",\"is_thread_fiber\":{},\
+             \"running_on\":{},{entry},\"creator_tid\":{},\"last_tid\":{},\
+             \"activations\":{},\"failed_activations\":{},\"run_time_ns\":{},\
+             \"deactivations\":{},\"stack_base\":\"{:#x}\",\"stack_size\":{},\
+             \"stack_high_water\":{}}}",
+            f.id,
+            intro::state_name(f.state),
+            f.is_thread_fiber,
+            opt(f.running_on.map(|t| t as u64)),
+            f.creator_tid,
+            f.last_tid,
+            f.activations,
+            f.failed_activations,
+            f.run_time.as_nanos(),
+            f.deactivations,
+            f.stack_base,
+            f.stack_size,
+            opt(details.stack_high_water(f)),
+        )?;
+    }
+    Ok(())
+}
+
+fn write_table(
+    fibers: &[FiberInfo],
+    details: &mut Details,
+    out: &mut impl Write,
+) -> Result<(), Error> {
+    // Column text first (entry labels once per distinct entry), then widths.
+    let mut labels: HashMap<(u64, bool), String> = HashMap::new();
+    let rows: Vec<[String; 11]> = fibers
+        .iter()
+        .map(|f| {
+            let entry = labels
+                .entry((f.entry, f.is_thread_fiber))
+                .or_insert_with(|| details.entry_label(f))
+                .clone();
+            let (stack, high) = if f.is_thread_fiber {
+                ("-".to_string(), "-".to_string())
+            } else {
+                (
+                    intro::human_bytes(f.stack_size),
+                    details
+                        .stack_high_water(f)
+                        .map_or_else(|| "?".to_string(), intro::human_bytes),
+                )
+            };
+            [
+                f.id.to_string(),
+                intro::state_name(f.state).to_string(),
+                f.running_on
+                    .map_or_else(|| "-".to_string(), |t| t.to_string()),
+                f.creator_tid.to_string(),
+                if f.last_tid == 0 {
+                    "-".to_string()
+                } else {
+                    f.last_tid.to_string()
+                },
+                f.activations.to_string(),
+                f.failed_activations.to_string(),
+                intro::human_duration(f.run_time),
+                stack,
+                high,
+                entry,
+            ]
+        })
+        .collect();
+    const HEAD: [&str; 11] = [
+        "ID",
+        "STATE",
+        "ON",
+        "CREATOR",
+        "LAST",
+        "ACTIVATIONS",
+        "FAILED",
+        "RUN-TIME",
+        "STACK",
+        "HIGH-WATER",
+        "ENTRY",
+    ];
+    let mut w = HEAD.map(str::len);
+    for r in &rows {
+        for (wi, c) in w.iter_mut().zip(r.iter()) {
+            *wi = (*wi).max(c.len());
+        }
+    }
+    let line = |out: &mut dyn Write, c: [&str; 11]| -> io::Result<()> {
+        writeln!(
+            out,
+            "{:>w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {:>w5$}  {:>w6$}  {:>w7$}  {:>w8$}  {:>w9$}  {}",
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            c[5],
+            c[6],
+            c[7],
+            c[8],
+            c[9],
+            c[10],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4],
+            w5 = w[5],
+            w6 = w[6],
+            w7 = w[7],
+            w8 = w[8],
+            w9 = w[9],
+        )
+    };
+    line(out, HEAD)?;
+    for r in &rows {
+        line(out, r.each_ref().map(String::as_str))?;
+    }
+    Ok(())
+}
