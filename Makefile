@@ -2,6 +2,9 @@
 #   make build                      cargo build --release -p weft-capi
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make uninstall [PREFIX=/usr/local] [DESTDIR=]
+#   make test                       every test: the workspace (Rust and C), then the
+#                                   fiber core on aarch64 under qemu when the cross
+#                                   toolchain is installed (see README)
 # NO_BUILD=1 installs what is already in $(BUILD_DIR) without running cargo.
 
 PREFIX     ?= /usr/local
@@ -14,7 +17,7 @@ LIBDIR      = $(DESTDIR)$(PREFIX)/lib
 INCDIR      = $(DESTDIR)$(PREFIX)/include/weft
 HEADERS     = $(wildcard include/weft/*.h)
 
-.PHONY: all build install uninstall
+.PHONY: all build install uninstall test test-aarch64
 
 all: build
 
@@ -32,3 +35,19 @@ uninstall:
 	rm -f $(LIBDIR)/libweft.so $(LIBDIR)/libweft.a $(LIBDIR)/pkgconfig/weft.pc
 	rm -f $(addprefix $(INCDIR)/,$(notdir $(HEADERS)))
 	-rmdir $(INCDIR) 2>/dev/null
+
+AARCH64 = aarch64-unknown-linux-gnu
+
+test:
+	$(CARGO) test --workspace
+	@$(MAKE) --no-print-directory test-aarch64
+
+# The fiber core (context switch, ownership, signals, overflow, registry) on aarch64.
+test-aarch64:
+	@if rustup target list --installed 2>/dev/null | grep -qx $(AARCH64) \
+	    && command -v qemu-aarch64 >/dev/null && command -v aarch64-linux-gnu-gcc >/dev/null; then \
+	  echo "cross-testing the fiber core on aarch64 under qemu"; \
+	  $(CARGO) test -p weft-fiber --target $(AARCH64); \
+	else \
+	  echo "aarch64: cross toolchain not installed, fiber core NOT cross-tested (rustup target add $(AARCH64); apt-get install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"; \
+	fi

@@ -133,9 +133,11 @@ pub fn registry_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
-/// This process's start time in clock ticks after boot, from /proc/<pid>/stat.
+/// A process's start time in clock ticks after boot, from the stat file of its main
+/// thread (`/proc/<pid>/task/<pid>/stat`: the same value as `/proc/<pid>/stat`, which
+/// qemu-user fakes for the emulated process itself).
 pub fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
     // Fields after the command (which may contain spaces and parentheses).
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.split(' ').nth(19)?.parse().ok()

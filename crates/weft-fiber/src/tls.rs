@@ -14,8 +14,8 @@
 //!    that runs after a switch does not use this module at all: it reaches its thread
 //!    through the fiber record (`FiberRecord::thread`), which the switcher filled in.
 //!
-//! On x86_64 the block is declared in assembly and reached with the initial-exec TLS
-//! model (`@GOTTPOFF`): one load from the GOT plus an `fs`-relative access, with no call
+//! On x86_64 and aarch64 the block is declared in assembly and reached with the
+//! initial-exec TLS model (`@GOTTPOFF`, `:gottprel:`): one load from the GOT plus an `fs`-relative access, with no call
 //! to `__tls_get_addr`, even inside `libweft.so`. (Rust's own `thread_local!` would use
 //! the general-dynamic model in a shared library.) The block is 16 bytes; glibc reserves
 //! static TLS space for initial-exec variables even in libraries loaded with `dlopen`.
@@ -64,7 +64,46 @@ mod imp {
     }
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+mod imp {
+    use super::TlsBlock;
+
+    core::arch::global_asm!(
+        ".pushsection .tbss.weft_fiber_tls,\"awT\",%nobits",
+        ".globl weft_fiber_tls",
+        ".hidden weft_fiber_tls",
+        ".type weft_fiber_tls,%object",
+        ".size weft_fiber_tls,16",
+        ".p2align 4",
+        "weft_fiber_tls:",
+        ".zero 16",
+        ".popsection",
+    );
+
+    #[inline(always)]
+    pub(crate) fn block() -> *mut TlsBlock {
+        let p: *mut TlsBlock;
+        // SAFETY: tpidr_el0 is the thread pointer; :gottprel: gives our block's offset
+        // from it (initial-exec). Not `pure`: recomputed at every use.
+        unsafe {
+            core::arch::asm!(
+                "mrs {p}, tpidr_el0",
+                "adrp {t}, :gottprel:weft_fiber_tls",
+                "ldr {t}, [{t}, #:gottprel_lo12:weft_fiber_tls]",
+                "add {p}, {p}, {t}",
+                p = out(reg) p,
+                t = out(reg) _,
+                options(nostack, readonly),
+            )
+        };
+        p
+    }
+}
+
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+)))]
 mod imp {
     use super::TlsBlock;
     use core::cell::UnsafeCell;

@@ -191,6 +191,7 @@ fn create(
 /// straight to the caller of `SwitchToFiber`. An ordinary Rust wrapper would add a
 /// `ret` that mispredicts on nearly every switch, because the two fibers of a switch call
 /// `SwitchToFiber` from different places (measured here: 22 ns against 13).
+#[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 pub unsafe extern "C" fn SwitchToFiber(fiber: LPVOID) {
     naked_asm!(
@@ -205,6 +206,29 @@ pub unsafe extern "C" fn SwitchToFiber(fiber: LPVOID) {
         "mov rdi, rax",
         "mov rsi, rdx",
         "jmp {switch}",
+        "2:",
+        "ret",
+        ".cfi_endproc",
+        prepare = sym prepare_switch,
+        switch = sym crate::arch::switch,
+    )
+}
+
+/// `SwitchToFiber` on aarch64: the same shape as on x86_64.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn SwitchToFiber(fiber: LPVOID) {
+    naked_asm!(
+        ".cfi_startproc",
+        "stp x29, x30, [sp, #-16]!",
+        ".cfi_def_cfa_offset 16",
+        ".cfi_offset x30, -8",
+        ".cfi_offset x29, -16",
+        "bl {prepare}", // x0 = current fiber (0: nothing to switch), x1 = target
+        "ldp x29, x30, [sp], #16",
+        ".cfi_def_cfa_offset 0",
+        "cbz x0, 2f",
+        "b {switch}",
         "2:",
         "ret",
         ".cfi_endproc",

@@ -190,48 +190,64 @@ fn dropping_a_suspended_fiber_frees_it_without_running_it() {
     });
 }
 
+/// The floating-point control register's rounding-mode field and the value for "round
+/// toward +infinity": MXCSR.RC on x86_64, FPCR.RMode on aarch64.
+#[cfg(target_arch = "x86_64")]
+const ROUNDING: (u32, u32) = (0x6000, 0x4000);
+#[cfg(target_arch = "aarch64")]
+const ROUNDING: (u32, u32) = (0xC0_0000, 0x40_0000);
+
 #[test]
 fn floating_point_control_state_is_per_fiber() {
     on_thread(|| {
         let main = Arc::new(convert_thread().unwrap());
         let back = main.clone();
-        const RC_UP: u32 = 0x4000; // MXCSR rounding control = round up
+        let (mask, up) = ROUNDING;
         let f = Fiber::new(move || {
-            set_mxcsr(mxcsr() | RC_UP);
+            set_fp_control((fp_control() & !mask) | up);
             back.switch_to().unwrap();
             assert_eq!(
-                mxcsr() & 0x6000,
-                RC_UP,
+                fp_control() & mask,
+                up,
                 "the fiber's rounding mode survived a switch"
             );
             back.switch_to().unwrap();
         })
         .unwrap();
-        let before = mxcsr();
+        let before = fp_control();
         f.switch_to().unwrap();
         assert_eq!(
-            mxcsr() & CONTROL,
-            before & CONTROL,
+            fp_control() & mask,
+            before & mask,
             "the fiber's rounding mode did not leak into main"
         );
-        // 1/3 rounds differently under round-up: check SSE arithmetic really follows it.
+        // Round-to-nearest still rules main's arithmetic.
         let third = std::hint::black_box(1.0f64) / std::hint::black_box(3.0f64);
         assert_eq!(third, 1.0 / 3.0);
         f.switch_to().unwrap();
-        assert_eq!(mxcsr() & CONTROL, before & CONTROL);
+        assert_eq!(fp_control() & mask, before & mask);
     });
 }
 
-/// MXCSR's control bits (bits 0-5 are sticky exception flags, not control state).
-const CONTROL: u32 = !0x3F;
-
-fn mxcsr() -> u32 {
+#[cfg(target_arch = "x86_64")]
+fn fp_control() -> u32 {
     let mut v = 0u32;
     unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v) };
     v
 }
-fn set_mxcsr(v: u32) {
+#[cfg(target_arch = "x86_64")]
+fn set_fp_control(v: u32) {
     unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v) };
+}
+#[cfg(target_arch = "aarch64")]
+fn fp_control() -> u32 {
+    let v: u64;
+    unsafe { std::arch::asm!("mrs {}, fpcr", out(reg) v) };
+    v as u32
+}
+#[cfg(target_arch = "aarch64")]
+fn set_fp_control(v: u32) {
+    unsafe { std::arch::asm!("msr fpcr, {}", in(reg) v as u64) };
 }
 
 static OWN_HANDLE: std::sync::Mutex<Option<Fiber>> = std::sync::Mutex::new(None);

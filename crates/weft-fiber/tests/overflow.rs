@@ -1,8 +1,9 @@
 //! A fiber that overflows its stack is named in a clear message, and the process dies
 //! of SIGSEGV rather than corrupting memory. Runs the overflow in a child process.
 
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use weft_fiber::win::*;
 
 #[inline(never)]
@@ -31,7 +32,7 @@ fn stack_overflow_names_the_fiber_and_its_stack_size() {
         }
         unreachable!();
     }
-    let out = Command::new(std::env::current_exe().unwrap())
+    let out = common::self_command()
         .args([
             "stack_overflow_names_the_fiber_and_its_stack_size",
             "--exact",

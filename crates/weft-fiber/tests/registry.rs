@@ -2,8 +2,9 @@
 //! listed with exact counts, a reader racing a switching thread never sees a torn slot,
 //! the file is private, removed at normal exit, and recognised as stale after a kill.
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use weft_fiber::introspect::{self, IntrospectError};
@@ -148,7 +149,6 @@ fn the_registry_is_removed_at_exit_and_stale_after_a_kill() {
         }
         return; // normal exit: the registry must go
     }
-    let exe = std::env::current_exe().unwrap();
     let args = [
         "the_registry_is_removed_at_exit_and_stale_after_a_kill",
         "--exact",
@@ -156,7 +156,7 @@ fn the_registry_is_removed_at_exit_and_stale_after_a_kill() {
         "--test-threads=1",
     ];
     let dir = introspect::registry_dir();
-    let child = Command::new(&exe)
+    let child = common::self_command()
         .args(args)
         .env("WEFT_REGISTRY_CHILD", "1")
         .env("WEFT_REGISTRY_DIR", &dir)
@@ -173,7 +173,7 @@ fn the_registry_is_removed_at_exit_and_stale_after_a_kill() {
         "a normal exit removes the registry: {leftovers:?}"
     );
 
-    let mut child = Command::new(&exe)
+    let mut child = common::self_command()
         .args(args)
         .env("WEFT_REGISTRY_CHILD", "1")
         .env("WEFT_REGISTRY_CHILD_HANG", "1")

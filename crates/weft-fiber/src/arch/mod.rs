@@ -21,13 +21,19 @@ mod x86_64;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{exit_thread_at, init_stack, switch, switch_exiting};
 
-#[cfg(not(target_arch = "x86_64"))]
-compile_error!("weft's fiber core supports x86_64 only for now (aarch64 is planned)");
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "aarch64")]
+pub(crate) use aarch64::{exit_thread_at, init_stack, stack_pointer, switch, switch_exiting};
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("weft's fiber core supports x86_64 and aarch64");
 
 /// The signature of the function a new fiber starts in: `main(transfer, arg)`.
 pub(crate) type EntryFn = unsafe extern "C" fn(*mut core::ffi::c_void, *mut core::ffi::c_void) -> !;
 
 /// Reads the current stack pointer.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn stack_pointer() -> usize {
     let sp: usize;
