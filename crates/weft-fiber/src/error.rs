@@ -82,12 +82,7 @@ impl fmt::Display for Error {
                 "a signal handler tried to switch while this thread was switching; try again \
                  at the next signal"
             ),
-            Error::OutOfMemory(e) => {
-                write!(
-                    f,
-                    "cannot map a fiber stack ({e}); use smaller stacks or fewer fibers"
-                )
-            }
+            Error::OutOfMemory(e) => write!(f, "cannot map a fiber stack: {e}"),
             Error::Panicked(_) => write!(f, "the fiber panicked"),
         }
     }
@@ -101,7 +96,7 @@ pub fn message(code: u32) -> &'static CStr {
         ERROR_SUCCESS => c"success",
         ERROR_INVALID_FUNCTION => c"the operation is not valid here",
         ERROR_INVALID_HANDLE => c"the fiber handle is not valid (finished or deleted); create a new fiber",
-        ERROR_NOT_ENOUGH_MEMORY => c"not enough memory for a fiber stack; use smaller stacks or fewer fibers",
+        ERROR_NOT_ENOUGH_MEMORY => c"cannot map a fiber stack: out of memory or address space, or at the limit of memory mappings (each stack takes two; raise vm.max_map_count); use smaller stacks or fewer fibers",
         ERROR_INVALID_PARAMETER => c"a parameter is invalid: check the fiber handle, FLS index (1..=4080, allocated) or flags",
         ERROR_BUSY => c"the fiber is running on another thread; switch to it after it has switched away",
         ERROR_ALREADY_FIBER => c"the thread is already a fiber; convert it once",

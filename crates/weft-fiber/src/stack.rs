@@ -64,11 +64,11 @@ impl Stack {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            return Err(explain(io::Error::last_os_error()));
         }
         // SAFETY: the guard lies inside the mapping just made.
         if unsafe { libc::mprotect(base, GUARD_SIZE, libc::PROT_NONE) } != 0 {
-            let e = io::Error::last_os_error();
+            let e = explain(io::Error::last_os_error());
             // SAFETY: unmaps what we mapped above.
             unsafe { libc::munmap(base, len) };
             return Err(e);
@@ -101,6 +101,36 @@ impl Drop for Stack {
     fn drop(&mut self) {
         // SAFETY: we own the mapping; nothing runs on a stack that is being dropped.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Says why a stack could not be mapped when the likely cause is the process's limit on
+/// memory mappings (each stack is two: the stack and its guard) rather than memory.
+fn explain(e: io::Error) -> io::Error {
+    if e.raw_os_error() != Some(libc::ENOMEM) {
+        return e;
+    }
+    let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    let used = std::fs::read_to_string("/proc/self/maps")
+        .map(|s| s.lines().count())
+        .ok();
+    explain_with(e, used, limit)
+}
+
+/// `explain`'s decision, given the mappings in use and the limit.
+fn explain_with(e: io::Error, used: Option<usize>, limit: Option<usize>) -> io::Error {
+    match (used, limit) {
+        (Some(used), Some(limit)) if used + 16 >= limit => io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!(
+                "the process has {used} memory mappings, at the system's limit vm.max_map_count = \
+                 {limit} (each fiber stack takes two); raise it, e.g. sysctl -w \
+                 vm.max_map_count=262144"
+            ),
+        ),
+        _ => e,
     }
 }
 
@@ -197,6 +227,27 @@ mod tests {
         assert_eq!(Stack::round_size(0), DEFAULT_STACK_SIZE);
         assert_eq!(Stack::round_size(1), MIN_STACK_SIZE);
         assert_eq!(Stack::round_size(65536 + 1), 65536 + PAGE);
+    }
+
+    #[test]
+    fn enomem_at_the_mapping_limit_names_the_limit_and_the_fix() {
+        let enomem = || io::Error::from_raw_os_error(libc::ENOMEM);
+        let at_limit = explain_with(enomem(), Some(65_520), Some(65_530)).to_string();
+        assert!(at_limit.contains("vm.max_map_count = 65530"), "{at_limit}");
+        assert!(
+            at_limit.contains("sysctl -w vm.max_map_count="),
+            "{at_limit}"
+        );
+        let plenty = explain_with(enomem(), Some(1_000), Some(65_530));
+        assert_eq!(
+            plenty.raw_os_error(),
+            Some(libc::ENOMEM),
+            "plain ENOMEM stays as it is"
+        );
+        assert_eq!(
+            explain(io::Error::from_raw_os_error(libc::EINVAL)).raw_os_error(),
+            Some(libc::EINVAL)
+        );
     }
 
     #[test]
