@@ -30,6 +30,8 @@ install: $(if $(NO_BUILD),,build)
 	install -m 644 $(BUILD_DIR)/libweft.a $(LIBDIR)/libweft.a
 	install -m 644 $(HEADERS) $(INCDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' weft.pc.in > $(LIBDIR)/pkgconfig/weft.pc
+	@# Let the dynamic loader find libweft.so at once when installing system-wide.
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 uninstall:
 	rm -f $(LIBDIR)/libweft.so $(LIBDIR)/libweft.a $(LIBDIR)/pkgconfig/weft.pc
