@@ -1,12 +1,15 @@
-//! weft's C ABI: the Windows Fibers API as `libweft.so` / `libweft.a`.
+//! weft's C ABI: the Windows Fibers API and fiber introspection as
+//! `libweft.so` / `libweft.a`.
 //!
-//! This crate contains no logic of its own. It exports, under their
-//! Windows names and with the C calling convention, every function of
-//! [`weft_fiber::win`] (`ConvertThreadToFiber`, `CreateFiber`,
-//! `SwitchToFiber`, `DeleteFiber`, `FlsAlloc`, `GetLastError`, ...) plus the
-//! weft extensions `weft_fiber_stats` and `weft_error_message`. Each
-//! exported symbol is a thin `#[no_mangle]` wrapper that forwards to the
-//! implementation in `weft-fiber`.
+//! It exports, under their Windows names and with the C calling convention,
+//! every function of [`weft_fiber::win`] (`ConvertThreadToFiber`,
+//! `CreateFiber`, `SwitchToFiber`, `DeleteFiber`, `FlsAlloc`, `GetLastError`,
+//! ...) plus the weft extensions `weft_fiber_stats` and `weft_error_message`:
+//! each a thin `#[no_mangle]` wrapper that forwards to `weft-fiber`. The one
+//! part with logic of its own is the introspection API (`weft_introspect`,
+//! `weft_introspect_error`, declared in `include/weft/introspect.h`), which
+//! copies [`weft_fiber::introspect::read`]'s result into the caller's buffer,
+//! sorted by fiber id, and maps its errors to errno values.
 //!
 //! The C declarations live in `include/weft/fibers.h` at the root of the
 //! repository; a ported Windows program replaces `#include <windows.h>`

@@ -617,13 +617,17 @@ fn make_install_and_pkg_config() {
         "lib/libweft.a",
         "lib/pkgconfig/weft.pc",
         "include/weft/fibers.h",
+        "include/weft/introspect.h",
     ] {
         assert!(prefix.join(f).is_file(), "make install did not install {f}");
     }
-    assert_eq!(
-        std::fs::read(prefix.join("include/weft/fibers.h")).unwrap(),
-        std::fs::read(include_dir().join("weft/fibers.h")).unwrap()
-    );
+    for h in ["fibers.h", "introspect.h"] {
+        assert_eq!(
+            std::fs::read(prefix.join("include/weft").join(h)).unwrap(),
+            std::fs::read(include_dir().join("weft").join(h)).unwrap(),
+            "installed {h} differs from include/weft/{h}"
+        );
+    }
 
     let pkgconfig_dir = prefix.join("lib/pkgconfig");
     let pkg_config = |args: &[&str]| -> String {
@@ -692,6 +696,7 @@ fn make_install_and_pkg_config() {
         "lib/libweft.a",
         "lib/pkgconfig/weft.pc",
         "include/weft/fibers.h",
+        "include/weft/introspect.h",
     ] {
         assert!(!prefix.join(f).exists(), "make uninstall left {f}");
     }
