@@ -127,7 +127,7 @@ impl FiberRecord {
         stack: Option<Stack>,
     ) -> Box<Self> {
         let id = NEXT_ID.fetch_add(1, Relaxed);
-        let slot = registry::alloc_slot();
+        let slot = thread::take_slot();
         // SAFETY: a fresh slot is ours until the record is freed.
         unsafe {
             let sl = &*slot;
@@ -469,7 +469,12 @@ pub(crate) unsafe fn destroy(rec: *mut FiberRecord, thread: *mut ThreadState) {
             drop(data);
         }
         (*rec).magic.store(0, Relaxed);
-        registry::free_slot((*rec).slot);
+        let slot = (*rec).slot;
+        registry::mark_free(slot);
+        match thread.as_mut() {
+            Some(t) if t.slots.len() < thread::THREAD_CACHE_SLOTS => t.slots.push(slot),
+            _ => registry::free_slot(slot),
+        }
         let mut rec = Box::from_raw(rec);
         if let Some(stack) = rec.stack.take() {
             let local = if thread.is_null() {

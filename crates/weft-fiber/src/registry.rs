@@ -210,13 +210,17 @@ pub(crate) fn alloc_slot() -> *mut Slot {
     slot
 }
 
-/// Returns a slot for reuse (its fiber has been freed).
-pub(crate) fn free_slot(slot: *mut Slot) {
+/// Marks a slot free (its fiber has been freed): readers skip it from now on.
+pub(crate) fn mark_free(slot: *mut Slot) {
     // SAFETY: `slot` came from `alloc_slot` and its fiber is gone: we are its owner.
     let s = unsafe { &*slot };
     s.begin_write();
     s.state.store(SLOT_FREE, Relaxed);
     s.end_write();
+}
+
+/// Returns a slot marked free to the registry for any thread to reuse.
+pub(crate) fn free_slot(slot: *mut Slot) {
     lock();
     // SAFETY: the lock is held.
     if let Some(r) = unsafe { &mut *GLOBAL.reg.get() } {

@@ -50,6 +50,9 @@ pub(crate) struct ThreadState {
     /// Kernel thread id (cached: `gettid` is a system call).
     pub tid: i32,
     pub stacks: StackCache,
+    /// Registry slots freed on this thread, marked free, kept for reuse without the
+    /// registry's lock (as `stacks` keeps stacks).
+    pub slots: Vec<*mut crate::registry::Slot>,
     pub altstack: Option<crate::overflow::AltStack>,
 }
 
@@ -62,9 +65,26 @@ impl ThreadState {
             exiting: false,
             tid,
             stacks: StackCache::new(),
+            slots: Vec::new(),
             altstack: None,
         }
     }
+}
+
+/// How many freed registry slots a thread keeps for reuse.
+pub(crate) const THREAD_CACHE_SLOTS: usize = 64;
+
+/// A registry slot for a new fiber: one this thread freed earlier, else a new one.
+pub(crate) fn take_slot() -> *mut crate::registry::Slot {
+    let t = tls::thread();
+    // SAFETY: a non-null pointer is this thread's live state.
+    if let Some(slot) = (!t.is_null())
+        .then(|| unsafe { (*t).slots.pop() })
+        .flatten()
+    {
+        return slot;
+    }
+    crate::registry::alloc_slot()
 }
 
 /// The kernel id of the calling thread.
@@ -258,6 +278,9 @@ unsafe fn cleanup_exiting_thread() {
         }
         (*t).current = ptr::null_mut();
         (*t).stacks.drain_to_global();
+        for slot in (*t).slots.drain(..) {
+            crate::registry::free_slot(slot);
+        }
         if let Some(alt) = (*t).altstack.take() {
             alt.remove();
         }
