@@ -15,11 +15,10 @@
 //! harness runs `cargo build -p weft-capi` for the same profile first.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ use weft_fiber::introspect::{self, FiberInfo};
 use weft_fiber::FiberState;
 
 mod common;
-use common::{profile_dir, target_bin, WEFT};
+use common::{profile_dir, Target, WEFT};
 
 // ---- libweft, the target program, the registry directory ------------------------
 
@@ -71,81 +70,6 @@ fn skip_fuse() -> bool {
         return true;
     }
     false
-}
-
-/// A running introspect_target, killed when dropped.
-struct Target {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    /// Its "key value..." lines up to and including "ready".
-    lines: HashMap<String, Vec<String>>,
-}
-
-impl Target {
-    fn start(args: &[&str]) -> Target {
-        let mut child = Command::new(target_bin())
-            .args(args)
-            .env("WEFT_REGISTRY_DIR", registry_dir())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start introspect_target");
-        let stdin = child.stdin.take();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut lines = HashMap::new();
-        loop {
-            let mut l = String::new();
-            let n = out.read_line(&mut l).expect("read the target's stdout");
-            assert!(
-                n > 0,
-                "introspect_target {args:?} exited before it was ready"
-            );
-            let mut words = l.split_whitespace().map(str::to_string);
-            let Some(key) = words.next() else { continue };
-            let done = key == "ready";
-            lines.insert(key, words.collect());
-            if done {
-                break;
-            }
-        }
-        Target {
-            child,
-            stdin,
-            lines,
-        }
-    }
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-    fn value(&self, key: &str) -> &str {
-        &self.lines[key][0]
-    }
-    fn tid(&self) -> i32 {
-        self.value("tid").parse().unwrap()
-    }
-    fn addr(&self, key: &str) -> u64 {
-        u64::from_str_radix(self.value(key).trim_start_matches("0x"), 16).unwrap()
-    }
-    fn ready_ids(&self) -> Vec<u64> {
-        self.lines["ready"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect()
-    }
-    /// Closes its stdin: it exits normally (removing its registry).
-    fn finish(mut self) -> ExitStatus {
-        drop(self.stdin.take());
-        wait_exit(&mut self.child, Duration::from_secs(30))
-            .expect("the target did not exit after its stdin closed")
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
@@ -323,7 +247,7 @@ fn fs_shows_every_fiber_and_umount_ends_the_mount() {
         return;
     }
     const K: usize = 8;
-    let t = Target::start(&[&K.to_string()]);
+    let t = Target::start(&registry_dir(), &[&K.to_string()]);
     let pid = t.pid();
     let tid = t.tid();
     let ids = t.ready_ids();
@@ -515,7 +439,7 @@ fn fs_sigint_and_sigterm_unmount_cleanly() {
     if skip_fuse() {
         return;
     }
-    let t = Target::start(&["2"]);
+    let t = Target::start(&registry_dir(), &["2"]);
     let pid = t.pid();
     for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
         let mut m = Mount::start(&format!("signal-{name}"));

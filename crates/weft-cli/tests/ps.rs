@@ -11,16 +11,15 @@
 //! does).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod common;
-use common::{target_bin, WEFT};
+use common::{Target, WEFT};
 
 // ---- libweft and the target program ---------------------------------------------
 
@@ -36,7 +35,7 @@ impl RegDir {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
         RegDir(d)
     }
-    fn registry(&self, pid: u32) -> PathBuf {
+    fn registry(&self, pid: i32) -> PathBuf {
         self.0.join(format!("weft-{pid}"))
     }
 }
@@ -44,103 +43,6 @@ impl RegDir {
 impl Drop for RegDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running introspect_target, killed when dropped.
-struct Target {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    /// Its "key value..." lines up to and including "ready".
-    lines: HashMap<String, Vec<String>>,
-    /// The "stack <id> <size>" lines.
-    stacks: HashMap<u64, u64>,
-}
-
-impl Target {
-    fn start(reg: &RegDir, args: &[&str]) -> Target {
-        let mut child = Command::new(target_bin())
-            .args(args)
-            .env("WEFT_REGISTRY_DIR", &reg.0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start introspect_target");
-        let stdin = child.stdin.take();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut lines = HashMap::new();
-        let mut stacks = HashMap::new();
-        loop {
-            let mut l = String::new();
-            let n = out.read_line(&mut l).expect("read the target's stdout");
-            assert!(
-                n > 0,
-                "introspect_target {args:?} exited before it was ready"
-            );
-            let mut words = l.split_whitespace().map(str::to_string);
-            let Some(key) = words.next() else { continue };
-            let rest: Vec<String> = words.collect();
-            if key == "stack" {
-                stacks.insert(rest[0].parse().unwrap(), rest[1].parse().unwrap());
-                continue;
-            }
-            let done = key == "ready";
-            lines.insert(key, rest);
-            if done {
-                break;
-            }
-        }
-        Target {
-            child,
-            stdin,
-            lines,
-            stacks,
-        }
-    }
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-    fn value(&self, key: &str) -> &str {
-        &self.lines[key][0]
-    }
-    fn tid(&self) -> i64 {
-        self.value("tid").parse().unwrap()
-    }
-    fn addr(&self, key: &str) -> u64 {
-        let v = self.value(key);
-        u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
-    }
-    fn ready_ids(&self) -> Vec<u64> {
-        self.lines["ready"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect()
-    }
-    /// Closes its stdin: it exits normally (removing its registry). Returns its status.
-    fn finish(mut self) -> std::process::ExitStatus {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "target did not exit after stdin closed"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -176,7 +78,7 @@ fn json_lines(o: &Output) -> Vec<Value> {
 fn ps_json_shows_every_field_exactly() {
     const K: usize = 8;
     let reg = RegDir::new("fields");
-    let t = Target::start(&reg, &[&K.to_string()]);
+    let t = Target::start(&reg.0, &[&K.to_string()]);
     let pid = t.pid();
     let tid = t.tid();
     let ids = t.ready_ids();
@@ -301,8 +203,8 @@ fn ps_json_shows_every_field_exactly() {
 #[test]
 fn ps_lists_processes_using_weft() {
     let reg = RegDir::new("list");
-    let t1 = Target::start(&reg, &["3"]);
-    let t2 = Target::start(&reg, &["5"]);
+    let t1 = Target::start(&reg.0, &["3"]);
+    let t2 = Target::start(&reg.0, &["5"]);
 
     let o = weft(&reg, &["ps", "--json"]);
     let rows = json_lines(&o);
@@ -377,7 +279,7 @@ fn ps_errors_are_clear() {
 #[test]
 fn stale_registry_of_a_killed_process_is_reported_and_removed() {
     let reg = RegDir::new("stale");
-    let mut t = Target::start(&reg, &["2"]);
+    let mut t = Target::start(&reg.0, &["2"]);
     let pid = t.pid();
     let file = reg.registry(pid);
     assert!(file.exists());
@@ -411,7 +313,7 @@ fn stale_registry_of_a_killed_process_is_reported_and_removed() {
     assert!(!file.exists(), "stale registry not removed");
 
     // The same with the table.
-    let mut t = Target::start(&reg, &["1"]);
+    let mut t = Target::start(&reg.0, &["1"]);
     let pid = t.pid();
     t.kill();
     let o = weft(&reg, &["ps"]);
@@ -436,9 +338,9 @@ fn reader_never_sees_a_torn_record() {
     // This test is the only one reading the registry in-process: the library finds it
     // through this process's environment.
     std::env::set_var("WEFT_REGISTRY_DIR", &reg.0);
-    let t = Target::start(&reg, &["spin"]);
-    let pid = t.pid() as i32;
-    let tid = t.tid() as i32;
+    let t = Target::start(&reg.0, &["spin"]);
+    let pid = t.pid();
+    let tid = t.tid();
     let spinning = t.ready_ids();
 
     let check = |f: &FiberInfo, what: &str| {
@@ -544,7 +446,7 @@ fn ps_lists_100k_fibers_in_under_a_second() {
         }
     }
     let reg = RegDir::new("many");
-    let t = Target::start(&reg, &["many", &n.to_string()]);
+    let t = Target::start(&reg.0, &["many", &n.to_string()]);
     let pid = t.pid().to_string();
 
     // Once to warm caches (the binary, the target's ELF files), then timed.
@@ -600,7 +502,7 @@ fn another_user_cannot_read_the_registry() {
         return;
     };
     let reg = RegDir::new("security");
-    let t = Target::start(&reg, &["2"]);
+    let t = Target::start(&reg.0, &["2"]);
     let pid = t.pid();
     let file = reg.registry(pid);
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
@@ -659,7 +561,7 @@ fn which(name: &str) -> Result<PathBuf, ()> {
 #[test]
 fn top_batch_mode_shows_rates() {
     let reg = RegDir::new("top");
-    let t = Target::start(&reg, &["spin"]);
+    let t = Target::start(&reg.0, &["spin"]);
     let pid = t.pid().to_string();
     let ids = t.ready_ids();
     let o = weft(

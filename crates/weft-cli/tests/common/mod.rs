@@ -3,11 +3,14 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::SystemTime;
+use std::time::{Duration, Instant};
 
 pub const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
@@ -116,4 +119,103 @@ pub fn target_bin() -> &'static Path {
         std::fs::rename(&tmp, &out).unwrap();
         out
     })
+}
+
+/// A running introspect_target, killed when dropped.
+pub struct Target {
+    pub child: Child,
+    pub stdin: Option<ChildStdin>,
+    /// Its "key value..." lines up to and including "ready".
+    pub lines: HashMap<String, Vec<String>>,
+    /// The "stack <id> <size>" lines.
+    pub stacks: HashMap<u64, u64>,
+}
+
+impl Target {
+    /// Starts the target with `args`, its registry in `registry_dir`, and reads its
+    /// output up to its "ready" line.
+    pub fn start(registry_dir: &Path, args: &[&str]) -> Target {
+        let mut child = Command::new(target_bin())
+            .args(args)
+            .env("WEFT_REGISTRY_DIR", registry_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start introspect_target");
+        let stdin = child.stdin.take();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut lines = HashMap::new();
+        let mut stacks = HashMap::new();
+        loop {
+            let mut l = String::new();
+            let n = out.read_line(&mut l).expect("read the target's stdout");
+            assert!(
+                n > 0,
+                "introspect_target {args:?} exited before it was ready"
+            );
+            let mut words = l.split_whitespace().map(str::to_string);
+            let Some(key) = words.next() else { continue };
+            let rest: Vec<String> = words.collect();
+            if key == "stack" {
+                stacks.insert(rest[0].parse().unwrap(), rest[1].parse().unwrap());
+                continue;
+            }
+            let done = key == "ready";
+            lines.insert(key, rest);
+            if done {
+                break;
+            }
+        }
+        Target {
+            child,
+            stdin,
+            lines,
+            stacks,
+        }
+    }
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+    pub fn value(&self, key: &str) -> &str {
+        &self.lines[key][0]
+    }
+    pub fn tid(&self) -> i32 {
+        self.value("tid").parse().unwrap()
+    }
+    pub fn addr(&self, key: &str) -> u64 {
+        let v = self.value(key);
+        u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
+    }
+    pub fn ready_ids(&self) -> Vec<u64> {
+        self.lines["ready"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect()
+    }
+    /// Closes its stdin: it exits normally (removing its registry). Returns its status.
+    pub fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "target did not exit after stdin closed"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
