@@ -1,0 +1,284 @@
+//! The n x n matrix of message boxes, and the endpoint each worker holds.
+//!
+//! Box `(from, to)` carries messages from worker `from` to worker `to`. Each worker gets
+//! exactly one [`Endpoint`] (not `Clone`): the only producer of its row of boxes and the
+//! only consumer of its column, which is what makes each box single-producer
+//! single-consumer.
+//!
+//! Finding mail: after pushing into box `(from, to)` the sender rings `to`'s doorbell
+//! (`park.rs`); the receiver takes the doorbell's bits and drains just the boxes of the
+//! senders they name. A message pushed after the take rings the bell again, so nothing
+//! is missed; a bell rung for a box already drained costs one empty look.
+//!
+//! Sending never blocks and never drops: if a box is full, the message waits in the
+//! sender's own overflow list for that destination (in order, behind nothing newer) and
+//! moves into the box on the sender's next send, poll or wait. A worker holding overflow
+//! sleeps at most [`ROOM_RETRY`] at a time, so it retries while it keeps serving its own
+//! boxes, as the seed's processors keep serving incoming requests while they wait on
+//! their own: two workers filling each other's boxes cannot deadlock.
+
+use super::park::{Doorbell, CLASSES};
+use super::spsc::Spsc;
+use crate::sync::{Arc, CachePadded};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// How many times an idle worker looks at its doorbell before it goes to sleep (once
+/// under loom, whose state space each spin multiplies).
+pub const SPIN_BEFORE_SLEEP: u32 = if cfg!(feature = "loom") { 1 } else { 200 };
+
+/// How long a worker whose messages wait for room in a full box sleeps at most before
+/// it tries again.
+pub const ROOM_RETRY: Duration = Duration::from_micros(50);
+
+struct Matrix<T> {
+    n: usize,
+    /// Box (from, to) at `from * n + to`.
+    boxes: Box<[Spsc<T>]>,
+    doorbells: Box<[CachePadded<Doorbell>]>,
+}
+
+/// A worker's end of the matrix: it sends to every worker (itself included) and
+/// receives from every worker.
+pub struct Endpoint<T> {
+    id: usize,
+    m: Arc<Matrix<T>>,
+    /// Messages waiting for room, per destination.
+    overflow: Vec<VecDeque<T>>,
+    overflowing: usize,
+}
+
+/// Builds the matrix for `workers` workers, with boxes of `capacity` messages, and
+/// returns their endpoints, in worker order.
+pub fn matrix<T: Send>(workers: usize, capacity: usize) -> std::io::Result<Vec<Endpoint<T>>> {
+    assert!(
+        workers > 0,
+        "a message-box matrix needs at least one worker"
+    );
+    let m = Arc::new(Matrix {
+        n: workers,
+        boxes: (0..workers * workers)
+            .map(|_| Spsc::new(capacity))
+            .collect(),
+        doorbells: (0..workers)
+            .map(|_| Doorbell::new().map(CachePadded))
+            .collect::<Result<_, _>>()?,
+    });
+    Ok((0..workers)
+        .map(|id| Endpoint {
+            id,
+            m: m.clone(),
+            overflow: (0..workers).map(|_| VecDeque::new()).collect(),
+            overflowing: 0,
+        })
+        .collect())
+}
+
+impl<T: Send> Endpoint<T> {
+    /// This worker's index.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// How many workers the matrix connects.
+    pub fn workers(&self) -> usize {
+        self.m.n
+    }
+
+    /// Sends `msg` to worker `to` (waking it if it sleeps). Never blocks, never drops.
+    pub fn send(&mut self, to: usize, msg: T) {
+        assert!(
+            to < self.m.n,
+            "worker {to} does not exist ({} workers)",
+            self.m.n
+        );
+        if self.overflow[to].is_empty() {
+            // SAFETY: this endpoint is the only producer of row `self.id`.
+            match unsafe { self.m.boxes[self.id * self.m.n + to].push(msg) } {
+                Ok(()) => return self.m.doorbells[to].ring(self.id),
+                Err(msg) => self.overflow[to].push_back(msg),
+            }
+        } else {
+            self.overflow[to].push_back(msg);
+        }
+        self.overflowing += 1;
+        self.flush_to(to);
+    }
+
+    /// Moves waiting overflow into boxes that have room; true if some is still waiting.
+    pub fn flush(&mut self) -> bool {
+        if self.overflowing > 0 {
+            for to in 0..self.m.n {
+                self.flush_to(to);
+            }
+        }
+        self.overflowing > 0
+    }
+
+    fn flush_to(&mut self, to: usize) {
+        let b = &self.m.boxes[self.id * self.m.n + to];
+        let q = &mut self.overflow[to];
+        let mut moved = false;
+        while let Some(msg) = q.pop_front() {
+            // SAFETY: this endpoint is the only producer of row `self.id`.
+            match unsafe { b.push(msg) } {
+                Ok(()) => {
+                    moved = true;
+                    self.overflowing -= 1;
+                }
+                Err(msg) => {
+                    q.push_front(msg);
+                    break;
+                }
+            }
+        }
+        if moved {
+            self.m.doorbells[to].ring(self.id);
+        }
+    }
+
+    /// Wakes worker `to` if it sleeps, without a message (for shutdown, say).
+    pub fn wake(&self, to: usize) {
+        self.m.doorbells[to].wake_up();
+    }
+
+    /// Handles every message waiting for this worker: `f(from, msg)`, in order per
+    /// sender. Returns how many there were.
+    pub fn poll(&mut self, mut f: impl FnMut(usize, T)) -> usize {
+        self.flush();
+        let mut n = 0;
+        let mut classes = self.m.doorbells[self.id].take();
+        while classes != 0 {
+            let class = classes.trailing_zeros() as usize;
+            classes &= classes - 1;
+            for from in (class..self.m.n).step_by(CLASSES) {
+                let b = &self.m.boxes[from * self.m.n + self.id];
+                // SAFETY: this endpoint is the only consumer of column `self.id`.
+                while let Some(msg) = unsafe { b.pop() } {
+                    f(from, msg);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Waits until mail may have arrived or `timeout` passes (None: forever): a short
+    /// spin on the doorbell, then sleep. Returns at once if mail is waiting, or if it
+    /// could move some of this endpoint's own waiting messages (the caller's loop then
+    /// looks again); while some still wait for room it sleeps at most [`ROOM_RETRY`].
+    pub fn wait(&mut self, timeout: Option<Duration>) {
+        let pending = self.overflowing;
+        if pending > 0 && (!self.flush() || self.overflowing < pending) {
+            return;
+        }
+        for _ in 0..SPIN_BEFORE_SLEEP {
+            if self.m.doorbells[self.id].rung() {
+                return;
+            }
+            crate::sync::spin_hint();
+        }
+        let timeout = if self.overflowing > 0 {
+            Some(timeout.map_or(ROOM_RETRY, |t| t.min(ROOM_RETRY)))
+        } else {
+            timeout
+        };
+        self.m.doorbells[self.id].sleep(timeout);
+    }
+
+    /// The eventfd this worker sleeps on, for an event loop that waits on it instead.
+    #[cfg(not(feature = "loom"))]
+    pub fn wake_fd(&self) -> std::os::fd::RawFd {
+        self.m.doorbells[self.id].fd()
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_arrive_in_order_per_sender_and_overflow_is_kept() {
+        let mut e = matrix::<u32>(3, 4).unwrap();
+        let (mut a, mut b) = (e.remove(0), e.remove(0));
+        for i in 0..10 {
+            a.send(1, i); // box capacity 4: six wait in a's overflow
+        }
+        b.send(1, 100);
+        let mut got = Vec::new();
+        while got.len() < 11 {
+            b.poll(|from, m| got.push((from, m)));
+            a.flush();
+        }
+        let from_a: Vec<u32> = got
+            .iter()
+            .filter(|(f, _)| *f == 0)
+            .map(|(_, m)| *m)
+            .collect();
+        assert_eq!(from_a, (0..10).collect::<Vec<_>>(), "in order, none lost");
+        assert!(got.contains(&(1, 100)), "a worker can send to itself");
+        assert!(!a.flush(), "overflow drained");
+    }
+
+    #[test]
+    fn senders_beyond_63_share_doorbell_bits_and_are_still_found() {
+        let mut e = matrix::<usize>(130, 2).unwrap();
+        let mut r = e.remove(0);
+        for s in &mut e {
+            let id = s.id();
+            s.send(0, id); // senders 1, 64 and 127 share bit 1; 63 and 126 share bit 0 ...
+        }
+        let mut got = Vec::new();
+        r.poll(|from, m| {
+            assert_eq!(from, m);
+            got.push(from)
+        });
+        got.sort();
+        assert_eq!(got, (1..130).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn wait_returns_when_mail_arrives_from_another_thread() {
+        let mut e = matrix::<u64>(2, 8).unwrap();
+        let (mut a, mut b) = (e.remove(0), e.remove(0));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            a.send(1, 7);
+            a
+        });
+        let t0 = std::time::Instant::now();
+        let mut got = None;
+        while got.is_none() {
+            b.wait(None); // sleeps on the eventfd until the message arrives
+            b.poll(|_, m| got = Some(m));
+        }
+        assert_eq!(got, Some(7));
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn wait_honours_its_timeout_and_wake_ends_it() {
+        let mut e = matrix::<u8>(2, 2).unwrap();
+        let t0 = std::time::Instant::now();
+        e[0].wait(Some(Duration::from_millis(30)));
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(25) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        let waker = e.pop().unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            waker.wake(0);
+            waker
+        });
+        let t0 = std::time::Instant::now();
+        e[0].wait(Some(Duration::from_secs(30)));
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "wake ended the sleep"
+        );
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,77 @@
+//! loom models of the message boxes, run on the real code built with loom's atomics
+//! and parking: `cargo test -p weft-runtime --features loom --test loom_msgbox`
+//! (`make test` runs them).
+//!
+//! - a message sent while the receiver is going to sleep always wakes it (a lost
+//!   wake-up shows as a deadlock, which loom reports): the doorbell protocol of
+//!   `src/msgbox/park.rs`;
+//! - messages that overflow a full box arrive, in order, none lost or doubled;
+//! - two workers sending to each other at once both get their mail.
+#![cfg(feature = "loom")]
+
+use loom::thread;
+use weft_runtime::msgbox::matrix;
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(f);
+}
+
+/// Receives until `count` messages have arrived, sleeping when there are none.
+fn receive(e: &mut weft_runtime::msgbox::Endpoint<u32>, count: usize) -> Vec<(usize, u32)> {
+    let mut got = Vec::new();
+    loop {
+        e.poll(|from, m| got.push((from, m)));
+        if got.len() >= count {
+            return got;
+        }
+        e.wait(None);
+    }
+}
+
+#[test]
+fn a_message_always_wakes_a_sleeping_receiver() {
+    model(|| {
+        let mut e = matrix::<u32>(2, 2).unwrap();
+        let (mut a, mut b) = (e.remove(0), e.remove(0));
+        let sender = thread::spawn(move || a.send(1, 7));
+        assert_eq!(receive(&mut b, 1), vec![(0, 7)]);
+        sender.join().unwrap();
+    });
+}
+
+#[test]
+fn overflow_arrives_in_order() {
+    model(|| {
+        let mut e = matrix::<u32>(2, 2).unwrap();
+        let (mut a, mut b) = (e.remove(0), e.remove(0));
+        let sender = thread::spawn(move || {
+            for i in 0..3 {
+                a.send(1, i); // capacity 2: the third waits in a's overflow
+            }
+            // Room is found by retrying (on a timed sleep in real use; loom has no
+            // time, so here by yielding): what this checks is order and no loss.
+            while a.flush() {
+                thread::yield_now();
+            }
+        });
+        assert_eq!(receive(&mut b, 3), vec![(0, 0), (0, 1), (0, 2)]);
+        sender.join().unwrap();
+    });
+}
+
+#[test]
+fn two_workers_sending_to_each_other_both_get_their_mail() {
+    model(|| {
+        let mut e = matrix::<u32>(2, 2).unwrap();
+        let (mut a, mut b) = (e.remove(0), e.remove(0));
+        let t = thread::spawn(move || {
+            a.send(1, 1);
+            receive(&mut a, 1)
+        });
+        b.send(0, 2);
+        assert_eq!(receive(&mut b, 1), vec![(0, 1)]);
+        assert_eq!(t.join().unwrap(), vec![(1, 2)]);
+    });
+}
