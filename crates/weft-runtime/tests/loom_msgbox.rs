@@ -6,7 +6,8 @@
 //!   wake-up shows as a deadlock, which loom reports): the doorbell protocol of
 //!   `src/msgbox/park.rs`;
 //! - messages that overflow a full box arrive, in order, none lost or doubled;
-//! - two workers sending to each other at once both get their mail.
+//! - two workers sending to each other at once both get their mail;
+//! - a wake-up without mail (shutdown) is not lost, whenever it comes.
 #![cfg(feature = "loom")]
 
 use loom::thread;
@@ -38,6 +39,17 @@ fn a_message_always_wakes_a_sleeping_receiver() {
         let sender = thread::spawn(move || a.send(1, 7));
         assert_eq!(receive(&mut b, 1), vec![(0, 7)]);
         sender.join().unwrap();
+    });
+}
+
+#[test]
+fn a_wake_up_without_mail_is_not_lost() {
+    model(|| {
+        let mut e = matrix::<u32>(2, 2).unwrap();
+        let (a, mut b) = (e.remove(0), e.remove(0));
+        let waker = thread::spawn(move || a.wake(1));
+        b.wait(None); // must return, whether the wake-up comes before or during the sleep
+        waker.join().unwrap();
     });
 }
 

@@ -21,6 +21,7 @@
 
 pub mod fibers;
 mod peers;
+pub mod runtime;
 
 use std::fmt::Display;
 use std::io::Write;
@@ -32,6 +33,9 @@ pub enum Suite {
     /// Fibers: context switch, create, FLS read vs ucontext/Boost/pthread,
     /// and the seed's many-fibers workload table.
     Fibers,
+    /// The runtime (issue 4, in progress): cross-worker round trips through the
+    /// message boxes vs the raw cache-line and futex round trips.
+    Runtime,
 }
 
 impl Suite {
@@ -39,6 +43,7 @@ impl Suite {
     pub fn name(self) -> &'static str {
         match self {
             Suite::Fibers => "fibers",
+            Suite::Runtime => "runtime",
         }
     }
 }
@@ -96,6 +101,7 @@ pub fn run(suite: Suite, opts: Options) -> Result<(), String> {
     }
     match suite {
         Suite::Fibers => fibers::run(&opts, &mut rep),
+        Suite::Runtime => runtime::run(&opts, &mut rep),
     }
 }
 

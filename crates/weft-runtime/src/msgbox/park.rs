@@ -1,9 +1,10 @@
 //! A worker's doorbell, and sleeping on it without losing a wake-up.
 //!
-//! The doorbell is one 64-bit word per receiver. Bits 0..63 say which senders have
-//! mail: sender `s` sets bit `s % 63`, so a bit stands for a class of senders and the
+//! The doorbell is one 64-bit word per receiver. Bits 0..62 say which senders have
+//! mail: sender `s` sets bit `s % 62`, so a bit stands for a class of senders and the
 //! receiver looks at the boxes of every sender in a class it finds set (an empty box
-//! costs one look). Bit 63, [`SLEEPING`], says the receiver sleeps or is about to.
+//! costs one look). Bit 62, [`WOKEN`], is a wake-up without mail (shutdown); bit 63,
+//! [`SLEEPING`], says the receiver sleeps or is about to.
 //!
 //! Everything a sender and a sleeping receiver do to each other is a read-modify-write
 //! of this one word, so their steps are totally ordered and no wake-up can slip between
@@ -11,8 +12,8 @@
 //!
 //! - the receiver sets `SLEEPING` with `fetch_or`; if the old value had mail bits it
 //!   clears the bit again and does not sleep;
-//! - a sender sets its mail bit with `fetch_or`; if the old value had `SLEEPING` it
-//!   clears it (`fetch_and`, so only one sender does) and notifies.
+//! - a sender sets its mail bit (or `WOKEN`) with `fetch_or`; if the old value had
+//!   `SLEEPING` it clears it (`fetch_and`, so only one sender does) and notifies.
 //!
 //! Either the receiver's `fetch_or` comes first, and the sender sees `SLEEPING` and
 //! wakes it, or the sender's comes first, and the receiver sees the mail and stays up.
@@ -26,8 +27,12 @@ use std::time::Duration;
 
 /// The doorbell bit that says the receiver sleeps.
 pub(crate) const SLEEPING: u64 = 1 << 63;
-/// How many sender classes the doorbell distinguishes.
-pub(crate) const CLASSES: usize = 63;
+/// The doorbell bit of a wake-up without mail: kept until the receiver looks, so a
+/// wake-up that comes before the receiver sleeps is not lost.
+pub(crate) const WOKEN: u64 = 1 << 62;
+/// How many sender classes the doorbell distinguishes (bits 0..62).
+pub(crate) const CLASSES: usize = 62;
+const CLASS_BITS: u64 = (1 << CLASSES) - 1;
 
 pub(crate) struct Doorbell {
     word: AtomicU64,
@@ -44,25 +49,30 @@ impl Doorbell {
 
     /// Sender: says sender `from` has mail, and wakes the receiver if it sleeps.
     pub(crate) fn ring(&self, from: usize) {
-        let old = self.word.fetch_or(1 << (from % CLASSES), AcqRel);
-        if old & SLEEPING != 0 {
-            self.wake_up();
-        }
+        self.set(1 << (from % CLASSES));
     }
 
-    /// Wakes the receiver if it sleeps, without mail (shutdown, room in a box).
+    /// Wakes the receiver without mail (for shutdown): it returns from its sleep, or
+    /// does not go to sleep, until it looks at its doorbell again.
     pub(crate) fn wake_up(&self) {
-        if self.word.fetch_and(!SLEEPING, AcqRel) & SLEEPING != 0 {
+        self.set(WOKEN);
+    }
+
+    fn set(&self, bits: u64) {
+        let old = self.word.fetch_or(bits, AcqRel);
+        // If it sleeps, clear SLEEPING (only one of several setters sees it set) and
+        // notify.
+        if old & SLEEPING != 0 && self.word.fetch_and(!SLEEPING, AcqRel) & SLEEPING != 0 {
             self.wake.notify();
         }
     }
 
-    /// Receiver: the classes of senders with mail, clearing them.
+    /// Receiver: the classes of senders with mail, clearing them (and a `WOKEN`).
     pub(crate) fn take(&self) -> u64 {
         if self.word.load(Relaxed) & !SLEEPING == 0 {
             return 0;
         }
-        self.word.fetch_and(SLEEPING, Acquire) & !SLEEPING
+        self.word.fetch_and(SLEEPING, Acquire) & CLASS_BITS
     }
 
     /// Receiver: whether any sender has rung since the last `take`.
