@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use weft_fiber::introspect::{self, FiberInfo};
 use weft_fiber::FiberState;
 
 mod common;
-use common::{profile_dir, Target, WEFT};
+use common::{profile_dir, text, weft, Target, WEFT};
 
 // ---- libweft, the target program, the registry directory ------------------------
 
@@ -175,24 +175,6 @@ impl Drop for Mount {
         let _ = std::fs::remove_dir(&self.dir);
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-fn weft(args: &[&str]) -> Output {
-    Command::new(WEFT)
-        .args(args)
-        .env("WEFT_REGISTRY_DIR", registry_dir())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run weft")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -403,7 +385,7 @@ fn fs_shows_every_fiber_and_umount_ends_the_mount() {
     assert!(!root.join(pid.to_string()).exists());
 
     // weft fs umount: succeeds, the mount process exits 0, DIR is empty again.
-    let o = weft(&["fs", "umount", root.to_str().unwrap()]);
+    let o = weft(&registry_dir(), &["fs", "umount", root.to_str().unwrap()]);
     assert!(o.status.success(), "weft fs umount failed\n{}", text(&o));
     let st = wait_exit(&mut m.child, Duration::from_secs(10)).unwrap_or_else(|| {
         panic!(
@@ -424,7 +406,7 @@ fn fs_shows_every_fiber_and_umount_ends_the_mount() {
     assert!(names(&root).is_empty(), "{} is not empty", root.display());
 
     // Unmounting again says there is nothing mounted.
-    let o = weft(&["fs", "umount", root.to_str().unwrap()]);
+    let o = weft(&registry_dir(), &["fs", "umount", root.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("not a mount point"),
@@ -446,7 +428,7 @@ fn fs_sigint_and_sigterm_unmount_cleanly() {
         m.wait_for(&format!("{pid}/fibers"));
         assert!(is_mount_point(&m.dir));
         // A second mount on the same directory is refused clearly.
-        let o = weft(&["fs", "mount", m.dir.to_str().unwrap()]);
+        let o = weft(&registry_dir(), &["fs", "mount", m.dir.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         assert!(
             String::from_utf8_lossy(&o.stderr).contains("already a weft fs mount"),
@@ -499,7 +481,7 @@ fn fs_mount_and_umount_refuse_bad_directories() {
     for (args, dir, expected) in cases {
         let mut all: Vec<&str> = args.to_vec();
         all.push(dir.to_str().unwrap());
-        let o = weft(&all);
+        let o = weft(&registry_dir(), &all);
         assert_eq!(o.status.code(), Some(1), "weft {all:?}\n{}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{Target, WEFT};
+use common::{text, weft, Target, WEFT};
 
 // ---- libweft and the target program ---------------------------------------------
 
@@ -46,24 +46,6 @@ impl Drop for RegDir {
     }
 }
 
-fn weft(reg: &RegDir, args: &[&str]) -> Output {
-    Command::new(WEFT)
-        .args(args)
-        .env("WEFT_REGISTRY_DIR", &reg.0)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run weft")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn json_lines(o: &Output) -> Vec<Value> {
     assert!(o.status.success(), "weft failed\n{}", text(o));
     String::from_utf8_lossy(&o.stdout)
@@ -86,7 +68,7 @@ fn ps_json_shows_every_field_exactly() {
     let main_id: u64 = t.value("main").parse().unwrap();
     let (alpha, beta) = (t.addr("alpha"), t.addr("beta"));
 
-    let o = weft(&reg, &["ps", &pid.to_string(), "--json"]);
+    let o = weft(&reg.0, &["ps", &pid.to_string(), "--json"]);
     let rows = json_lines(&o);
     assert_eq!(
         rows.len(),
@@ -176,7 +158,7 @@ fn ps_json_shows_every_field_exactly() {
     }
 
     // The table shows the same.
-    let o = weft(&reg, &["ps", &pid.to_string()]);
+    let o = weft(&reg.0, &["ps", &pid.to_string()]);
     assert!(o.status.success(), "{}", text(&o));
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(table.lines().next().unwrap().contains("ENTRY"), "{table}");
@@ -206,7 +188,7 @@ fn ps_lists_processes_using_weft() {
     let t1 = Target::start(&reg.0, &["3"]);
     let t2 = Target::start(&reg.0, &["5"]);
 
-    let o = weft(&reg, &["ps", "--json"]);
+    let o = weft(&reg.0, &["ps", "--json"]);
     let rows = json_lines(&o);
     assert_eq!(rows.len(), 2, "{}", text(&o));
     for (t, k) in [(&t1, 3), (&t2, 5)] {
@@ -224,7 +206,7 @@ fn ps_lists_processes_using_weft() {
         assert_eq!(r["uid"], unsafe { libc::getuid() }, "{r}");
     }
 
-    let o = weft(&reg, &["ps"]);
+    let o = weft(&reg.0, &["ps"]);
     assert!(o.status.success(), "{}", text(&o));
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(table.starts_with("    PID"), "{table}");
@@ -240,7 +222,7 @@ fn ps_lists_processes_using_weft() {
     // Nothing: says so on stderr, exit 0.
     drop((t1, t2));
     let empty = RegDir::new("list-empty");
-    let o = weft(&empty, &["ps"]);
+    let o = weft(&empty.0, &["ps"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no process using weft"),
@@ -253,7 +235,7 @@ fn ps_lists_processes_using_weft() {
 fn ps_errors_are_clear() {
     let reg = RegDir::new("errors");
     // A pid that does not exist.
-    let o = weft(&reg, &["ps", "2147483000"]);
+    let o = weft(&reg.0, &["ps", "2147483000"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no process 2147483000"),
@@ -263,7 +245,7 @@ fn ps_errors_are_clear() {
 
     // A process that does not use weft.
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let o = weft(&reg, &["ps", &sleeper.id().to_string()]);
+    let o = weft(&reg.0, &["ps", &sleeper.id().to_string()]);
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -290,7 +272,7 @@ fn stale_registry_of_a_killed_process_is_reported_and_removed() {
     );
 
     // The pid's own view says it is gone.
-    let o = weft(&reg, &["ps", &pid.to_string()]);
+    let o = weft(&reg.0, &["ps", &pid.to_string()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -300,7 +282,7 @@ fn stale_registry_of_a_killed_process_is_reported_and_removed() {
     );
 
     // The process list reports it, removes it, and does not list it.
-    let o = weft(&reg, &["ps", "--json"]);
+    let o = weft(&reg.0, &["ps", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(json_lines(&o).is_empty(), "{}", text(&o));
     assert!(
@@ -316,7 +298,7 @@ fn stale_registry_of_a_killed_process_is_reported_and_removed() {
     let mut t = Target::start(&reg.0, &["1"]);
     let pid = t.pid();
     t.kill();
-    let o = weft(&reg, &["ps"]);
+    let o = weft(&reg.0, &["ps"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr)
@@ -450,9 +432,9 @@ fn ps_lists_100k_fibers_in_under_a_second() {
     let pid = t.pid().to_string();
 
     // Once to warm caches (the binary, the target's ELF files), then timed.
-    let _ = weft(&reg, &["ps", &pid, "--json"]);
+    let _ = weft(&reg.0, &["ps", &pid, "--json"]);
     let start = Instant::now();
-    let o = weft(&reg, &["ps", &pid, "--json"]);
+    let o = weft(&reg.0, &["ps", &pid, "--json"]);
     let took = start.elapsed();
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -467,7 +449,7 @@ fn ps_lists_100k_fibers_in_under_a_second() {
         assert!(sym == "weft_target_alpha" || sym == "many_entry", "{v}");
     }
     let start = Instant::now();
-    let table = weft(&reg, &["ps", &pid]);
+    let table = weft(&reg.0, &["ps", &pid]);
     let took_table = start.elapsed();
     assert!(table.status.success(), "{}", text(&table));
     eprintln!(
@@ -565,7 +547,7 @@ fn top_batch_mode_shows_rates() {
     let pid = t.pid().to_string();
     let ids = t.ready_ids();
     let o = weft(
-        &reg,
+        &reg.0,
         &[
             "top",
             &pid,
@@ -618,6 +600,6 @@ fn top_batch_mode_shows_rates() {
     drop(t);
 
     // A pid without weft: the error of ps, exit 1.
-    let o = weft(&reg, &["top", "2147483000", "--iterations", "1"]);
+    let o = weft(&reg.0, &["top", "2147483000", "--iterations", "1"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
 }

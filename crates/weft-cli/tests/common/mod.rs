@@ -219,3 +219,23 @@ impl Drop for Target {
         self.kill();
     }
 }
+
+/// Runs the `weft` binary with `args`, reading registries from `registry_dir`.
+pub fn weft(registry_dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(WEFT)
+        .args(args)
+        .env("WEFT_REGISTRY_DIR", registry_dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run weft")
+}
+
+/// A command's status and output, for assertion messages.
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
