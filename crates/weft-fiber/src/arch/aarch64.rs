@@ -23,6 +23,31 @@ use core::mem::offset_of;
 
 const FRAME: usize = 176;
 
+/// The end of every resume (`switch` and `switch_exiting`), with the fiber now running in
+/// x3 and the one it came from (already released) in x2: clear the thread's `in_switch`,
+/// return `prev` in x0, restore the callee-saved registers, and return.
+macro_rules! finish_resume {
+    () => {
+        concat!(
+            "ldr x9, [x3, #{thread}]\n",
+            "strb wzr, [x9, #{in_switch}]\n",
+            "mov x0, x2\n",
+            "ldp x19, x20, [sp, #16]\n",
+            "ldp x21, x22, [sp, #32]\n",
+            "ldp x23, x24, [sp, #48]\n",
+            "ldp x25, x26, [sp, #64]\n",
+            "ldp x27, x28, [sp, #80]\n",
+            "ldp x29, x30, [sp, #96]\n",
+            "ldp d8, d9, [sp, #112]\n",
+            "ldp d10, d11, [sp, #128]\n",
+            "ldp d12, d13, [sp, #144]\n",
+            "ldp d14, d15, [sp, #160]\n",
+            "add sp, sp, #176\n",
+            "ret",
+        )
+    };
+}
+
 /// Suspends `cur` and resumes `to`; see `x86_64::switch` for the contract.
 ///
 /// # Safety
@@ -59,22 +84,8 @@ pub(crate) unsafe extern "C" fn switch(
         // Release `prev`: a store-release of READY.
         "add x9, x2, #{state}",
         "stlr wzr, [x9]",
-        // End the switch on the thread that runs us now.
-        "ldr x9, [x3, #{thread}]",
-        "strb wzr, [x9, #{in_switch}]",
-        "mov x0, x2",
-        "ldp x19, x20, [sp, #16]",
-        "ldp x21, x22, [sp, #32]",
-        "ldp x23, x24, [sp, #48]",
-        "ldp x25, x26, [sp, #64]",
-        "ldp x27, x28, [sp, #80]",
-        "ldp x29, x30, [sp, #96]",
-        "ldp d8, d9, [sp, #112]",
-        "ldp d10, d11, [sp, #128]",
-        "ldp d12, d13, [sp, #144]",
-        "ldp d14, d15, [sp, #160]",
-        "add sp, sp, #176",
-        "ret",
+        // End the switch on the thread that runs us now, and return into the fiber.
+        finish_resume!(),
         sp = const offset_of!(FiberRecord, sp),
         state = const offset_of!(FiberRecord, state),
         thread = const offset_of!(FiberRecord, thread),
@@ -103,21 +114,7 @@ pub(crate) unsafe extern "C" fn switch_exiting(
         "mov x1, x2",
         "bl {release_exited}",
         "ldp x2, x3, [sp], #16",
-        "ldr x9, [x3, #{thread}]",
-        "strb wzr, [x9, #{in_switch}]",
-        "mov x0, x2",
-        "ldp x19, x20, [sp, #16]",
-        "ldp x21, x22, [sp, #32]",
-        "ldp x23, x24, [sp, #48]",
-        "ldp x25, x26, [sp, #64]",
-        "ldp x27, x28, [sp, #80]",
-        "ldp x29, x30, [sp, #96]",
-        "ldp d8, d9, [sp, #112]",
-        "ldp d10, d11, [sp, #128]",
-        "ldp d12, d13, [sp, #144]",
-        "ldp d14, d15, [sp, #160]",
-        "add sp, sp, #176",
-        "ret",
+        finish_resume!(),
         sp = const offset_of!(FiberRecord, sp),
         thread = const offset_of!(FiberRecord, thread),
         in_switch = const offset_of!(ThreadState, in_switch),

@@ -38,6 +38,31 @@ use core::arch::naked_asm;
 use core::ffi::c_void;
 use core::mem::offset_of;
 
+/// The end of every resume (`switch` and `switch_exiting`), with the fiber now running
+/// in rcx and the one it came from (already released) in rdx: clear the thread's
+/// `in_switch`, return `prev` in rax, restore the callee-saved registers, and return.
+///
+/// Return with pop + jmp rather than `ret`: `ret` is predicted from the return-stack
+/// buffer, which holds the *other* context's caller, and so would mispredict whenever
+/// the two fibers switch from different call sites.
+macro_rules! finish_resume {
+    () => {
+        concat!(
+            "mov rax, qword ptr [rcx + {thread}]\n",
+            "mov byte ptr [rax + {in_switch}], 0\n",
+            "mov rax, rdx\n",
+            "pop r15\n",
+            "pop r14\n",
+            "pop r13\n",
+            "pop r12\n",
+            "pop rbx\n",
+            "pop rbp\n",
+            "pop r8\n",
+            "jmp r8",
+        )
+    };
+}
+
 /// Suspends `cur` and resumes `to`. Returns, when `cur` is resumed later (perhaps on
 /// another OS thread), the fiber that resumed it, already released.
 ///
@@ -79,20 +104,7 @@ pub(crate) unsafe extern "C" fn switch(
         // Release `prev` (rdx): a Release store of READY (a plain store on x86).
         "mov dword ptr [rdx + {state}], 0",
         // End the switch on the thread that runs us now.
-        "mov rax, qword ptr [rcx + {thread}]",
-        "mov byte ptr [rax + {in_switch}], 0",
-        "mov rax, rdx",
-        "pop r15",
-        "pop r14",
-        "pop r13",
-        "pop r12",
-        "pop rbx",
-        "pop rbp",
-        // Return with pop + jmp rather than `ret`: `ret` is predicted from the
-        // return-stack buffer, which holds the *other* context's caller, and so would
-        // mispredict whenever the two fibers switch from different call sites.
-        "pop r8",
-        "jmp r8",
+        finish_resume!(),
         sp = const offset_of!(FiberRecord, sp),
         state = const offset_of!(FiberRecord, state),
         thread = const offset_of!(FiberRecord, thread),
@@ -133,17 +145,7 @@ pub(crate) unsafe extern "C" fn switch_exiting(
         "add rsp, 8",
         "pop rdx",
         "pop rcx",
-        "mov rax, qword ptr [rcx + {thread}]",
-        "mov byte ptr [rax + {in_switch}], 0",
-        "mov rax, rdx",
-        "pop r15",
-        "pop r14",
-        "pop r13",
-        "pop r12",
-        "pop rbx",
-        "pop rbp",
-        "pop r8",
-        "jmp r8",
+        finish_resume!(),
         sp = const offset_of!(FiberRecord, sp),
         thread = const offset_of!(FiberRecord, thread),
         in_switch = const offset_of!(ThreadState, in_switch),
