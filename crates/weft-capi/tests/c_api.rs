@@ -335,48 +335,41 @@ fn c_introspect() {
     assert_passed(&r, "introspect");
 }
 
+/// The languages a ported program may be written in: the header must work in both.
+#[derive(Clone, Copy)]
+enum Lang {
+    C99,
+    Cxx11,
+}
+
+/// Compiles tests/c/<name>.c as `lang` (pedantic), runs it, and asserts it passed.
+fn c_test_as(name: &str, lang: Lang) {
+    let (compiler, flags, label): (&str, &[&str], &str) = match lang {
+        Lang::C99 => ("cc", &["-std=c99", "-pedantic"], "c99"),
+        Lang::Cxx11 => ("c++", &["-std=c++11", "-pedantic", "-x", "c++"], "cxx11"),
+    };
+    let bin = build_with(compiler, name, flags, &format!("{name}_{label}"));
+    assert_passed(&run_bin(&bin, &[]), &format!("{name} ({label})"));
+}
+
 #[test]
 fn c_windows_program_c99() {
-    let bin = build_with(
-        "cc",
-        "windows_program",
-        &["-std=c99", "-pedantic"],
-        "windows_program_c99",
-    );
-    assert_passed(&run_bin(&bin, &[]), "windows_program (C99)");
+    c_test_as("windows_program", Lang::C99);
 }
 
 #[test]
 fn c_windows_program_cxx11() {
-    let bin = build_with(
-        "c++",
-        "windows_program",
-        &["-std=c++11", "-pedantic", "-x", "c++"],
-        "windows_program_cxx11",
-    );
-    assert_passed(&run_bin(&bin, &[]), "windows_program (C++11)");
+    c_test_as("windows_program", Lang::Cxx11);
 }
 
 #[test]
 fn c_header_c99() {
-    let bin = build_with(
-        "cc",
-        "header_check",
-        &["-std=c99", "-pedantic"],
-        "header_check_c99",
-    );
-    assert_passed(&run_bin(&bin, &[]), "header_check (C99)");
+    c_test_as("header_check", Lang::C99);
 }
 
 #[test]
 fn c_header_cxx11() {
-    let bin = build_with(
-        "c++",
-        "header_check",
-        &["-std=c++11", "-pedantic", "-x", "c++"],
-        "header_check_cxx11",
-    );
-    assert_passed(&run_bin(&bin, &[]), "header_check (C++11)");
+    c_test_as("header_check", Lang::Cxx11);
 }
 
 /// The Rust definition of the stats struct has the layout the header declares.
