@@ -252,13 +252,17 @@ unsafe extern "C" fn prepare_switch(fiber: LPVOID) -> Prepared {
         cur: ptr::null_mut(),
         to: ptr::null_mut(),
     };
-    // SAFETY: `record` validates the handle; `begin_switch` needs a live record.
+    // SAFETY: `record` validates the handle; `begin_switch` needs a live record. The
+    // error path builds no heap value (InvalidParameter holds a static string), so
+    // this stays fit for signal handlers.
     unsafe {
-        if fiber.is_null() || (*fiber.cast::<FiberRecord>()).magic.load(Relaxed) != MAGIC {
-            tls::set_last_error(ERROR_INVALID_PARAMETER);
-            return NONE;
-        }
-        let to = fiber.cast::<FiberRecord>();
+        let to = match record(fiber) {
+            Ok(to) => to,
+            Err(e) => {
+                fail(e);
+                return NONE;
+            }
+        };
         match fiber::begin_switch(to) {
             Ok(Some(cur)) => Prepared { cur, to },
             Ok(None) => NONE,
