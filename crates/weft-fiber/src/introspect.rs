@@ -319,9 +319,14 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
             h.version, h.slot_size
         )));
     }
+    // The rate the process published: the same for every reader, so run times never
+    // go backwards between readings.
+    if h.ticks_per_sec.is_nan() || h.ticks_per_sec <= 0.0 {
+        return Err(bad("no tick rate in the header"));
+    }
+    let ns_per_tick = 1e9 / h.ticks_per_sec;
     let used = (h.used.load(Acquire) as usize).min(map.slots());
     let now = crate::clock::ticks();
-    let ns_per_tick = ns_per_tick(h, now);
     let mut fibers = Vec::with_capacity(used);
     let mut unreadable = 0;
     for i in 0..used {
@@ -356,22 +361,6 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
         fibers,
         unreadable,
     })
-}
-
-/// Nanoseconds per tick: the rate the process published (the same for every reader, so
-/// run times never go backwards between readings), else an estimate from the
-/// registry's (TSC, monotonic) pair and one taken now.
-fn ns_per_tick(h: &Header, now: u64) -> f64 {
-    if h.ticks_per_sec > 0.0 {
-        return 1e9 / h.ticks_per_sec;
-    }
-    let mono = crate::clock::monotonic_ns();
-    let (dt, dn) = (now.saturating_sub(h.tsc0), mono.saturating_sub(h.mono0_ns));
-    if dt > 0 && dn >= 10_000_000 {
-        dn as f64 / dt as f64
-    } else {
-        1e9 / crate::clock::ticks_per_second()
-    }
 }
 
 /// A read-only mapping of a registry file.
