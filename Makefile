@@ -43,7 +43,7 @@ AARCH64 = aarch64-unknown-linux-gnu
 
 test:
 	$(CARGO) test --workspace
-	$(CARGO) test -p weft-runtime --features loom --test loom_msgbox
+	$(CARGO) test -p weft-runtime --features loom --test loom_msgbox --test loom_park
 	@$(MAKE) --no-print-directory test-aarch64
 
 # The fiber core (context switch, ownership, signals, overflow, registry) on aarch64.

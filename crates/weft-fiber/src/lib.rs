@@ -42,6 +42,7 @@ mod fiber;
 mod fls;
 pub mod introspect;
 mod overflow;
+pub mod raw;
 mod registry;
 pub mod stack;
 mod stats;

@@ -17,7 +17,7 @@
 //! On x86_64 and aarch64 the block is declared in assembly and reached with the
 //! initial-exec TLS model (`@GOTTPOFF`, `:gottprel:`): one load from the GOT plus an `fs`-relative access, with no call
 //! to `__tls_get_addr`, even inside `libweft.so`. (Rust's own `thread_local!` would use
-//! the general-dynamic model in a shared library.) The block is 16 bytes; glibc reserves
+//! the general-dynamic model in a shared library.) The block is 32 bytes; glibc reserves
 //! static TLS space for initial-exec variables even in libraries loaded with `dlopen`.
 
 use crate::thread::ThreadState;
@@ -28,6 +28,10 @@ pub(crate) struct TlsBlock {
     pub thread: *mut ThreadState,
     pub last_error: u32,
     _pad: u32,
+    /// A word for the layer above (weft-runtime keeps its worker pointer here), read
+    /// with the same never-cached access as the rest of the block.
+    pub user: *mut core::ffi::c_void,
+    _pad2: usize,
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -39,10 +43,10 @@ mod imp {
         ".globl weft_fiber_tls",
         ".hidden weft_fiber_tls",
         ".type weft_fiber_tls,@object",
-        ".size weft_fiber_tls,16",
+        ".size weft_fiber_tls,32",
         ".p2align 4",
         "weft_fiber_tls:",
-        ".zero 16",
+        ".zero 32",
         ".popsection",
     );
 
@@ -73,10 +77,10 @@ mod imp {
         ".globl weft_fiber_tls",
         ".hidden weft_fiber_tls",
         ".type weft_fiber_tls,%object",
-        ".size weft_fiber_tls,16",
+        ".size weft_fiber_tls,32",
         ".p2align 4",
         "weft_fiber_tls:",
-        ".zero 16",
+        ".zero 32",
         ".popsection",
     );
 
@@ -109,7 +113,7 @@ mod imp {
     use core::cell::UnsafeCell;
     thread_local! {
         static BLOCK: UnsafeCell<TlsBlock> = const {
-            UnsafeCell::new(TlsBlock { thread: core::ptr::null_mut(), last_error: 0, _pad: 0 })
+            UnsafeCell::new(TlsBlock { thread: core::ptr::null_mut(), last_error: 0, _pad: 0, user: core::ptr::null_mut(), _pad2: 0 })
         };
     }
     #[inline(never)]
@@ -143,4 +147,18 @@ pub fn last_error() -> u32 {
 pub fn set_last_error(code: u32) {
     // SAFETY: as above.
     unsafe { core::ptr::write_volatile(&mut (*imp::block()).last_error, code) }
+}
+
+/// The layer above's word for this OS thread (null until set).
+#[inline(always)]
+pub fn user_word() -> *mut core::ffi::c_void {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&(*imp::block()).user) }
+}
+
+/// Sets the layer above's word for this OS thread.
+#[inline(always)]
+pub fn set_user_word(p: *mut core::ffi::c_void) {
+    // SAFETY: as above; only this thread writes its own block.
+    unsafe { core::ptr::write_volatile(&mut (*imp::block()).user, p) }
 }

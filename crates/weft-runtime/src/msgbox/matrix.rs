@@ -19,7 +19,7 @@
 
 use super::park::{Doorbell, CLASSES};
 use super::spsc::Spsc;
-use crate::sync::{Arc, CachePadded};
+use crate::shim::{Arc, CachePadded};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -176,7 +176,7 @@ impl<T: Send> Endpoint<T> {
             if self.m.doorbells[self.id].rung() {
                 return;
             }
-            crate::sync::spin_hint();
+            crate::shim::spin_hint();
         }
         let timeout = if self.overflowing > 0 {
             Some(timeout.map_or(ROOM_RETRY, |t| t.min(ROOM_RETRY)))
@@ -186,10 +186,45 @@ impl<T: Send> Endpoint<T> {
         self.m.doorbells[self.id].sleep(timeout);
     }
 
+    /// A handle that threads outside the matrix (a blocking pool, a plain thread that
+    /// spawns) use to wake workers.
+    pub fn remote(&self) -> Remote<T> {
+        Remote { m: self.m.clone() }
+    }
+
+    /// Whether a sender has rung this worker's doorbell since it last polled (one load:
+    /// cheap enough for a scheduler to ask at every switch).
+    #[inline]
+    pub fn has_mail(&self) -> bool {
+        self.m.doorbells[self.id].rung()
+    }
+
     /// The eventfd this worker sleeps on, for an event loop that waits on it instead.
     #[cfg(not(feature = "loom"))]
     pub fn wake_fd(&self) -> std::os::fd::RawFd {
         self.m.doorbells[self.id].fd()
+    }
+}
+
+/// Wakes workers from outside the matrix (see [`Endpoint::remote`]).
+pub struct Remote<T> {
+    m: Arc<Matrix<T>>,
+}
+
+impl<T> Clone for Remote<T> {
+    fn clone(&self) -> Self {
+        Remote { m: self.m.clone() }
+    }
+}
+
+impl<T> Remote<T> {
+    /// Wakes worker `to` if it sleeps (or keeps it from sleeping until it next looks).
+    pub fn wake(&self, to: usize) {
+        self.m.doorbells[to].wake_up();
+    }
+    /// Whether worker `to` sleeps or is about to.
+    pub fn is_sleeping(&self, to: usize) -> bool {
+        self.m.doorbells[to].is_sleeping()
     }
 }
 

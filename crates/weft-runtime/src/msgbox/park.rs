@@ -21,7 +21,7 @@
 //! before the receiver blocks is not lost, and the same descriptor is what the worker's
 //! io_uring will wait on once workers have one.
 
-use crate::sync::AtomicU64;
+use crate::shim::AtomicU64;
 use core::sync::atomic::Ordering::*;
 use std::time::Duration;
 
@@ -78,6 +78,11 @@ impl Doorbell {
     /// Receiver: whether any sender has rung since the last `take`.
     pub(crate) fn rung(&self) -> bool {
         self.word.load(Acquire) & !SLEEPING != 0
+    }
+
+    /// Whether the receiver sleeps or is about to (a hint for who to wake).
+    pub(crate) fn is_sleeping(&self) -> bool {
+        self.word.load(Relaxed) & SLEEPING != 0
     }
 
     /// Receiver: sleeps until a sender rings, `wake_up` is called, or `timeout` passes;

@@ -6,7 +6,7 @@
 //! producer and single consumer are guaranteed by the matrix: each box is reachable
 //! only through one sending endpoint and one receiving endpoint (`matrix.rs`).
 
-use crate::sync::{AtomicUsize, CachePadded, UnsafeCell};
+use crate::shim::{AtomicUsize, CachePadded, UnsafeCell};
 use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering::*;
 

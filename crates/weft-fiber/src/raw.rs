@@ -1,0 +1,180 @@
+//! The low-level face of the fiber core, for the runtime built on it (weft-runtime).
+//!
+//! [`RawFiber`] is a copyable handle with no ownership rules of its own: the layer above
+//! decides who may switch to a fiber and when it is freed. It exists so a scheduler can
+//! keep fibers in its own queues and let a finished green thread free itself *as it
+//! leaves* ([`RawFiber::exit_to`]), which the owning [`Fiber`](crate::Fiber) handle
+//! cannot express.
+//!
+//! The contract of a raw fiber's closure: it must not return. It ends by calling
+//! [`RawFiber::exit_to`] with the next fiber to run, after dropping everything it owns
+//! (what is still on its stack then is freed without being dropped). If it returns
+//! anyway, the fiber core's rule for returning Rust fibers applies (control goes back
+//! to the fiber that last switched to it) and the record is then leaked.
+//!
+//! Switching and the statistics are exactly those of the public API: a green thread is
+//! a fiber, so `weft ps` shows it, its activations and its run time.
+
+use crate::error::Error;
+use crate::fiber::{self, FiberRecord, Start};
+use crate::stack::{self, Stack};
+use crate::{thread, tls};
+use core::mem::MaybeUninit;
+use core::ptr::NonNull;
+
+/// A fiber handle without ownership (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawFiber(NonNull<FiberRecord>);
+
+// SAFETY: a record is shared through atomics; who may switch is the caller's contract.
+unsafe impl Send for RawFiber {}
+// SAFETY: as above.
+unsafe impl Sync for RawFiber {}
+
+impl RawFiber {
+    /// Creates a fiber with a stack of `stack_size` usable bytes (0: the default) that
+    /// will run `f` on its first switch. `f` must end with [`RawFiber::exit_to`].
+    pub fn spawn<F: FnOnce() + Send + 'static>(stack_size: usize, f: F) -> Result<RawFiber, Error> {
+        unsafe fn call<F: FnOnce()>(data: *mut (), _me: *mut FiberRecord) {
+            // SAFETY: `data` is the Box<F> made in `spawn`, taken exactly once. The
+            // closure is moved out and the box freed *before* it runs: it never returns,
+            // so nothing after the call would run.
+            let f = unsafe {
+                let b = Box::from_raw(data.cast::<MaybeUninit<F>>());
+                b.assume_init_read()
+            };
+            f();
+        }
+        unsafe fn drop_box<F>(data: *mut ()) {
+            // SAFETY: the never-run Box<F> made in `spawn`.
+            drop(unsafe { Box::from_raw(data.cast::<F>()) });
+        }
+        let t = thread::ensure();
+        let size = Stack::round_size(stack_size);
+        // SAFETY: `t` is this thread's state.
+        let stack =
+            stack::acquire(Some(unsafe { &mut (*t).stacks }), size).map_err(Error::OutOfMemory)?;
+        let data = Box::into_raw(Box::new(f)).cast::<()>();
+        let start = Start::Rust {
+            data,
+            call: call::<F>,
+            drop: drop_box::<F>,
+        };
+        let rec = fiber::create(
+            start,
+            call::<F> as *const () as usize,
+            core::ptr::null_mut(),
+            stack,
+        );
+        Ok(RawFiber(NonNull::new(rec).expect("create returned null")))
+    }
+
+    /// The handle of a thread's fiber (from [`crate::convert_thread`]).
+    pub fn of_thread(t: &crate::ThreadFiber) -> RawFiber {
+        RawFiber(NonNull::new(t.as_raw().cast()).expect("a thread fiber is never null"))
+    }
+
+    /// The fiber running on this thread, if the thread is a fiber.
+    #[inline]
+    pub fn current() -> Option<RawFiber> {
+        let t = tls::thread();
+        // SAFETY: a non-null pointer is this thread's state.
+        unsafe {
+            if t.is_null() {
+                None
+            } else {
+                NonNull::new((*t).current).map(RawFiber)
+            }
+        }
+    }
+
+    /// Switches from the running fiber to this one; returns when some fiber switches
+    /// back. Fails without switching if this fiber is running or finished, or the
+    /// thread is not a fiber.
+    ///
+    /// # Safety
+    /// The fiber must be live (not yet freed by [`RawFiber::exit_to`] or
+    /// [`RawFiber::delete`]).
+    #[inline]
+    pub unsafe fn switch_to(self) -> Result<(), Error> {
+        // SAFETY: per the contract.
+        unsafe {
+            fiber::switch_to(self.0.as_ptr())
+                .map(|_| ())
+                .map_err(|e| e.into_error(self.0.as_ptr()))
+        }
+    }
+
+    /// Ends the running fiber and switches to this one. The running fiber (which must
+    /// have been made by [`RawFiber::spawn`]) is freed by the fiber that runs next, once
+    /// it is off its stack: its stack goes back to the cache, its registry slot is
+    /// freed. Values still on its stack are not dropped.
+    ///
+    /// If the switch cannot happen (this fiber is running elsewhere or finished), the
+    /// process is aborted with a message: there is nowhere to go back to.
+    ///
+    /// # Safety
+    /// This fiber must be live; the caller's fiber must be a raw fiber that nothing will
+    /// switch to again.
+    pub unsafe fn exit_to(self) -> ! {
+        let t = tls::thread();
+        // SAFETY: per the contract, the current fiber is ours to end.
+        unsafe {
+            let cur = (*t).current;
+            *(*cur).exit.get() = fiber::EXIT_DELETE;
+            match fiber::switch_to(self.0.as_ptr()) {
+                Ok(_) => unreachable!("an exiting fiber was resumed"),
+                Err(e) => thread::die(format_args!(
+                    "fiber {} could not exit to fiber {}: {}",
+                    (*cur).id,
+                    (*self.0.as_ptr()).id,
+                    e.into_error(self.0.as_ptr())
+                )),
+            }
+        }
+    }
+
+    /// Frees a fiber that is not running (never started, or suspended: its stack is
+    /// freed without unwinding it).
+    ///
+    /// # Safety
+    /// The fiber must be live and not running, and nothing may use the handle after.
+    pub unsafe fn delete(self) {
+        // SAFETY: per the contract.
+        unsafe {
+            if crate::api::take_for_delete(self.0.as_ptr()).is_err() {
+                thread::die(format_args!(
+                    "RawFiber::delete: fiber {} is running",
+                    (*self.0.as_ptr()).id
+                ));
+            }
+            fiber::destroy(self.0.as_ptr(), tls::thread());
+        }
+    }
+
+    /// This fiber's process-unique id (as `weft ps` shows it).
+    pub fn id(self) -> u64 {
+        // SAFETY: live record (caller's contract for every handle use).
+        unsafe { (*self.0.as_ptr()).id }
+    }
+
+    /// This fiber's statistics.
+    pub fn stats(self) -> crate::FiberStats {
+        // SAFETY: live record.
+        unsafe { crate::stats::snapshot(self.0.as_ptr()) }
+    }
+}
+
+/// The layer above's per-OS-thread word (weft-runtime: the worker this thread runs).
+/// Read through the fiber core's never-cached TLS access, so it is safe to read after a
+/// switch (unlike a `thread_local!` whose address the compiler may have kept).
+#[inline(always)]
+pub fn thread_word() -> *mut core::ffi::c_void {
+    tls::user_word()
+}
+
+/// Sets [`thread_word`] for the calling OS thread.
+#[inline(always)]
+pub fn set_thread_word(p: *mut core::ffi::c_void) {
+    tls::set_user_word(p)
+}

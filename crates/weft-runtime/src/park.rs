@@ -1,0 +1,88 @@
+//! Parking "whatever is running": the green thread if there is one, else the OS thread.
+//!
+//! Every blocking primitive of the runtime (join, mutexes, condition variables,
+//! channels, timers, I/O) is written once on top of this module. A waiter records an
+//! [`Unparker`] for itself, publishes it where the waker will find it, and calls
+//! [`park`] in a loop until its condition holds. On a worker this parks only the green
+//! thread (the worker runs others meanwhile); on any other thread (the `main` thread,
+//! the blocking pool) it parks the OS thread with `std::thread::park`. So the
+//! primitives work between green threads, between OS threads, and across the two.
+//!
+//! Like `std::thread::park`, a park may return spuriously; callers always loop on their
+//! condition.
+
+use crate::task::{self, Task};
+use crate::worker;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to wake one parked thread, green or OS.
+#[derive(Clone)]
+pub struct Unparker(Kind);
+
+#[derive(Clone)]
+enum Kind {
+    /// A green thread.
+    Green(Arc<Task>),
+    /// An OS thread outside the runtime's workers.
+    Os(std::thread::Thread),
+}
+
+impl std::fmt::Debug for Unparker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Kind::Green(t) => write!(f, "Unparker::Green({:?})", t.fiber.get().map(|f| f.id())),
+            Kind::Os(t) => write!(f, "Unparker::Os({:?})", t.id()),
+        }
+    }
+}
+
+impl Unparker {
+    /// The unparker of the calling context.
+    pub fn current() -> Unparker {
+        Unparker(match worker::current_task() {
+            Some(t) => Kind::Green(t),
+            None => Kind::Os(std::thread::current()),
+        })
+    }
+
+    /// Wakes it (at most one pending wake-up is kept, as with `std::thread::unpark`).
+    pub fn unpark(&self) {
+        match &self.0 {
+            Kind::Green(t) => task::unpark(t),
+            Kind::Os(t) => t.unpark(),
+        }
+    }
+
+    /// Whether two unparkers wake the same thread.
+    pub fn same_as(&self, other: &Unparker) -> bool {
+        match (&self.0, &other.0) {
+            (Kind::Green(a), Kind::Green(b)) => Arc::ptr_eq(a, b),
+            (Kind::Os(a), Kind::Os(b)) => a.id() == b.id(),
+            _ => false,
+        }
+    }
+}
+
+/// Parks the calling green thread (or OS thread) until an [`Unparker`] of it is used,
+/// or spuriously.
+pub fn park() {
+    if !worker::park_current(None) {
+        std::thread::park();
+    }
+}
+
+/// As [`park`], returning at the latest at `deadline`.
+pub fn park_until(deadline: Instant) {
+    if !worker::park_current(Some(deadline)) {
+        let now = Instant::now();
+        if deadline > now {
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+}
+
+/// As [`park`], returning at the latest after `timeout`.
+pub fn park_timeout(timeout: Duration) {
+    park_until(Instant::now() + timeout)
+}

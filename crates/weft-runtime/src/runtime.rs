@@ -1,0 +1,354 @@
+//! The runtime: building it, spawning green threads, and shutting it down.
+//!
+//! ```
+//! let rt = weft_runtime::Runtime::new().unwrap();
+//! let sum = rt.block_on(|| {
+//!     let hs: Vec<_> = (0..10u64).map(|i| weft_runtime::spawn(move || i * i)).collect();
+//!     hs.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+//! });
+//! assert_eq!(sum, 285);
+//! ```
+//!
+//! Dropping a [`Runtime`] shuts it down: green threads that are parked are resumed with
+//! a [`Shutdown`](crate::Shutdown) unwind (their destructors run), green threads that
+//! never ran are dropped (their join handles report the same payload), and the worker
+//! threads end once none is left. A green thread that never parks or yields keeps its
+//! worker (and so the drop) waiting.
+
+use crate::msgbox;
+use crate::shim::CachePadded;
+use crate::task::{JoinCell, JoinHandle, Outcome, Task};
+use crate::worker::{self, Shared, Worker, WorkerShared};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft_fiber::raw::{self, RawFiber};
+
+/// Settings every worker reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub stack_size: usize,
+}
+
+/// Options for a [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct Builder {
+    workers: Option<usize>,
+    pin: bool,
+    stack_size: usize,
+    name: String,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            workers: None,
+            pin: true,
+            stack_size: 0,
+            name: "weft-worker".into(),
+        }
+    }
+}
+
+impl Builder {
+    /// Number of worker threads (default: one per CPU this process may run on).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+    /// Whether worker `i` is pinned to the `i`-th CPU the process may run on (default
+    /// true; skipped silently where the affinity call is refused, as in some
+    /// containers).
+    pub fn pin(mut self, pin: bool) -> Self {
+        self.pin = pin;
+        self
+    }
+    /// Usable stack bytes of each green thread (default 1 MiB, committed lazily: only
+    /// the pages a thread touches use memory).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = bytes;
+        self
+    }
+    /// Prefix of the worker threads' names (default `weft-worker`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Starts the workers.
+    pub fn build(self) -> std::io::Result<Runtime> {
+        let cpus = allowed_cpus();
+        let n = self.workers.unwrap_or(cpus.len().max(1));
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a runtime needs at least one worker (Builder::workers(0) was given)",
+            ));
+        }
+        let endpoints = msgbox::matrix::<worker::Mail>(n, 1024)?;
+        let remote = endpoints[0].remote();
+        let deques: Vec<_> = (0..n)
+            .map(|_| crossbeam_deque::Worker::new_fifo())
+            .collect();
+        let shared = Arc::new(Shared {
+            workers: deques
+                .iter()
+                .map(|d| {
+                    CachePadded(WorkerShared {
+                        inbox: Default::default(),
+                        stealer: d.stealer(),
+                        tid: AtomicI32::new(0),
+                        switches: AtomicU64::new(0),
+                        preempt_requested: AtomicBool::new(false),
+                    })
+                })
+                .collect(),
+            remote,
+            shutdown: AtomicBool::new(false),
+            next_worker: AtomicUsize::new(0),
+            tasks: AtomicUsize::new(0),
+            config: Config {
+                stack_size: self.stack_size,
+            },
+        });
+        let mut threads = Vec::with_capacity(n);
+        for (id, (ep, dq)) in endpoints.into_iter().zip(deques).enumerate() {
+            let shared2 = shared.clone();
+            let cpu = (self.pin && !cpus.is_empty()).then(|| cpus[id % cpus.len()]);
+            let t = std::thread::Builder::new()
+                .name(format!("{}-{id}", self.name))
+                .spawn(move || worker_main(id, shared2, ep, dq, cpu))?;
+            threads.push(t);
+        }
+        Ok(Runtime { shared, threads })
+    }
+}
+
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; the call fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        if libc::sched_getaffinity(0, core::mem::size_of_val(&set), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: as above; failure (EINVAL/EPERM in a restricted container) is ignored.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set);
+    }
+}
+
+fn worker_main(
+    id: usize,
+    shared: Arc<Shared>,
+    ep: msgbox::Endpoint<worker::Mail>,
+    dq: crossbeam_deque::Worker<Arc<Task>>,
+    cpu: Option<usize>,
+) {
+    if let Some(c) = cpu {
+        pin_to(c);
+    }
+    // SAFETY: gettid has no preconditions.
+    shared.workers[id]
+        .tid
+        .store(unsafe { libc::gettid() }, Relaxed);
+    let me = weft_fiber::convert_thread().expect("a new worker thread is not yet a fiber");
+    let mut w = match Worker::new(id, shared, ep, dq, RawFiber::of_thread(&me)) {
+        Ok(w) => Box::new(w),
+        Err(e) => panic!("weft: worker {id} cannot set up its I/O: {e}"),
+    };
+    let wp: *mut Worker = &mut *w;
+    raw::set_thread_word(wp.cast());
+    // SAFETY: `wp` is this thread's worker and we are its scheduler fiber.
+    unsafe { worker::sched_loop(wp) };
+    raw::set_thread_word(core::ptr::null_mut());
+    drop(w);
+    drop(me);
+}
+
+/// A running M:N runtime: worker threads and the green threads on them.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("workers", &self.workers())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// A runtime with default options: one pinned worker per CPU.
+    pub fn new() -> std::io::Result<Runtime> {
+        Builder::default().build()
+    }
+
+    /// Options for a runtime.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.shared.workers.len()
+    }
+
+    /// Runs `f` on a green thread and waits for it (blocking the calling OS thread, or
+    /// parking the calling green thread). A panic in `f` is resumed here.
+    pub fn block_on<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        match self.spawn(f).join() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+
+    /// Starts a green thread on some worker (round robin from outside the runtime; the
+    /// caller's own worker from a green thread of this runtime, where it runs at the
+    /// caller's next switch, and an idle worker may steal it until then).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        spawn_in(&self.shared, None, f)
+    }
+
+    /// Starts a green thread on worker `worker` (it stays there).
+    ///
+    /// # Panics
+    /// If `worker` is not below [`Runtime::workers`].
+    pub fn spawn_on<T: Send + 'static>(
+        &self,
+        worker: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        check_worker(&self.shared, worker);
+        spawn_in(&self.shared, Some(worker), f)
+    }
+
+    /// Shuts down (as dropping it does) and waits for the workers to end.
+    pub fn shutdown(self) {}
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Release);
+        for i in 0..self.shared.workers.len() {
+            self.shared.remote.wake(i);
+        }
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                eprintln!("weft: a worker thread panicked during shutdown");
+            }
+        }
+    }
+}
+
+fn check_worker(shared: &Shared, worker: usize) {
+    assert!(
+        worker < shared.workers.len(),
+        "spawn_on({worker}): this runtime has {} workers (0..{})",
+        shared.workers.len(),
+        shared.workers.len()
+    );
+}
+
+/// Completes a green thread's join cell with the shutdown payload if the thread is
+/// dropped before it ran (its closure, which owns this, is dropped unrun).
+struct CompleteOnDrop<T>(Option<Arc<JoinCell<T>>>);
+
+impl<T> Drop for CompleteOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.complete(Err(Box::new(worker::Shutdown)));
+        }
+    }
+}
+
+fn spawn_in<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    to: Option<usize>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let cell = Arc::new(JoinCell::new());
+    let mut guard = CompleteOnDrop(Some(cell.clone()));
+    let fiber = RawFiber::spawn(shared.config.stack_size, move || {
+        let cell = guard.0.take().expect("a green thread starts once");
+        drop(guard);
+        let out: Outcome<T> = catch_unwind(AssertUnwindSafe(f));
+        cell.complete(out);
+        drop(cell);
+        // SAFETY: everything this frame owned has been moved or dropped.
+        unsafe { worker::exit_current() }
+    })
+    .unwrap_or_else(|e| panic!("weft: cannot create a green thread: {e}"));
+    let task = Arc::new(Task::new(shared, true));
+    let id = fiber.id();
+    task.fiber.set(Some(fiber));
+    shared.tasks.fetch_add(1, Relaxed);
+    worker::submit(shared, task, to);
+    JoinHandle { cell, id }
+}
+
+fn current_shared() -> Arc<Shared> {
+    let w = worker::current();
+    assert!(
+        !w.is_null(),
+        "weft_runtime::spawn called outside a runtime's worker: use Runtime::spawn (or call it from a green thread)"
+    );
+    // SAFETY: the thread word is this thread's live worker.
+    unsafe { (*w).shared.clone() }
+}
+
+/// Starts a green thread in the caller's runtime (see [`Runtime::spawn`]).
+///
+/// # Panics
+/// When called outside a green thread or worker of a runtime.
+pub fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+    spawn_in(&current_shared(), None, f)
+}
+
+/// Starts a green thread on worker `worker` of the caller's runtime.
+///
+/// # Panics
+/// Outside a runtime, or if `worker` does not exist.
+pub fn spawn_on<T: Send + 'static>(
+    worker: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let s = current_shared();
+    check_worker(&s, worker);
+    spawn_in(&s, Some(worker), f)
+}
+
+/// Number of workers of the caller's runtime (None outside one).
+pub fn workers() -> Option<usize> {
+    let w = worker::current();
+    // SAFETY: as above.
+    (!w.is_null()).then(|| unsafe { worker::shared_of(w).workers.len() })
+}
+
+/// Puts the calling green thread to sleep for `d` (other green threads run meanwhile);
+/// outside the runtime, sleeps the OS thread.
+pub fn sleep(d: Duration) {
+    let deadline = Instant::now() + d;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        crate::park::park_until(deadline);
+    }
+}

@@ -1,0 +1,602 @@
+//! Workers: the OS threads that run green threads, one per CPU.
+//!
+//! A worker owns, and alone touches:
+//! - its **run queue** of started green threads that are ready (`runq`), plus a
+//!   `next` slot for the thread just spawned here (it runs next, as in Go: a spawn
+//!   followed by a join costs no trip through the queue);
+//! - its **spawn deque** of green threads that have never run (`spawnq`, a Chase-Lev
+//!   deque: idle workers may steal from it, and only from it);
+//! - its **timers** (`timers.rs`), its end of the **message-box matrix**
+//!   ([`crate::msgbox`]), and its I/O driver;
+//! - the **live list** of the started green threads it owns (for shutdown and `weft
+//!   ps`).
+//!
+//! Others reach a worker only through its message boxes (from workers) or its inbox
+//! (from any other thread), each followed by a ring of its doorbell.
+//!
+//! ## Switching
+//!
+//! The worker thread is itself a fiber (converted at start): the *scheduler fiber*,
+//! which runs [`sched_loop`]. Green threads switch **directly** to each other: a
+//! thread that yields or parks picks the next one itself ([`pick_next`]) and switches
+//! to it, so a yield is one context switch, not two. Only when nothing is runnable does
+//! a thread switch to the scheduler fiber, which polls, steals, and sleeps.
+//!
+//! Code that runs after a switch reaches its worker through [`current`], which reads
+//! the fiber core's never-cached thread word: never through a pointer kept from before
+//! the switch (a thread moved with `move_to` resumes on another worker).
+//!
+//! ## Invariants
+//!
+//! 1. A task is in at most one of: `current`, `next`, `runq`, `spawnq`, a message or the
+//!    inbox, or parked (in none). Its park word (`task/state.rs`) makes "woken once per
+//!    park" true across threads.
+//! 2. A started task is switched to only by its owner worker's OS thread.
+//! 3. `Worker` is reached through a raw pointer and never borrowed across a call that
+//!    could reach it again (an unpark, a drop that wakes someone): every access is a
+//!    short field access.
+
+pub(crate) mod timers;
+
+use crate::msgbox::{Endpoint, Remote};
+use crate::shim::CachePadded;
+use crate::task::{Task, NO_OWNER};
+use crossbeam_deque::{Steal, Stealer};
+use crossbeam_queue::SegQueue;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::time::Instant;
+use timers::Timers;
+use weft_fiber::raw::{self, RawFiber};
+
+/// What travels through the message boxes and inboxes.
+pub(crate) enum Mail {
+    /// A green thread owned by the receiver was woken: put it on the run queue.
+    Wake(Arc<Task>),
+    /// A new green thread for the receiver (`spawn_on`, or a spawn from outside).
+    Spawn(Arc<Task>),
+}
+
+/// How often (in picks) a worker looks at its timers, inbox and I/O even while its run
+/// queue is not empty (fairness between ready threads and the outside world), and how
+/// often it takes a woken thread before a never-run one.
+const POLL_EVERY: u32 = 61;
+const SPAWNQ_EVERY: u32 = 31;
+
+/// The part of a worker that others may touch (all atomics or thread-safe queues).
+pub(crate) struct WorkerShared {
+    /// Mail from threads that are not workers.
+    pub inbox: SegQueue<Mail>,
+    /// Steals never-run green threads from this worker's spawn deque.
+    pub stealer: Stealer<Arc<Task>>,
+    /// The worker's OS thread id (0 before it starts), for signals and `weft ps`.
+    pub tid: AtomicI32,
+    /// Counts context switches on this worker (the monitor's progress measure).
+    pub switches: AtomicU64,
+    /// Whether the running green thread has been asked to yield (preemption flag).
+    pub preempt_requested: AtomicBool,
+}
+
+/// What the workers and every handle of one runtime share.
+pub(crate) struct Shared {
+    pub workers: Box<[CachePadded<WorkerShared>]>,
+    pub remote: Remote<Mail>,
+    pub shutdown: AtomicBool,
+    /// Round-robin choice of a worker for spawns from outside the runtime.
+    pub next_worker: AtomicUsize,
+    /// Green threads spawned and not yet finished (or dropped unstarted).
+    pub tasks: AtomicUsize,
+    pub config: crate::runtime::Config,
+}
+
+/// A worker's own state (see the module comment). Lives on its OS thread.
+pub(crate) struct Worker {
+    pub id: usize,
+    pub shared: Arc<Shared>,
+    endpoint: Endpoint<Mail>,
+    runq: VecDeque<Arc<Task>>,
+    next: Option<Arc<Task>>,
+    spawnq: crossbeam_deque::Worker<Arc<Task>>,
+    pub(crate) timers: Timers,
+    /// This worker's I/O (io_uring, or the thread fallback).
+    pub(crate) io: crate::io::Driver,
+    /// The scheduler fiber (this OS thread's own fiber).
+    sched: RawFiber,
+    /// The green thread running now (None while the scheduler fiber runs).
+    current: Option<Arc<Task>>,
+    /// Head of the live list (each entry holds one strong count, from `Arc::into_raw`).
+    live_head: *const Task,
+    live: usize,
+    picks: u32,
+}
+
+/// The runtime of worker `w`.
+///
+/// # Safety
+/// `w` is a live worker; the reference must not outlive it.
+#[inline(always)]
+pub(crate) unsafe fn shared_of<'a>(w: *mut Worker) -> &'a Shared {
+    // SAFETY: per the contract; the Arc keeps `Shared` alive as long as the worker.
+    unsafe { &*Arc::as_ptr(&(*w).shared) }
+}
+
+/// Worker `w`'s own shared part.
+///
+/// # Safety
+/// As [`shared_of`].
+#[inline(always)]
+unsafe fn mine<'a>(w: *mut Worker) -> &'a WorkerShared {
+    // SAFETY: per the contract.
+    unsafe { &shared_of(w).workers[(*w).id] }
+}
+
+/// The worker the calling OS thread runs, or null.
+#[inline(always)]
+pub(crate) fn current() -> *mut Worker {
+    raw::thread_word().cast()
+}
+
+/// The green thread running now, if the caller is one.
+pub(crate) fn current_task() -> Option<Arc<Task>> {
+    let w = current();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null thread word is this thread's live worker.
+    unsafe { (*w).current.clone() }
+}
+
+/// The index of the worker running the caller, if it is a green thread.
+pub fn current_worker() -> Option<usize> {
+    let w = current();
+    // SAFETY: as above.
+    (!w.is_null() && unsafe { (*w).current.is_some() }).then(|| unsafe { (*w).id })
+}
+
+impl Worker {
+    pub(crate) fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        endpoint: Endpoint<Mail>,
+        spawnq: crossbeam_deque::Worker<Arc<Task>>,
+        sched: RawFiber,
+    ) -> std::io::Result<Worker> {
+        let io = crate::io::Driver::new(endpoint.wake_fd())?;
+        Ok(Worker {
+            id,
+            shared,
+            endpoint,
+            runq: VecDeque::new(),
+            next: None,
+            spawnq,
+            timers: Timers::default(),
+            io,
+            sched,
+            current: None,
+            live_head: core::ptr::null(),
+            live: 0,
+            picks: 0,
+        })
+    }
+}
+
+/// Puts a woken green thread back on its owner's run queue, from wherever the caller
+/// runs.
+pub(crate) fn schedule(task: Arc<Task>) {
+    let owner = task.owner.load(Acquire);
+    debug_assert_ne!(owner, NO_OWNER, "only started tasks park");
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's worker; short field accesses only.
+    unsafe {
+        if !w.is_null() && core::ptr::eq(Arc::as_ptr(&(*w).shared), task.shared()) {
+            if (*w).id == owner {
+                (*w).runq.push_back(task);
+            } else {
+                (*w).endpoint.send(owner, Mail::Wake(task));
+            }
+            return;
+        }
+    }
+    let shared: *const Shared = task.shared();
+    // SAFETY: the task (moved into the mail) keeps its runtime alive.
+    send_from_outside(unsafe { &*shared }, owner, Mail::Wake(task));
+}
+
+/// Sends `mail` to worker `to` from a thread that is not one of its runtime's workers.
+pub(crate) fn send_from_outside(shared: &Shared, to: usize, mail: Mail) {
+    shared.workers[to].inbox.push(mail);
+    shared.remote.wake(to);
+}
+
+/// Queues a new green thread. From a green thread of the same runtime with `to` None or
+/// its own worker, it goes into the `next` slot (it runs at the caller's next switch);
+/// otherwise to worker `to` (or a round-robin choice) through the boxes or the inbox.
+pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's worker.
+    unsafe {
+        if !w.is_null() && Arc::ptr_eq(&(*w).shared, shared) {
+            let me = (*w).id;
+            let to = to.unwrap_or(me);
+            if to == me {
+                if let Some(prev) = (*w).next.replace(task) {
+                    (*w).spawnq.push(prev);
+                }
+                wake_an_idle_worker(shared, me);
+            } else {
+                (*w).endpoint.send(to, Mail::Spawn(task));
+            }
+            return;
+        }
+    }
+    let to = to.unwrap_or_else(|| shared.next_worker.fetch_add(1, Relaxed) % shared.workers.len());
+    send_from_outside(shared, to, Mail::Spawn(task));
+}
+
+/// If some other worker sleeps while this one has unstarted work, wakes one so it can
+/// steal (Go's "wakep").
+fn wake_an_idle_worker(shared: &Shared, me: usize) {
+    let n = shared.workers.len();
+    for i in 1..n {
+        let o = (me + i) % n;
+        if shared.remote.is_sleeping(o) {
+            shared.remote.wake(o);
+            return;
+        }
+    }
+}
+
+/// Starts a task on this worker if it has never run: it becomes owned here.
+///
+/// # Safety
+/// `w` is this thread's worker.
+#[inline]
+unsafe fn adopt(w: *mut Worker, t: &Arc<Task>) {
+    // SAFETY: per the contract; the live list is this worker's alone.
+    unsafe {
+        if !t.started.load(Relaxed) {
+            t.started.store(true, Relaxed);
+            t.owner.store((*w).id, Release);
+            let p = Arc::into_raw(t.clone());
+            (*p).live_next.set((*w).live_head);
+            (*p).live_prev.set(core::ptr::null());
+            if !(*w).live_head.is_null() {
+                (*(*w).live_head).live_prev.set(p);
+            }
+            (*w).live_head = p;
+            (*w).live += 1;
+        }
+    }
+}
+
+/// Takes a finished task off its worker's live list, dropping the list's count.
+///
+/// # Safety
+/// `w` is this thread's worker and owns `t`.
+unsafe fn unlink(w: *mut Worker, t: &Task) {
+    // SAFETY: per the contract.
+    unsafe {
+        let (p, n) = (t.live_prev.get(), t.live_next.get());
+        if p.is_null() {
+            (*w).live_head = n;
+        } else {
+            (*p).live_next.set(n);
+        }
+        if !n.is_null() {
+            (*n).live_prev.set(p);
+        }
+        (*w).live -= 1;
+        drop(Arc::from_raw(t as *const Task));
+    }
+}
+
+/// Handles everything that came from outside: mail, the inbox, due timers.
+///
+/// # Safety
+/// `w` is this thread's worker.
+unsafe fn poll_events(w: *mut Worker) {
+    // SAFETY: per the contract. `poll`'s callback only pushes to this worker's queues.
+    unsafe {
+        let runq: *mut VecDeque<Arc<Task>> = &mut (*w).runq;
+        let spawnq: *const crossbeam_deque::Worker<Arc<Task>> = &(*w).spawnq;
+        let deliver = |m: Mail| match m {
+            Mail::Wake(t) => (*runq).push_back(t),
+            Mail::Spawn(t) => (*spawnq).push(t),
+        };
+        (*w).endpoint.poll(|_, m| deliver(m));
+        while let Some(m) = mine(w).inbox.pop() {
+            deliver(m);
+        }
+        let io: *mut crate::io::Driver = &mut (*w).io;
+        (*io).poll();
+        if (*w).timers.next_deadline().is_some() {
+            let now = Instant::now();
+            let timers: *mut Timers = &mut (*w).timers;
+            (*timers).fire(now);
+        }
+    }
+}
+
+/// The next green thread to run on this worker, if any.
+///
+/// # Safety
+/// `w` is this thread's worker.
+unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
+    // SAFETY: per the contract.
+    unsafe {
+        (*w).picks = (*w).picks.wrapping_add(1);
+        let picks = (*w).picks;
+        if picks.is_multiple_of(POLL_EVERY) || (*w).endpoint.has_mail() {
+            poll_events(w);
+        }
+        if let Some(t) = (*w).next.take() {
+            return Some(t);
+        }
+        // Never-run threads before woken ones (a yield lets new threads start), except
+        // every SPAWNQ_EVERY-th pick, so a spawning loop cannot starve woken threads.
+        if !picks.is_multiple_of(SPAWNQ_EVERY) {
+            if let Some(t) = (*w).spawnq.pop() {
+                return Some(t);
+            }
+        }
+        if let Some(t) = (*w).runq.pop_front() {
+            return Some(t);
+        }
+        if let Some(t) = (*w).spawnq.pop() {
+            return Some(t);
+        }
+        poll_events(w);
+        if let Some(t) = (*w).runq.pop_front() {
+            return Some(t);
+        }
+        (*w).spawnq.pop()
+    }
+}
+
+/// Switches from the running context to `to` (a task, or the scheduler when None).
+///
+/// # Safety
+/// `w` is this thread's worker; the running context has already put itself wherever it
+/// must be found again (a queue, a waiter list) or is the scheduler fiber.
+unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
+    // SAFETY: per the contract.
+    unsafe {
+        let target = match &to {
+            Some(t) => {
+                adopt(w, t);
+                t.raw()
+            }
+            None => (*w).sched,
+        };
+        (*w).current = to;
+        let sh = mine(w);
+        sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
+        if let Err(e) = target.switch_to() {
+            panic!(
+                "weft: worker {} could not switch to fiber {}: {e}",
+                (*w).id,
+                target.id()
+            );
+        }
+    }
+}
+
+/// Gives up the CPU from a green thread: `requeue` puts it at the back of the run
+/// queue (a yield); otherwise it must already be findable by whoever will wake it (a
+/// park). Returns when the thread runs again.
+///
+/// # Safety
+/// Called on a green thread; `w` is this thread's worker.
+unsafe fn switch_away(w: *mut Worker, requeue: bool) {
+    // SAFETY: per the contract.
+    unsafe {
+        let me = (*w)
+            .current
+            .take()
+            .expect("switch_away outside a green thread");
+        if requeue {
+            (*w).runq.push_back(me.clone());
+        }
+        let next = pick_next(w);
+        if let Some(n) = &next {
+            if Arc::ptr_eq(n, &me) {
+                // Woken (or requeued) and picked again before we even left.
+                (*w).current = next;
+                return;
+            }
+        }
+        drop(me); // the run queue, a waker or the live list keeps the task alive
+        switch_to(w, next);
+    }
+}
+
+/// The unwind payload a green thread's park raises when its runtime shuts down while it
+/// is parked: it unwinds the thread's stack (running destructors) and is caught at the
+/// thread's base. Do not catch it (if caught, the thread's next park raises it again).
+#[derive(Debug)]
+pub struct Shutdown;
+
+/// Parks the calling green thread (until `deadline` if given). Returns false, without
+/// parking, if the caller is not a green thread.
+pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's worker; short accesses only.
+    unsafe {
+        if w.is_null() {
+            return false;
+        }
+        let Some(me) = (*w).current.clone() else {
+            return false;
+        };
+        check_cancelled(&me);
+        if me.park.park_begin() {
+            if let Some(d) = deadline {
+                (*w).timers.add(d, me.clone());
+            }
+            drop(me);
+            switch_away(w, false);
+            let w = current();
+            let me = (*w).current.clone().expect("resumed as a green thread");
+            me.park.park_end();
+            if deadline.is_some() {
+                Timers::cancel(&me);
+            }
+            check_cancelled(&me);
+        }
+        true
+    }
+}
+
+/// Raises the shutdown unwind once in a cancelled thread (not while it is already
+/// unwinding from it: destructors that park then just return).
+fn check_cancelled(me: &Task) {
+    if me.cancelled.load(Relaxed) && !me.unwinding.replace(true) {
+        std::panic::resume_unwind(Box::new(Shutdown));
+    }
+}
+
+/// Lets the other ready green threads of this worker run; returns at once if there are
+/// none (or outside the runtime, yields the OS thread).
+pub fn yield_now() {
+    let w = current();
+    // SAFETY: as in park_current.
+    unsafe {
+        if w.is_null() || (*w).current.is_none() {
+            std::thread::yield_now();
+            return;
+        }
+        if let Some(me) = &(*w).current {
+            check_cancelled(me);
+        }
+        mine(w).preempt_requested.store(false, Relaxed);
+        switch_away(w, true);
+    }
+}
+
+/// Ends the running green thread: frees it as it leaves and runs the next one.
+///
+/// # Safety
+/// Called at the very end of a task's fiber, with nothing left to drop on its stack.
+pub(crate) unsafe fn exit_current() -> ! {
+    let w = current();
+    // SAFETY: per the contract.
+    unsafe {
+        let me = (*w).current.take().expect("exit outside a green thread");
+        unlink(w, &me);
+        drop(me);
+        shared_of(w).tasks.fetch_sub(1, Release);
+        let next = pick_next(w);
+        let target = match &next {
+            Some(t) => {
+                adopt(w, t);
+                t.raw()
+            }
+            None => (*w).sched,
+        };
+        (*w).current = next;
+        target.exit_to()
+    }
+}
+
+/// The scheduler fiber's loop: runs ready threads, steals, sleeps; returns at shutdown
+/// once no green thread of this worker is left.
+///
+/// # Safety
+/// `w` is this thread's worker, and the caller is its scheduler fiber.
+pub(crate) unsafe fn sched_loop(w: *mut Worker) {
+    // SAFETY: per the contract.
+    unsafe {
+        loop {
+            if let Some(t) = pick_next(w) {
+                switch_to(w, Some(t));
+                continue;
+            }
+            if shared_of(w).shutdown.load(Acquire) {
+                if shutdown_step(w) {
+                    return;
+                }
+                continue;
+            }
+            if let Some(t) = steal(w) {
+                switch_to(w, Some(t));
+                continue;
+            }
+            idle(w);
+        }
+    }
+}
+
+/// Takes a never-run green thread from another worker's spawn deque.
+unsafe fn steal(w: *mut Worker) -> Option<Arc<Task>> {
+    // SAFETY: `w` is this thread's worker.
+    unsafe {
+        let shared = shared_of(w);
+        let n = shared.workers.len();
+        for i in 1..n {
+            let o = ((*w).id + i) % n;
+            loop {
+                match shared.workers[o].stealer.steal() {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Empty => break,
+                    Steal::Retry => continue,
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Nothing to run: waits for mail, a timer, or I/O.
+unsafe fn idle(w: *mut Worker) {
+    // SAFETY: `w` is this thread's worker.
+    unsafe {
+        if !mine(w).inbox.is_empty() {
+            return;
+        }
+        let timeout = (*w)
+            .timers
+            .next_deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        if timeout == Some(std::time::Duration::ZERO) {
+            return;
+        }
+        let io: *mut crate::io::Driver = &mut (*w).io;
+        (*io).before_sleep();
+        (*w).endpoint.wait(timeout);
+    }
+}
+
+/// One round of shutdown: cancels every green thread of this worker (parked ones are
+/// resumed to unwind), drops never-run ones. True when none is left.
+unsafe fn shutdown_step(w: *mut Worker) -> bool {
+    // SAFETY: `w` is this thread's worker.
+    unsafe {
+        while let Some(t) = (*w).spawnq.pop() {
+            drop(t);
+            shared_of(w).tasks.fetch_sub(1, Release);
+        }
+        if let Some(t) = (*w).next.take() {
+            drop(t);
+            shared_of(w).tasks.fetch_sub(1, Release);
+        }
+        (*w).timers.clear();
+        let mut p = (*w).live_head;
+        while !p.is_null() {
+            (*p).cancelled.store(true, Relaxed);
+            if (*p).park.take_parked() {
+                Arc::increment_strong_count(p);
+                (*w).runq.push_back(Arc::from_raw(p));
+            }
+            p = (*p).live_next.get();
+        }
+        if !(*w).runq.is_empty() {
+            return false;
+        }
+        if (*w).live == 0 {
+            return true;
+        }
+        idle(w);
+        false
+    }
+}

@@ -1,0 +1,108 @@
+//! A worker's timers: the deadlines at which its parked green threads are woken.
+//!
+//! Timers are per worker, like everything else on the hot path: a green thread sets a
+//! timer only on the worker that owns it, and that worker fires it, so no lock is
+//! needed. The structure is a binary heap ordered by deadline (O(log n) insert and
+//! fire; the next deadline in O(1), which is what the worker's sleep needs). A hashed
+//! timing wheel would make insertion O(1), but the heap's exact deadlines and its
+//! simplicity win at the sizes measured here (see docs/runtime.md).
+//!
+//! Cancellation is lazy: a task remembers the sequence number of the one timer that
+//! may wake it (`Task::timer_seq`); cancelling sets that to 0, and an entry whose
+//! number no longer matches is discarded when it reaches the top of the heap. So
+//! cancelling (every park with a timeout that ends early) costs a store.
+
+use crate::task::{self, Task};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::Instant;
+
+struct Entry {
+    deadline: Instant,
+    seq: u64,
+    task: Arc<Task>,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Entry {
+    /// Reversed, so the max-heap's top is the earliest deadline.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.deadline, o.seq).cmp(&(self.deadline, self.seq))
+    }
+}
+
+/// One worker's timers.
+#[derive(Default)]
+pub(crate) struct Timers {
+    heap: BinaryHeap<Entry>,
+    next_seq: u64,
+}
+
+impl Timers {
+    /// Wakes `task` at `deadline` (replacing any timer it had).
+    pub(crate) fn add(&mut self, deadline: Instant, task: Arc<Task>) {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        task.timer_seq.set(seq);
+        self.heap.push(Entry {
+            deadline,
+            seq,
+            task,
+        });
+    }
+
+    /// Cancels `task`'s timer, if it has one.
+    #[inline]
+    pub(crate) fn cancel(task: &Task) {
+        task.timer_seq.set(0);
+    }
+
+    fn drop_cancelled(&mut self) {
+        while let Some(top) = self.heap.peek() {
+            if top.task.timer_seq.get() == top.seq {
+                break;
+            }
+            self.heap.pop();
+        }
+    }
+
+    /// The earliest live deadline.
+    pub(crate) fn next_deadline(&mut self) -> Option<Instant> {
+        self.drop_cancelled();
+        self.heap.peek().map(|e| e.deadline)
+    }
+
+    /// Fires every timer due at `now`; returns how many woke a thread.
+    pub(crate) fn fire(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        loop {
+            self.drop_cancelled();
+            match self.heap.peek() {
+                Some(top) if top.deadline <= now => {}
+                _ => return n,
+            }
+            let e = self.heap.pop().expect("peeked");
+            e.task.timer_seq.set(0);
+            task::unpark(&e.task);
+            n += 1;
+        }
+    }
+
+    /// Drops every timer (shutdown).
+    pub(crate) fn clear(&mut self) {
+        for e in self.heap.drain() {
+            e.task.timer_seq.set(0);
+        }
+    }
+}
