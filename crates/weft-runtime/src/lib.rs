@@ -40,6 +40,8 @@
 // for the model checks in tests/loom_*.rs; the runtime itself is not.
 #[cfg(not(feature = "loom"))]
 mod io;
+#[cfg(not(feature = "loom"))]
+mod monitor;
 pub mod msgbox;
 #[cfg(not(feature = "loom"))]
 pub mod park;

@@ -38,6 +38,7 @@ pub struct Builder {
     pin: bool,
     stack_size: usize,
     name: String,
+    preempt: bool,
 }
 
 impl Default for Builder {
@@ -47,6 +48,7 @@ impl Default for Builder {
             pin: true,
             stack_size: 0,
             name: "weft-worker".into(),
+            preempt: std::env::var("WEFT_PREEMPT").map_or(true, |v| v != "off" && v != "0"),
         }
     }
 }
@@ -68,6 +70,13 @@ impl Builder {
     /// the pages a thread touches use memory).
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
+        self
+    }
+    /// Whether green threads that hold a worker for 10 ms without yielding are preempted
+    /// (default true; `WEFT_PREEMPT=off` changes the default). When and how a thread is
+    /// switched out is described in docs/runtime.md ("Preemption").
+    pub fn preempt(mut self, on: bool) -> Self {
+        self.preempt = on;
         self
     }
     /// Prefix of the worker threads' names (default `weft-worker`).
@@ -101,6 +110,7 @@ impl Builder {
                         tid: AtomicI32::new(0),
                         switches: AtomicU64::new(0),
                         preempt_requested: AtomicBool::new(false),
+                        running: AtomicBool::new(false),
                     })
                 })
                 .collect(),
@@ -121,7 +131,16 @@ impl Builder {
                 .spawn(move || worker_main(id, shared2, ep, dq, cpu))?;
             threads.push(t);
         }
-        Ok(Runtime { shared, threads })
+        let monitor = if self.preempt {
+            Some(crate::monitor::start(shared.clone())?)
+        } else {
+            None
+        };
+        Ok(Runtime {
+            shared,
+            threads,
+            monitor,
+        })
     }
 }
 
@@ -180,6 +199,7 @@ fn worker_main(
 pub struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    monitor: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -253,6 +273,9 @@ impl Drop for Runtime {
                 eprintln!("weft: a worker thread panicked during shutdown");
             }
         }
+        if let Some(m) = self.monitor.take() {
+            let _ = m.join();
+        }
     }
 }
 
@@ -285,6 +308,7 @@ fn spawn_in<T: Send + 'static>(
     let cell = Arc::new(JoinCell::new());
     let mut guard = CompleteOnDrop(Some(cell.clone()));
     let fiber = RawFiber::spawn(shared.config.stack_size, move || {
+        worker::task_started();
         let cell = guard.0.take().expect("a green thread starts once");
         drop(guard);
         let out: Outcome<T> = catch_unwind(AssertUnwindSafe(f));

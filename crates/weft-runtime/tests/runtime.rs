@@ -188,3 +188,120 @@ fn shutdown_unwinds_parked_threads_and_drops_unstarted_ones() {
         assert!(e.is::<weft_runtime::Shutdown>());
     }
 }
+
+#[test]
+fn a_thread_that_never_yields_does_not_starve_its_worker() {
+    // One worker: a green thread spins for 300 ms without any runtime call; another
+    // green thread on the same worker must get to run within about one slice (10 ms),
+    // and keep running while the spinner spins.
+    let rt = rt(1);
+    let (first_gap, runs) = rt.block_on(|| {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let t0 = Instant::now();
+        let spinner = spawn_on(0, move || {
+            let mut x = 0u64;
+            while !s2.load(Relaxed) && t0.elapsed() < Duration::from_millis(300) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            }
+            x
+        });
+        let ticker = spawn_on(0, move || {
+            let mut runs = 0;
+            let mut first = None;
+            while t0.elapsed() < Duration::from_millis(250) {
+                first.get_or_insert_with(|| t0.elapsed());
+                runs += 1;
+                yield_now();
+            }
+            (first.unwrap_or(Duration::MAX), runs)
+        });
+        let r = ticker.join().unwrap();
+        stop.store(true, Relaxed);
+        spinner.join().unwrap();
+        r
+    });
+    assert!(
+        first_gap < Duration::from_millis(100),
+        "first run after {first_gap:?}"
+    );
+    assert!(
+        runs >= 5,
+        "the ticker ran only {runs} times in 250 ms beside a spinner"
+    );
+}
+
+/// A green thread that spins 150 ms without a runtime call spawns another on the same
+/// (only) worker first: how long until that one runs?
+fn wait_beside_a_spinner(rt: &Runtime) -> Duration {
+    rt.block_on(|| {
+        spawn_on(0, || {
+            let t0 = Instant::now();
+            let ticker = spawn_on(0, move || t0.elapsed());
+            while t0.elapsed() < Duration::from_millis(150) {
+                std::hint::black_box(0);
+            }
+            ticker
+        })
+        .join()
+        .unwrap()
+        .join()
+        .unwrap()
+    })
+}
+
+#[test]
+fn without_preemption_the_spinner_keeps_its_worker() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .preempt(false)
+        .build()
+        .unwrap();
+    let gap = wait_beside_a_spinner(&rt);
+    assert!(
+        gap >= Duration::from_millis(150),
+        "ran after {gap:?}: something preempted"
+    );
+    let rt = rt_preempting();
+    let gap = wait_beside_a_spinner(&rt);
+    assert!(
+        gap < Duration::from_millis(100),
+        "preemption: ran only after {gap:?}"
+    );
+}
+
+fn rt_preempting() -> Runtime {
+    Runtime::builder().workers(1).preempt(true).build().unwrap()
+}
+
+#[test]
+fn a_std_mutex_held_by_a_preempted_thread_does_not_deadlock_its_worker() {
+    // A holds a std::sync::Mutex while it spins and is preempted; B, on the same single
+    // worker, then blocks the OS thread in futex on that mutex. The preemption signal
+    // switches B out of its futex wait (module worker/preempt.rs), A finishes and
+    // unlocks, and B gets the lock.
+    let rt = rt_preempting();
+    let order = rt.block_on(|| {
+        let m = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let m2 = m.clone();
+        spawn_on(0, move || {
+            let mut g = m2.lock().unwrap();
+            let m3 = m2.clone();
+            let b = spawn_on(0, move || m3.lock().unwrap().push("b"));
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(60) {
+                std::hint::black_box(0);
+            }
+            g.push("a");
+            drop(g);
+            b
+        })
+        .join()
+        .unwrap()
+        .join()
+        .unwrap();
+        let v = m.lock().unwrap().clone();
+        v
+    });
+    assert_eq!(order, vec!["a", "b"]);
+}

@@ -36,6 +36,7 @@
 //!    could reach it again (an unpark, a drop that wakes someone): every access is a
 //!    short field access.
 
+pub(crate) mod preempt;
 pub(crate) mod timers;
 
 use crate::msgbox::{Endpoint, Remote};
@@ -76,6 +77,8 @@ pub(crate) struct WorkerShared {
     pub switches: AtomicU64,
     /// Whether the running green thread has been asked to yield (preemption flag).
     pub preempt_requested: AtomicBool,
+    /// Whether a green thread (not the scheduler) holds the worker now.
+    pub running: AtomicBool,
 }
 
 /// What the workers and every handle of one runtime share.
@@ -109,6 +112,9 @@ pub(crate) struct Worker {
     live_head: *const Task,
     live: usize,
     picks: u32,
+    /// Runtime depth: above 0 while runtime code runs on this worker, so the preemption
+    /// signal only sets a flag (`preempt.rs`). Every context switch happens at depth 1.
+    pub(crate) depth: core::cell::Cell<u32>,
 }
 
 /// The runtime of worker `w`.
@@ -177,6 +183,7 @@ impl Worker {
             live_head: core::ptr::null(),
             live: 0,
             picks: 0,
+            depth: core::cell::Cell::new(0),
         })
     }
 }
@@ -190,11 +197,13 @@ pub(crate) fn schedule(task: Arc<Task>) {
     // SAFETY: a non-null thread word is this thread's worker; short field accesses only.
     unsafe {
         if !w.is_null() && core::ptr::eq(Arc::as_ptr(&(*w).shared), task.shared()) {
+            preempt::enter(w);
             if (*w).id == owner {
                 (*w).runq.push_back(task);
             } else {
                 (*w).endpoint.send(owner, Mail::Wake(task));
             }
+            preempt::leave(w);
             return;
         }
     }
@@ -219,6 +228,7 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
         if !w.is_null() && Arc::ptr_eq(&(*w).shared, shared) {
             let me = (*w).id;
             let to = to.unwrap_or(me);
+            preempt::enter(w);
             if to == me {
                 if let Some(prev) = (*w).next.replace(task) {
                     (*w).spawnq.push(prev);
@@ -227,6 +237,7 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
             } else {
                 (*w).endpoint.send(to, Mail::Spawn(task));
             }
+            preempt::leave(w);
             return;
         }
     }
@@ -369,8 +380,9 @@ unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
             }
             None => (*w).sched,
         };
-        (*w).current = to;
         let sh = mine(w);
+        sh.running.store(to.is_some(), Relaxed);
+        (*w).current = to;
         sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
         if let Err(e) = target.switch_to() {
             panic!(
@@ -430,6 +442,7 @@ pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
             return false;
         };
         check_cancelled(&me);
+        preempt::enter(w);
         if me.park.park_begin() {
             if let Some(d) = deadline {
                 (*w).timers.add(d, me.clone());
@@ -442,7 +455,10 @@ pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
             if deadline.is_some() {
                 Timers::cancel(&me);
             }
+            preempt::leave(w);
             check_cancelled(&me);
+        } else {
+            preempt::leave(w);
         }
         true
     }
@@ -469,9 +485,19 @@ pub fn yield_now() {
         if let Some(me) = &(*w).current {
             check_cancelled(me);
         }
+        preempt::enter(w);
         mine(w).preempt_requested.store(false, Relaxed);
         switch_away(w, true);
+        preempt::leave(current());
     }
+}
+
+/// Called first thing by a new green thread: it starts at runtime depth 1 (it was
+/// switched to by runtime code) and runs user code at depth 0.
+pub(crate) fn task_started() {
+    let w = current();
+    // SAFETY: a green thread runs on its worker.
+    unsafe { preempt::leave(w) };
 }
 
 /// Ends the running green thread: frees it as it leaves and runs the next one.
@@ -482,6 +508,7 @@ pub(crate) unsafe fn exit_current() -> ! {
     let w = current();
     // SAFETY: per the contract.
     unsafe {
+        preempt::enter(w);
         let me = (*w).current.take().expect("exit outside a green thread");
         unlink(w, &me);
         drop(me);
@@ -507,6 +534,8 @@ pub(crate) unsafe fn exit_current() -> ! {
 pub(crate) unsafe fn sched_loop(w: *mut Worker) {
     // SAFETY: per the contract.
     unsafe {
+        // The scheduler is runtime code throughout: never preempted.
+        preempt::enter(w);
         loop {
             if let Some(t) = pick_next(w) {
                 switch_to(w, Some(t));
@@ -514,6 +543,7 @@ pub(crate) unsafe fn sched_loop(w: *mut Worker) {
             }
             if shared_of(w).shutdown.load(Acquire) {
                 if shutdown_step(w) {
+                    preempt::leave(w);
                     return;
                 }
                 continue;

@@ -1,0 +1,66 @@
+//! The monitor: one OS thread per runtime that watches the workers from outside.
+//!
+//! Every millisecond it reads each worker's switch counter. A worker whose counter has
+//! not moved for a [`SLICE`](crate::worker::preempt::SLICE) while a green thread holds
+//! it is preempted: its `preempt_requested` flag is set and its OS thread gets the
+//! preemption signal (`worker/preempt.rs` decides there whether to switch or only leave
+//! the flag). If that signal did not switch the thread out (it landed in libc, say),
+//! the next tick signals again, until the thread switches. While every worker is idle
+//! the monitor checks ten times less often.
+//!
+//! The monitor only reads atomics and sends signals: it never touches a worker's
+//! queues, so it needs no lock and cannot stall a worker.
+
+use crate::worker::{preempt, Shared};
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(1);
+const IDLE_TICK: Duration = Duration::from_millis(10);
+
+/// Starts the monitor of `shared`; it ends when the runtime shuts down.
+pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    preempt::install();
+    std::thread::Builder::new()
+        .name("weft-monitor".into())
+        .stack_size(64 * 1024)
+        .spawn(move || run(&shared))
+}
+
+fn run(shared: &Shared) {
+    let n = shared.workers.len();
+    let mut last = vec![u64::MAX; n];
+    let mut since = vec![Instant::now(); n];
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    while !shared.shutdown.load(Acquire) {
+        let now = Instant::now();
+        let mut any_running = false;
+        for (i, w) in shared.workers.iter().enumerate() {
+            let sw = w.switches.load(Relaxed);
+            if sw != last[i] {
+                last[i] = sw;
+                since[i] = now;
+            }
+            if !w.running.load(Relaxed) {
+                continue;
+            }
+            any_running = true;
+            if now.duration_since(since[i]) >= preempt::SLICE {
+                w.preempt_requested.store(true, Relaxed);
+                let tid = w.tid.load(Relaxed);
+                if tid > 0 {
+                    // SAFETY: signals a thread of this process by its id; the handler
+                    // is installed (`start`).
+                    unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, preempt::SIGNAL) };
+                }
+                // If the handler could not switch (the thread was in libc or the vDSO,
+                // or inside the runtime), the counter will not have moved at the next
+                // tick: signal again then, not a whole slice later.
+                since[i] = now - preempt::SLICE + TICK;
+            }
+        }
+        std::thread::sleep(if any_running { TICK } else { IDLE_TICK });
+    }
+}
