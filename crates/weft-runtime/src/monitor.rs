@@ -8,6 +8,10 @@
 //! the next tick signals again, until the thread switches. While every worker is idle
 //! the monitor checks ten times less often.
 //!
+//! A worker held for a tick while never-run green threads wait in its spawn deque also
+//! gets a sleeping worker woken, which steals them (the part of Go's hand-off that our
+//! "started threads stay" rule allows).
+//!
 //! The monitor only reads atomics and sends signals: it never touches a worker's
 //! queues, so it needs no lock and cannot stall a worker.
 
@@ -47,7 +51,16 @@ fn run(shared: &Shared) {
                 continue;
             }
             any_running = true;
-            if now.duration_since(since[i]) >= preempt::SLICE {
+            let stuck = now.duration_since(since[i]);
+            // Hand-off of what may move: a worker held for a tick (in a long computation
+            // or a blocking system call) with never-run threads queued gets a sleeping
+            // worker woken to steal them. Started threads stay (docs/runtime.md).
+            if stuck >= TICK && !(w.stealer.is_empty() && w.next.is_empty()) {
+                if let Some(o) = (0..n).find(|&o| o != i && shared.remote.is_sleeping(o)) {
+                    shared.remote.wake(o);
+                }
+            }
+            if stuck >= preempt::SLICE {
                 w.preempt_requested.store(true, Relaxed);
                 let tid = w.tid.load(Relaxed);
                 if tid > 0 {

@@ -107,6 +107,7 @@ impl Builder {
                     CachePadded(WorkerShared {
                         inbox: Default::default(),
                         stealer: d.stealer(),
+                        next: worker::NextSlot::new(),
                         tid: AtomicI32::new(0),
                         switches: AtomicU64::new(0),
                         preempt_requested: AtomicBool::new(false),

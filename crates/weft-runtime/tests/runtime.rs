@@ -305,3 +305,34 @@ fn a_std_mutex_held_by_a_preempted_thread_does_not_deadlock_its_worker() {
     });
     assert_eq!(order, vec!["a", "b"]);
 }
+
+#[test]
+fn unstarted_threads_of_a_blocked_worker_are_taken_by_another() {
+    // Worker 0's only running thread blocks its OS thread in a plain sleep (not a weft
+    // call) after spawning more work there; the monitor wakes worker 1, which steals
+    // the never-run threads, so they finish long before the sleep ends.
+    let rt = Runtime::builder().workers(2).preempt(true).build().unwrap();
+    let (elapsed, ran_on) = rt.block_on(|| {
+        spawn_on(0, || {
+            let t0 = Instant::now();
+            let hs: Vec<_> = (0..4)
+                .map(|_| spawn(move || (t0.elapsed(), current_worker())))
+                .collect();
+            std::thread::sleep(Duration::from_millis(300));
+            hs
+        })
+        .join()
+        .unwrap()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold((Duration::ZERO, Vec::new()), |(m, mut v), (e, w)| {
+            v.push(w);
+            (m.max(e), v)
+        })
+    });
+    assert!(
+        elapsed < Duration::from_millis(250),
+        "ran only after {elapsed:?}: {ran_on:?}"
+    );
+    assert!(ran_on.iter().all(|w| *w == Some(1)), "{ran_on:?}");
+}

@@ -3,7 +3,8 @@
 //! A worker owns, and alone touches:
 //! - its **run queue** of started green threads that are ready (`runq`), plus a
 //!   `next` slot for the thread just spawned here (it runs next, as in Go: a spawn
-//!   followed by a join costs no trip through the queue);
+//!   followed by a join costs no trip through the queue; a thief may take it, since it
+//!   has never run);
 //! - its **spawn deque** of green threads that have never run (`spawnq`, a Chase-Lev
 //!   deque: idle workers may steal from it, and only from it);
 //! - its **timers** (`timers.rs`), its end of the **message-box matrix**
@@ -45,7 +46,7 @@ use crate::task::{Task, NO_OWNER};
 use crossbeam_deque::{Steal, Stealer};
 use crossbeam_queue::SegQueue;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::Instant;
 use timers::Timers;
@@ -71,6 +72,9 @@ pub(crate) struct WorkerShared {
     pub inbox: SegQueue<Mail>,
     /// Steals never-run green threads from this worker's spawn deque.
     pub stealer: Stealer<Arc<Task>>,
+    /// The thread spawned last here, run at the worker's next switch; a thief may take
+    /// it too (it has never run).
+    pub next: NextSlot,
     /// The worker's OS thread id (0 before it starts), for signals and `weft ps`.
     pub tid: AtomicI32,
     /// Counts context switches on this worker (the monitor's progress measure).
@@ -79,6 +83,42 @@ pub(crate) struct WorkerShared {
     pub preempt_requested: AtomicBool,
     /// Whether a green thread (not the scheduler) holds the worker now.
     pub running: AtomicBool,
+}
+
+/// A one-task slot that the owner fills and empties and a thief may empty: each side
+/// takes with an atomic swap, so exactly one gets the task.
+pub(crate) struct NextSlot(AtomicPtr<Task>);
+
+impl NextSlot {
+    pub(crate) fn new() -> Self {
+        NextSlot(AtomicPtr::new(core::ptr::null_mut()))
+    }
+    /// Puts `t` in the slot; returns what was there.
+    pub(crate) fn put(&self, t: Arc<Task>) -> Option<Arc<Task>> {
+        let old = self.0.swap(Arc::into_raw(t).cast_mut(), AcqRel);
+        // SAFETY: a non-null pointer in the slot is an `Arc::into_raw` we own now.
+        (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+    }
+    /// Whether the slot is empty (a hint).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.load(Relaxed).is_null()
+    }
+    /// Empties the slot.
+    #[inline]
+    pub(crate) fn take(&self) -> Option<Arc<Task>> {
+        if self.0.load(Relaxed).is_null() {
+            return None;
+        }
+        let old = self.0.swap(core::ptr::null_mut(), AcqRel);
+        // SAFETY: as in `put`.
+        (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
+    }
+}
+
+impl Drop for NextSlot {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
 }
 
 /// What the workers and every handle of one runtime share.
@@ -99,7 +139,6 @@ pub(crate) struct Worker {
     pub shared: Arc<Shared>,
     endpoint: Endpoint<Mail>,
     runq: VecDeque<Arc<Task>>,
-    next: Option<Arc<Task>>,
     spawnq: crossbeam_deque::Worker<Arc<Task>>,
     pub(crate) timers: Timers,
     /// This worker's I/O (io_uring, or the thread fallback).
@@ -174,7 +213,6 @@ impl Worker {
             shared,
             endpoint,
             runq: VecDeque::new(),
-            next: None,
             spawnq,
             timers: Timers::default(),
             io,
@@ -230,7 +268,7 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
             let to = to.unwrap_or(me);
             preempt::enter(w);
             if to == me {
-                if let Some(prev) = (*w).next.replace(task) {
+                if let Some(prev) = mine(w).next.put(task) {
                     (*w).spawnq.push(prev);
                 }
                 wake_an_idle_worker(shared, me);
@@ -341,7 +379,7 @@ unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
         if picks.is_multiple_of(POLL_EVERY) || (*w).endpoint.has_mail() {
             poll_events(w);
         }
-        if let Some(t) = (*w).next.take() {
+        if let Some(t) = mine(w).next.take() {
             return Some(t);
         }
         // Never-run threads before woken ones (a yield lets new threads start), except
@@ -565,6 +603,9 @@ unsafe fn steal(w: *mut Worker) -> Option<Arc<Task>> {
         let n = shared.workers.len();
         for i in 1..n {
             let o = ((*w).id + i) % n;
+            if let Some(t) = shared.workers[o].next.take() {
+                return Some(t);
+            }
             loop {
                 match shared.workers[o].stealer.steal() {
                     Steal::Success(t) => return Some(t),
@@ -606,7 +647,7 @@ unsafe fn shutdown_step(w: *mut Worker) -> bool {
             drop(t);
             shared_of(w).tasks.fetch_sub(1, Release);
         }
-        if let Some(t) = (*w).next.take() {
+        if let Some(t) = mine(w).next.take() {
             drop(t);
             shared_of(w).tasks.fetch_sub(1, Release);
         }
