@@ -336,3 +336,44 @@ fn unstarted_threads_of_a_blocked_worker_are_taken_by_another() {
     );
     assert!(ran_on.iter().all(|w| *w == Some(1)), "{ran_on:?}");
 }
+
+#[test]
+fn green_threads_are_in_the_introspection_registry() {
+    // What `weft ps` reads: every green thread is a fiber with its activations and the
+    // OS thread (a worker) it last ran on.
+    let rt = rt(2);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hs: Vec<_> = (0..20)
+        .map(|i| {
+            let stop = stop.clone();
+            rt.spawn_on(i % 2, move || {
+                while !stop.load(Relaxed) {
+                    sleep(Duration::from_millis(1));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let snap = weft_fiber::introspect::read(std::process::id() as i32).unwrap();
+    for h in &hs {
+        let f = snap
+            .fibers
+            .iter()
+            .find(|f| f.id == h.id())
+            .unwrap_or_else(|| panic!("green thread {} not in the registry", h.id()));
+        assert!(f.activations >= 2, "{f:?}");
+        assert_ne!(f.last_tid, 0);
+        assert!(!f.is_thread_fiber);
+    }
+    stop.store(true, Relaxed);
+    let ids: Vec<u64> = hs.iter().map(|h| h.id()).collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let snap = weft_fiber::introspect::read(std::process::id() as i32).unwrap();
+    let left: Vec<_> = snap.fibers.iter().filter(|f| ids.contains(&f.id)).collect();
+    assert!(
+        left.is_empty(),
+        "finished green threads leave the registry: {left:?}"
+    );
+}
