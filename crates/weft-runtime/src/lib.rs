@@ -39,15 +39,25 @@
 // Under the `loom` feature only the lock-free protocols are built (on loom's atomics),
 // for the model checks in tests/loom_*.rs; the runtime itself is not.
 #[cfg(not(feature = "loom"))]
+mod blocking;
+#[cfg(not(feature = "loom"))]
+pub mod chan;
+#[cfg(not(feature = "loom"))]
+pub mod fs;
+#[cfg(not(feature = "loom"))]
 mod io;
 #[cfg(not(feature = "loom"))]
 mod monitor;
 pub mod msgbox;
 #[cfg(not(feature = "loom"))]
+pub mod net;
+#[cfg(not(feature = "loom"))]
 pub mod park;
 #[cfg(not(feature = "loom"))]
 mod runtime;
 mod shim;
+#[cfg(not(feature = "loom"))]
+pub mod sync;
 #[cfg(not(feature = "loom"))]
 pub mod task;
 #[cfg(not(feature = "loom"))]
@@ -68,3 +78,5 @@ pub use runtime::{sleep, spawn, spawn_on, workers, Builder, Runtime};
 pub use task::JoinHandle;
 #[cfg(not(feature = "loom"))]
 pub use worker::{current_worker, yield_now, Shutdown};
+#[cfg(not(feature = "loom"))]
+pub use {blocking::blocking, io::io_backend, io::IoBackend};

@@ -29,6 +29,8 @@ use weft_fiber::raw::{self, RawFiber};
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub stack_size: usize,
+    /// The I/O backend of every worker's driver.
+    pub io_backend: crate::io::IoBackend,
 }
 
 /// Options for a [`Runtime`].
@@ -39,6 +41,7 @@ pub struct Builder {
     stack_size: usize,
     name: String,
     preempt: bool,
+    io_backend: Option<crate::io::IoBackend>,
 }
 
 impl Default for Builder {
@@ -49,6 +52,7 @@ impl Default for Builder {
             stack_size: 0,
             name: "weft-worker".into(),
             preempt: std::env::var("WEFT_PREEMPT").map_or(true, |v| v != "off" && v != "0"),
+            io_backend: None,
         }
     }
 }
@@ -79,6 +83,14 @@ impl Builder {
         self.preempt = on;
         self
     }
+    /// The I/O backend (default: `WEFT_IO_BACKEND`, else io_uring where the kernel
+    /// allows it, else the thread pool). For tests that run on both; `build` fails if
+    /// io_uring is asked for and unavailable.
+    #[doc(hidden)]
+    pub fn io_backend(mut self, backend: crate::io::IoBackend) -> Self {
+        self.io_backend = Some(backend);
+        self
+    }
     /// Prefix of the worker threads' names (default `weft-worker`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -87,6 +99,10 @@ impl Builder {
 
     /// Starts the workers.
     pub fn build(self) -> std::io::Result<Runtime> {
+        let io_backend = match self.io_backend {
+            Some(b) => crate::io::check_backend(b)?,
+            None => crate::io::default_backend()?,
+        };
         let cpus = allowed_cpus();
         let n = self.workers.unwrap_or(cpus.len().max(1));
         if n == 0 {
@@ -121,6 +137,7 @@ impl Builder {
             tasks: AtomicUsize::new(0),
             config: Config {
                 stack_size: self.stack_size,
+                io_backend,
             },
         });
         let mut threads = Vec::with_capacity(n);

@@ -1,22 +1,1095 @@
-//! The I/O driver each worker owns (placeholder: the io_uring backend and the thread
-//! fallback are being built; see docs/runtime.md).
+//! I/O that never stalls a worker: the per-worker driver and the operations `fs`, `net`
+//! and `blocking` are built on.
+//!
+//! ## Two backends, one semantics
+//!
+//! Every operation here (read, write, openat, close, fsync, accept, connect, send,
+//! recv, and the timeouts of the socket ones) behaves the same on both backends; which
+//! one runs is decided per runtime (`Builder::io_backend`, default: detected once per
+//! process, see [`default_backend`]):
+//!
+//! - **io_uring** (`uring.rs`): one ring per worker, owned by the worker's [`Driver`]
+//!   and touched only on that worker's OS thread. The worker's doorbell eventfd is
+//!   registered with the ring, so a completion wakes a sleeping worker. A green thread
+//!   pushes its SQE (no syscall) and parks; the SQ is submitted in batches by
+//!   [`Driver::poll`] (the worker's `poll_events`, which runs before every sleep and
+//!   every few dozen switches), by [`Driver::before_sleep`], or when the SQ is full.
+//! - **threads** (`threads.rs`): file operations are plain blocking syscalls on a pool
+//!   of small-stack OS threads (grown on demand up to a limit, idle threads exit); the
+//!   pool thread makes the call and unparks the green thread. Socket operations are not
+//!   sent to the pool: the socket is made nonblocking, the green thread tries the call
+//!   itself, and on `EAGAIN` waits for readiness from one process-wide epoll thread
+//!   (edge-triggered, registered once per socket). So 1,000 blocked socket operations
+//!   cost 1,000 parked green threads, not 1,000 OS threads.
+//!
+//! Outside a green thread (a plain OS thread, or a worker's scheduler) every operation
+//! is the plain blocking syscall (a nonblocking socket is waited on with `poll(2)`).
+//!
+//! ## Buffer ownership
+//!
+//! An operation's state lives in a [`Slot`]: the result, the [`Unparker`] of the green
+//! thread, and an [`OpData`] that **owns** everything the kernel or the pool thread
+//! reads or writes: a bounce buffer (user data is copied in before a write and out
+//! after a read), the socket address, the path, the timeout's timespec, and a reference
+//! to the descriptor (so it cannot be closed and reused while the operation runs). The
+//! slot is an `Arc`: one count for the waiter, one for the completer (the ring's
+//! `user_data` holds it as a raw pointer, or the pool job owns it). So a green thread
+//! that is cancelled while it waits (runtime shutdown unwinds parked threads) simply
+//! drops its count: nothing it abandons is freed before the completion arrives. On
+//! io_uring it also queues an `ASYNC_CANCEL` for its operation; a worker that exits
+//! waits (up to 2 s) for its ring's operations to finish and leaks the ring and the
+//! slots if some never do, rather than freeing memory the kernel may still write. The
+//! copy costs one `memcpy` per operation; in exchange no user buffer is ever lent to
+//! the kernel.
+//!
+//! ## Closing
+//!
+//! Descriptors are owned by [`Fd`]; the last reference closes it without blocking a
+//! worker: an `IORING_OP_CLOSE` queued on the ring, or a close on the pool.
+//!
+//! ## Preemption
+//!
+//! Ring and pool bookkeeping (a `RefCell`, counters, a mutex) must not be interrupted
+//! by a switch to another green thread of the same worker, so every such section runs
+//! with the worker's runtime depth raised ([`NoPreempt`]); none of them parks.
 
-/// A worker's I/O driver.
-pub(crate) struct Driver;
+pub(crate) mod threads;
+pub(crate) mod uring;
+
+use crate::park::{self, Unparker};
+use crate::worker;
+use std::cell::UnsafeCell;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The largest transfer one operation makes (reads and writes may be short).
+const MAX_IO: usize = 1 << 20;
+
+/// Which I/O backend a runtime uses (see `Builder::io_backend`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoBackend {
+    /// One io_uring per worker.
+    Uring,
+    /// A pool of OS threads (files) and an epoll thread (sockets).
+    Threads,
+}
+
+impl IoBackend {
+    /// `"io_uring"` or `"threads"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoBackend::Uring => "io_uring",
+            IoBackend::Threads => "threads",
+        }
+    }
+}
+
+static DEFAULT: OnceLock<Result<IoBackend, String>> = OnceLock::new();
+static URING_OK: OnceLock<Result<(), String>> = OnceLock::new();
+
+fn uring_available() -> &'static Result<(), String> {
+    URING_OK.get_or_init(uring::probe)
+}
+
+/// The process's default backend: `WEFT_IO_BACKEND=threads|uring` if set, else
+/// io_uring when this kernel lets us create a ring with the operations we need (one
+/// line on stderr says why when it does not).
+pub(crate) fn default_backend() -> io::Result<IoBackend> {
+    let d = DEFAULT.get_or_init(|| {
+        let var = std::env::var("WEFT_IO_BACKEND").unwrap_or_default();
+        match var.as_str() {
+            "threads" => Ok(IoBackend::Threads),
+            "uring" | "io_uring" => match uring_available() {
+                Ok(()) => Ok(IoBackend::Uring),
+                Err(why) => Err(format!(
+                    "WEFT_IO_BACKEND={var} but io_uring is not available: {why}"
+                )),
+            },
+            "" | "auto" => match uring_available() {
+                Ok(()) => Ok(IoBackend::Uring),
+                Err(why) => {
+                    eprintln!(
+                        "weft: io_uring unavailable ({why}); using the thread-pool I/O backend"
+                    );
+                    Ok(IoBackend::Threads)
+                }
+            },
+            other => Err(format!(
+                "WEFT_IO_BACKEND={other:?} is not understood (expected `uring` or `threads`)"
+            )),
+        }
+    });
+    d.clone().map_err(io::Error::other)
+}
+
+/// Checks that `b` can run here (for an explicit `Builder::io_backend`).
+pub(crate) fn check_backend(b: IoBackend) -> io::Result<IoBackend> {
+    match (b, uring_available()) {
+        (IoBackend::Uring, Err(why)) => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("the io_uring I/O backend was asked for but is not available: {why}"),
+        )),
+        _ => Ok(b),
+    }
+}
+
+/// The I/O backend in use: the calling green thread's runtime's, or outside a runtime
+/// the process default (`"io_uring"` or `"threads"`).
+pub fn io_backend() -> &'static str {
+    let w = worker::current();
+    if !w.is_null() {
+        // SAFETY: a non-null thread word is this thread's live worker; a short read.
+        return unsafe { (*w).io.backend() }.name();
+    }
+    default_backend().unwrap_or(IoBackend::Threads).name()
+}
+
+/// A worker's I/O driver: its ring on the io_uring backend; nothing on the threads
+/// backend (pool threads and the poller wake green threads through their unparkers).
+/// Accessed through shared references only (interior mutability), from its worker's
+/// OS thread only.
+pub(crate) struct Driver {
+    ring: Option<uring::Ring>,
+}
 
 impl Driver {
     /// A driver for the worker that sleeps on eventfd `wake_fd`.
-    pub(crate) fn new(_wake_fd: std::os::fd::RawFd) -> std::io::Result<Driver> {
-        Ok(Driver)
+    pub(crate) fn new(wake_fd: RawFd, backend: IoBackend) -> io::Result<Driver> {
+        let ring = match backend {
+            IoBackend::Uring => Some(uring::Ring::new(wake_fd)?),
+            IoBackend::Threads => None,
+        };
+        Ok(Driver { ring })
+    }
+
+    /// Which backend this driver is.
+    pub(crate) fn backend(&self) -> IoBackend {
+        if self.ring.is_some() {
+            IoBackend::Uring
+        } else {
+            IoBackend::Threads
+        }
     }
 
     /// Submits what is pending and reaps completions, waking their green threads.
     /// Returns how many completed.
-    pub(crate) fn poll(&mut self) -> usize {
-        0
+    pub(crate) fn poll(&self) -> usize {
+        self.ring.as_ref().map_or(0, |r| r.poll())
     }
 
-    /// Called just before the worker sleeps on its eventfd: whatever must be submitted
-    /// so that a completion will ring that eventfd.
-    pub(crate) fn before_sleep(&mut self) {}
+    /// Called just before the worker sleeps on its eventfd: submits what is queued (so
+    /// its completions will ring that eventfd) and, if completions are already waiting,
+    /// rings it so the sleep returns at once.
+    pub(crate) fn before_sleep(&self) {
+        if let Some(r) = &self.ring {
+            r.before_sleep();
+        }
+    }
+}
+
+/// Holds off preemption of the calling green thread (raises its worker's runtime
+/// depth) while alive. Never held across a park.
+pub(crate) struct NoPreempt(*mut worker::Worker);
+
+impl NoPreempt {
+    pub(crate) fn new() -> NoPreempt {
+        let w = worker::current();
+        if !w.is_null() {
+            // SAFETY: `w` is this thread's worker.
+            unsafe { worker::preempt::enter(w) };
+        }
+        NoPreempt(w)
+    }
+}
+
+impl Drop for NoPreempt {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: the worker of `new`, on the same thread (no park in between).
+            unsafe { worker::preempt::leave(self.0) };
+        }
+    }
+}
+
+/// Runs `f` on the calling thread's worker's ring, preemption held off. None when the
+/// thread is not a worker or its worker has no ring.
+pub(crate) fn with_ring<R>(f: impl FnOnce(&uring::Ring) -> R) -> Option<R> {
+    let w = worker::current();
+    if w.is_null() {
+        return None;
+    }
+    let _np = NoPreempt::new();
+    // SAFETY: `w` is this thread's live worker; the driver is only used through shared
+    // references, and `f` does not park, so the reference does not outlive this call.
+    let io = unsafe { &(*w).io };
+    io.ring.as_ref().map(f)
+}
+
+/// Where the caller runs, for I/O purposes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Ctx {
+    /// Not a green thread: plain blocking syscalls.
+    Os,
+    /// A green thread on a threads-backend worker.
+    Threads,
+    /// A green thread on an io_uring worker.
+    Uring,
+}
+
+pub(crate) fn ctx() -> Ctx {
+    if worker::current_worker().is_none() {
+        return Ctx::Os;
+    }
+    let w = worker::current();
+    // SAFETY: a green thread runs on its live worker; a short read.
+    match unsafe { (*w).io.backend() } {
+        IoBackend::Uring => Ctx::Uring,
+        IoBackend::Threads => Ctx::Threads,
+    }
+}
+
+/// A socket address in kernel form.
+#[derive(Clone, Copy)]
+pub(crate) struct SockAddr {
+    pub storage: libc::sockaddr_storage,
+    pub len: libc::socklen_t,
+}
+
+impl Default for SockAddr {
+    fn default() -> Self {
+        SockAddr {
+            // SAFETY: all-zero is a valid sockaddr_storage.
+            storage: unsafe { core::mem::zeroed() },
+            len: core::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+        }
+    }
+}
+
+/// Everything an operation lends the kernel (or a pool thread), owned here so that it
+/// outlives the operation even if its green thread is cancelled (module comment).
+#[derive(Default)]
+pub(crate) struct OpData {
+    pub fd: RawFd,
+    /// Offset for read/write (None: the file position); flags for open/accept/send.
+    pub off: Option<u64>,
+    pub flags: i32,
+    pub mode: u32,
+    pub buf: Vec<u8>,
+    pub addr: SockAddr,
+    pub path: Option<CString>,
+    pub ts: Option<io_uring::types::Timespec>,
+    /// Keeps the descriptor open while the operation may use it (held, never read).
+    #[allow(dead_code)]
+    pub keep: Option<Fd>,
+}
+
+/// One operation's completion: filled by the kernel (through the ring) or a pool
+/// thread, waited for by a green thread.
+pub(crate) struct Slot {
+    done: AtomicBool,
+    res: AtomicI64,
+    waker: Unparker,
+    data: UnsafeCell<OpData>,
+}
+
+// SAFETY: `data` is used by the submitter before the operation is handed over, by the
+// completer (kernel or one pool thread) until `done` is set (Release), and by the
+// waiter after it has seen `done` (Acquire): never by two at once.
+unsafe impl Sync for Slot {}
+// SAFETY: as above; everything in it is Send.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    fn new(data: OpData) -> Arc<Slot> {
+        Arc::new(Slot {
+            done: AtomicBool::new(false),
+            res: AtomicI64::new(0),
+            waker: Unparker::current(),
+            data: UnsafeCell::new(data),
+        })
+    }
+
+    /// The completer's side: publishes `res` (a count, or -errno) and wakes the waiter.
+    pub(crate) fn complete(&self, res: i64) {
+        self.res.store(res, Relaxed);
+        self.done.store(true, Release);
+        self.waker.unpark();
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Acquire)
+    }
+
+    /// The operation's data.
+    ///
+    /// # Safety
+    /// The caller is the one party that may use it now (see the `Sync` impl).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn data(&self) -> &mut OpData {
+        // SAFETY: per the contract.
+        unsafe { &mut *self.data.get() }
+    }
+}
+
+/// Parks until `slot` completes. If the green thread is cancelled meanwhile (a
+/// shutdown unwind out of `park`), `abandon` runs (e.g. to cancel the operation) and the
+/// slot is left to its completer.
+fn wait(slot: &Slot, abandon: impl FnOnce()) {
+    struct Guard<'a, F: FnOnce()>(&'a Slot, Option<F>);
+    impl<F: FnOnce()> Drop for Guard<'_, F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.1.take() {
+                if !self.0.is_done() {
+                    f();
+                }
+            }
+        }
+    }
+    let mut g = Guard(slot, Some(abandon));
+    while !slot.is_done() {
+        park::park();
+    }
+    g.1 = None;
+}
+
+/// What an operation returned: its result (count or -errno) and its data back.
+pub(crate) struct Done {
+    pub res: i64,
+    pub data: OpData,
+}
+
+impl Done {
+    fn result(&self) -> io::Result<usize> {
+        if self.res < 0 {
+            Err(io::Error::from_raw_os_error(-self.res as i32))
+        } else {
+            Ok(self.res as usize)
+        }
+    }
+}
+
+/// Runs one operation on the caller's backend: `sqe` builds its io_uring entry from the
+/// data (the slot's address is added as user_data), `sys` performs it as a blocking
+/// syscall (returns the count or -errno). `timeout` links an `IORING_OP_LINK_TIMEOUT`
+/// (io_uring only: the callers handle timeouts elsewhere).
+pub(crate) fn run(
+    cx: Ctx,
+    mut data: OpData,
+    sqe: impl FnOnce(&mut OpData) -> io_uring::squeue::Entry,
+    sys: fn(&mut OpData) -> i64,
+    timeout: Option<Duration>,
+) -> io::Result<Done> {
+    match cx {
+        Ctx::Os => {
+            let res = sys(&mut data);
+            Ok(Done { res, data })
+        }
+        Ctx::Threads => {
+            let slot = Slot::new(data);
+            let s2 = slot.clone();
+            {
+                let _np = NoPreempt::new();
+                threads::io_pool().execute(Box::new(move || {
+                    // SAFETY: the pool thread is the completer: it alone uses the data
+                    // until `complete`.
+                    let res = sys(unsafe { s2.data() });
+                    s2.complete(res);
+                }));
+            }
+            wait(&slot, || {});
+            // SAFETY: done was seen: the data is the waiter's now.
+            let data = core::mem::take(unsafe { slot.data() });
+            Ok(Done {
+                res: slot.res.load(Relaxed),
+                data,
+            })
+        }
+        Ctx::Uring => {
+            let slot = Slot::new(data);
+            // SAFETY: not handed over yet: the submitter's.
+            let d = unsafe { slot.data() };
+            let ud = Arc::into_raw(slot.clone()) as u64;
+            let mut first = sqe(d).user_data(ud);
+            let mut entries = vec![];
+            if let Some(t) = timeout {
+                d.ts = Some(
+                    io_uring::types::Timespec::new()
+                        .sec(t.as_secs())
+                        .nsec(t.subsec_nanos()),
+                );
+                let ts: *const io_uring::types::Timespec = d.ts.as_ref().unwrap();
+                first = first.flags(io_uring::squeue::Flags::IO_LINK);
+                entries.push(first);
+                entries.push(io_uring::opcode::LinkTimeout::new(ts).build().user_data(0));
+            } else {
+                entries.push(first);
+            }
+            // SAFETY: everything the entries point to is owned by the slot, which the
+            // ring keeps (through `ud`) until the completion is reaped.
+            let pushed = with_ring(|r| unsafe { r.push(&entries, 1) }).expect("a uring context");
+            if let Err(e) = pushed {
+                // SAFETY: the count taken for the ring, which never got the entry.
+                drop(unsafe { Arc::from_raw(ud as *const Slot) });
+                return Err(e);
+            }
+            wait(&slot, || {
+                with_ring(|r| r.cancel(ud));
+            });
+            // SAFETY: done was seen: the data is the waiter's now.
+            let data = core::mem::take(unsafe { slot.data() });
+            Ok(Done {
+                res: slot.res.load(Relaxed),
+                data,
+            })
+        }
+    }
+}
+
+/// `-errno` of the last failed libc call.
+fn neg_errno() -> i64 {
+    -(io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO) as i64)
+}
+
+/// Runs a libc call returning -1 on error, retrying on EINTR; the count or -errno.
+fn sys_retry(mut f: impl FnMut() -> isize) -> i64 {
+    loop {
+        let r = f();
+        if r >= 0 {
+            return r as i64;
+        }
+        let e = neg_errno();
+        if e != -(libc::EINTR as i64) {
+            return e;
+        }
+    }
+}
+
+fn cvt(r: i64) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::from_raw_os_error(-r as i32))
+    } else {
+        Ok(r as usize)
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Descriptors
+
+/// An owned file descriptor, shared by the handle and its operations in flight; the
+/// last reference closes it without blocking a worker (module comment).
+#[derive(Clone)]
+pub(crate) struct Fd(Arc<FdInner>);
+
+pub(crate) struct FdInner {
+    fd: RawFd,
+    /// Set once this descriptor has O_NONBLOCK (threads backend sockets).
+    nonblocking: AtomicBool,
+    /// Its registration with the threads backend's poller, once it needed one.
+    reg: OnceLock<Option<threads::Registration>>,
+}
+
+impl Fd {
+    /// Takes ownership of `fd`.
+    pub(crate) fn new(fd: RawFd, nonblocking: bool) -> Fd {
+        Fd(Arc::new(FdInner {
+            fd,
+            nonblocking: AtomicBool::new(nonblocking),
+            reg: OnceLock::new(),
+        }))
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.fd
+    }
+
+    /// Gives up ownership without closing: the caller owns the descriptor. Fails (gives
+    /// the handle back) while an operation still uses it.
+    pub(crate) fn into_raw(self) -> Result<RawFd, Fd> {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                if let Some(Some(reg)) = inner.reg.take() {
+                    reg.deregister(inner.fd);
+                }
+                let fd = inner.fd;
+                core::mem::forget(inner);
+                Ok(fd)
+            }
+            Err(a) => Err(Fd(a)),
+        }
+    }
+
+    /// Sets O_NONBLOCK once.
+    fn ensure_nonblocking(&self) -> io::Result<()> {
+        if self.0.nonblocking.load(Relaxed) {
+            return Ok(());
+        }
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            let fl = libc::fcntl(self.0.fd, libc::F_GETFL);
+            if fl < 0 || libc::fcntl(self.0.fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        self.0.nonblocking.store(true, Relaxed);
+        Ok(())
+    }
+}
+
+impl Drop for FdInner {
+    fn drop(&mut self) {
+        if let Some(Some(reg)) = self.reg.take() {
+            reg.deregister(self.fd);
+        }
+        close_async(self.fd);
+    }
+}
+
+/// Closes `fd` without blocking a worker: queued on the worker's ring, or done on the
+/// pool on a threads-backend worker; a plain close elsewhere.
+pub(crate) fn close_async(fd: RawFd) {
+    if with_ring(|r| r.close(fd)) == Some(true) {
+        return;
+    }
+    let w = worker::current();
+    if !w.is_null() {
+        let _np = NoPreempt::new();
+        threads::io_pool().execute(Box::new(move || {
+            // SAFETY: the descriptor was handed to us to close.
+            unsafe { libc::close(fd) };
+        }));
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { libc::close(fd) };
+}
+
+// ---------------------------------------------------------------------------------
+// File operations
+
+/// Reads into `buf` at `off` (None: at the file position).
+pub(crate) fn read(fd: &Fd, buf: &mut [u8], off: Option<u64>) -> io::Result<usize> {
+    let len = buf.len().min(MAX_IO);
+    if len == 0 {
+        return Ok(0);
+    }
+    let cx = ctx();
+    if cx == Ctx::Os {
+        let r = sys_retry(|| pread_or_read(fd.raw(), buf.as_mut_ptr(), len, off));
+        return cvt(r);
+    }
+    let data = OpData {
+        fd: fd.raw(),
+        off,
+        buf: vec![0; len],
+        keep: Some(fd.clone()),
+        ..Default::default()
+    };
+    let done = run(
+        cx,
+        data,
+        |d| {
+            io_uring::opcode::Read::new(
+                io_uring::types::Fd(d.fd),
+                d.buf.as_mut_ptr(),
+                d.buf.len() as u32,
+            )
+            .offset(d.off.unwrap_or(u64::MAX))
+            .build()
+        },
+        |d| {
+            let (fd, p, n, off) = (d.fd, d.buf.as_mut_ptr(), d.buf.len(), d.off);
+            sys_retry(|| pread_or_read(fd, p, n, off))
+        },
+        None,
+    )?;
+    let n = done.result()?;
+    buf[..n].copy_from_slice(&done.data.buf[..n]);
+    Ok(n)
+}
+
+fn pread_or_read(fd: RawFd, p: *mut u8, n: usize, off: Option<u64>) -> isize {
+    // SAFETY: `p` points to `n` writable bytes owned by the caller for the call.
+    unsafe {
+        match off {
+            Some(o) => libc::pread(fd, p.cast(), n, o as libc::off_t),
+            None => libc::read(fd, p.cast(), n),
+        }
+    }
+}
+
+/// Writes from `buf` at `off` (None: at the file position).
+pub(crate) fn write(fd: &Fd, buf: &[u8], off: Option<u64>) -> io::Result<usize> {
+    let len = buf.len().min(MAX_IO);
+    if len == 0 {
+        return Ok(0);
+    }
+    let cx = ctx();
+    if cx == Ctx::Os {
+        return cvt(sys_retry(|| {
+            pwrite_or_write(fd.raw(), buf.as_ptr(), len, off)
+        }));
+    }
+    let data = OpData {
+        fd: fd.raw(),
+        off,
+        buf: buf[..len].to_vec(),
+        keep: Some(fd.clone()),
+        ..Default::default()
+    };
+    let done = run(
+        cx,
+        data,
+        |d| {
+            io_uring::opcode::Write::new(
+                io_uring::types::Fd(d.fd),
+                d.buf.as_ptr(),
+                d.buf.len() as u32,
+            )
+            .offset(d.off.unwrap_or(u64::MAX))
+            .build()
+        },
+        |d| {
+            let (fd, p, n, off) = (d.fd, d.buf.as_ptr(), d.buf.len(), d.off);
+            sys_retry(|| pwrite_or_write(fd, p, n, off))
+        },
+        None,
+    )?;
+    done.result()
+}
+
+fn pwrite_or_write(fd: RawFd, p: *const u8, n: usize, off: Option<u64>) -> isize {
+    // SAFETY: `p` points to `n` readable bytes owned by the caller for the call.
+    unsafe {
+        match off {
+            Some(o) => libc::pwrite(fd, p.cast(), n, o as libc::off_t),
+            None => libc::write(fd, p.cast(), n),
+        }
+    }
+}
+
+/// Opens `path` (relative to the working directory) with open(2) `flags` (O_CLOEXEC is
+/// added) and `mode`.
+pub(crate) fn open(path: CString, flags: i32, mode: u32) -> io::Result<Fd> {
+    let flags = flags | libc::O_CLOEXEC;
+    let data = OpData {
+        path: Some(path),
+        flags,
+        mode,
+        ..Default::default()
+    };
+    let done = run(
+        ctx(),
+        data,
+        |d| {
+            io_uring::opcode::OpenAt::new(
+                io_uring::types::Fd(libc::AT_FDCWD),
+                d.path.as_ref().unwrap().as_ptr(),
+            )
+            .flags(d.flags)
+            .mode(d.mode)
+            .build()
+        },
+        |d| {
+            let (p, fl, m) = (d.path.as_ref().unwrap().as_ptr(), d.flags, d.mode);
+            // SAFETY: `p` is a NUL-terminated path owned by the data.
+            sys_retry(|| unsafe { libc::open(p, fl, m) } as isize)
+        },
+        None,
+    )?;
+    let fd = done.result()?;
+    Ok(Fd::new(fd as RawFd, false))
+}
+
+/// fsync(2), or fdatasync(2) when `data_only`.
+pub(crate) fn fsync(fd: &Fd, data_only: bool) -> io::Result<()> {
+    let data = OpData {
+        fd: fd.raw(),
+        flags: data_only as i32,
+        keep: Some(fd.clone()),
+        ..Default::default()
+    };
+    let done = run(
+        ctx(),
+        data,
+        |d| {
+            let mut op = io_uring::opcode::Fsync::new(io_uring::types::Fd(d.fd));
+            if d.flags != 0 {
+                op = op.flags(io_uring::types::FsyncFlags::DATASYNC);
+            }
+            op.build()
+        },
+        |d| {
+            let (fd, only) = (d.fd, d.flags != 0);
+            // SAFETY: plain syscalls on a descriptor kept open by the data.
+            sys_retry(|| unsafe {
+                if only {
+                    libc::fdatasync(fd) as isize
+                } else {
+                    libc::fsync(fd) as isize
+                }
+            })
+        },
+        None,
+    )?;
+    done.result().map(drop)
+}
+
+// ---------------------------------------------------------------------------------
+// Socket operations
+
+/// Which readiness a socket operation waits for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Dir {
+    Read,
+    Write,
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the socket operation timed out")
+}
+
+fn remaining(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
+    match deadline {
+        None => Ok(None),
+        Some(d) => {
+            let now = Instant::now();
+            if now >= d {
+                Err(timed_out())
+            } else {
+                Ok(Some(d - now))
+            }
+        }
+    }
+}
+
+/// Waits with poll(2) until `fd` is ready for `dir` (plain OS threads).
+fn poll_fd(fd: RawFd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
+    loop {
+        let ms = match remaining(deadline)? {
+            None => -1,
+            Some(d) => d.as_millis().clamp(1, i32::MAX as u128) as i32,
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: if dir == Dir::Read {
+                libc::POLLIN
+            } else {
+                libc::POLLOUT
+            },
+            revents: 0,
+        };
+        // SAFETY: polls one pollfd on the stack.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r > 0 {
+            return Ok(());
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Waits until `fd` is ready for `dir` in the caller's context.
+fn wait_ready(cx: Ctx, fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
+    match cx {
+        Ctx::Os => poll_fd(fd.raw(), dir, deadline),
+        Ctx::Threads => threads::wait_ready(fd, dir, deadline),
+        Ctx::Uring => {
+            let t = remaining(deadline)?;
+            let data = OpData {
+                fd: fd.raw(),
+                flags: if dir == Dir::Read {
+                    libc::POLLIN as i32
+                } else {
+                    libc::POLLOUT as i32
+                },
+                keep: Some(fd.clone()),
+                ..Default::default()
+            };
+            let done = run(
+                cx,
+                data,
+                |d| {
+                    io_uring::opcode::PollAdd::new(io_uring::types::Fd(d.fd), d.flags as u32)
+                        .build()
+                },
+                |_| -(libc::ENOSYS as i64),
+                t,
+            )?;
+            match done.res {
+                r if r >= 0 => Ok(()),
+                r if deadline.is_some() && (r == -(libc::ECANCELED as i64)) => Err(timed_out()),
+                r => Err(io::Error::from_raw_os_error(-r as i32)),
+            }
+        }
+    }
+}
+
+/// Runs a nonblocking-capable socket call `op` (gets `dontwait`: whether it must not
+/// block; returns the count or -errno) until it does not say EAGAIN, waiting for
+/// readiness in between.
+fn sock_loop(
+    cx: Ctx,
+    fd: &Fd,
+    dir: Dir,
+    deadline: Option<Instant>,
+    mut op: impl FnMut(bool) -> i64,
+) -> io::Result<usize> {
+    let eagain = -(libc::EAGAIN as i64);
+    if cx == Ctx::Threads {
+        fd.ensure_nonblocking()?;
+    }
+    loop {
+        if cx == Ctx::Os && deadline.is_some() {
+            poll_fd(fd.raw(), dir, deadline)?;
+        }
+        let dontwait = cx != Ctx::Os || deadline.is_some();
+        let r = op(dontwait);
+        if r == eagain {
+            wait_ready(cx, fd, dir, deadline)?;
+            continue;
+        }
+        return cvt(r);
+    }
+}
+
+/// The io_uring result of a socket operation with a deadline: a linked timeout that
+/// fired shows as ECANCELED.
+fn uring_sock_result(done: &Done, deadline: Option<Instant>) -> io::Result<usize> {
+    if done.res == -(libc::ECANCELED as i64) && deadline.is_some() {
+        return Err(timed_out());
+    }
+    done.result()
+}
+
+/// recv(2) into `buf`.
+pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
+    let len = buf.len().min(MAX_IO);
+    if len == 0 {
+        return Ok(0);
+    }
+    let cx = ctx();
+    if cx != Ctx::Uring {
+        let raw = fd.raw();
+        let p = buf.as_mut_ptr();
+        return sock_loop(cx, fd, Dir::Read, deadline, |dw| {
+            let fl = if dw { libc::MSG_DONTWAIT } else { 0 };
+            // SAFETY: `p` points to `len` writable bytes of the caller's buffer.
+            sys_retry(|| unsafe { libc::recv(raw, p.cast(), len, fl) })
+        });
+    }
+    loop {
+        let data = OpData {
+            fd: fd.raw(),
+            buf: vec![0; len],
+            keep: Some(fd.clone()),
+            ..Default::default()
+        };
+        let done = run(
+            cx,
+            data,
+            |d| {
+                io_uring::opcode::Recv::new(
+                    io_uring::types::Fd(d.fd),
+                    d.buf.as_mut_ptr(),
+                    d.buf.len() as u32,
+                )
+                .build()
+            },
+            |_| -(libc::ENOSYS as i64),
+            remaining(deadline)?,
+        )?;
+        if done.res == -(libc::EAGAIN as i64) {
+            wait_ready(cx, fd, Dir::Read, deadline)?;
+            continue;
+        }
+        let n = uring_sock_result(&done, deadline)?;
+        buf[..n].copy_from_slice(&done.data.buf[..n]);
+        return Ok(n);
+    }
+}
+
+/// send(2) from `buf` (MSG_NOSIGNAL: a closed peer is an error, not a SIGPIPE).
+pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result<usize> {
+    let len = buf.len().min(MAX_IO);
+    if len == 0 {
+        return Ok(0);
+    }
+    let cx = ctx();
+    if cx != Ctx::Uring {
+        let raw = fd.raw();
+        let p = buf.as_ptr();
+        return sock_loop(cx, fd, Dir::Write, deadline, |dw| {
+            let fl = libc::MSG_NOSIGNAL | if dw { libc::MSG_DONTWAIT } else { 0 };
+            // SAFETY: `p` points to `len` readable bytes of the caller's buffer.
+            sys_retry(|| unsafe { libc::send(raw, p.cast(), len, fl) })
+        });
+    }
+    loop {
+        let data = OpData {
+            fd: fd.raw(),
+            buf: buf[..len].to_vec(),
+            keep: Some(fd.clone()),
+            ..Default::default()
+        };
+        let done = run(
+            cx,
+            data,
+            |d| {
+                io_uring::opcode::Send::new(
+                    io_uring::types::Fd(d.fd),
+                    d.buf.as_ptr(),
+                    d.buf.len() as u32,
+                )
+                .flags(libc::MSG_NOSIGNAL)
+                .build()
+            },
+            |_| -(libc::ENOSYS as i64),
+            remaining(deadline)?,
+        )?;
+        if done.res == -(libc::EAGAIN as i64) {
+            wait_ready(cx, fd, Dir::Write, deadline)?;
+            continue;
+        }
+        return uring_sock_result(&done, deadline);
+    }
+}
+
+/// accept4(2): the new connection (close-on-exec) and its peer address.
+pub(crate) fn accept(fd: &Fd) -> io::Result<(Fd, SockAddr)> {
+    let cx = ctx();
+    if cx != Ctx::Uring {
+        let mut addr = SockAddr::default();
+        let nb = cx == Ctx::Threads;
+        let flags = libc::SOCK_CLOEXEC | if nb { libc::SOCK_NONBLOCK } else { 0 };
+        let raw = fd.raw();
+        let st: *mut libc::sockaddr_storage = &mut addr.storage;
+        let len: *mut libc::socklen_t = &mut addr.len;
+        let n = sock_loop(cx, fd, Dir::Read, None, |_| {
+            // SAFETY: `st`/`len` point to the local address buffer.
+            sys_retry(|| unsafe {
+                *len = core::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                libc::accept4(raw, st.cast(), len, flags) as isize
+            })
+        })?;
+        return Ok((Fd::new(n as RawFd, nb), addr));
+    }
+    loop {
+        let data = OpData {
+            fd: fd.raw(),
+            keep: Some(fd.clone()),
+            ..Default::default()
+        };
+        let done = run(
+            cx,
+            data,
+            |d| {
+                io_uring::opcode::Accept::new(
+                    io_uring::types::Fd(d.fd),
+                    (&mut d.addr.storage as *mut libc::sockaddr_storage).cast(),
+                    &mut d.addr.len,
+                )
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+            },
+            |_| -(libc::ENOSYS as i64),
+            None,
+        )?;
+        if done.res == -(libc::EAGAIN as i64) {
+            wait_ready(cx, fd, Dir::Read, None)?;
+            continue;
+        }
+        let n = done.result()?;
+        return Ok((Fd::new(n as RawFd, false), done.data.addr));
+    }
+}
+
+/// The pending error of a socket (SO_ERROR), as a result.
+fn so_error(fd: RawFd) -> io::Result<()> {
+    let mut err: libc::c_int = 0;
+    let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into a local int.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut err as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if err != 0 {
+        return Err(io::Error::from_raw_os_error(err));
+    }
+    Ok(())
+}
+
+/// connect(2) to `addr`.
+pub(crate) fn connect(fd: &Fd, addr: SockAddr) -> io::Result<()> {
+    let cx = ctx();
+    let res = if cx == Ctx::Uring {
+        let data = OpData {
+            fd: fd.raw(),
+            addr,
+            keep: Some(fd.clone()),
+            ..Default::default()
+        };
+        let done = run(
+            cx,
+            data,
+            |d| {
+                io_uring::opcode::Connect::new(
+                    io_uring::types::Fd(d.fd),
+                    (&d.addr.storage as *const libc::sockaddr_storage).cast(),
+                    d.addr.len,
+                )
+                .build()
+            },
+            |_| -(libc::ENOSYS as i64),
+            None,
+        )?;
+        done.res
+    } else {
+        if cx == Ctx::Threads {
+            fd.ensure_nonblocking()?;
+        }
+        let raw = fd.raw();
+        // SAFETY: connects with an address owned by this frame.
+        let r = unsafe {
+            libc::connect(
+                raw,
+                (&addr.storage as *const libc::sockaddr_storage).cast(),
+                addr.len,
+            )
+        };
+        if r < 0 {
+            neg_errno()
+        } else {
+            0
+        }
+    };
+    match res {
+        0 => Ok(()),
+        r if r == -(libc::EINPROGRESS as i64)
+            || r == -(libc::EINTR as i64)
+            || r == -(libc::EAGAIN as i64) =>
+        {
+            wait_ready(cx, fd, Dir::Write, None)?;
+            so_error(fd.raw())
+        }
+        r => Err(io::Error::from_raw_os_error(-r as i32)),
+    }
 }

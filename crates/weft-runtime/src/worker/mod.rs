@@ -207,7 +207,7 @@ impl Worker {
         spawnq: crossbeam_deque::Worker<Arc<Task>>,
         sched: RawFiber,
     ) -> std::io::Result<Worker> {
-        let io = crate::io::Driver::new(endpoint.wake_fd())?;
+        let io = crate::io::Driver::new(endpoint.wake_fd(), shared.config.io_backend)?;
         Ok(Worker {
             id,
             shared,

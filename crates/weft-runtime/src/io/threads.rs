@@ -1,0 +1,343 @@
+//! The thread fallback backend: a pool of OS threads for blocking calls, and one epoll
+//! thread for socket readiness (see `io/mod.rs` for the semantics).
+//!
+//! **Pools** ([`Pool`]): a job queue served by OS threads that are started on demand
+//! (when no idle thread is waiting for the queued jobs) up to a limit, and exit after
+//! [`KEEP_ALIVE`] without work. Two instances: [`io_pool`] for file syscalls (64 KiB
+//! stacks: a job is one syscall and an unpark) and [`blocking_pool`] for
+//! `weft_runtime::blocking` closures (user code: 2 MiB stacks, committed lazily). Past
+//! the limit jobs wait in the queue; a job runs even if thread creation fails (on the
+//! caller, as a last resort, when no pool thread exists).
+//!
+//! **Poller** (sockets): a socket is made nonblocking and the green thread makes the
+//! call itself; on `EAGAIN` it waits on the socket's [`Registration`], registered once
+//! with a process-wide epoll instance (edge-triggered, read and write interest). Each
+//! direction keeps a `ready` flag and at most one waiter: the epoll thread sets the
+//! flag and wakes the waiter; a waiter that finds the flag set clears it and retries
+//! its call instead of parking (so an edge between its `EAGAIN` and its wait is not
+//! lost). This keeps 1,000 blocked socket operations at 1,000 parked green threads and
+//! no extra OS thread, and lets shutdown abandon a wait without leaving a thread stuck
+//! in a syscall.
+
+use super::{Dir, Fd, NoPreempt};
+use crate::park::{self, Unparker};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::RawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long an idle pool thread waits for work before it exits.
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// A job for a pool thread.
+pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A pool of OS threads, grown on demand up to `max` (module comment).
+pub(crate) struct Pool {
+    name: &'static str,
+    stack: usize,
+    max: usize,
+    state: Mutex<PoolState>,
+    cv: Condvar,
+}
+
+struct PoolState {
+    jobs: VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+}
+
+impl Pool {
+    const fn new(name: &'static str, stack: usize, max: usize) -> Pool {
+        Pool {
+            name,
+            stack,
+            max,
+            state: Mutex::new(PoolState {
+                jobs: VecDeque::new(),
+                threads: 0,
+                idle: 0,
+            }),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Runs `job` on a pool thread.
+    pub(crate) fn execute(&'static self, job: Job) {
+        let mut st = lock(&self.state);
+        st.jobs.push_back(job);
+        if st.idle >= st.jobs.len() || st.threads >= self.max {
+            drop(st);
+            self.cv.notify_one();
+            return;
+        }
+        st.threads += 1;
+        drop(st);
+        let spawned = std::thread::Builder::new()
+            .name(self.name.into())
+            .stack_size(self.stack)
+            .spawn(move || self.serve());
+        if spawned.is_err() {
+            let mut st = lock(&self.state);
+            st.threads -= 1;
+            if st.threads == 0 {
+                // No thread to run it: run what is queued here rather than never.
+                while let Some(j) = st.jobs.pop_front() {
+                    drop(st);
+                    let _ = catch_unwind(AssertUnwindSafe(j));
+                    st = lock(&self.state);
+                }
+            }
+        }
+    }
+
+    fn serve(&'static self) {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(job) = st.jobs.pop_front() {
+                drop(st);
+                // Jobs catch their own panics; this keeps the thread if one does not.
+                let _ = catch_unwind(AssertUnwindSafe(job));
+                st = lock(&self.state);
+                continue;
+            }
+            st.idle += 1;
+            let (g, to) = self
+                .cv
+                .wait_timeout(st, KEEP_ALIVE)
+                .unwrap_or_else(PoisonError::into_inner);
+            st = g;
+            st.idle -= 1;
+            if to.timed_out() && st.jobs.is_empty() {
+                st.threads -= 1;
+                return;
+            }
+        }
+    }
+
+    /// Threads alive now (for tests and `weft ps`).
+    #[allow(dead_code)]
+    pub(crate) fn threads(&self) -> usize {
+        lock(&self.state).threads
+    }
+}
+
+static IO_POOL: Pool = Pool::new("weft-io", 64 * 1024, 256);
+static BLOCKING_POOL: Pool = Pool::new("weft-blocking", 2 * 1024 * 1024, 512);
+
+/// The pool for file syscalls of the threads backend (and closes).
+pub(crate) fn io_pool() -> &'static Pool {
+    &IO_POOL
+}
+
+/// The pool for `weft_runtime::blocking`.
+pub(crate) fn blocking_pool() -> &'static Pool {
+    &BLOCKING_POOL
+}
+
+// ---------------------------------------------------------------------------------
+// The poller
+
+#[derive(Default)]
+struct Side {
+    ready: bool,
+    waiter: Option<Unparker>,
+}
+
+#[derive(Default)]
+struct PollState {
+    read: Mutex<Side>,
+    write: Mutex<Side>,
+}
+
+impl PollState {
+    fn side(&self, dir: Dir) -> &Mutex<Side> {
+        match dir {
+            Dir::Read => &self.read,
+            Dir::Write => &self.write,
+        }
+    }
+}
+
+fn wake(side: &Mutex<Side>) {
+    let w = {
+        let mut s = lock(side);
+        s.ready = true;
+        s.waiter.take()
+    };
+    if let Some(w) = w {
+        w.unpark();
+    }
+}
+
+struct Poller {
+    epfd: RawFd,
+    regs: Mutex<HashMap<u64, Arc<PollState>>>,
+    next: AtomicU64,
+}
+
+static POLLER: OnceLock<Result<Poller, String>> = OnceLock::new();
+
+fn poller() -> io::Result<&'static Poller> {
+    let p = POLLER.get_or_init(|| {
+        // SAFETY: creates a descriptor this process keeps for its lifetime.
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(format!("epoll_create1: {}", io::Error::last_os_error()));
+        }
+        Ok(Poller {
+            epfd,
+            regs: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        })
+    });
+    let p = p.as_ref().map_err(|e| io::Error::other(e.clone()))?;
+    static START: std::sync::Once = std::sync::Once::new();
+    let mut err = None;
+    START.call_once(|| {
+        if let Err(e) = std::thread::Builder::new()
+            .name("weft-poller".into())
+            .stack_size(64 * 1024)
+            .spawn(move || poller_main(p))
+        {
+            err = Some(e);
+        }
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(p),
+    }
+}
+
+fn poller_main(p: &'static Poller) {
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 256];
+    loop {
+        // SAFETY: epoll_wait into our array.
+        let n = unsafe { libc::epoll_wait(p.epfd, evs.as_mut_ptr(), evs.len() as i32, -1) };
+        if n < 0 {
+            continue; // EINTR
+        }
+        for ev in &evs[..n as usize] {
+            let (events, token) = (ev.events as i32, ev.u64);
+            let st = lock(&p.regs).get(&token).cloned();
+            let Some(st) = st else { continue };
+            if events & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+                wake(&st.read);
+            }
+            if events & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+                wake(&st.write);
+            }
+        }
+    }
+}
+
+/// A socket's registration with the poller (one per socket, for its lifetime).
+pub(crate) struct Registration {
+    token: u64,
+    state: Arc<PollState>,
+}
+
+impl Registration {
+    fn new(fd: RawFd) -> io::Result<Registration> {
+        let p = poller()?;
+        let token = p.next.fetch_add(1, Relaxed);
+        let state = Arc::new(PollState::default());
+        lock(&p.regs).insert(token, state.clone());
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: token,
+        };
+        // SAFETY: registers a descriptor we own.
+        if unsafe { libc::epoll_ctl(p.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            let e = io::Error::last_os_error();
+            lock(&p.regs).remove(&token);
+            return Err(e);
+        }
+        Ok(Registration { token, state })
+    }
+
+    /// Removes the registration (before the descriptor is closed).
+    pub(crate) fn deregister(self, fd: RawFd) {
+        let _np = NoPreempt::new();
+        if let Ok(p) = poller() {
+            // SAFETY: unregisters a descriptor we still own.
+            unsafe { libc::epoll_ctl(p.epfd, libc::EPOLL_CTL_DEL, fd, core::ptr::null_mut()) };
+            lock(&p.regs).remove(&self.token);
+        }
+    }
+}
+
+/// Waits (parking the green thread) until `fd` may be ready for `dir`, or `deadline`.
+pub(crate) fn wait_ready(fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
+    // Not preemptible while the registry's mutex (or the OnceLock) is held: a green
+    // thread switched out holding it would stall the poller and every green thread of
+    // its worker that wants it.
+    let reg = {
+        let _np = NoPreempt::new();
+        fd.0.reg.get_or_init(|| Registration::new(fd.raw()).ok())
+    };
+    let Some(reg) = reg else {
+        return wait_on_pool(fd, dir, deadline);
+    };
+    let side = reg.state.side(dir);
+    loop {
+        {
+            let _np = NoPreempt::new();
+            let mut s = lock(side);
+            if s.ready {
+                s.ready = false;
+                s.waiter = None;
+                return Ok(());
+            }
+            s.waiter = Some(Unparker::current());
+        }
+        match deadline {
+            None => park::park(),
+            Some(d) => {
+                if Instant::now() >= d {
+                    let _np = NoPreempt::new();
+                    lock(side).waiter = None;
+                    return Err(super::timed_out());
+                }
+                park::park_until(d)
+            }
+        }
+    }
+}
+
+/// Without a poller registration: a pool thread polls for us.
+fn wait_on_pool(fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
+    let data = super::OpData {
+        fd: fd.raw(),
+        flags: (dir == Dir::Write) as i32,
+        off: deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+        keep: Some(fd.clone()),
+        ..Default::default()
+    };
+    let done = super::run(
+        super::Ctx::Threads,
+        data,
+        |_| unreachable!("not an io_uring context"),
+        |d| {
+            let deadline = d.off.map(|ms| Instant::now() + Duration::from_millis(ms));
+            let dir = if d.flags != 0 { Dir::Write } else { Dir::Read };
+            match super::poll_fd(d.fd, dir, deadline) {
+                Ok(()) => 0,
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => -(libc::ETIMEDOUT as i64),
+                Err(e) => -(e.raw_os_error().unwrap_or(libc::EIO) as i64),
+            }
+        },
+        None,
+    )?;
+    if done.res == -(libc::ETIMEDOUT as i64) {
+        return Err(super::timed_out());
+    }
+    done.result().map(drop)
+}

@@ -1,0 +1,348 @@
+//! Sockets through green threads, on both I/O backends (each test runs once per
+//! backend: the thread pool always, io_uring where this kernel has it).
+
+use std::io::{ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft_runtime::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use weft_runtime::{sleep, spawn, spawn_on, IoBackend, Runtime};
+
+fn backends() -> Vec<IoBackend> {
+    let mut v = vec![IoBackend::Threads];
+    match Runtime::builder()
+        .workers(1)
+        .io_backend(IoBackend::Uring)
+        .build()
+    {
+        Ok(_) => v.push(IoBackend::Uring),
+        Err(e) => eprintln!("note: io_uring tests skipped: {e}"),
+    }
+    v
+}
+
+fn rt1(b: IoBackend) -> Runtime {
+    Runtime::builder().workers(1).io_backend(b).build().unwrap()
+}
+
+/// Raises the soft descriptor limit to the hard one; the limit now in force.
+fn raise_nofile() -> u64 {
+    // SAFETY: reads and sets this process's limit through a local struct.
+    unsafe {
+        let mut l: libc::rlimit = core::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+        if l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+        }
+        l.rlim_cur
+    }
+}
+
+/// 1,000 clients connect to an echo server on ONE worker, all before any of them
+/// writes (so 1,000 server green threads are parked in recv at once), then each sends
+/// its own bytes and checks the echo.
+#[test]
+fn echo_server_with_1000_concurrent_connections_on_one_worker() {
+    const N: usize = 1000;
+    let limit = raise_nofile();
+    assert!(
+        limit >= 2 * N as u64 + 100,
+        "RLIMIT_NOFILE {limit} is too low for {N} connections"
+    );
+    for b in backends() {
+        let rt = rt1(b);
+        let t0 = Instant::now();
+        let ok = rt.block_on(move || {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let server = spawn(move || {
+                let mut conns = Vec::new();
+                for _ in 0..N {
+                    let (s, _) = l.accept().unwrap();
+                    conns.push(spawn(move || {
+                        let mut s = s;
+                        let mut buf = [0u8; 512];
+                        loop {
+                            let n = s.read(&mut buf).unwrap();
+                            if n == 0 {
+                                return;
+                            }
+                            s.write_all(&buf[..n]).unwrap();
+                        }
+                    }));
+                }
+                for c in conns {
+                    c.join().unwrap();
+                }
+            });
+            let connected = Arc::new(AtomicUsize::new(0));
+            let clients: Vec<_> = (0..N)
+                .map(|i| {
+                    let connected = connected.clone();
+                    spawn(move || {
+                        let mut s = TcpStream::connect(addr).unwrap();
+                        s.set_nodelay(true).unwrap();
+                        connected.fetch_add(1, AcqRel);
+                        while connected.load(Acquire) < N {
+                            sleep(Duration::from_millis(2));
+                        }
+                        let msg: Vec<u8> = (0..300).map(|k| (i * 31 + k) as u8).collect();
+                        s.write_all(&msg).unwrap();
+                        let mut back = vec![0u8; msg.len()];
+                        s.read_exact(&mut back).unwrap();
+                        s.shutdown(std::net::Shutdown::Write).unwrap();
+                        let mut rest = Vec::new();
+                        s.read_to_end(&mut rest).unwrap();
+                        back == msg && rest.is_empty()
+                    })
+                })
+                .collect();
+            let ok = clients
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|&x| x)
+                .count();
+            server.join().unwrap();
+            ok
+        });
+        assert_eq!(ok, N, "{b:?}: every byte echoed on every connection");
+        eprintln!("{b:?}: {N} echo connections in {:?}", t0.elapsed());
+    }
+}
+
+#[test]
+fn connect_to_a_closed_port_is_refused() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for b in backends() {
+        let rt = rt1(b);
+        let e = rt.block_on(move || TcpStream::connect(("127.0.0.1", port)).unwrap_err());
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{b:?}: {e}");
+        assert!(
+            e.to_string().contains("127.0.0.1"),
+            "the address is named: {e}"
+        );
+        let e = rt.block_on(|| UnixStream::connect("/nonexistent/weft.sock").unwrap_err());
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{b:?}: {e}");
+    }
+    let e = TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "OS thread: {e}");
+}
+
+/// A socket read that gets its data only after 100 ms parks only its green thread.
+#[test]
+fn a_slow_socket_read_does_not_stall_the_worker_and_timeouts_fire() {
+    for b in backends() {
+        let rt = rt1(b);
+        let (ticks, got, timed_out, peer) = rt.block_on(|| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            // The peer is a plain OS thread: it writes after 100 ms.
+            let peer = std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                s.write_all(b"slow").unwrap();
+                let mut b = [0u8; 1];
+                let _ = s.read(&mut b); // until the other side closes
+            });
+            let (s, _) = l.accept().unwrap();
+            let done = Arc::new(AtomicBool::new(false));
+            let ticks = Arc::new(AtomicUsize::new(0));
+            let (d2, t2) = (done.clone(), ticks.clone());
+            let counter = spawn_on(0, move || {
+                while !d2.load(Acquire) {
+                    t2.fetch_add(1, Relaxed);
+                    sleep(Duration::from_millis(1));
+                }
+            });
+            let mut buf = [0u8; 8];
+            let n = s.read(&mut buf).unwrap();
+            let seen = ticks.load(Relaxed);
+            done.store(true, Release);
+            counter.join().unwrap();
+            // Nothing more comes: a read timeout fires.
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            let t0 = Instant::now();
+            let e = s.read(&mut buf).unwrap_err();
+            assert!(t0.elapsed() >= Duration::from_millis(40));
+            drop(s);
+            (seen, buf[..n].to_vec(), e.kind(), peer)
+        });
+        // Joined here, not on the worker: a std join would block the worker itself.
+        peer.join().unwrap();
+        assert_eq!(got, b"slow", "{b:?}");
+        assert!(ticks >= 20, "{b:?}: the worker stalled ({ticks} ticks)");
+        assert_eq!(timed_out, ErrorKind::TimedOut, "{b:?}");
+    }
+}
+
+#[test]
+fn unix_sockets_echo_and_pairs_work() {
+    for b in backends() {
+        let rt = rt1(b);
+        let path =
+            std::env::temp_dir().join(format!("weft-net-{}-{}.sock", std::process::id(), b.name()));
+        let _ = std::fs::remove_file(&path);
+        let p2 = path.clone();
+        let got = rt.block_on(move || {
+            let l = UnixListener::bind(&p2).unwrap();
+            let server = spawn(move || {
+                let mut s = l.accept().unwrap();
+                let mut buf = Vec::new();
+                s.read_to_end(&mut buf).unwrap();
+                s.write_all(&buf).unwrap();
+            });
+            let mut c = UnixStream::connect(&p2).unwrap();
+            c.write_all(b"over unix").unwrap();
+            c.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut back = Vec::new();
+            c.read_to_end(&mut back).unwrap();
+            server.join().unwrap();
+            let (mut x, mut y) = UnixStream::pair().unwrap();
+            x.write_all(b"pair").unwrap();
+            let mut four = [0u8; 4];
+            y.read_exact(&mut four).unwrap();
+            assert_eq!(&four, b"pair");
+            back
+        });
+        assert_eq!(got, b"over unix", "{b:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// Shutdown with green threads parked in accept() and in recv() ends promptly and
+/// cleanly; the runtime's sockets can then be reused by a new runtime.
+#[test]
+fn shutdown_with_green_threads_parked_in_accept_and_recv() {
+    for b in backends() {
+        let rt = rt1(b);
+        let parked = Arc::new(AtomicUsize::new(0));
+        let l = Arc::new(TcpListener::bind("127.0.0.1:0").unwrap());
+        let addr = l.local_addr().unwrap();
+        let peer = std::net::TcpStream::connect(addr).unwrap();
+        let (l2, p2) = (l.clone(), parked.clone());
+        let h_accept = rt.spawn(move || {
+            // The first accept takes `peer`; then recv on it, while another accepts.
+            let (s, _) = l2.accept().unwrap();
+            let l3 = l2.clone();
+            let p3 = p2.clone();
+            spawn(move || {
+                p3.fetch_add(1, AcqRel);
+                let _ = l3.accept();
+                unreachable!("nobody else connects");
+            });
+            p2.fetch_add(1, AcqRel);
+            let mut buf = [0u8; 16];
+            let _ = s.read(&mut buf);
+            unreachable!("the peer never writes");
+        });
+        while parked.load(Acquire) < 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        let t0 = Instant::now();
+        drop(rt);
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "{b:?}: shutdown took {:?}",
+            t0.elapsed()
+        );
+        assert!(h_accept.join().is_err(), "the parked thread was unwound");
+        // The listener still works, from a plain thread and from a new runtime.
+        let c = std::thread::spawn(move || std::net::TcpStream::connect(addr).unwrap());
+        let (s, _) = l.accept().unwrap();
+        drop(c.join().unwrap());
+        drop(s);
+        drop(peer);
+        let rt = rt1(b);
+        let l4 = l.clone();
+        let n = rt.block_on(move || {
+            let c = std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.write_all(b"again").unwrap();
+            });
+            let (mut s, _) = l4.accept().unwrap();
+            let mut v = Vec::new();
+            s.read_to_end(&mut v).unwrap();
+            c.join().unwrap();
+            v.len()
+        });
+        assert_eq!(n, 5);
+    }
+}
+
+/// The plain-thread path: a client on an OS thread talks to a green-thread server.
+#[test]
+fn os_thread_client_and_green_server() {
+    for b in backends() {
+        let rt = rt1(b);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = rt.spawn(move || {
+            let (mut s, peer) = l.accept().unwrap();
+            assert_eq!(s.peer_addr().unwrap(), peer);
+            let mut b = [0u8; 3];
+            s.read_exact(&mut b).unwrap();
+            s.write_all(&b).unwrap();
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        assert_eq!(c.peer_addr().unwrap(), addr);
+        c.set_nodelay(true).unwrap();
+        assert!(c.nodelay().unwrap());
+        c.write_all(b"abc").unwrap();
+        let mut b3 = [0u8; 3];
+        c.read_exact(&mut b3).unwrap();
+        assert_eq!(&b3, b"abc");
+        server.join().unwrap();
+    }
+}
+
+/// A socket first used on the threads backend (which makes it nonblocking) still waits
+/// properly on io_uring (an `EAGAIN` completion falls back to a poll) and on a plain
+/// thread.
+#[test]
+fn a_socket_moves_between_backends_and_plain_threads() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let rt = rt1(IoBackend::Threads);
+    let a2 = a.clone();
+    let e = rt.block_on(move || {
+        a2.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let e = a2.read(&mut [0u8; 4]).unwrap_err().kind();
+        a2.set_read_timeout(None).unwrap();
+        e
+    });
+    assert_eq!(e, ErrorKind::TimedOut);
+    drop(rt);
+    for bk in backends() {
+        let rt = rt1(bk);
+        let b2 = b.clone();
+        let w = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            (&*b2).write_all(b"late").unwrap();
+        });
+        let a2 = a.clone();
+        let got = rt.block_on(move || {
+            let mut buf = [0u8; 4];
+            (&*a2).read_exact(&mut buf).unwrap();
+            buf
+        });
+        w.join().unwrap();
+        assert_eq!(&got, b"late", "{bk:?}");
+    }
+    // A plain thread on the (now nonblocking) socket still blocks until data comes.
+    let b2 = b.clone();
+    let w = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        (&*b2).write_all(b"os").unwrap();
+    });
+    let mut two = [0u8; 2];
+    (&*a).read_exact(&mut two).unwrap();
+    w.join().unwrap();
+    assert_eq!(&two, b"os");
+}
