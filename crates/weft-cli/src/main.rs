@@ -63,6 +63,10 @@ struct BenchArgs {
     /// for the long benchmarks. Fine for a smoke test, noisier numbers.
     #[arg(long)]
     quick: bool,
+    /// `bench runtime` only: how many parked green threads the memory benchmark
+    /// creates (default 1000000, 10000 with --quick; 0 skips it).
+    #[arg(long, value_name = "N")]
+    parked: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
             bench::Options {
                 json: args.json,
                 quick: args.quick,
+                parked: args.parked,
             },
         ),
         Command::BenchWorker { job } => bench::run_worker(job),

@@ -1,5 +1,7 @@
 //! `weft bench runtime --quick --json` runs to the end (a lost wake-up in the message
-//! boxes once made it hang) and reports every row as JSON.
+//! boxes once made it hang) and reports every row as JSON: the message boxes, the
+//! green-thread spawn, yield and cross-worker round trips (with their Go rows when `go`
+//! is installed), and the parked-threads memory rows (a small `--parked` count).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -7,7 +9,7 @@ use std::time::{Duration, Instant};
 #[test]
 fn bench_runtime_quick_json_reports_every_row() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["bench", "runtime", "--quick", "--json"])
+        .args(["bench", "runtime", "--quick", "--json", "--parked", "2000"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -27,19 +29,77 @@ fn bench_runtime_quick_json_reports_every_row() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let impls: Vec<&str> = rows.iter().map(|r| r["impl"].as_str().unwrap()).collect();
-    assert_eq!(
-        impls,
-        [
-            "raw-cacheline",
-            "msgbox-spin",
-            "msgbox-wait",
-            "mutex-condvar"
-        ]
-    );
     for r in &rows {
         assert_eq!(r["suite"], "runtime");
-        assert_eq!(r["unit"], "ns");
         assert!(r["value"].as_f64().unwrap() > 0.0, "{r}");
     }
+    let names: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["impl"].as_str().unwrap()))
+        .collect();
+    // Go's rows are there exactly when the Go peer could be built: all three or none.
+    let go = names.iter().filter(|(_, i)| *i == "go").count();
+    assert!(go == 0 || go == 3, "some Go rows only: {names:?}");
+    let with_go = |mut v: Vec<(&'static str, &'static str)>, name, at| {
+        if go == 3 {
+            v.insert(at, (name, "go"));
+        }
+        v
+    };
+    let mut expected = with_go(
+        vec![
+            ("cross-worker", "raw-cacheline"),
+            ("cross-worker", "msgbox-spin"),
+            ("cross-worker", "msgbox-wait"),
+            ("cross-worker", "mutex-condvar"),
+            ("cross-worker", "weft"),
+            ("cross-worker", "weft-busy"),
+        ],
+        "cross-worker",
+        6,
+    );
+    expected.extend(with_go(
+        vec![
+            ("spawn", "weft"),
+            ("spawn", "weft-1-worker"),
+            ("spawn", "weft-1w-no-runtime"),
+            ("spawn", "pthread"),
+        ],
+        "spawn",
+        4,
+    ));
+    expected.extend(with_go(
+        vec![
+            ("yield", "weft"),
+            ("yield", "weft-no-runtime"),
+            ("yield", "pthread-sched-yield"),
+        ],
+        "yield",
+        2,
+    ));
+    expected.extend([
+        ("parked", "weft"),
+        ("parked/rss-total", "weft"),
+        ("parked/rss-per-thread", "weft"),
+        ("parked/page-tables", "weft"),
+        ("parked/spawn", "weft"),
+        ("parked/shutdown", "weft"),
+    ]);
+    // With one CPU the runtime has one worker and the cross-worker green rows are
+    // skipped.
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        expected.retain(|&(n, i)| !(n == "cross-worker" && i.starts_with("weft")));
+    }
+    assert_eq!(names, expected);
+    let unit = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .map(|r| r["unit"].as_str().unwrap().to_string())
+    };
+    assert_eq!(unit("spawn").as_deref(), Some("ns"));
+    assert_eq!(unit("parked").as_deref(), Some("count"));
+    assert_eq!(unit("parked/rss-total").as_deref(), Some("bytes"));
+    assert_eq!(unit("parked/shutdown").as_deref(), Some("s"));
+    let parked = rows.iter().find(|r| r["name"] == "parked").unwrap();
+    assert_eq!(parked["value"].as_f64(), Some(2000.0));
 }

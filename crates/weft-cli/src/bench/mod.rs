@@ -20,6 +20,7 @@
 //!   this binary as `weft bench-worker <job> ...` (hidden from `--help`).
 
 pub mod fibers;
+mod gopeer;
 mod peers;
 pub mod runtime;
 
@@ -33,8 +34,9 @@ pub enum Suite {
     /// Fibers: context switch, create, FLS read vs ucontext/Boost/pthread,
     /// and the seed's many-fibers workload table.
     Fibers,
-    /// The runtime (issue 4, in progress): cross-worker round trips through the
-    /// message boxes vs the raw cache-line and futex round trips.
+    /// The runtime (issue 4): green-thread spawn, yield and cross-worker round trips
+    /// vs pthreads and Go, the message boxes vs the raw cache-line and futex round
+    /// trips, and the memory of N parked green threads (`--parked N`).
     Runtime,
 }
 
@@ -71,6 +73,9 @@ pub struct Options {
     pub json: bool,
     /// Fewer repetitions, shorter batches, smaller workloads.
     pub quick: bool,
+    /// `bench runtime`: how many parked green threads the memory benchmark creates
+    /// (None: its default, 1,000,000, or 10,000 with `--quick`; 0 skips it).
+    pub parked: Option<usize>,
 }
 
 impl Options {
@@ -123,7 +128,7 @@ pub struct Measurement {
     /// `None` when the implementation could not be measured (see `note`);
     /// such a measurement appears in the table only, never in JSON.
     pub value: Option<f64>,
-    /// "ns" (per operation), "s" or "count".
+    /// "ns" (per operation), "s", "bytes" or "count".
     pub unit: &'static str,
     /// Shown in the table, e.g. "not installed".
     pub note: Option<String>,
@@ -570,6 +575,7 @@ mod tests {
         let opts = Options {
             json: false,
             quick: true,
+            parked: None,
         };
         let mut contenders = vec![
             Contender::new("weft", 2, |n| Ok(Duration::from_nanos(10 * n))),
