@@ -207,6 +207,19 @@ pub(crate) fn create(
     stack: Stack,
 ) -> *mut FiberRecord {
     let top = stack.top();
+    create_below(start, entry, param, stack, top)
+}
+
+/// As [`create`], with the fiber's first frame at `top` (inside `stack`, 16-byte
+/// aligned): the bytes above it are left to the caller (the raw API keeps the fiber's
+/// closure there instead of on the heap).
+pub(crate) fn create_below(
+    start: Start,
+    entry: usize,
+    param: *mut c_void,
+    stack: Stack,
+    top: *mut u8,
+) -> *mut FiberRecord {
     let rec = Box::into_raw(FiberRecord::new(start, entry, param, Some(stack)));
     // SAFETY: the stack is ours and unused; `rec` outlives every run of the fiber.
     unsafe { *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast()) };

@@ -19,7 +19,6 @@ use crate::error::Error;
 use crate::fiber::{self, FiberRecord, Start};
 use crate::stack::{self, Stack};
 use crate::{thread, tls};
-use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 /// A fiber handle without ownership (see the module comment).
@@ -36,35 +35,46 @@ impl RawFiber {
     /// will run `f` on its first switch. `f` must end with [`RawFiber::exit_to`].
     pub fn spawn<F: FnOnce() + Send + 'static>(stack_size: usize, f: F) -> Result<RawFiber, Error> {
         unsafe fn call<F: FnOnce()>(data: *mut (), _me: *mut FiberRecord) {
-            // SAFETY: `data` is the Box<F> made in `spawn`, taken exactly once. The
-            // closure is moved out and the box freed *before* it runs: it never returns,
-            // so nothing after the call would run.
-            let f = unsafe {
-                let b = Box::from_raw(data.cast::<MaybeUninit<F>>());
-                b.assume_init_read()
-            };
+            // SAFETY: `data` is the closure written at the top of this fiber's stack by
+            // `spawn`, read exactly once (moved onto the frame below before it runs).
+            let f = unsafe { core::ptr::read(data.cast::<F>()) };
             f();
         }
-        unsafe fn drop_box<F>(data: *mut ()) {
-            // SAFETY: the never-run Box<F> made in `spawn`.
-            drop(unsafe { Box::from_raw(data.cast::<F>()) });
+        unsafe fn drop_in_place<F>(data: *mut ()) {
+            // SAFETY: the never-run closure written by `spawn`; the stack is still
+            // mapped when `destroy` calls this.
+            unsafe { core::ptr::drop_in_place(data.cast::<F>()) };
         }
         let t = thread::ensure();
         let size = Stack::round_size(stack_size);
         // SAFETY: `t` is this thread's state.
         let stack =
             stack::acquire(Some(unsafe { &mut (*t).stacks }), size).map_err(Error::OutOfMemory)?;
-        let data = Box::into_raw(Box::new(f)).cast::<()>();
+        // The closure lives at the very top of the fiber's own stack, above its first
+        // frame: no heap allocation, and the page is touched anyway.
+        let align = core::mem::align_of::<F>().max(64);
+        let room = core::mem::size_of::<F>().div_ceil(align) * align;
+        assert!(
+            room <= stack.usable_size() / 4,
+            "a green thread's closure of {} bytes does not fit on its {}-byte stack: box \
+             the large captures",
+            core::mem::size_of::<F>(),
+            stack.usable_size()
+        );
+        let data = (stack.top() as usize - room) & !(align - 1);
+        // SAFETY: `data` is inside the fresh stack (we own it), aligned for F.
+        unsafe { core::ptr::write(data as *mut F, f) };
         let start = Start::Rust {
-            data,
+            data: data as *mut (),
             call: call::<F>,
-            drop: drop_box::<F>,
+            drop: drop_in_place::<F>,
         };
-        let rec = fiber::create(
+        let rec = fiber::create_below(
             start,
             call::<F> as *const () as usize,
             core::ptr::null_mut(),
             stack,
+            data as *mut u8,
         );
         Ok(RawFiber(NonNull::new(rec).expect("create returned null")))
     }

@@ -14,7 +14,9 @@ fn main() -> std::io::Result<()> {
         let addr = listener.local_addr()?;
         // The server: one green thread per connection; each read parks only that thread.
         spawn(move || loop {
-            let Ok((mut conn, _)) = listener.accept() else { return };
+            let Ok((mut conn, _)) = listener.accept() else {
+                return;
+            };
             spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(n @ 1..) = conn.read(&mut buf) {

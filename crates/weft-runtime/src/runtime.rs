@@ -17,8 +17,9 @@
 
 use crate::msgbox;
 use crate::shim::CachePadded;
-use crate::task::{JoinCell, JoinHandle, Outcome, Task};
+use crate::task::{JoinHandle, Outcome, Task};
 use crate::worker::{self, Shared, Worker, WorkerShared};
+use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -134,7 +135,6 @@ impl Builder {
             remote,
             shutdown: AtomicBool::new(false),
             next_worker: AtomicUsize::new(0),
-            tasks: AtomicUsize::new(0),
             config: Config {
                 stack_size: self.stack_size,
                 io_backend,
@@ -294,6 +294,11 @@ impl Drop for Runtime {
         if let Some(m) = self.monitor.take() {
             let _ = m.join();
         }
+        // Spawns from outside that reached a worker after it ended: cancel them (their
+        // join handles report `Shutdown`); dropping the mail does that.
+        for w in self.shared.workers.iter() {
+            while w.inbox.pop().is_some() {}
+        }
     }
 }
 
@@ -306,32 +311,18 @@ fn check_worker(shared: &Shared, worker: usize) {
     );
 }
 
-/// Completes a green thread's join cell with the shutdown payload if the thread is
-/// dropped before it ran (its closure, which owns this, is dropped unrun).
-struct CompleteOnDrop<T>(Option<Arc<JoinCell<T>>>);
-
-impl<T> Drop for CompleteOnDrop<T> {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            c.complete(Err(Box::new(worker::Shutdown)));
-        }
-    }
-}
-
 fn spawn_in<T: Send + 'static>(
     shared: &Arc<Shared>,
     to: Option<usize>,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> JoinHandle<T> {
-    let cell = Arc::new(JoinCell::new());
-    let mut guard = CompleteOnDrop(Some(cell.clone()));
+    // The closure holds no reference to its task (that would be a cycle through the
+    // task's never-run fiber): it finds itself as the worker's current thread.
     let fiber = RawFiber::spawn(shared.config.stack_size, move || {
         worker::task_started();
-        let cell = guard.0.take().expect("a green thread starts once");
-        drop(guard);
-        let out: Outcome<T> = catch_unwind(AssertUnwindSafe(f));
-        cell.complete(out);
-        drop(cell);
+        let out: Outcome =
+            catch_unwind(AssertUnwindSafe(f)).map(|v| Box::new(v) as Box<dyn Any + Send>);
+        worker::complete_current(out);
         // SAFETY: everything this frame owned has been moved or dropped.
         unsafe { worker::exit_current() }
     })
@@ -339,9 +330,13 @@ fn spawn_in<T: Send + 'static>(
     let task = Arc::new(Task::new(shared, true));
     let id = fiber.id();
     task.fiber.set(Some(fiber));
-    shared.tasks.fetch_add(1, Relaxed);
+    let handle = JoinHandle {
+        task: task.clone(),
+        id,
+        _result: std::marker::PhantomData,
+    };
     worker::submit(shared, task, to);
-    JoinHandle { cell, id }
+    handle
 }
 
 fn current_shared() -> Arc<Shared> {

@@ -51,6 +51,8 @@ pub(crate) struct Task {
     pub unwinding: Cell<bool>,
     /// Whether the preemption signal may switch this thread out.
     pub preemptible: bool,
+    /// What its join handle waits on and takes.
+    pub join: JoinCell,
     /// The runtime's `Shared`, as a pointer holding one strong count (given back in
     /// `Drop`): how a thread outside the runtime finds the owner's inbox.
     runtime: *const Shared,
@@ -66,6 +68,7 @@ impl Task {
     pub(crate) fn new(shared: &Arc<Shared>, preemptible: bool) -> Task {
         Task {
             runtime: Arc::into_raw(shared.clone()),
+            join: JoinCell::new(),
             unwinding: Cell::new(false),
             fiber: Cell::new(None),
             park: ParkState::new(),
@@ -93,6 +96,22 @@ impl Task {
     }
 }
 
+impl Task {
+    /// Drops a task that will never run (runtime shutdown, or a spawn that reached a
+    /// worker that has ended): frees its fiber and closure, and completes its join with
+    /// the [`Shutdown`](crate::Shutdown) payload.
+    pub(crate) fn cancel_unstarted(&self) {
+        if !self.started.load(Acquire) {
+            if let Some(f) = self.fiber.take() {
+                // SAFETY: a never-started fiber is not running; taking it out of the
+                // cell means nobody else will delete or run it.
+                unsafe { f.delete() };
+                self.join.complete(Err(Box::new(worker::Shutdown)));
+            }
+        }
+    }
+}
+
 impl Drop for Task {
     fn drop(&mut self) {
         // A task that never started still owns its fiber (closure and stack).
@@ -117,28 +136,30 @@ pub(crate) fn unpark(task: &Arc<Task>) {
     }
 }
 
-/// The result a green thread's closure produced, or its panic.
-pub(crate) type Outcome<T> = Result<T, Box<dyn Any + Send + 'static>>;
+/// The result a green thread's closure produced (boxed: a `()` result allocates
+/// nothing), or its panic.
+pub(crate) type Outcome = Result<Box<dyn Any + Send + 'static>, Box<dyn Any + Send + 'static>>;
 
 const PENDING: u32 = 0;
 const WAITING: u32 = 1;
 const DONE: u32 = 2;
 
-/// What a green thread and its [`JoinHandle`] share.
-pub(crate) struct JoinCell<T> {
+/// The join half of a task: its outcome and who waits for it. Part of the task record
+/// itself (one allocation per green thread, not two).
+pub(crate) struct JoinCell {
     state: AtomicU32,
-    result: UnsafeCell<Option<Outcome<T>>>,
+    result: UnsafeCell<Option<Outcome>>,
     waiter: UnsafeCell<Option<crate::park::Unparker>>,
 }
 
 // SAFETY: `result` is written by the task before DONE (Release) and read by the handle
 // after seeing DONE (Acquire); `waiter` is written by the handle before WAITING
 // (Release) and taken by the task after seeing WAITING (AcqRel swap).
-unsafe impl<T: Send> Sync for JoinCell<T> {}
+unsafe impl Sync for JoinCell {}
 // SAFETY: as above.
-unsafe impl<T: Send> Send for JoinCell<T> {}
+unsafe impl Send for JoinCell {}
 
-impl<T> JoinCell<T> {
+impl JoinCell {
     pub(crate) fn new() -> Self {
         JoinCell {
             state: AtomicU32::new(PENDING),
@@ -148,8 +169,8 @@ impl<T> JoinCell<T> {
     }
 
     /// The task's side: stores the outcome and wakes a waiting joiner.
-    pub(crate) fn complete(&self, out: Outcome<T>) {
-        // SAFETY: only the task writes `result`, before publishing DONE.
+    pub(crate) fn complete(&self, out: Outcome) {
+        // SAFETY: only the task writes `result`, once, before publishing DONE.
         unsafe { *self.result.get() = Some(out) };
         if self.state.swap(DONE, AcqRel) == WAITING {
             // SAFETY: the joiner wrote `waiter` before its Release CAS to WAITING, which
@@ -166,7 +187,7 @@ impl<T> JoinCell<T> {
 
     /// The handle's side: waits for the outcome (parking the green thread, or the OS
     /// thread when called outside the runtime).
-    fn wait(&self) -> Outcome<T> {
+    fn wait(&self) -> Outcome {
         if !self.is_done() {
             // SAFETY: only the handle writes `waiter`, before publishing WAITING.
             unsafe { *self.waiter.get() = Some(crate::park::Unparker::current()) };
@@ -180,7 +201,8 @@ impl<T> JoinCell<T> {
                 }
             }
         }
-        // SAFETY: DONE was observed with Acquire; the task wrote the result before.
+        // SAFETY: DONE was observed with Acquire; the task wrote the result before, and
+        // only the (single, owned) handle takes it.
         unsafe { (*self.result.get()).take() }.expect("a finished green thread left its outcome")
     }
 }
@@ -188,21 +210,27 @@ impl<T> JoinCell<T> {
 /// An owned permission to join a green thread (wait for it and take its result), as
 /// `std::thread::JoinHandle`. Dropping it detaches the thread.
 pub struct JoinHandle<T> {
-    pub(crate) cell: Arc<JoinCell<T>>,
+    pub(crate) task: Arc<Task>,
     pub(crate) id: u64,
+    pub(crate) _result: core::marker::PhantomData<fn() -> T>,
 }
 
-impl<T> JoinHandle<T> {
+impl<T: 'static> JoinHandle<T> {
     /// Waits for the green thread to finish; `Err` carries its panic payload, as
     /// `std::thread::JoinHandle::join` does. Parks only the calling green thread (or
     /// blocks the calling OS thread when called from outside the runtime).
     pub fn join(self) -> std::thread::Result<T> {
-        self.cell.wait()
+        self.task.join.wait().map(|v| {
+            *v.downcast::<T>()
+                .expect("a green thread's result has its spawn's type")
+        })
     }
+}
 
+impl<T> JoinHandle<T> {
     /// True once the green thread has finished (returned or panicked).
     pub fn is_finished(&self) -> bool {
-        self.cell.is_done()
+        self.task.join.is_done()
     }
 
     /// The green thread's id: its fiber id, the one `weft ps` shows.

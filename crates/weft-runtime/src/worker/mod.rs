@@ -57,7 +57,25 @@ pub(crate) enum Mail {
     /// A green thread owned by the receiver was woken: put it on the run queue.
     Wake(Arc<Task>),
     /// A new green thread for the receiver (`spawn_on`, or a spawn from outside).
-    Spawn(Arc<Task>),
+    Spawn(Spawned),
+}
+
+/// A never-run task in transit. If the message is dropped undelivered (its worker has
+/// ended), the task is cancelled, so its join handle does not wait forever.
+pub(crate) struct Spawned(Option<Arc<Task>>);
+
+impl Spawned {
+    fn take(mut self) -> Arc<Task> {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.cancel_unstarted();
+        }
+    }
 }
 
 /// How often (in picks) a worker looks at its timers, inbox and I/O even while its run
@@ -128,8 +146,6 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
     /// Round-robin choice of a worker for spawns from outside the runtime.
     pub next_worker: AtomicUsize,
-    /// Green threads spawned and not yet finished (or dropped unstarted).
-    pub tasks: AtomicUsize,
     pub config: crate::runtime::Config,
 }
 
@@ -268,19 +284,22 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
             let to = to.unwrap_or(me);
             preempt::enter(w);
             if to == me {
+                // A lone spawn (typically followed by a join) runs here next; only
+                // when never-run work piles up is a sleeping worker woken to steal it
+                // (and the monitor wakes one if this worker stays busy: monitor.rs).
                 if let Some(prev) = mine(w).next.put(task) {
                     (*w).spawnq.push(prev);
+                    wake_an_idle_worker(shared, me);
                 }
-                wake_an_idle_worker(shared, me);
             } else {
-                (*w).endpoint.send(to, Mail::Spawn(task));
+                (*w).endpoint.send(to, Mail::Spawn(Spawned(Some(task))));
             }
             preempt::leave(w);
             return;
         }
     }
     let to = to.unwrap_or_else(|| shared.next_worker.fetch_add(1, Relaxed) % shared.workers.len());
-    send_from_outside(shared, to, Mail::Spawn(task));
+    send_from_outside(shared, to, Mail::Spawn(Spawned(Some(task))));
 }
 
 /// If some other worker sleeps while this one has unstarted work, wakes one so it can
@@ -351,7 +370,7 @@ unsafe fn poll_events(w: *mut Worker) {
         let spawnq: *const crossbeam_deque::Worker<Arc<Task>> = &(*w).spawnq;
         let deliver = |m: Mail| match m {
             Mail::Wake(t) => (*runq).push_back(t),
-            Mail::Spawn(t) => (*spawnq).push(t),
+            Mail::Spawn(t) => (*spawnq).push(t.take()),
         };
         (*w).endpoint.poll(|_, m| deliver(m));
         while let Some(m) = mine(w).inbox.pop() {
@@ -445,18 +464,20 @@ unsafe fn switch_away(w: *mut Worker, requeue: bool) {
             .current
             .take()
             .expect("switch_away outside a green thread");
+        let me_ptr = Arc::as_ptr(&me);
         if requeue {
-            (*w).runq.push_back(me.clone());
+            (*w).runq.push_back(me); // moved: a yield costs no reference-count traffic
+        } else {
+            drop(me); // a waker or the live list keeps the task alive
         }
         let next = pick_next(w);
         if let Some(n) = &next {
-            if Arc::ptr_eq(n, &me) {
+            if Arc::as_ptr(n) == me_ptr {
                 // Woken (or requeued) and picked again before we even left.
                 (*w).current = next;
                 return;
             }
         }
-        drop(me); // the run queue, a waker or the live list keeps the task alive
         switch_to(w, next);
     }
 }
@@ -538,6 +559,21 @@ pub(crate) fn task_started() {
     unsafe { preempt::leave(w) };
 }
 
+/// Publishes the running green thread's outcome to its join handle.
+pub(crate) fn complete_current(out: crate::task::Outcome) {
+    let w = current();
+    // SAFETY: called on a green thread; the task outlives this call (the live list).
+    let me: *const Task = unsafe {
+        Arc::as_ptr(
+            (*w).current
+                .as_ref()
+                .expect("complete_current outside a green thread"),
+        )
+    };
+    // SAFETY: as above.
+    unsafe { (*me).join.complete(out) };
+}
+
 /// Ends the running green thread: frees it as it leaves and runs the next one.
 ///
 /// # Safety
@@ -550,7 +586,6 @@ pub(crate) unsafe fn exit_current() -> ! {
         let me = (*w).current.take().expect("exit outside a green thread");
         unlink(w, &me);
         drop(me);
-        shared_of(w).tasks.fetch_sub(1, Release);
         let next = pick_next(w);
         let target = match &next {
             Some(t) => {
@@ -644,12 +679,10 @@ unsafe fn shutdown_step(w: *mut Worker) -> bool {
     // SAFETY: `w` is this thread's worker.
     unsafe {
         while let Some(t) = (*w).spawnq.pop() {
-            drop(t);
-            shared_of(w).tasks.fetch_sub(1, Release);
+            t.cancel_unstarted();
         }
         if let Some(t) = mine(w).next.take() {
-            drop(t);
-            shared_of(w).tasks.fetch_sub(1, Release);
+            t.cancel_unstarted();
         }
         (*w).timers.clear();
         let mut p = (*w).live_head;
