@@ -77,6 +77,26 @@ fn bench_runtime_quick_json_reports_every_row() {
         "yield",
         2,
     ));
+    // The TCP echo rows: weft on io_uring (when this kernel allows it) and on the thread
+    // fallback, against a pthread-per-connection server and an epoll loop.
+    let uring = weft_runtime::io_backend() == "io_uring";
+    for size in ["64B", "16KiB"] {
+        for server in [
+            "weft-uring",
+            "weft-threads",
+            "pthread-per-conn",
+            "epoll-loop",
+        ] {
+            if server == "weft-uring" && !uring {
+                continue;
+            }
+            for what in ["requests", "throughput"] {
+                let name: &'static str =
+                    Box::leak(format!("tcp-echo/{size}/c8/{what}").into_boxed_str());
+                expected.push((name, server));
+            }
+        }
+    }
     expected.extend([
         ("parked", "weft"),
         ("parked/rss-total", "weft"),

@@ -19,6 +19,7 @@
 //! * [`WorkerJob`]: workloads a suite runs in a fresh process by re-executing
 //!   this binary as `weft bench-worker <job> ...` (hidden from `--help`).
 
+mod echo;
 pub mod fibers;
 mod gopeer;
 mod peers;

@@ -97,6 +97,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     if let Some(set) = all_cpus {
         set_affinity(&set);
     }
+    super::echo::run(rep, opts.quick)?;
     parked_rows(opts, rep)
 }
 
