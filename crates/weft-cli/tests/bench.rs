@@ -11,7 +11,7 @@ fn bench_runtime_quick_json_reports_every_row() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["bench", "runtime", "--quick", "--json", "--parked", "2000"])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let t0 = Instant::now();
@@ -23,7 +23,12 @@ fn bench_runtime_quick_json_reports_every_row() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "weft bench runtime failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<serde_json::Value> = text
         .lines()

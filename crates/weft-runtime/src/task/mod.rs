@@ -127,13 +127,10 @@ impl Drop for Task {
     }
 }
 
-/// Wakes `task`: if it was parked, puts it back on its owner's run queue (directly when
-/// called on that worker, through the message boxes from another worker, through the
-/// owner's inbox from any other thread).
+/// Wakes `task`: if it is parked it runs again, else its next park returns at once
+/// (see `worker::wake` for who touches what).
 pub(crate) fn unpark(task: &Arc<Task>) {
-    if task.park.unpark() {
-        worker::schedule(task.clone());
-    }
+    worker::wake(task);
 }
 
 /// The result a green thread's closure produced (boxed: a `()` result allocates

@@ -10,7 +10,9 @@
 //! - `park_begin` (the thread itself): `fetch_sub(1)`. From NOTIFIED it lands on EMPTY
 //!   and the thread does not sleep (a wake-up came first and is consumed); from EMPTY it
 //!   lands on PARKED and the thread switches away, out of every run queue.
-//! - `unpark` (anyone, any thread): `swap(NOTIFIED)`. Exactly one unparker can see
+//! - `unpark` (in the runtime, the owner worker, which receives other workers' and
+//!   threads' wake-ups as messages; the protocol itself allows any thread):
+//!   `swap(NOTIFIED)`. Exactly one unparker can see
 //!   PARKED (after its swap the word is NOTIFIED), and only that one puts the thread
 //!   back on a run queue: a thread is queued at most once per park, however many wake
 //!   it at once.

@@ -54,7 +54,8 @@ use weft_fiber::raw::{self, RawFiber};
 
 /// What travels through the message boxes and inboxes.
 pub(crate) enum Mail {
-    /// A green thread owned by the receiver was woken: put it on the run queue.
+    /// Wake a green thread owned by the receiver (the receiver does the park word's
+    /// swap, and queues it if it was parked).
     Wake(Arc<Task>),
     /// A new green thread for the receiver (`spawn_on`, or a spawn from outside).
     Spawn(Spawned),
@@ -242,9 +243,15 @@ impl Worker {
     }
 }
 
-/// Puts a woken green thread back on its owner's run queue, from wherever the caller
-/// runs.
-pub(crate) fn schedule(task: Arc<Task>) {
+/// Wakes a green thread, from wherever the caller runs.
+///
+/// Only the owner worker touches a thread's park word: on the owner, the wake-up is
+/// the park word's swap and, if the thread was parked, a push onto the run queue; from
+/// another worker (a `Wake` message) or any other thread (the owner's inbox) it is a
+/// message, and the owner does the same when the message arrives. So the park word's
+/// cache line never leaves the owner's CPU, and a cross-worker wake-up costs the
+/// message alone.
+pub(crate) fn wake(task: &Arc<Task>) {
     let owner = task.owner.load(Acquire);
     debug_assert_ne!(owner, NO_OWNER, "only started tasks park");
     let w = current();
@@ -253,17 +260,17 @@ pub(crate) fn schedule(task: Arc<Task>) {
         if !w.is_null() && core::ptr::eq(Arc::as_ptr(&(*w).shared), task.shared()) {
             preempt::enter(w);
             if (*w).id == owner {
-                (*w).runq.push_back(task);
+                if task.park.unpark() {
+                    (*w).runq.push_back(task.clone());
+                }
             } else {
-                (*w).endpoint.send(owner, Mail::Wake(task));
+                (*w).endpoint.send(owner, Mail::Wake(task.clone()));
             }
             preempt::leave(w);
             return;
         }
     }
-    let shared: *const Shared = task.shared();
-    // SAFETY: the task (moved into the mail) keeps its runtime alive.
-    send_from_outside(unsafe { &*shared }, owner, Mail::Wake(task));
+    send_from_outside(task.shared(), owner, Mail::Wake(task.clone()));
 }
 
 /// Sends `mail` to worker `to` from a thread that is not one of its runtime's workers.
@@ -369,7 +376,11 @@ unsafe fn poll_events(w: *mut Worker) {
         let runq: *mut VecDeque<Arc<Task>> = &mut (*w).runq;
         let spawnq: *const crossbeam_deque::Worker<Arc<Task>> = &(*w).spawnq;
         let deliver = |m: Mail| match m {
-            Mail::Wake(t) => (*runq).push_back(t),
+            Mail::Wake(t) => {
+                if t.park.unpark() {
+                    (*runq).push_back(t)
+                }
+            }
             Mail::Spawn(t) => (*spawnq).push(t.take()),
         };
         (*w).endpoint.poll(|_, m| deliver(m));
@@ -470,7 +481,10 @@ unsafe fn switch_away(w: *mut Worker, requeue: bool) {
         } else {
             drop(me); // a waker or the live list keeps the task alive
         }
-        let next = pick_next(w);
+        let mut next = pick_next(w);
+        if next.is_none() {
+            next = spin_for_mail(w);
+        }
         if let Some(n) = &next {
             if Arc::as_ptr(n) == me_ptr {
                 // Woken (or requeued) and picked again before we even left.
@@ -479,6 +493,30 @@ unsafe fn switch_away(w: *mut Worker, requeue: bool) {
             }
         }
         switch_to(w, next);
+    }
+}
+
+/// Nothing is ready: before handing the worker to its scheduler fiber (two switches,
+/// then a sleep), watch the doorbell and inbox for a short while from the parking
+/// thread itself. A wake-up that arrives meanwhile (the reply of a cross-worker ping-
+/// pong, typically) is served at once, and if it is for the parking thread itself, it
+/// simply returns: no switch at all. (Seed 003's processors keep serving incoming
+/// requests while they wait for their own.)
+///
+/// # Safety
+/// `w` is this thread's worker.
+unsafe fn spin_for_mail(w: *mut Worker) -> Option<Arc<Task>> {
+    // SAFETY: per the contract.
+    unsafe {
+        for _ in 0..crate::msgbox::SPIN_BEFORE_SLEEP {
+            if (*w).endpoint.has_mail() || !mine(w).inbox.is_empty() {
+                if let Some(t) = pick_next(w) {
+                    return Some(t);
+                }
+            }
+            core::hint::spin_loop();
+        }
+        None
     }
 }
 
