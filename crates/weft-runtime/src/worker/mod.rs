@@ -404,6 +404,25 @@ unsafe fn poll_events(w: *mut Worker) {
 unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
     // SAFETY: per the contract.
     unsafe {
+        loop {
+            let t = pick_any(w)?;
+            // Once the runtime shuts down, never-run threads do not start: they are
+            // cancelled (their join handles report `Shutdown`).
+            if t.started.load(Relaxed) || !shared_of(w).shutdown.load(Relaxed) {
+                return Some(t);
+            }
+            t.cancel_unstarted();
+        }
+    }
+}
+
+/// `pick_next` without the shutdown rule.
+///
+/// # Safety
+/// As `pick_next`.
+unsafe fn pick_any(w: *mut Worker) -> Option<Arc<Task>> {
+    // SAFETY: per the contract.
+    unsafe {
         (*w).picks = (*w).picks.wrapping_add(1);
         let picks = (*w).picks;
         if picks.is_multiple_of(POLL_EVERY) || (*w).endpoint.has_mail() {
