@@ -471,30 +471,29 @@ fn shutdown_leaks_nothing_under_valgrind() {
         eprintln!("valgrind not installed: shutdown leak check NOT run");
         return;
     }
-    for test in ["shutdown_unwinds_parked_threads"] {
-        let out = std::process::Command::new("valgrind")
-            .args([
-                "--leak-check=full",
-                "--errors-for-leak-kinds=definite",
-                "--error-exitcode=9",
-                "-q",
-            ])
-            .arg(std::env::current_exe().unwrap())
-            .args([test, "--exact", "--test-threads=1"])
-            .env("WEFT_IO_BACKEND", "threads")
-            .env("WEFT_PREEMPT", "off")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{test}: valgrind found errors or leaks ({}):\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-            "{test} did not run"
-        );
-    }
+    let test = "shutdown_unwinds_parked_threads";
+    let out = std::process::Command::new("valgrind")
+        .args([
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--error-exitcode=9",
+            "-q",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--test-threads=1"])
+        .env("WEFT_IO_BACKEND", "threads")
+        .env("WEFT_PREEMPT", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{test}: valgrind found errors or leaks ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "{test} did not run"
+    );
 }
