@@ -117,6 +117,9 @@ pub(crate) struct FiberRecord {
     /// Note for the releasing side (EXIT_*); written only by the fiber itself. A fiber
     /// with a note leaves through `arch::switch_exiting`.
     pub exit: UnsafeCell<u32>,
+    /// Whether this record lives at the top of its own stack (raw fibers: no heap
+    /// allocation, and the page is touched anyway) rather than in a `Box`.
+    pub in_stack: bool,
 }
 
 impl FiberRecord {
@@ -181,6 +184,7 @@ impl FiberRecord {
             stack,
             fls: AtomicPtr::new(ptr::null_mut()),
             panic: UnsafeCell::new(None),
+            in_stack: false,
         })
     }
 
@@ -223,6 +227,29 @@ pub(crate) fn create_below(
     let rec = Box::into_raw(FiberRecord::new(start, entry, param, Some(stack)));
     // SAFETY: the stack is ours and unused; `rec` outlives every run of the fiber.
     unsafe { *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast()) };
+    rec
+}
+
+/// As [`create_below`], with the record itself placed just below `top`, inside the
+/// stack (it is freed with the stack, by [`destroy`]): the fiber costs no heap
+/// allocation.
+pub(crate) fn create_in_stack(
+    start: Start,
+    entry: usize,
+    param: *mut c_void,
+    stack: Stack,
+    top: *mut u8,
+) -> *mut FiberRecord {
+    let mut boxed = FiberRecord::new(start, entry, param, Some(stack));
+    boxed.in_stack = true;
+    let at = (top as usize - core::mem::size_of::<FiberRecord>()) & !63;
+    let rec = at as *mut FiberRecord;
+    // SAFETY: `at` lies inside the fresh stack (ours), below the caller's bytes and
+    // aligned for the record; the record is moved there out of its temporary box.
+    unsafe {
+        ptr::write(rec, *boxed);
+        *(*rec).sp.get() = arch::init_stack(rec.cast(), rec, fiber_main, rec.cast());
+    }
     rec
 }
 
@@ -488,8 +515,17 @@ pub(crate) unsafe fn destroy(rec: *mut FiberRecord, thread: *mut ThreadState) {
             Some(t) if t.slots.len() < thread::THREAD_CACHE_SLOTS => t.slots.push(slot),
             _ => registry::free_slot(slot),
         }
-        let mut rec = Box::from_raw(rec);
-        if let Some(stack) = rec.stack.take() {
+        // A record inside its stack is moved out (onto this frame) before the stack
+        // goes back to the cache, and dropped after; a boxed one is unboxed.
+        let stack = if (*rec).in_stack {
+            let mut moved = ptr::read(rec);
+            let stack = moved.stack.take();
+            drop(moved);
+            stack
+        } else {
+            Box::from_raw(rec).stack.take()
+        };
+        if let Some(stack) = stack {
             let local = if thread.is_null() {
                 None
             } else {

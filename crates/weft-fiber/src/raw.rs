@@ -69,7 +69,7 @@ impl RawFiber {
             call: call::<F>,
             drop: drop_in_place::<F>,
         };
-        let rec = fiber::create_below(
+        let rec = fiber::create_in_stack(
             start,
             call::<F> as *const () as usize,
             core::ptr::null_mut(),
