@@ -316,9 +316,20 @@ fn spawn_in<T: Send + 'static>(
     to: Option<usize>,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> JoinHandle<T> {
+    try_spawn_in(shared, to, &ThreadBuilder::new(), f)
+        .unwrap_or_else(|e| panic!("weft: cannot create a green thread: {e}"))
+}
+
+fn try_spawn_in<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    to: Option<usize>,
+    opts: &ThreadBuilder,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
     // The closure holds no reference to its task (that would be a cycle through the
     // task's never-run fiber): it finds itself as the worker's current thread.
-    let fiber = RawFiber::spawn(shared.config.stack_size, move || {
+    let stack_size = opts.stack_size.unwrap_or(shared.config.stack_size);
+    let fiber = RawFiber::spawn(stack_size, move || {
         worker::task_started();
         let out: Outcome =
             catch_unwind(AssertUnwindSafe(f)).map(|v| Box::new(v) as Box<dyn Any + Send>);
@@ -326,8 +337,8 @@ fn spawn_in<T: Send + 'static>(
         // SAFETY: everything this frame owned has been moved or dropped.
         unsafe { worker::exit_current() }
     })
-    .unwrap_or_else(|e| panic!("weft: cannot create a green thread: {e}"));
-    let task = Arc::new(Task::new(shared, true));
+    .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()))?;
+    let task = Arc::new(Task::new(shared, opts.preemptible));
     let id = fiber.id();
     task.fiber.set(Some(fiber));
     let handle = JoinHandle {
@@ -336,7 +347,87 @@ fn spawn_in<T: Send + 'static>(
         _result: std::marker::PhantomData,
     };
     worker::submit(shared, task, to);
-    handle
+    Ok(handle)
+}
+
+/// Options for one green thread, as `std::thread::Builder` is for OS threads: its
+/// stack size and whether it may be preempted. Its `spawn` methods return an
+/// `io::Error` (instead of panicking) when the stack cannot be allocated.
+///
+/// ```
+/// let rt = weft_runtime::Runtime::builder().workers(1).build().unwrap();
+/// let h = weft_runtime::ThreadBuilder::new()
+///     .stack_size(64 * 1024)
+///     .preemptible(false) // never switched out by the 10 ms preemption
+///     .spawn_in(&rt, || 6 * 7)
+///     .unwrap();
+/// assert_eq!(h.join().unwrap(), 42);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ThreadBuilder {
+    stack_size: Option<usize>,
+    preemptible: bool,
+}
+
+impl Default for ThreadBuilder {
+    fn default() -> Self {
+        ThreadBuilder {
+            stack_size: None,
+            preemptible: true,
+        }
+    }
+}
+
+impl ThreadBuilder {
+    /// Default options: the runtime's stack size, preemptible.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Usable stack bytes (rounded up to pages, at least 16 KiB), instead of the
+    /// runtime's default.
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+    /// Whether the preemption signal may switch this thread out (default true). A
+    /// thread that is not preemptible only has its yield flag set: use it for code that
+    /// must not be interleaved with other green threads of its worker (say, code that
+    /// holds per-OS-thread state of a C library between two calls).
+    pub fn preemptible(mut self, on: bool) -> Self {
+        self.preemptible = on;
+        self
+    }
+    /// Spawns in the caller's runtime (from a green thread), like [`spawn`].
+    ///
+    /// # Panics
+    /// Outside a runtime's green thread.
+    pub fn spawn<T: Send + 'static>(
+        self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::io::Result<JoinHandle<T>> {
+        try_spawn_in(&current_shared(), None, &self, f)
+    }
+    /// Spawns on worker `worker` of the caller's runtime, like [`spawn_on`].
+    ///
+    /// # Panics
+    /// Outside a runtime's green thread, or if `worker` does not exist.
+    pub fn spawn_on<T: Send + 'static>(
+        self,
+        worker: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::io::Result<JoinHandle<T>> {
+        let s = current_shared();
+        check_worker(&s, worker);
+        try_spawn_in(&s, Some(worker), &self, f)
+    }
+    /// Spawns in runtime `rt`, from anywhere, like [`Runtime::spawn`].
+    pub fn spawn_in<T: Send + 'static>(
+        self,
+        rt: &Runtime,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::io::Result<JoinHandle<T>> {
+        try_spawn_in(&rt.shared, None, &self, f)
+    }
 }
 
 fn current_shared() -> Arc<Shared> {

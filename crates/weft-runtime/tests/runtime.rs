@@ -497,3 +497,40 @@ fn shutdown_leaks_nothing_under_valgrind() {
         "{test} did not run"
     );
 }
+
+#[test]
+fn a_thread_spawned_not_preemptible_keeps_its_worker_and_bad_stacks_are_errors() {
+    // The same spinner as above, spawned with preemption off in a preempting runtime:
+    // the other thread waits for it.
+    let rt = rt_preempting();
+    let gap = rt.block_on(|| {
+        weft_runtime::ThreadBuilder::new()
+            .preemptible(false)
+            .spawn_on(0, || {
+                let t0 = Instant::now();
+                let ticker = spawn_on(0, move || t0.elapsed());
+                while t0.elapsed() < Duration::from_millis(150) {
+                    std::hint::black_box(0);
+                }
+                ticker
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    assert!(gap >= Duration::from_millis(150), "preempted after {gap:?}");
+    // A stack the machine cannot map is an error, not a panic or an abort.
+    let e = weft_runtime::ThreadBuilder::new()
+        .stack_size(1 << 50)
+        .spawn_in(&rt, || ())
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::OutOfMemory, "{e}");
+    // And a small stack works.
+    let h = weft_runtime::ThreadBuilder::new()
+        .stack_size(32 * 1024)
+        .spawn_in(&rt, || 7)
+        .unwrap();
+    assert_eq!(h.join().unwrap(), 7);
+}
