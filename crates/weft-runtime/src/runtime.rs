@@ -338,7 +338,7 @@ fn try_spawn_in<T: Send + 'static>(
         unsafe { worker::exit_current() }
     })
     .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()))?;
-    let task = Arc::new(Task::new(shared, opts.preemptible));
+    let task = Arc::new(Task::new(shared, opts.preemptible, to.is_some()));
     let id = fiber.id();
     task.fiber.set(Some(fiber));
     let handle = JoinHandle {

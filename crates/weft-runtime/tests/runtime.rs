@@ -534,3 +534,36 @@ fn a_thread_spawned_not_preemptible_keeps_its_worker_and_bad_stacks_are_errors()
         .unwrap();
     assert_eq!(h.join().unwrap(), 7);
 }
+
+#[test]
+fn spawn_on_threads_are_never_stolen() {
+    // Worker 1 is busy (a spinner that never yields, preemption off) while threads are
+    // spawned onto it; worker 0 is idle and steals what it may. Threads placed with
+    // spawn_on must still run on worker 1, later.
+    let rt = Runtime::builder()
+        .workers(2)
+        .preempt(false)
+        .build()
+        .unwrap();
+    // The test body runs on worker 0 and parks (weft's sleep), so worker 0 idles and
+    // tries to steal.
+    let on = rt.spawn_on(0, || {
+        let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let g2 = go.clone();
+        let spinner = spawn_on(1, move || {
+            while !g2.load(Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        sleep(Duration::from_millis(20)); // the spinner holds worker 1
+        let hs: Vec<_> = (0..8).map(|_| spawn_on(1, current_worker)).collect();
+        sleep(Duration::from_millis(50)); // worker 0 idles, may steal
+        go.store(true, Relaxed);
+        spinner.join().unwrap();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let on = on.join().unwrap();
+    assert!(on.iter().all(|w| *w == Some(1)), "{on:?}");
+}

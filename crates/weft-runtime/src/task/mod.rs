@@ -51,6 +51,8 @@ pub(crate) struct Task {
     pub unwinding: Cell<bool>,
     /// Whether the preemption signal may switch this thread out.
     pub preemptible: bool,
+    /// Placed on a worker by `spawn_on`: never stolen, even before it runs.
+    pub pinned: bool,
     /// What its join handle waits on and takes.
     pub join: JoinCell,
     /// The runtime's `Shared`, as a pointer holding one strong count (given back in
@@ -65,7 +67,7 @@ unsafe impl Send for Task {}
 unsafe impl Sync for Task {}
 
 impl Task {
-    pub(crate) fn new(shared: &Arc<Shared>, preemptible: bool) -> Task {
+    pub(crate) fn new(shared: &Arc<Shared>, preemptible: bool, pinned: bool) -> Task {
         Task {
             runtime: Arc::into_raw(shared.clone()),
             join: JoinCell::new(),
@@ -79,6 +81,7 @@ impl Task {
             live_prev: Cell::new(core::ptr::null()),
             live_next: Cell::new(core::ptr::null()),
             preemptible,
+            pinned,
         }
     }
 

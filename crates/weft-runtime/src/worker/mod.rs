@@ -66,6 +66,9 @@ pub(crate) enum Mail {
 pub(crate) struct Spawned(Option<Arc<Task>>);
 
 impl Spawned {
+    fn is_pinned(&self) -> bool {
+        self.0.as_ref().is_some_and(|t| t.pinned)
+    }
     fn take(mut self) -> Arc<Task> {
         self.0.take().expect("taken once")
     }
@@ -290,7 +293,10 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
             let me = (*w).id;
             let to = to.unwrap_or(me);
             preempt::enter(w);
-            if to == me {
+            if task.pinned && to == me {
+                // Placed here by spawn_on: not stealable, so not in `next` or the deque.
+                (*w).runq.push_back(task);
+            } else if to == me {
                 // A lone spawn (typically followed by a join) runs here next; only
                 // when never-run work piles up is a sleeping worker woken to steal it
                 // (and the monitor wakes one if this worker stays busy: monitor.rs).
@@ -381,6 +387,8 @@ unsafe fn poll_events(w: *mut Worker) {
                     (*runq).push_back(t)
                 }
             }
+            // Placed here by spawn_on: not stealable, so not in the deque.
+            Mail::Spawn(t) if t.is_pinned() => (*runq).push_back(t.take()),
             Mail::Spawn(t) => (*spawnq).push(t.take()),
         };
         (*w).endpoint.poll(|_, m| deliver(m));
