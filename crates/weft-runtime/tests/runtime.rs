@@ -116,9 +116,15 @@ fn wakeups_across_workers_are_not_lost() {
     // A token passed around a ring of green threads on both workers, many times: a lost
     // wake-up hangs the ring.
     let rt = rt(2);
+    // Every hand-off crosses workers (neighbours alternate). 160,000 wake-ups by
+    // default; WEFT_STRESS_FULL=1 runs 2,000,000.
     const N: usize = 8;
-    const ROUNDS: usize = 20_000;
-    rt.block_on(|| {
+    let rounds: usize = if std::env::var_os("WEFT_STRESS_FULL").is_some() {
+        250_000
+    } else {
+        20_000
+    };
+    rt.block_on(move || {
         let turn = Arc::new(AtomicUsize::new(0));
         let slots: Arc<Vec<std::sync::Mutex<Option<Unparker>>>> =
             Arc::new((0..N).map(|_| std::sync::Mutex::new(None)).collect());
@@ -127,7 +133,7 @@ fn wakeups_across_workers_are_not_lost() {
                 let (turn, slots) = (turn.clone(), slots.clone());
                 spawn_on(i % 2, move || {
                     *slots[i].lock().unwrap() = Some(Unparker::current());
-                    for _ in 0..ROUNDS {
+                    for _ in 0..rounds {
                         while turn.load(Acquire) % N != i {
                             park();
                         }
@@ -147,7 +153,7 @@ fn wakeups_across_workers_are_not_lost() {
         for h in hs {
             h.join().unwrap();
         }
-        assert_eq!(turn.load(Relaxed), N * ROUNDS);
+        assert_eq!(turn.load(Relaxed), N * rounds);
     });
 }
 
