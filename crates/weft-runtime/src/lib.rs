@@ -77,6 +77,6 @@ pub use runtime::{sleep, spawn, spawn_on, workers, Builder, Runtime, ThreadBuild
 #[cfg(not(feature = "loom"))]
 pub use task::JoinHandle;
 #[cfg(not(feature = "loom"))]
-pub use worker::{current_worker, yield_now, Shutdown};
+pub use worker::{current_worker, preemption_point, yield_now, Shutdown};
 #[cfg(not(feature = "loom"))]
 pub use {blocking::blocking, io::io_backend, io::IoBackend};

@@ -129,6 +129,7 @@ impl Builder {
                         switches: AtomicU64::new(0),
                         preempt_requested: AtomicBool::new(false),
                         running: AtomicBool::new(false),
+                        ended: AtomicBool::new(false),
                     })
                 })
                 .collect(),
@@ -294,11 +295,14 @@ impl Drop for Runtime {
         if let Some(m) = self.monitor.take() {
             let _ = m.join();
         }
-        // Spawns from outside that reached a worker after it ended: cancel them (their
-        // join handles report `Shutdown`); dropping the mail does that.
+        // Mail that reached a worker after it ended (a race with its `ended` flag):
+        // dropping it cancels spawns (their join handles report `Shutdown`) and drops
+        // wake-ups, and breaks the cycle task -> runtime -> box -> task.
         for w in self.shared.workers.iter() {
             while w.inbox.pop().is_some() {}
         }
+        // SAFETY: every worker has ended and dropped its endpoint.
+        unsafe { self.shared.remote.drain(drop) };
     }
 }
 
@@ -347,6 +351,7 @@ fn try_spawn_in<T: Send + 'static>(
         _result: std::marker::PhantomData,
     };
     worker::submit(shared, task, to);
+    worker::preemption_point();
     Ok(handle)
 }
 

@@ -136,6 +136,7 @@ impl<T> Sender<T> {
 
     /// Sends `value` if there is room now, without parking.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        crate::worker::preemption_point();
         let mut st = self.chan.state.lock();
         if st.receivers == 0 {
             return Err(TrySendError::Disconnected(value));
@@ -158,6 +159,7 @@ impl<T> Sender<T> {
     }
 
     fn send_until(&self, value: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+        crate::worker::preemption_point();
         let mut node: Option<Arc<Waiter>> = None;
         loop {
             let mut st = self.chan.state.lock();
@@ -253,6 +255,7 @@ impl<T> Receiver<T> {
 
     /// Takes the oldest value if there is one, without parking.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        crate::worker::preemption_point();
         let mut st = self.chan.state.lock();
         match st.buf.pop_front() {
             Some(v) => {
@@ -274,6 +277,7 @@ impl<T> Receiver<T> {
     }
 
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        crate::worker::preemption_point();
         let mut node: Option<Arc<Waiter>> = None;
         loop {
             let mut st = self.chan.state.lock();

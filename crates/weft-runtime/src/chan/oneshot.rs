@@ -118,6 +118,7 @@ impl<T> Receiver<T> {
 
     /// The value if it has arrived, without parking.
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        crate::worker::preemption_point();
         let mut st = self.inner.state.lock();
         match st.value.take() {
             Some(v) => Ok(v),
@@ -132,6 +133,7 @@ impl<T> Receiver<T> {
     }
 
     fn recv_until(&mut self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        crate::worker::preemption_point();
         loop {
             let mut st = self.inner.state.lock();
             if let Some(v) = st.value.take() {

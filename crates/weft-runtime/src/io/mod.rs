@@ -44,8 +44,10 @@
 //!
 //! ## Closing
 //!
-//! Descriptors are owned by [`Fd`]; the last reference closes it without blocking a
-//! worker: an `IORING_OP_CLOSE` queued on the ring, or a close on the pool.
+//! Descriptors are owned by [`Fd`]; the last reference closes it, and the descriptor is
+//! closed when that drop returns (as with std: the port can be bound again, the peer
+//! sees end-of-file): an `IORING_OP_CLOSE` submitted at once on an io_uring worker,
+//! `close(2)` itself elsewhere.
 //!
 //! ## Preemption
 //!
@@ -384,6 +386,7 @@ pub(crate) fn run(
     sys: fn(&mut OpData) -> i64,
     timeout: Option<Duration>,
 ) -> io::Result<Done> {
+    crate::worker::preemption_point();
     match cx {
         Ctx::Os => {
             let res = sys(&mut data);
@@ -551,22 +554,15 @@ impl Drop for FdInner {
     }
 }
 
-/// Closes `fd` without blocking a worker: queued on the worker's ring, or done on the
-/// pool on a threads-backend worker; a plain close elsewhere.
+/// Closes `fd`, done when this returns (as std's drop is): on an io_uring worker, a
+/// close submitted to the ring at once; elsewhere (the threads backend, plain threads)
+/// `close(2)` itself, which does not block for sockets and local files (it may for a
+/// network filesystem's flush or a socket with `SO_LINGER`, as it would under std).
 pub(crate) fn close_async(fd: RawFd) {
     if with_ring(|r| r.close(fd)) == Some(true) {
         return;
     }
-    let w = worker::current();
-    if !w.is_null() {
-        let _np = NoPreempt::new();
-        threads::io_pool().execute(Box::new(move || {
-            // SAFETY: the descriptor was handed to us to close.
-            unsafe { libc::close(fd) };
-        }));
-        return;
-    }
-    // SAFETY: as above.
+    // SAFETY: the descriptor was handed to us to close.
     unsafe { libc::close(fd) };
 }
 
@@ -799,11 +795,28 @@ fn poll_fd(fd: RawFd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
     }
 }
 
+/// The threads backend's readiness count of `fd` (None in other contexts), read
+/// before a call that may return `EAGAIN`.
+fn readiness(cx: Ctx, fd: &Fd, dir: Dir) -> Option<u64> {
+    (cx == Ctx::Threads)
+        .then(|| threads::edges(fd, dir))
+        .flatten()
+}
+
 /// Waits until `fd` is ready for `dir` in the caller's context.
-fn wait_ready(cx: Ctx, fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
+///
+/// `since` is the threads backend's readiness count read before the call that returned
+/// `EAGAIN` ([`readiness`]); other contexts ignore it.
+fn wait_ready(
+    cx: Ctx,
+    fd: &Fd,
+    dir: Dir,
+    since: Option<u64>,
+    deadline: Option<Instant>,
+) -> io::Result<()> {
     match cx {
         Ctx::Os => poll_fd(fd.raw(), dir, deadline),
-        Ctx::Threads => threads::wait_ready(fd, dir, deadline),
+        Ctx::Threads => threads::wait_ready(fd, dir, since, deadline),
         Ctx::Uring => {
             let t = remaining(deadline)?;
             let data = OpData {
@@ -854,9 +867,10 @@ fn sock_loop(
             poll_fd(fd.raw(), dir, deadline)?;
         }
         let dontwait = cx != Ctx::Os || deadline.is_some();
+        let since = readiness(cx, fd, dir);
         let r = op(dontwait);
         if r == eagain {
-            wait_ready(cx, fd, dir, deadline)?;
+            wait_ready(cx, fd, dir, since, deadline)?;
             continue;
         }
         return cvt(r);
@@ -910,7 +924,7 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
             remaining(deadline)?,
         )?;
         if done.res == -(libc::EAGAIN as i64) {
-            wait_ready(cx, fd, Dir::Read, deadline)?;
+            wait_ready(cx, fd, Dir::Read, None, deadline)?;
             continue;
         }
         let n = uring_sock_result(&done, deadline)?;
@@ -958,7 +972,7 @@ pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result
             remaining(deadline)?,
         )?;
         if done.res == -(libc::EAGAIN as i64) {
-            wait_ready(cx, fd, Dir::Write, deadline)?;
+            wait_ready(cx, fd, Dir::Write, None, deadline)?;
             continue;
         }
         return uring_sock_result(&done, deadline);
@@ -1006,7 +1020,7 @@ pub(crate) fn accept(fd: &Fd) -> io::Result<(Fd, SockAddr)> {
             None,
         )?;
         if done.res == -(libc::EAGAIN as i64) {
-            wait_ready(cx, fd, Dir::Read, None)?;
+            wait_ready(cx, fd, Dir::Read, None, None)?;
             continue;
         }
         let n = done.result()?;
@@ -1087,7 +1101,7 @@ pub(crate) fn connect(fd: &Fd, addr: SockAddr) -> io::Result<()> {
             || r == -(libc::EINTR as i64)
             || r == -(libc::EAGAIN as i64) =>
         {
-            wait_ready(cx, fd, Dir::Write, None)?;
+            wait_ready(cx, fd, Dir::Write, None, None)?;
             so_error(fd.raw())
         }
         r => Err(io::Error::from_raw_os_error(-r as i32)),

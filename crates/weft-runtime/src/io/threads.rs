@@ -145,10 +145,15 @@ pub(crate) fn blocking_pool() -> &'static Pool {
 // ---------------------------------------------------------------------------------
 // The poller
 
+/// One direction of a registered descriptor: a count of readiness edges, and every
+/// green thread waiting for the next one. Edge-triggered epoll reports an edge once for
+/// however much became ready (two connections, say), so an edge wakes *every* waiter
+/// and each retries its call; a waiter that read the count before its call returned
+/// `EAGAIN` waits only if no edge has come since, so none is lost.
 #[derive(Default)]
 struct Side {
-    ready: bool,
-    waiter: Option<Unparker>,
+    edges: u64,
+    waiters: Vec<Unparker>,
 }
 
 #[derive(Default)]
@@ -167,12 +172,12 @@ impl PollState {
 }
 
 fn wake(side: &Mutex<Side>) {
-    let w = {
+    let ws = {
         let mut s = lock(side);
-        s.ready = true;
-        s.waiter.take()
+        s.edges = s.edges.wrapping_add(1);
+        std::mem::take(&mut s.waiters)
     };
-    if let Some(w) = w {
+    for w in ws {
         w.unpark();
     }
 }
@@ -275,7 +280,23 @@ impl Registration {
 }
 
 /// Waits (parking the green thread) until `fd` may be ready for `dir`, or `deadline`.
-pub(crate) fn wait_ready(fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
+/// The count of readiness edges of `fd` in direction `dir` (registering it with the
+/// poller on first use), to be read *before* trying the call that may return `EAGAIN`
+/// and passed to [`wait_ready`]. None if the descriptor cannot be registered.
+pub(crate) fn edges(fd: &Fd, dir: Dir) -> Option<u64> {
+    let _np = NoPreempt::new();
+    let reg = fd.0.reg.get_or_init(|| Registration::new(fd.raw()).ok());
+    reg.as_ref().map(|r| lock(r.state.side(dir)).edges)
+}
+
+/// Waits until an edge comes after `since` (from [`edges`], read before the call that
+/// returned `EAGAIN`), or `deadline`.
+pub(crate) fn wait_ready(
+    fd: &Fd,
+    dir: Dir,
+    since: Option<u64>,
+    deadline: Option<Instant>,
+) -> io::Result<()> {
     // Not preemptible while the registry's mutex (or the OnceLock) is held: a green
     // thread switched out holding it would stall the poller and every green thread of
     // its worker that wants it.
@@ -283,27 +304,36 @@ pub(crate) fn wait_ready(fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Re
         let _np = NoPreempt::new();
         fd.0.reg.get_or_init(|| Registration::new(fd.raw()).ok())
     };
-    let Some(reg) = reg else {
+    let (Some(reg), Some(since)) = (reg, since) else {
         return wait_on_pool(fd, dir, deadline);
     };
     let side = reg.state.side(dir);
+    let me = Unparker::current();
+    // Takes our entry out of the waiter list however we leave (an edge already took it;
+    // a timeout or a shutdown unwind did not).
+    struct Leave<'a>(&'a Mutex<Side>, &'a Unparker);
+    impl Drop for Leave<'_> {
+        fn drop(&mut self) {
+            let _np = NoPreempt::new();
+            lock(self.0).waiters.retain(|w| !w.same_as(self.1));
+        }
+    }
+    let _leave = Leave(side, &me);
     loop {
         {
             let _np = NoPreempt::new();
             let mut s = lock(side);
-            if s.ready {
-                s.ready = false;
-                s.waiter = None;
+            if s.edges != since {
                 return Ok(());
             }
-            s.waiter = Some(Unparker::current());
+            if !s.waiters.iter().any(|w| w.same_as(&me)) {
+                s.waiters.push(me.clone());
+            }
         }
         match deadline {
             None => park::park(),
             Some(d) => {
                 if Instant::now() >= d {
-                    let _np = NoPreempt::new();
-                    lock(side).waiter = None;
                     return Err(super::timed_out());
                 }
                 park::park_until(d)

@@ -155,7 +155,14 @@ impl Ring {
 
     /// Queues a close of `fd` (it completes on its own); false if that was impossible.
     pub(crate) fn close(&self, fd: RawFd) -> bool {
-        self.push_untracked(opcode::Close::new(types::Fd(fd)).build().user_data(0))
+        // Submitted at once, not at the worker's next poll: a dropped socket or file must
+        // be closed when its drop returns (a rebind of the port, the peer's end-of-file,
+        // a lock released), as with std. The kernel usually completes a close inline.
+        let queued = self.push_untracked(opcode::Close::new(types::Fd(fd)).build().user_data(0));
+        if queued {
+            self.submit_pending();
+        }
+        queued
     }
 
     /// Asks the kernel to cancel the operation with `user_data` (a slot pointer).

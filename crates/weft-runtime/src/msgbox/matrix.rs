@@ -226,6 +226,20 @@ impl<T> Remote<T> {
     pub fn is_sleeping(&self, to: usize) -> bool {
         self.m.doorbells[to].is_sleeping()
     }
+
+    /// Takes every message still in any box (and the senders' overflow is gone with
+    /// their endpoints): for the owner of the matrix once all workers have ended.
+    ///
+    /// # Safety
+    /// No [`Endpoint`] of this matrix may be alive (none may push or pop).
+    pub unsafe fn drain(&self, mut f: impl FnMut(T)) {
+        for b in self.m.boxes.iter() {
+            // SAFETY: no endpoint is alive: we are the only producer and consumer.
+            while let Some(msg) = unsafe { b.pop() } {
+                f(msg);
+            }
+        }
+    }
 }
 
 #[cfg(all(test, not(feature = "loom")))]

@@ -63,6 +63,7 @@ impl Barrier {
     /// releases them all. Exactly one of them (the last to arrive) gets a result whose
     /// [`is_leader`](BarrierWaitResult::is_leader) is true.
     pub fn wait(&self) -> BarrierWaitResult {
+        crate::worker::preemption_point();
         let mut st = self.state.lock();
         st.arrived += 1;
         if st.arrived >= self.n {

@@ -129,6 +129,7 @@ impl Condvar {
 
     /// Wakes the oldest waiter, if any.
     pub fn notify_one(&self) {
+        crate::worker::preemption_point();
         let n = self.waiters.lock().notify_one();
         if let Some(n) = n {
             n.unpark();
@@ -137,6 +138,7 @@ impl Condvar {
 
     /// Wakes every waiter.
     pub fn notify_all(&self) {
+        crate::worker::preemption_point();
         let all = self.waiters.lock().notify_all();
         unpark_all(all);
     }

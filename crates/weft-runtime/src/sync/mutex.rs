@@ -98,6 +98,7 @@ impl<T: ?Sized> Mutex<T> {
 
     /// Locks the mutex if it is free and nobody waits for it, without parking.
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        crate::worker::preemption_point();
         let mut st = self.state.lock();
         if st.locked {
             return None;
@@ -114,6 +115,7 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     fn lock_until(&self, deadline: Option<Instant>) -> Option<MutexGuard<'_, T>> {
+        crate::worker::preemption_point();
         let node = {
             let mut st = self.state.lock();
             if !st.locked {

@@ -62,6 +62,7 @@ impl Semaphore {
 
     /// Takes a permit if one is available and nobody waits, without parking.
     pub fn try_acquire(&self) -> Option<SemaphorePermit<'_>> {
+        crate::worker::preemption_point();
         let mut st = self.state.lock();
         if st.permits > 0 && st.waiters.is_empty() {
             st.permits -= 1;
@@ -77,6 +78,7 @@ impl Semaphore {
     }
 
     fn acquire_until(&self, deadline: Option<Instant>) -> Option<SemaphorePermit<'_>> {
+        crate::worker::preemption_point();
         let node = {
             let mut st = self.state.lock();
             if st.permits > 0 && st.waiters.is_empty() {

@@ -105,6 +105,9 @@ pub(crate) struct WorkerShared {
     pub preempt_requested: AtomicBool,
     /// Whether a green thread (not the scheduler) holds the worker now.
     pub running: AtomicBool,
+    /// Set when the worker's loop has ended (shutdown): mail for it is no longer read,
+    /// so senders cancel spawns and drop wake-ups instead.
+    pub ended: AtomicBool,
 }
 
 /// A one-task slot that the owner fills and empties and a thief may empty: each side
@@ -267,7 +270,7 @@ pub(crate) fn wake(task: &Arc<Task>) {
                     (*w).runq.push_back(task.clone());
                 }
             } else {
-                (*w).endpoint.send(owner, Mail::Wake(task.clone()));
+                send_to_worker(w, owner, Mail::Wake(task.clone()));
             }
             preempt::leave(w);
             return;
@@ -277,9 +280,34 @@ pub(crate) fn wake(task: &Arc<Task>) {
 }
 
 /// Sends `mail` to worker `to` from a thread that is not one of its runtime's workers.
+/// If that worker has ended, the mail is dropped here (a spawn is cancelled, a wake-up
+/// is moot) rather than left in an inbox nobody reads.
 pub(crate) fn send_from_outside(shared: &Shared, to: usize, mail: Mail) {
+    if shared.workers[to].ended.load(Acquire) {
+        return drop(mail);
+    }
     shared.workers[to].inbox.push(mail);
     shared.remote.wake(to);
+    // Ended meanwhile? Then take it back out (Runtime::drop also drains the inboxes,
+    // for a runtime still being dropped).
+    if shared.workers[to].ended.load(Acquire) {
+        while shared.workers[to].inbox.pop().is_some() {}
+    }
+}
+
+/// Sends `mail` from worker `w` to worker `to` of the same runtime, unless `to` has
+/// ended (then the mail is dropped: a spawn is cancelled).
+///
+/// # Safety
+/// `w` is this thread's worker.
+unsafe fn send_to_worker(w: *mut Worker, to: usize, mail: Mail) {
+    // SAFETY: per the contract.
+    unsafe {
+        if shared_of(w).workers[to].ended.load(Acquire) {
+            return drop(mail);
+        }
+        (*w).endpoint.send(to, mail);
+    }
 }
 
 /// Queues a new green thread. From a green thread of the same runtime with `to` None or
@@ -305,7 +333,7 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
                     wake_an_idle_worker(shared, me);
                 }
             } else {
-                (*w).endpoint.send(to, Mail::Spawn(Spawned(Some(task))));
+                send_to_worker(w, to, Mail::Spawn(Spawned(Some(task))));
             }
             preempt::leave(w);
             return;
@@ -477,6 +505,9 @@ unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
         };
         let sh = mine(w);
         sh.running.store(to.is_some(), Relaxed);
+        if sh.preempt_requested.load(Relaxed) {
+            sh.preempt_requested.store(false, Relaxed); // a new slice begins
+        }
         (*w).current = to;
         sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
         if let Err(e) = target.switch_to() {
@@ -616,6 +647,25 @@ pub fn yield_now() {
     }
 }
 
+/// A runtime call's preemption point: if the monitor has asked the running green
+/// thread to yield (it held its worker for a slice, and the signal could not switch it
+/// out where it was), yields now. Called by the entry points that do not park on their
+/// fast path: lock and channel operations, I/O, spawning.
+#[inline]
+pub fn preemption_point() {
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's worker.
+    unsafe {
+        if !w.is_null()
+            && (*w).depth.get() == 0
+            && mine(w).preempt_requested.load(Relaxed)
+            && (*w).current.is_some()
+        {
+            yield_now();
+        }
+    }
+}
+
 /// Called first thing by a new green thread: it starts at runtime depth 1 (it was
 /// switched to by runtime code) and runs user code at depth 0.
 pub(crate) fn task_started() {
@@ -659,6 +709,11 @@ pub(crate) unsafe fn exit_current() -> ! {
             }
             None => (*w).sched,
         };
+        // The same bookkeeping as `switch_to`: the monitor must see the switch (and
+        // that the worker is idle when it goes to the scheduler).
+        let sh = mine(w);
+        sh.running.store(next.is_some(), Relaxed);
+        sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
         (*w).current = next;
         target.exit_to()
     }
@@ -681,6 +736,11 @@ pub(crate) unsafe fn sched_loop(w: *mut Worker) {
             }
             if shared_of(w).shutdown.load(Acquire) {
                 if shutdown_step(w) {
+                    mine(w).ended.store(true, Release);
+                    // Mail that raced with the flag: spawns are cancelled, wake-ups
+                    // dropped (their threads are gone).
+                    (*w).endpoint.poll(|_, m| drop(m));
+                    while mine(w).inbox.pop().is_some() {}
                     preempt::leave(w);
                     return;
                 }

@@ -13,9 +13,11 @@
 //!    runtime entry point that touches the worker's queues, timers or I/O raises it);
 //! 3. the thread is not inside a context switch (the fiber core refuses that itself);
 //! 4. the thread was spawned preemptible (the default; see `Builder::preempt`);
-//! 5. the interrupted instruction is in the **main executable's own code**, or is a
-//!    `futex` system call made through libc's `syscall()` (how `std`'s locks wait)
-//!    being restarted. Code in libc, the dynamic loader, the vDSO or
+//! 5. the interrupted instruction is in the **main executable's own code** (only when
+//!    the program allocates with the system allocator, in libc: a `#[global_allocator]`
+//!    compiled into the program keeps per-thread caches there that the next green
+//!    thread would re-enter), or is a `futex` system call made through libc's
+//!    `syscall()` (how `std`'s locks wait) being restarted. Code in libc, the dynamic loader, the vDSO or
 //!    another shared library is never switched out of: it may hold a lock or per-thread
 //!    state (malloc's caches, a stdio lock) that the next green thread on the same OS
 //!    thread would then find half-updated. A thread blocked in `futex` holds nothing of
@@ -85,7 +87,9 @@ pub(crate) unsafe fn leave(w: *mut Worker) {
 /// Installs the handler (once per process) and records the main program's code.
 pub(crate) fn install() {
     INSTALL.call_once(|| {
-        find_main_text();
+        if system_allocator() {
+            find_main_text();
+        }
         // SAFETY: installs a handler that follows the rules in the module comment; the
         // previous action is kept and chained to.
         unsafe {
@@ -102,6 +106,25 @@ pub(crate) fn install() {
             }
         }
     });
+}
+
+/// Whether the program allocates with the system allocator (malloc, in libc): true
+/// if its symbol table has std's default allocator shim (`__rdl_alloc`). A program with
+/// a `#[global_allocator]` of its own (jemalloc, mimalloc...) has its allocator in its
+/// own code, with per-thread caches a switch could interrupt; so does any program whose
+/// symbols were stripped, as far as we can tell. For those the handler does not switch
+/// in the program's own code (futex waits only; otherwise the flag).
+fn system_allocator() -> bool {
+    use object::{Object, ObjectSymbol};
+    let Ok(bytes) = std::fs::read("/proc/self/exe") else {
+        return false;
+    };
+    let Ok(file) = object::File::parse(&*bytes) else {
+        return false;
+    };
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .any(|s| s.name().is_ok_and(|n| n.contains("__rdl_alloc")))
 }
 
 /// Records the executable PT_LOAD segments of the main program (the first object

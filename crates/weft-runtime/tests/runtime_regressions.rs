@@ -1,0 +1,313 @@
+//! Regression tests for bugs a review found in the runtime core (preemption, the
+//! monitor, shutdown). Each test states the documented behaviour it checks. They run
+//! one at a time (a lock below): some measure per-thread counters or open descriptors.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+use weft_runtime::{spawn, spawn_on, Runtime};
+
+/// Held by every test: they measure process-wide things (descriptors, counters).
+static SERIAL: StdMutex<()> = StdMutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---------------------------------------------------------------------------------
+// A global allocator written in Rust (as jemallocator / mimalloc / any
+// `#[global_allocator]` is: its code is in the main executable's text). When armed, it
+// notes re-entry on the same OS thread and lingers inside its "critical section", as a
+// thread cache update would.
+
+struct Detect;
+static ARMED: AtomicBool = AtomicBool::new(false);
+static REENTERED: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+#[inline(never)]
+fn critical_section() {
+    for i in 0..2000u32 {
+        std::hint::black_box(i);
+    }
+}
+
+unsafe fn guarded<R>(f: impl FnOnce() -> R) -> R {
+    if !ARMED.load(Relaxed) {
+        return f();
+    }
+    let was = INSIDE.try_with(|c| c.replace(true)).unwrap_or(true);
+    if was {
+        REENTERED.fetch_add(1, Relaxed);
+    }
+    critical_section();
+    let r = f();
+    if !was {
+        let _ = INSIDE.try_with(|c| c.set(false));
+    }
+    r
+}
+
+unsafe impl GlobalAlloc for Detect {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        unsafe { guarded(|| System.alloc(l)) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { guarded(|| System.dealloc(p, l)) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Detect = Detect;
+
+/// docs/runtime.md, Preemption rule 4: code that "may hold a lock or half-updated
+/// per-OS-thread state (malloc's caches ...)" is never switched out of. With a Rust
+/// global allocator that code IS the main program's code, so the SIGURG handler
+/// switches out of the allocator's critical section and the next green thread on the
+/// same OS thread re-enters it.
+#[test]
+fn preemption_never_reenters_the_global_allocator() {
+    let _serial = serial();
+    let rt = Runtime::builder().workers(1).preempt(true).build().unwrap();
+    REENTERED.store(0, Relaxed);
+    let r = rt.block_on(|| {
+        ARMED.store(true, Relaxed);
+        let hog = || {
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(300) {
+                std::hint::black_box(Box::new([0u8; 32]));
+            }
+        };
+        let a = spawn(hog);
+        let b = spawn(hog);
+        a.join().unwrap();
+        b.join().unwrap();
+        ARMED.store(false, Relaxed);
+        REENTERED.load(Relaxed)
+    });
+    assert_eq!(
+        r, 0,
+        "the allocator was re-entered on one OS thread {r} times (a preempted green thread \
+         was switched out of it)"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+
+/// docs/runtime.md: when the handler cannot switch "it only leaves the flag: the thread
+/// yields at its next runtime call". `preempt_requested` is never read, so a thread that
+/// is not switched by the signal (here: spawned not preemptible, rule 4 of preempt.rs)
+/// never yields at its runtime calls.
+#[test]
+fn a_flagged_thread_yields_at_its_next_runtime_call() {
+    let _serial = serial();
+    let rt = Runtime::builder().workers(1).preempt(true).build().unwrap();
+    let waited = rt.block_on(|| {
+        weft_runtime::ThreadBuilder::new()
+            .preemptible(false)
+            .spawn(|| {
+                let other_ran = Arc::new(AtomicBool::new(false));
+                let o = other_ran.clone();
+                let h = spawn(move || o.store(true, SeqCst));
+                let m = weft_runtime::sync::Mutex::new(0u64);
+                let (tx, rx) = weft_runtime::chan::unbounded::<u32>();
+                let t0 = Instant::now();
+                while !other_ran.load(SeqCst) && t0.elapsed() < Duration::from_millis(1000) {
+                    // Runtime calls that do not block: a lock and a channel operation.
+                    *m.lock() += 1;
+                    tx.send(1).unwrap();
+                    rx.recv().unwrap();
+                }
+                let waited = t0.elapsed();
+                h.join().unwrap();
+                waited
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    assert!(
+        waited < Duration::from_millis(300),
+        "the other thread waited {waited:?}: the flag was never honoured"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+
+fn ctxt_switches(name: &str) -> Option<u64> {
+    for e in std::fs::read_dir("/proc/self/task").ok()? {
+        let p = e.ok()?.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let st = std::fs::read_to_string(p.join("status")).ok()?;
+            let mut n = 0;
+            for l in st.lines() {
+                if l.starts_with("voluntary_ctxt_switches")
+                    || l.starts_with("nonvoluntary_ctxt_switches")
+                {
+                    n += l.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+                }
+            }
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// A worker whose last green thread has exited is idle: the monitor must not treat it
+/// as "held by a green thread". `exit_current` never clears `running` (nor counts the
+/// switch), so the monitor signals the sleeping worker every millisecond, forever.
+#[test]
+fn an_idle_worker_is_not_signalled_after_its_last_thread_exits() {
+    let _serial = serial();
+    let rt = Runtime::builder()
+        .workers(1)
+        .preempt(true)
+        .name("revidle")
+        .build()
+        .unwrap();
+    rt.block_on(|| ()); // one green thread, which exits to the scheduler
+    std::thread::sleep(Duration::from_millis(50));
+    let a = ctxt_switches("revidle-0").expect("worker thread");
+    std::thread::sleep(Duration::from_millis(300));
+    let b = ctxt_switches("revidle-0").expect("worker thread");
+    drop(rt);
+    assert!(
+        b - a < 30,
+        "an idle worker woke {} times in 300 ms (SIGURG every tick)",
+        b - a
+    );
+}
+
+// ---------------------------------------------------------------------------------
+
+struct Flag(Arc<AtomicUsize>);
+impl Drop for Flag {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+static LATE: StdMutex<Vec<weft_runtime::JoinHandle<()>>> = StdMutex::new(Vec::new());
+
+/// A value whose destructor (run by the shutdown unwind) spawns onto worker 1.
+struct SpawnOnDrop(Arc<AtomicUsize>);
+impl Drop for SpawnOnDrop {
+    fn drop(&mut self) {
+        // Let worker 1 (which has no green thread) finish its shutdown first.
+        std::thread::sleep(Duration::from_millis(200));
+        let f = Flag(self.0.clone());
+        let h = spawn_on(1, move || {
+            let _f = f;
+        });
+        LATE.lock().unwrap().push(h);
+    }
+}
+
+/// docs/runtime.md, Shutdown: never-run threads are cancelled "(its closure ... is
+/// dropped; its join handle returns Err with a Shutdown payload), including spawns that
+/// reach a worker after it has ended". A spawn sent through the message boxes to a
+/// worker that has ended stays in the box forever (Runtime::drop only drains inboxes):
+/// the closure is never dropped, the join handle never completes (a `join` hangs), and
+/// the task -> Shared -> matrix -> box -> task cycle leaks it all.
+#[test]
+fn a_spawn_to_an_ended_worker_is_cancelled() {
+    let _serial = serial();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let (s2, d2) = (started.clone(), dropped.clone());
+    let parked = rt.spawn_on(0, move || {
+        let _g = SpawnOnDrop(d2);
+        s2.store(true, SeqCst);
+        loop {
+            weft_runtime::park::park();
+        }
+    });
+    while !started.load(SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    drop(rt);
+    assert!(parked.join().unwrap_err().is::<weft_runtime::Shutdown>());
+    let late = std::mem::take(&mut *LATE.lock().unwrap());
+    assert_eq!(late.len(), 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        late[0].is_finished(),
+        "the spawn that reached ended worker 1 was never cancelled (a join would hang)"
+    );
+    assert_eq!(dropped.load(SeqCst), 1, "its closure was never dropped");
+}
+
+// ---------------------------------------------------------------------------------
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// A wake-up that reaches a runtime after it was dropped (an `Unparker` used from an OS
+/// thread, as a channel sender on a plain thread does) is pushed onto the dead worker's
+/// inbox, where nothing ever pops it: the inbox's `Mail::Wake(Arc<Task>)` keeps the task,
+/// the task keeps `Shared` (its inboxes, the message-box matrix and its eventfds): a
+/// cycle, leaked.
+#[test]
+fn a_wake_after_the_runtime_is_gone_leaks_nothing() {
+    let _serial = serial();
+    let cycle = |late_wake: bool| {
+        let before = open_fds();
+        let rt = Runtime::builder()
+            .workers(2)
+            .io_backend(weft_runtime::IoBackend::Threads)
+            .build()
+            .unwrap();
+        let u = rt.block_on(weft_runtime::park::Unparker::current);
+        drop(rt);
+        if late_wake {
+            u.unpark();
+        }
+        drop(u);
+        std::thread::sleep(Duration::from_millis(20));
+        (before, open_fds())
+    };
+    let (b0, a0) = cycle(false);
+    assert_eq!(
+        a0, b0,
+        "control: without a late wake-up the runtime is freed"
+    );
+    let (b1, a1) = cycle(true);
+    assert_eq!(
+        a1, b1,
+        "fds before the runtime {b1}, after it and a late wake-up {a1}: its Shared leaked"
+    );
+}
+
+/// The same, for a preemptible thread that spends its time in libc (`nanosleep`), where
+/// the handler only leaves the flag: it never yields at its runtime calls either.
+#[test]
+fn a_thread_mostly_in_libc_yields_at_its_next_runtime_call() {
+    let _serial = serial();
+    let rt = Runtime::builder().workers(1).preempt(true).build().unwrap();
+    let waited = rt.block_on(|| {
+        let other_ran = Arc::new(AtomicBool::new(false));
+        let o = other_ran.clone();
+        let h = spawn(move || o.store(true, SeqCst));
+        let m = weft_runtime::sync::Mutex::new(0u64);
+        let t0 = Instant::now();
+        while !other_ran.load(SeqCst) && t0.elapsed() < Duration::from_millis(1000) {
+            std::thread::sleep(Duration::from_millis(1)); // blocks the worker, in libc
+            *m.lock() += 1; // a runtime call
+        }
+        let waited = t0.elapsed();
+        h.join().unwrap();
+        waited
+    });
+    assert!(
+        waited < Duration::from_millis(300),
+        "the other thread waited {waited:?}: the flag was never honoured"
+    );
+}
