@@ -283,6 +283,14 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        let w = worker::current();
+        // SAFETY: a non-null thread word is this thread's live worker.
+        if !w.is_null() && core::ptr::eq(unsafe { worker::shared_of(w) }, &*self.shared) {
+            panic!(
+                "a weft Runtime was dropped from one of its own green threads: its workers \
+                 cannot be joined from inside; drop it from outside (the thread that built it)"
+            );
+        }
         self.shared.shutdown.store(true, Release);
         for i in 0..self.shared.workers.len() {
             self.shared.remote.wake(i);

@@ -608,7 +608,7 @@ pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
             let me = (*w).current.clone().expect("resumed as a green thread");
             me.park.park_end();
             if deadline.is_some() {
-                Timers::cancel(&me);
+                (*w).timers.cancel(&me);
             }
             preempt::leave(w);
             check_cancelled(&me);

@@ -10,7 +10,8 @@
 //! Cancellation is lazy: a task remembers the sequence number of the one timer that
 //! may wake it (`Task::timer_seq`); cancelling sets that to 0, and an entry whose
 //! number no longer matches is discarded when it reaches the top of the heap. So
-//! cancelling (every park with a timeout that ends early) costs a store.
+//! cancelling (every park with a timeout that ends early) costs a store; when cancelled
+//! entries come to outnumber live ones, the heap is rebuilt without them.
 
 use crate::task::{self, Task};
 use std::cmp::Ordering;
@@ -47,6 +48,9 @@ impl Ord for Entry {
 pub(crate) struct Timers {
     heap: BinaryHeap<Entry>,
     next_seq: u64,
+    /// Cancelled entries still in the heap (an upper bound: some may have been
+    /// dropped from the top already).
+    stale: usize,
 }
 
 impl Timers {
@@ -62,10 +66,19 @@ impl Timers {
         });
     }
 
-    /// Cancels `task`'s timer, if it has one.
+    /// Cancels `task`'s timer, if it has one. The entry stays in the heap until it
+    /// reaches the top, unless cancelled entries come to outnumber live ones (many
+    /// long timeouts that end early): then the heap is rebuilt without them, so memory
+    /// stays proportional to the live timers.
     #[inline]
-    pub(crate) fn cancel(task: &Task) {
-        task.timer_seq.set(0);
+    pub(crate) fn cancel(&mut self, task: &Task) {
+        if task.timer_seq.replace(0) != 0 {
+            self.stale += 1;
+            if self.stale > 64 && self.stale * 2 > self.heap.len() {
+                self.heap.retain(|e| e.task.timer_seq.get() == e.seq);
+                self.stale = 0;
+            }
+        }
     }
 
     fn drop_cancelled(&mut self) {
@@ -74,6 +87,7 @@ impl Timers {
                 break;
             }
             self.heap.pop();
+            self.stale = self.stale.saturating_sub(1);
         }
     }
 
