@@ -178,7 +178,7 @@ fn wake(side: &Mutex<Side>) {
         std::mem::take(&mut s.waiters)
     };
     for w in ws {
-        w.unpark();
+        w.unpark_owned();
     }
 }
 

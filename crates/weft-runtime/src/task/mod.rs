@@ -133,6 +133,11 @@ impl Drop for Task {
 /// Wakes `task`: if it is parked it runs again, else its next park returns at once
 /// (see `worker::wake` for who touches what).
 pub(crate) fn unpark(task: &Arc<Task>) {
+    worker::wake(task.clone());
+}
+
+/// As [`unpark`], consuming the caller's reference.
+pub(crate) fn unpark_owned(task: Arc<Task>) {
     worker::wake(task);
 }
 
@@ -176,7 +181,7 @@ impl JoinCell {
             // SAFETY: the joiner wrote `waiter` before its Release CAS to WAITING, which
             // our AcqRel swap read; it never touches it again.
             if let Some(w) = unsafe { (*self.waiter.get()).take() } {
-                w.unpark();
+                w.unpark_owned();
             }
         }
     }

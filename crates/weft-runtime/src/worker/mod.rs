@@ -257,7 +257,7 @@ impl Worker {
 /// message, and the owner does the same when the message arrives. So the park word's
 /// cache line never leaves the owner's CPU, and a cross-worker wake-up costs the
 /// message alone.
-pub(crate) fn wake(task: &Arc<Task>) {
+pub(crate) fn wake(task: Arc<Task>) {
     let owner = task.owner.load(Acquire);
     debug_assert_ne!(owner, NO_OWNER, "only started tasks park");
     let w = current();
@@ -267,16 +267,19 @@ pub(crate) fn wake(task: &Arc<Task>) {
             preempt::enter(w);
             if (*w).id == owner {
                 if task.park.unpark() {
-                    (*w).runq.push_back(task.clone());
+                    (*w).runq.push_back(task);
                 }
             } else {
-                send_to_worker(w, owner, Mail::Wake(task.clone()));
+                send_to_worker(w, owner, Mail::Wake(task));
             }
             preempt::leave(w);
             return;
         }
     }
-    send_from_outside(task.shared(), owner, Mail::Wake(task.clone()));
+    // The task keeps its runtime alive; `send_from_outside` may drop the mail (the
+    // worker has ended), so a second reference keeps `shared` valid through the call.
+    let keep = task.clone();
+    send_from_outside(keep.shared(), owner, Mail::Wake(task));
 }
 
 /// Sends `mail` to worker `to` from a thread that is not one of its runtime's workers.
