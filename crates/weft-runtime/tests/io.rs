@@ -7,25 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_runtime::fs::{self, File};
-use weft_runtime::{blocking, io_backend, spawn_on, yield_now, IoBackend, Runtime};
+use weft_runtime::{blocking, io_backend, spawn_on, yield_now, IoBackend};
 
-/// The backends this machine can run (io_uring is skipped, with a note, where absent).
-fn backends() -> Vec<IoBackend> {
-    let mut v = vec![IoBackend::Threads];
-    match Runtime::builder()
-        .workers(1)
-        .io_backend(IoBackend::Uring)
-        .build()
-    {
-        Ok(_) => v.push(IoBackend::Uring),
-        Err(e) => eprintln!("note: io_uring tests skipped: {e}"),
-    }
-    v
-}
-
-fn rt1(b: IoBackend) -> Runtime {
-    Runtime::builder().workers(1).io_backend(b).build().unwrap()
-}
+mod common;
+use common::*;
 
 fn temp(name: &str, b: IoBackend) -> std::path::PathBuf {
     std::env::temp_dir().join(format!(

@@ -9,18 +9,8 @@ use std::time::Duration;
 use weft_runtime::net::{TcpListener, UnixStream};
 use weft_runtime::{chan, sleep, spawn, IoBackend, Runtime};
 
-fn backends() -> Vec<IoBackend> {
-    let mut v = vec![IoBackend::Threads];
-    match Runtime::builder()
-        .workers(1)
-        .io_backend(IoBackend::Uring)
-        .build()
-    {
-        Ok(_) => v.push(IoBackend::Uring),
-        Err(e) => eprintln!("note: io_uring tests skipped: {e}"),
-    }
-    v
-}
+mod common;
+use common::*;
 
 fn rt(b: IoBackend, workers: usize) -> Runtime {
     Runtime::builder()

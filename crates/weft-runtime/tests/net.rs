@@ -6,24 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_runtime::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use weft_runtime::{sleep, spawn, spawn_on, IoBackend, Runtime};
+use weft_runtime::{sleep, spawn, spawn_on, IoBackend};
 
-fn backends() -> Vec<IoBackend> {
-    let mut v = vec![IoBackend::Threads];
-    match Runtime::builder()
-        .workers(1)
-        .io_backend(IoBackend::Uring)
-        .build()
-    {
-        Ok(_) => v.push(IoBackend::Uring),
-        Err(e) => eprintln!("note: io_uring tests skipped: {e}"),
-    }
-    v
-}
-
-fn rt1(b: IoBackend) -> Runtime {
-    Runtime::builder().workers(1).io_backend(b).build().unwrap()
-}
+mod common;
+use common::*;
 
 /// Raises the soft descriptor limit to the hard one; the limit now in force.
 fn raise_nofile() -> u64 {
