@@ -358,14 +358,25 @@ impl TcpStream {
         }))
     }
 
+    /// Connects to `addr`, giving up with `TimedOut` after `timeout` (as
+    /// `std::net::TcpStream::connect_timeout`).
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        Self::connect_one_until(addr, Some(Instant::now() + timeout))
+            .map_err(|e| context(e, format!("connect to {addr}")))
+    }
+
     fn connect_one(a: &SocketAddr) -> io::Result<TcpStream> {
+        Self::connect_one_until(a, None)
+    }
+
+    fn connect_one_until(a: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
         let domain = if a.is_ipv4() {
             libc::AF_INET
         } else {
             libc::AF_INET6
         };
         let fd = socket(domain)?;
-        rio::connect(&fd, to_sockaddr(a))?;
+        rio::connect(&fd, to_sockaddr(a), deadline)?;
         Ok(TcpStream { s: Stream::new(fd) })
     }
 
@@ -432,7 +443,13 @@ impl TcpListener {
 
     /// Waits for a connection; the new stream and its peer's address.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let (fd, a) = rio::accept(&self.fd)?;
+        let (fd, a) = rio::accept(&self.fd, None)?;
+        Ok((TcpStream { s: Stream::new(fd) }, from_sockaddr(&a)?))
+    }
+
+    /// As [`accept`](Self::accept), giving up with `TimedOut` after `timeout`.
+    pub fn accept_timeout(&self, timeout: Duration) -> io::Result<(TcpStream, SocketAddr)> {
+        let (fd, a) = rio::accept(&self.fd, Some(Instant::now() + timeout))?;
         Ok((TcpStream { s: Stream::new(fd) }, from_sockaddr(&a)?))
     }
 
@@ -460,7 +477,7 @@ impl UnixStream {
     pub fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
         let path = path.as_ref();
         let fd = socket(libc::AF_UNIX)?;
-        rio::connect(&fd, unix_addr(path)?)
+        rio::connect(&fd, unix_addr(path)?, None)
             .map_err(|e| context(e, format!("connect to {}", path.display())))?;
         Ok(UnixStream { s: Stream::new(fd) })
     }
@@ -518,7 +535,7 @@ impl UnixListener {
 
     /// Waits for a connection.
     pub fn accept(&self) -> io::Result<UnixStream> {
-        let (fd, _) = rio::accept(&self.fd)?;
+        let (fd, _) = rio::accept(&self.fd, None)?;
         Ok(UnixStream { s: Stream::new(fd) })
     }
 

@@ -332,3 +332,42 @@ fn a_socket_moves_between_backends_and_plain_threads() {
     w.join().unwrap();
     assert_eq!(&two, b"os");
 }
+
+#[test]
+fn accept_and_connect_take_timeouts() {
+    use std::time::Instant;
+    use weft_runtime::net::{TcpListener, TcpStream};
+    for b in backends() {
+        let rt = rt1(b);
+        rt.block_on(move || {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            // Nobody connects: TimedOut after about the timeout, not before.
+            let t0 = Instant::now();
+            let e = l.accept_timeout(Duration::from_millis(60)).unwrap_err();
+            let took = t0.elapsed();
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{b:?}: {e}");
+            assert!(
+                took >= Duration::from_millis(60),
+                "{b:?}: returned after {took:?}"
+            );
+            assert!(
+                took < Duration::from_secs(5),
+                "{b:?}: returned after {took:?}"
+            );
+            // A connection within the timeout is accepted; connect_timeout connects.
+            let c = spawn(move || TcpStream::connect_timeout(&addr, Duration::from_secs(5)));
+            let (s, _) = l.accept_timeout(Duration::from_secs(5)).unwrap();
+            let c = c.join().unwrap().unwrap();
+            assert_eq!(s.peer_addr().unwrap(), c.local_addr().unwrap());
+        });
+    }
+    // From a plain thread too (no runtime): both calls work the same way.
+    let l = weft_runtime::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let e = l.accept_timeout(Duration::from_millis(30)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    let c = weft_runtime::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    let (s, _) = l.accept_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(s.peer_addr().unwrap(), c.local_addr().unwrap());
+}

@@ -980,7 +980,7 @@ pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result
 }
 
 /// accept4(2): the new connection (close-on-exec) and its peer address.
-pub(crate) fn accept(fd: &Fd) -> io::Result<(Fd, SockAddr)> {
+pub(crate) fn accept(fd: &Fd, deadline: Option<Instant>) -> io::Result<(Fd, SockAddr)> {
     let cx = ctx();
     if cx != Ctx::Uring {
         let mut addr = SockAddr::default();
@@ -989,7 +989,7 @@ pub(crate) fn accept(fd: &Fd) -> io::Result<(Fd, SockAddr)> {
         let raw = fd.raw();
         let st: *mut libc::sockaddr_storage = &mut addr.storage;
         let len: *mut libc::socklen_t = &mut addr.len;
-        let n = sock_loop(cx, fd, Dir::Read, None, |_| {
+        let n = sock_loop(cx, fd, Dir::Read, deadline, |_| {
             // SAFETY: `st`/`len` point to the local address buffer.
             sys_retry(|| unsafe {
                 *len = core::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -1017,13 +1017,13 @@ pub(crate) fn accept(fd: &Fd) -> io::Result<(Fd, SockAddr)> {
                 .build()
             },
             |_| -(libc::ENOSYS as i64),
-            None,
+            remaining(deadline)?,
         )?;
         if done.res == -(libc::EAGAIN as i64) {
-            wait_ready(cx, fd, Dir::Read, None, None)?;
+            wait_ready(cx, fd, Dir::Read, None, deadline)?;
             continue;
         }
-        let n = done.result()?;
+        let n = uring_sock_result(&done, deadline)?;
         return Ok((Fd::new(n as RawFd, false), done.data.addr));
     }
 }
@@ -1052,8 +1052,9 @@ fn so_error(fd: RawFd) -> io::Result<()> {
 }
 
 /// connect(2) to `addr`.
-pub(crate) fn connect(fd: &Fd, addr: SockAddr) -> io::Result<()> {
+pub(crate) fn connect(fd: &Fd, addr: SockAddr, deadline: Option<Instant>) -> io::Result<()> {
     let cx = ctx();
+    let mut since = None;
     let res = if cx == Ctx::Uring {
         let data = OpData {
             fd: fd.raw(),
@@ -1073,13 +1074,19 @@ pub(crate) fn connect(fd: &Fd, addr: SockAddr) -> io::Result<()> {
                 .build()
             },
             |_| -(libc::ENOSYS as i64),
-            None,
+            remaining(deadline)?,
         )?;
+        if done.res == -(libc::ECANCELED as i64) && deadline.is_some() {
+            return Err(timed_out());
+        }
         done.res
     } else {
-        if cx == Ctx::Threads {
+        // A plain thread with a deadline connects without blocking, then polls; the
+        // threads backend's sockets are nonblocking anyway.
+        if cx == Ctx::Threads || deadline.is_some() {
             fd.ensure_nonblocking()?;
         }
+        since = readiness(cx, fd, Dir::Write);
         let raw = fd.raw();
         // SAFETY: connects with an address owned by this frame.
         let r = unsafe {
@@ -1101,9 +1108,9 @@ pub(crate) fn connect(fd: &Fd, addr: SockAddr) -> io::Result<()> {
             || r == -(libc::EINTR as i64)
             || r == -(libc::EAGAIN as i64) =>
         {
-            wait_ready(cx, fd, Dir::Write, None, None)?;
-            so_error(fd.raw())
+            wait_ready(cx, fd, Dir::Write, since, deadline).and_then(|()| so_error(fd.raw()))
         }
         r => Err(io::Error::from_raw_os_error(-r as i32)),
     }
+    // (A socket made nonblocking here stays so: every context handles EAGAIN.)
 }
