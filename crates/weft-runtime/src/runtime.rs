@@ -343,8 +343,14 @@ fn try_spawn_in<T: Send + 'static>(
     let stack_size = opts.stack_size.unwrap_or(shared.config.stack_size);
     let fiber = RawFiber::spawn(stack_size, move || {
         worker::task_started();
-        let out: Outcome =
-            catch_unwind(AssertUnwindSafe(f)).map(|v| Box::new(v) as Box<dyn Any + Send>);
+        let out: Outcome = if worker::starting_cancelled() {
+            // Shut down before it ran: its closure is dropped here, in its own green
+            // context (a destructor may park), and its join reports `Shutdown`.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+            Err(Box::new(worker::Shutdown))
+        } else {
+            catch_unwind(AssertUnwindSafe(f)).map(|v| Box::new(v) as Box<dyn Any + Send>)
+        };
         worker::complete_current(out);
         // SAFETY: everything this frame owned has been moved or dropped.
         unsafe { worker::exit_current() }

@@ -573,3 +573,59 @@ fn spawn_on_threads_are_never_stolen() {
     let on = on.join().unwrap();
     assert!(on.iter().all(|w| *w == Some(1)), "{on:?}");
 }
+
+#[test]
+fn a_never_run_threads_closure_may_park_while_it_is_dropped() {
+    // At shutdown a never-run thread's closure is dropped in the thread's own green
+    // context, so a destructor that parks (here: locking a weft Mutex that a parked
+    // thread holds until the shutdown unwinds it) waits like any green thread instead
+    // of blocking the worker's OS thread for good.
+    struct LockOnDrop(Arc<weft_runtime::sync::Mutex<u32>>, Arc<AtomicUsize>);
+    impl Drop for LockOnDrop {
+        fn drop(&mut self) {
+            *self.0.lock() += 1;
+            self.1.fetch_add(1, SeqCst);
+        }
+    }
+    let rt = Runtime::builder()
+        .workers(1)
+        .preempt(false)
+        .build()
+        .unwrap();
+    let m = Arc::new(weft_runtime::sync::Mutex::new(0u32));
+    let m2 = m.clone();
+    let stage = Arc::new(AtomicUsize::new(0));
+    let s2 = stage.clone();
+    // Holds the mutex and parks until the shutdown unwinds it (releasing the mutex);
+    // then spins, holding the worker, until told to let go.
+    let holder = rt.spawn(move || {
+        let _g = m2.lock();
+        s2.store(1, SeqCst);
+        while s2.load(SeqCst) != 2 {
+            std::hint::spin_loop();
+        }
+        park();
+    });
+    while stage.load(SeqCst) != 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let never = {
+        let d = LockOnDrop(m.clone(), dropped.clone());
+        rt.spawn(move || {
+            let _d = d;
+            unreachable!("never runs: queued behind the holder until shutdown");
+        })
+    };
+    let s3 = stage.clone();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        s3.store(2, SeqCst);
+    });
+    drop(rt); // hangs if the destructor's park blocks the worker
+    releaser.join().unwrap();
+    assert_eq!(dropped.load(SeqCst), 1);
+    assert_eq!(*m.lock(), 1);
+    assert!(never.join().unwrap_err().is::<weft_runtime::Shutdown>());
+    assert!(holder.join().unwrap_err().is::<weft_runtime::Shutdown>());
+}

@@ -447,10 +447,12 @@ unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
             let t = pick_any(w)?;
             // Once the runtime shuts down, never-run threads do not start: they are
             // cancelled (their join handles report `Shutdown`).
-            if t.started.load(Relaxed) || !shared_of(w).shutdown.load(Relaxed) {
-                return Some(t);
+            if !t.started.load(Relaxed) && shared_of(w).shutdown.load(Relaxed) {
+                // It runs only to drop its closure (in its own green context, where
+                // a destructor may park) and exit: see `starting_cancelled`.
+                t.cancelled.store(true, Relaxed);
             }
-            t.cancel_unstarted();
+            return Some(t);
         }
     }
 }
@@ -669,6 +671,22 @@ pub fn preemption_point() {
     }
 }
 
+/// Whether the green thread starting now was cancelled before it ran (runtime
+/// shutdown): it must drop its closure and exit. Parks during that drop return without
+/// a second shutdown unwind.
+pub(crate) fn starting_cancelled() -> bool {
+    let w = current();
+    // SAFETY: called by a green thread on its worker.
+    unsafe {
+        let me = (*w).current.as_ref().expect("a green thread is running");
+        let c = me.cancelled.load(Relaxed);
+        if c {
+            me.unwinding.set(true);
+        }
+        c
+    }
+}
+
 /// Called first thing by a new green thread: it starts at runtime depth 1 (it was
 /// switched to by runtime code) and runs user code at depth 0.
 pub(crate) fn task_started() {
@@ -806,11 +824,15 @@ unsafe fn idle(w: *mut Worker) {
 unsafe fn shutdown_step(w: *mut Worker) -> bool {
     // SAFETY: `w` is this thread's worker.
     unsafe {
+        // Never-run threads that arrived since the last pick: run them (they only
+        // drop their closures and exit, `starting_cancelled`).
         while let Some(t) = (*w).spawnq.pop() {
-            t.cancel_unstarted();
+            t.cancelled.store(true, Relaxed);
+            (*w).runq.push_back(t);
         }
         if let Some(t) = mine(w).next.take() {
-            t.cancel_unstarted();
+            t.cancelled.store(true, Relaxed);
+            (*w).runq.push_back(t);
         }
         (*w).timers.clear();
         let mut p = (*w).live_head;

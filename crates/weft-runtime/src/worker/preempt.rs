@@ -204,6 +204,9 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         if (*w).depth.get() != 0 {
             return; // inside the runtime: the flag is enough
         }
+        if super::shared_of(w).shutdown.load(Relaxed) {
+            return; // shutting down: no switch from a signal handler
+        }
         let Some(task) = (*w).current.as_ref() else {
             return;
         };
