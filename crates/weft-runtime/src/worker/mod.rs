@@ -443,17 +443,15 @@ unsafe fn poll_events(w: *mut Worker) {
 unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
     // SAFETY: per the contract.
     unsafe {
-        loop {
-            let t = pick_any(w)?;
-            // Once the runtime shuts down, never-run threads do not start: they are
-            // cancelled (their join handles report `Shutdown`).
-            if !t.started.load(Relaxed) && shared_of(w).shutdown.load(Relaxed) {
-                // It runs only to drop its closure (in its own green context, where
-                // a destructor may park) and exit: see `starting_cancelled`.
-                t.cancelled.store(true, Relaxed);
-            }
-            return Some(t);
+        let t = pick_any(w)?;
+        // Once the runtime shuts down, never-run threads do not run their closures:
+        // they are cancelled (their join handles report `Shutdown`). Such a thread
+        // still starts, only to drop its closure in its own green context (where a
+        // destructor may park) and exit: see `starting_cancelled`.
+        if !t.started.load(Relaxed) && shared_of(w).shutdown.load(Relaxed) {
+            t.cancelled.store(true, Relaxed);
         }
+        Some(t)
     }
 }
 
