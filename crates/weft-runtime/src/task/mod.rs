@@ -1,7 +1,7 @@
 //! Green threads: the record each one has, and the handle that joins it.
 //!
 //! A green thread is a fiber of the fiber core ([`weft_fiber::raw::RawFiber`]) plus a
-//! [`Task`] record shared (through `Arc`) by everything that may need to find it: the
+//! `Task` record shared (through `Arc`) by everything that may need to find it: the
 //! run queue it waits in, a mutex's or channel's list of waiters, its timers, its join
 //! handle. The fiber holds the stack and registers; the record holds what the
 //! scheduler needs: the park word (`state.rs`), the worker that owns it, and the links
