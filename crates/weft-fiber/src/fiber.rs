@@ -128,7 +128,7 @@ impl FiberRecord {
         entry: usize,
         param: *mut c_void,
         stack: Option<Stack>,
-    ) -> Box<Self> {
+    ) -> Self {
         let id = NEXT_ID.fetch_add(1, Relaxed);
         let slot = thread::take_slot();
         // SAFETY: a fresh slot is ours until the record is freed.
@@ -170,7 +170,7 @@ impl FiberRecord {
             );
             sl.end_write();
         }
-        Box::new(FiberRecord {
+        FiberRecord {
             magic: AtomicU32::new(MAGIC),
             state: AtomicU32::new(READY),
             sp: UnsafeCell::new(ptr::null_mut()),
@@ -185,7 +185,7 @@ impl FiberRecord {
             fls: AtomicPtr::new(ptr::null_mut()),
             panic: UnsafeCell::new(None),
             in_stack: false,
-        })
+        }
     }
 
     /// This fiber's statistics slot.
@@ -211,26 +211,14 @@ pub(crate) fn create(
     stack: Stack,
 ) -> *mut FiberRecord {
     let top = stack.top();
-    create_below(start, entry, param, stack, top)
-}
-
-/// As [`create`], with the fiber's first frame at `top` (inside `stack`, 16-byte
-/// aligned): the bytes above it are left to the caller (the raw API keeps the fiber's
-/// closure there instead of on the heap).
-pub(crate) fn create_below(
-    start: Start,
-    entry: usize,
-    param: *mut c_void,
-    stack: Stack,
-    top: *mut u8,
-) -> *mut FiberRecord {
-    let rec = Box::into_raw(FiberRecord::new(start, entry, param, Some(stack)));
+    let rec = Box::into_raw(Box::new(FiberRecord::new(start, entry, param, Some(stack))));
     // SAFETY: the stack is ours and unused; `rec` outlives every run of the fiber.
     unsafe { *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast()) };
     rec
 }
 
-/// As [`create_below`], with the record itself placed just below `top`, inside the
+/// As [`create`], with the fiber's first frame below `top` (inside `stack`: the bytes
+/// above are the caller's) and the record itself placed just below `top`, inside the
 /// stack (it is freed with the stack, by [`destroy`]): the fiber costs no heap
 /// allocation.
 pub(crate) fn create_in_stack(
@@ -240,14 +228,14 @@ pub(crate) fn create_in_stack(
     stack: Stack,
     top: *mut u8,
 ) -> *mut FiberRecord {
-    let mut boxed = FiberRecord::new(start, entry, param, Some(stack));
-    boxed.in_stack = true;
+    let mut record = FiberRecord::new(start, entry, param, Some(stack));
+    record.in_stack = true;
     let at = (top as usize - core::mem::size_of::<FiberRecord>()) & !63;
     let rec = at as *mut FiberRecord;
     // SAFETY: `at` lies inside the fresh stack (ours), below the caller's bytes and
-    // aligned for the record; the record is moved there out of its temporary box.
+    // aligned for the record.
     unsafe {
-        ptr::write(rec, *boxed);
+        ptr::write(rec, record);
         *(*rec).sp.get() = arch::init_stack(rec.cast(), rec, fiber_main, rec.cast());
     }
     rec

@@ -135,7 +135,12 @@ pub(crate) fn ensure_main(t: *mut ThreadState) -> *mut FiberRecord {
     // SAFETY: `t` is this thread's state.
     unsafe {
         if (*t).main.is_null() {
-            let rec = Box::into_raw(FiberRecord::new(Start::Thread, 0, ptr::null_mut(), None));
+            let rec = Box::into_raw(Box::new(FiberRecord::new(
+                Start::Thread,
+                0,
+                ptr::null_mut(),
+                None,
+            )));
             (*rec).state.store(RUNNING, Relaxed);
             (*rec).thread.store(t, Relaxed);
             (*t).main = rec;

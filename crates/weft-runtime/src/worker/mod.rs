@@ -491,12 +491,14 @@ unsafe fn pick_any(w: *mut Worker) -> Option<Arc<Task>> {
     }
 }
 
-/// Switches from the running context to `to` (a task, or the scheduler when None).
+/// Makes `to` (a task, or the scheduler when None) the worker's running context, with
+/// the bookkeeping of every switch: a never-run task is adopted, and the monitor sees a
+/// switch and a new slice (`running`, `switches`, `preempt_requested`). Returns the
+/// fiber to switch (or exit) to.
 ///
 /// # Safety
-/// `w` is this thread's worker; the running context has already put itself wherever it
-/// must be found again (a queue, a waiter list) or is the scheduler fiber.
-unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
+/// `w` is this thread's worker, about to switch to the returned fiber.
+unsafe fn make_current(w: *mut Worker, to: Option<Arc<Task>>) -> RawFiber {
     // SAFETY: per the contract.
     unsafe {
         let target = match &to {
@@ -513,6 +515,19 @@ unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
         }
         (*w).current = to;
         sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
+        target
+    }
+}
+
+/// Switches from the running context to `to` (a task, or the scheduler when None).
+///
+/// # Safety
+/// `w` is this thread's worker; the running context has already put itself wherever it
+/// must be found again (a queue, a waiter list) or is the scheduler fiber.
+unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
+    // SAFETY: per the contract.
+    unsafe {
+        let target = make_current(w, to);
         if let Err(e) = target.switch_to() {
             panic!(
                 "weft: worker {} could not switch to fiber {}: {e}",
@@ -720,21 +735,7 @@ pub(crate) unsafe fn exit_current() -> ! {
         let me = (*w).current.take().expect("exit outside a green thread");
         unlink(w, &me);
         drop(me);
-        let next = pick_next(w);
-        let target = match &next {
-            Some(t) => {
-                adopt(w, t);
-                t.raw()
-            }
-            None => (*w).sched,
-        };
-        // The same bookkeeping as `switch_to`: the monitor must see the switch (and
-        // that the worker is idle when it goes to the scheduler).
-        let sh = mine(w);
-        sh.running.store(next.is_some(), Relaxed);
-        sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
-        (*w).current = next;
-        target.exit_to()
+        make_current(w, pick_next(w)).exit_to()
     }
 }
 
