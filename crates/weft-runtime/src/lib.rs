@@ -47,6 +47,8 @@ pub mod fs;
 #[cfg(not(feature = "loom"))]
 mod io;
 #[cfg(not(feature = "loom"))]
+pub mod ipc;
+#[cfg(not(feature = "loom"))]
 mod monitor;
 pub mod msgbox;
 #[cfg(not(feature = "loom"))]
@@ -62,6 +64,12 @@ pub mod sync;
 pub mod task;
 #[cfg(not(feature = "loom"))]
 mod worker;
+
+/// The IPC protocol alone, exposed for the loom model (tests/loom_ipc.rs).
+#[cfg(feature = "loom")]
+#[doc(hidden)]
+#[path = "ipc/protocol.rs"]
+pub mod ipc_protocol;
 
 /// The park word of a green thread, exposed for the loom model (tests/loom_park.rs).
 #[cfg(feature = "loom")]

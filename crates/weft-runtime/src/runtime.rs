@@ -351,6 +351,7 @@ fn try_spawn_in<T: Send + 'static>(
         } else {
             catch_unwind(AssertUnwindSafe(f)).map(|v| Box::new(v) as Box<dyn Any + Send>)
         };
+        crate::ipc::exited();
         worker::complete_current(out);
         // SAFETY: everything this frame owned has been moved or dropped.
         unsafe { worker::exit_current() }

@@ -16,7 +16,7 @@ pub mod state;
 
 use crate::worker::{self, Shared};
 use core::cell::{Cell, UnsafeCell};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering::*};
 
 use state::ParkState;
 use std::any::Any;
@@ -55,6 +55,10 @@ pub(crate) struct Task {
     pub pinned: bool,
     /// What its join handle waits on and takes.
     pub join: JoinCell,
+    /// Its IPC identity (`ipc/`), made on first use: an `Arc::into_raw`, or null. The
+    /// identity holds a count on this task (so a kept `Tid` can still find its worker);
+    /// this count on the identity is given back when the thread exits (`ipc::exited`).
+    pub ipc: AtomicPtr<crate::ipc::protocol::Ipc>,
     /// The runtime's `Shared`, as a pointer holding one strong count (given back in
     /// `Drop`): how a thread outside the runtime finds the owner's inbox.
     runtime: *const Shared,
@@ -71,6 +75,7 @@ impl Task {
         Task {
             runtime: Arc::into_raw(shared.clone()),
             join: JoinCell::new(),
+            ipc: AtomicPtr::new(core::ptr::null_mut()),
             unwinding: Cell::new(false),
             fiber: Cell::new(None),
             park: ParkState::new(),
@@ -109,6 +114,7 @@ impl Task {
                 // SAFETY: a never-started fiber is not running; taking it out of the
                 // cell means nobody else will delete or run it.
                 unsafe { f.delete() };
+                crate::ipc::never_ran(self);
                 self.join.complete(Err(Box::new(worker::Shutdown)));
             }
         }

@@ -59,6 +59,8 @@ pub(crate) enum Mail {
     Wake(Arc<Task>),
     /// A new green thread for the receiver (`spawn_on`, or a spawn from outside).
     Spawn(Spawned),
+    /// An IPC request for a thread the receiver owns (`ipc/protocol.rs`).
+    Ipc(crate::ipc::protocol::Req),
 }
 
 /// A never-run task in transit. If the message is dropped undelivered (its worker has
@@ -421,6 +423,7 @@ unsafe fn poll_events(w: *mut Worker) {
             // Placed here by spawn_on: not stealable, so not in the deque.
             Mail::Spawn(t) if t.is_pinned() => (*runq).push_back(t.take()),
             Mail::Spawn(t) => (*spawnq).push(t.take()),
+            Mail::Ipc(r) => crate::ipc::on_mail(w, r),
         };
         (*w).endpoint.poll(|_, m| deliver(m));
         while let Some(m) = mine(w).inbox.pop() {
@@ -546,6 +549,19 @@ unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
 /// Called on a green thread; `w` is this thread's worker.
 unsafe fn switch_away(w: *mut Worker, requeue: bool) {
     // SAFETY: per the contract.
+    unsafe { switch_away_to(w, requeue, None) }
+}
+
+/// As [`switch_away`], preferring `prefer` (a thread just woken on this worker, that the
+/// caller took responsibility for scheduling) as the next thread: it is switched to
+/// directly, without a trip through the run queue, unless other work is waiting (then
+/// it queues behind that work, so a pair of threads handing off to each other cannot
+/// starve the rest) or this pick is one where the worker looks at its mail and timers.
+///
+/// # Safety
+/// As [`switch_away`]; `prefer` is owned by `w`, started, and in no queue.
+unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>>) {
+    // SAFETY: per the contract.
     unsafe {
         let me = (*w)
             .current
@@ -557,7 +573,23 @@ unsafe fn switch_away(w: *mut Worker, requeue: bool) {
         } else {
             drop(me); // a waker or the live list keeps the task alive
         }
-        let mut next = pick_next(w);
+        let mut next = None;
+        if let Some(p) = prefer {
+            (*w).picks = (*w).picks.wrapping_add(1);
+            if (*w).runq.is_empty()
+                && !(*w).picks.is_multiple_of(POLL_EVERY)
+                && !(*w).endpoint.has_mail()
+                && mine(w).next.is_empty()
+                && (*w).spawnq.is_empty()
+            {
+                next = Some(p);
+            } else {
+                (*w).runq.push_back(p);
+            }
+        }
+        if next.is_none() {
+            next = pick_next(w);
+        }
         if next.is_none() {
             next = spin_for_mail(w);
         }
@@ -635,6 +667,97 @@ pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
         }
         true
     }
+}
+
+/// Parks the calling green thread (as [`park_current`]) and hands its worker to
+/// `handoff`, a thread of this worker that the caller woke and took responsibility for
+/// scheduling (see [`switch_away_to`]). If the caller does not park after all (a
+/// wake-up was pending), `handoff` is queued and the caller goes on.
+///
+/// # Panics
+/// Outside a green thread.
+pub(crate) fn park_handoff(handoff: Option<Arc<Task>>, deadline: Option<Instant>) {
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's worker; short accesses only.
+    unsafe {
+        let me = (*w)
+            .current
+            .clone()
+            .expect("park_handoff outside a green thread");
+        let mut handoff = handoff;
+        if me.cancelled.load(Relaxed) {
+            if let Some(h) = handoff.take() {
+                (*w).runq.push_back(h);
+            }
+            check_cancelled(&me);
+        }
+        preempt::enter(w);
+        if me.park.park_begin() {
+            if let Some(d) = deadline {
+                (*w).timers.add(d, me.clone());
+            }
+            drop(me);
+            switch_away_to(w, false, handoff);
+            let w = current();
+            let me = (*w).current.clone().expect("resumed as a green thread");
+            me.park.park_end();
+            if deadline.is_some() {
+                (*w).timers.cancel(&me);
+            }
+            preempt::leave(w);
+            check_cancelled(&me);
+        } else {
+            if let Some(h) = handoff {
+                (*w).runq.push_back(h);
+            }
+            preempt::leave(w);
+        }
+    }
+}
+
+/// Queues `task`, a thread of this worker whose park word the caller already flipped
+/// (`ParkState::unpark` returned true).
+pub(crate) fn push_ready(task: Arc<Task>) {
+    let w = current();
+    debug_assert!(!w.is_null());
+    // SAFETY: called on the task's owner worker.
+    unsafe { (*w).runq.push_back(task) };
+}
+
+/// Whether `t` is the green thread running on worker `w`.
+///
+/// # Safety
+/// `w` is this thread's worker.
+pub(crate) unsafe fn is_running(w: *mut Worker, t: *const Task) -> bool {
+    // SAFETY: per the contract.
+    unsafe { (*w).current.as_ref().is_some_and(|c| Arc::as_ptr(c) == t) }
+}
+
+/// The index of worker `w`.
+///
+/// # Safety
+/// `w` is this thread's worker.
+pub(crate) unsafe fn id_of(w: *mut Worker) -> usize {
+    // SAFETY: per the contract.
+    unsafe { (*w).id }
+}
+
+/// Whether `t` belongs to the runtime of worker `w`.
+///
+/// # Safety
+/// `w` is this thread's worker.
+pub(crate) unsafe fn same_runtime(w: *mut Worker, t: &Task) -> bool {
+    // SAFETY: per the contract.
+    unsafe { core::ptr::eq(Arc::as_ptr(&(*w).shared), t.shared()) }
+}
+
+/// Posts an IPC request from worker `w` to worker `to`.
+///
+/// # Safety
+/// `w` is this thread's worker.
+pub(crate) unsafe fn post_ipc(w: *mut Worker, to: usize, req: crate::ipc::protocol::Req) {
+    // SAFETY: per the contract.
+    unsafe { send_to_worker(w, to, Mail::Ipc(req)) }
 }
 
 /// Raises the shutdown unwind once in a cancelled thread (not while it is already
@@ -853,3 +976,6 @@ unsafe fn shutdown_step(w: *mut Worker) -> bool {
         false
     }
 }
+
+// A message-box slot holds one `Mail`: keep it small.
+const _: () = assert!(core::mem::size_of::<Mail>() <= 32);

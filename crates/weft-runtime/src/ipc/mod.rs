@@ -1,0 +1,655 @@
+//! Synchronous IPC between green threads, L4-style: `send`, `receive`, `call`,
+//! `reply_and_wait`, with timeouts of zero, finite and infinite, and cancellation.
+//!
+//! ```
+//! use weft_runtime::{ipc::{self, Message, Timeout}, Runtime};
+//!
+//! let rt = Runtime::builder().workers(2).build().unwrap();
+//! let sum = rt.block_on(|| {
+//!     // A server that adds one to every request, forever.
+//!     let server = weft_runtime::spawn(|| {
+//!         let (mut client, mut req) = ipc::receive(None, Timeout::Never).unwrap();
+//!         loop {
+//!             let reply = Message::word(req.words[0] + 1);
+//!             match ipc::reply_and_wait(&client, reply, Timeout::Never) {
+//!                 Ok((c, m)) => (client, req) = (c, m),
+//!                 Err(_) => return,
+//!             }
+//!         }
+//!     });
+//!     let tid = server.tid();
+//!     let mut n = 0;
+//!     for _ in 0..10 {
+//!         n = ipc::call(&tid, Message::word(n), Timeout::Never).unwrap().words[0];
+//!     }
+//!     ipc::cancel(&tid); // ends the server's wait: its reply_and_wait fails
+//!     server.join().unwrap();
+//!     n
+//! });
+//! assert_eq!(sum, 10);
+//! ```
+//!
+//! ## Semantics
+//!
+//! - **Rendezvous.** A message moves only when both sides are there: `send` waits
+//!   until the receiver is in a `receive` that accepts this sender (from anyone, or from
+//!   this thread), or the timeout passes. Nothing is buffered.
+//! - **Identity.** Every green thread has a [`Tid`] ([`me`], [`JoinHandle::tid`],
+//!   [`Tid::from_id`]); its id is the fiber id `weft ps` shows. `Runtime::block_on`'s
+//!   closure runs as a green thread, so the program's main flow has one too. Plain OS
+//!   threads have none: IPC from them fails with [`ErrorKind::NotGreenThread`].
+//! - **Timeouts** ([`Timeout`]): `Zero` fails at once unless the partner is ready
+//!   (across workers "at once" costs one message round trip to ask), `After(d)` fails
+//!   with `TimedOut` after `d`, `Never` waits. For `call`, `After` is a deadline for the
+//!   whole call and `Zero` applies to the send: "fail unless the server is waiting
+//!   now; then wait for its reply".
+//! - **Atomic send-to-receive.** A `call` is receiving from its server from the moment
+//!   its message is delivered, before the server can run, so a server's reply with
+//!   timeout zero (which [`reply_and_wait`] uses) always finds its caller waiting, on
+//!   one worker or across workers (seed 003, section 11.3.4).
+//! - **Errors** ([`IpcError`]): timed out, cancelled ([`cancel`]), partner dead (a
+//!   sender or caller waiting on a thread that exits is woken with it), not a green
+//!   thread, invalid partner (itself, or another runtime's). The error says at which
+//!   stage it failed; when the send did not happen, the message is given back
+//!   ([`IpcError::into_message`]): nothing is lost.
+//! - **Same semantics on one worker and across workers.** On one worker a call and a
+//!   reply switch straight to the partner (no run queue) when nothing else waits to
+//!   run; across workers the requests travel through the message boxes. The protocol
+//!   and its proof are in `protocol.rs` and `tests/loom_ipc.rs`.
+
+pub(crate) mod protocol;
+
+pub use protocol::{Message, Stage};
+
+use crate::task::{JoinHandle, Task};
+use crate::worker::{self, Worker};
+use protocol::{Env, Fail, Host, Ipc, Next, Req, NO_WORKER};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::*;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// A green thread's IPC identity: cheap to clone, comparable, sendable anywhere. It
+/// stays valid after the thread exits (IPC to it then fails with `PartnerDead`).
+#[derive(Clone)]
+pub struct Tid(Arc<Ipc>);
+
+impl Tid {
+    /// The thread's id (its fiber id, as `weft ps` shows it).
+    pub fn id(&self) -> u64 {
+        self.0.id()
+    }
+
+    /// The thread with this id, if it has an IPC identity and has not been forgotten
+    /// (an identity lives as long as its thread or any `Tid` of it).
+    pub fn from_id(id: u64) -> Option<Tid> {
+        registry()
+            .lock()
+            .unwrap()
+            .get(&id)
+            .and_then(Weak::upgrade)
+            .map(Tid)
+    }
+
+    /// Whether the thread has exited.
+    pub fn is_dead(&self) -> bool {
+        self.0.is_dead()
+    }
+}
+
+impl PartialEq for Tid {
+    fn eq(&self, o: &Tid) -> bool {
+        Arc::ptr_eq(&self.0, &o.0)
+    }
+}
+impl Eq for Tid {}
+impl std::hash::Hash for Tid {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.id().hash(h)
+    }
+}
+impl std::fmt::Debug for Tid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tid({})", self.id())
+    }
+}
+
+/// How long an operation may wait for its partner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeout {
+    /// Fail at once unless the partner is ready.
+    Zero,
+    /// Fail after this long.
+    After(Duration),
+    /// Wait as long as it takes.
+    Never,
+}
+
+impl From<Duration> for Timeout {
+    fn from(d: Duration) -> Timeout {
+        if d.is_zero() {
+            Timeout::Zero
+        } else {
+            Timeout::After(d)
+        }
+    }
+}
+
+impl From<Option<Duration>> for Timeout {
+    /// `None` waits forever.
+    fn from(d: Option<Duration>) -> Timeout {
+        d.map_or(Timeout::Never, Timeout::from)
+    }
+}
+
+/// What went wrong (see [`IpcError`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The timeout expired; with timeout zero, the partner was not ready.
+    TimedOut,
+    /// Another thread cancelled the operation ([`cancel`]).
+    Cancelled,
+    /// The partner has exited (before, or while we waited).
+    PartnerDead,
+    /// The caller is not a green thread.
+    NotGreenThread,
+    /// The partner cannot be used: the caller itself, or a thread of another runtime.
+    InvalidPartner,
+}
+
+/// The error of an IPC operation: what went wrong, at which stage, with whom, and the
+/// message back if it was not sent.
+pub struct IpcError {
+    kind: ErrorKind,
+    stage: Stage,
+    partner: Option<u64>,
+    unsent: Option<Message>,
+}
+
+impl IpcError {
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+    /// At which stage: `Send` (the message was not delivered, and is given back by
+    /// [`into_message`](Self::into_message)) or `Receive`.
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+    /// The partner's id, when there was one.
+    pub fn partner(&self) -> Option<u64> {
+        self.partner
+    }
+    /// The message that was not sent (a failure at the send stage), if any.
+    pub fn into_message(self) -> Option<Message> {
+        self.unsent
+    }
+}
+
+impl std::fmt::Debug for IpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpcError")
+            .field("kind", &self.kind)
+            .field("stage", &self.stage)
+            .field("partner", &self.partner)
+            .field("unsent", &self.unsent.is_some())
+            .finish()
+    }
+}
+
+impl std::fmt::Display for IpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let who = match self.partner {
+            Some(p) => format!(" thread {p}"),
+            None => String::new(),
+        };
+        let what = match self.stage {
+            Stage::Send => format!("IPC send to{who}"),
+            Stage::Receive if self.partner.is_some() => format!("IPC receive from{who}"),
+            Stage::Receive => "IPC receive".to_string(),
+        };
+        match self.kind {
+            ErrorKind::TimedOut => match self.stage {
+                Stage::Send => write!(
+                    f,
+                    "{what} timed out: the thread was not waiting to receive from this \
+                     sender (the message is given back by IpcError::into_message)"
+                ),
+                Stage::Receive => write!(f, "{what} timed out: no message arrived"),
+            },
+            ErrorKind::Cancelled => write!(f, "{what} was cancelled by ipc::cancel"),
+            ErrorKind::PartnerDead => write!(f, "{what} failed: the thread has exited"),
+            ErrorKind::NotGreenThread => write!(
+                f,
+                "IPC needs a green thread: call it from a thread spawned on a weft runtime \
+                 or from Runtime::block_on (plain OS threads have no IPC identity)"
+            ),
+            ErrorKind::InvalidPartner => write!(
+                f,
+                "{what}: invalid partner (a thread cannot send to itself or receive from \
+                 itself, and both threads must belong to the same runtime)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IpcError {}
+
+fn error(kind: ErrorKind, stage: Stage, partner: Option<u64>, unsent: Option<Message>) -> IpcError {
+    IpcError {
+        kind,
+        stage,
+        partner,
+        unsent,
+    }
+}
+
+// ---- Identities ----
+
+fn registry() -> &'static Mutex<HashMap<u64, Weak<Ipc>>> {
+    static R: OnceLock<Mutex<HashMap<u64, Weak<Ipc>>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+fn host_worker(p: *const ()) -> usize {
+    // SAFETY: `p` is the task the identity holds a count on.
+    let o = unsafe { &*(p as *const Task) }.owner.load(Acquire);
+    if o == crate::task::NO_OWNER {
+        NO_WORKER
+    } else {
+        o
+    }
+}
+
+fn host_release(p: *const (), id: u64) {
+    {
+        let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
+        if r.get(&id).is_some_and(|w| w.strong_count() == 0) {
+            r.remove(&id);
+        }
+    }
+    // SAFETY: the count taken in `ipc_of`.
+    drop(unsafe { Arc::from_raw(p as *const Task) });
+}
+
+/// The IPC identity of `task`, made on first use.
+fn ipc_of(task: &Arc<Task>) -> Arc<Ipc> {
+    let p = task.ipc.load(Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null pointer is the task's count on its identity, alive while
+        // the task is (it is taken only by the thread's own exit, which also leaves
+        // the identity alive through any Tid the caller could have).
+        return unsafe {
+            Arc::increment_strong_count(p);
+            Arc::from_raw(p)
+        };
+    }
+    let id = task.raw().id();
+    let ipc = Arc::new(Ipc::new(
+        id,
+        Host {
+            ptr: Arc::into_raw(task.clone()).cast(),
+            worker: host_worker,
+            release: host_release,
+        },
+    ));
+    let raw = Arc::into_raw(ipc.clone()).cast_mut();
+    match task
+        .ipc
+        .compare_exchange(core::ptr::null_mut(), raw, AcqRel, Acquire)
+    {
+        Ok(_) => {
+            registry()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, Arc::downgrade(&ipc));
+            ipc
+        }
+        Err(winner) => {
+            // SAFETY: ours was never published.
+            drop(unsafe { Arc::from_raw(raw) });
+            // SAFETY: as in the fast path.
+            unsafe {
+                Arc::increment_strong_count(winner);
+                Arc::from_raw(winner)
+            }
+        }
+    }
+}
+
+/// The calling green thread's identity, or None outside a green thread.
+pub fn try_me() -> Option<Tid> {
+    worker::current_task().map(|t| Tid(ipc_of(&t)))
+}
+
+/// The calling green thread's identity.
+///
+/// # Panics
+/// Outside a green thread (see [`try_me`]).
+pub fn me() -> Tid {
+    try_me().expect(
+        "ipc::me called outside a green thread: IPC identities belong to green threads \
+         (spawned on a weft runtime, or Runtime::block_on's closure)",
+    )
+}
+
+impl<T> JoinHandle<T> {
+    /// The thread's IPC identity (usable before the thread has started: IPC to it
+    /// waits for it to start, within the timeout).
+    pub fn tid(&self) -> Tid {
+        Tid(ipc_of(&self.task))
+    }
+}
+
+/// Called by a green thread as it ends: its IPC identity dies (see `protocol::exit`).
+pub(crate) fn exited() {
+    let Some(task) = worker::current_task() else {
+        return;
+    };
+    let p = task.ipc.swap(core::ptr::null_mut(), AcqRel);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: the task's count on its identity, taken out of the task just now.
+    let ipc = unsafe { Arc::from_raw(p) };
+    let w = worker::current();
+    // SAFETY: we run on our worker; protocol steps run at runtime depth.
+    unsafe {
+        worker::preempt::enter(w);
+        protocol::exit(&mut WorkerEnv::new(w, false), &ipc);
+        worker::preempt::leave(w);
+    }
+}
+
+/// A task that will never run (shutdown) gives back its count on its identity.
+pub(crate) fn never_ran(task: &Task) {
+    let p = task.ipc.swap(core::ptr::null_mut(), AcqRel);
+    if !p.is_null() {
+        // SAFETY: the task's count, taken out of the task just now.
+        drop(unsafe { Arc::from_raw(p) });
+    }
+}
+
+// ---- The protocol's environment on a worker ----
+
+struct WorkerEnv {
+    w: *mut Worker,
+    /// Collect the first thread woken as the one to switch to (see `park_handoff`).
+    collect: bool,
+    handoff: Option<Arc<Task>>,
+}
+
+impl WorkerEnv {
+    fn new(w: *mut Worker, collect: bool) -> Self {
+        WorkerEnv {
+            w,
+            collect,
+            handoff: None,
+        }
+    }
+}
+
+impl Env for WorkerEnv {
+    fn here(&self) -> usize {
+        // SAFETY: `w` is this thread's worker.
+        unsafe { worker::id_of(self.w) }
+    }
+
+    fn post(&mut self, to: usize, req: Req) {
+        // SAFETY: as above.
+        unsafe { worker::post_ipc(self.w, to, req) }
+    }
+
+    fn wake(&mut self, who: &Ipc) {
+        let t = who.host_ptr() as *const Task;
+        // SAFETY: as above. The running thread needs no wake-up: it is in its IPC call
+        // and looks at its outcome before it parks.
+        if unsafe { worker::is_running(self.w, t) } {
+            return;
+        }
+        // SAFETY: the identity holds a count on its task.
+        let task = unsafe {
+            Arc::increment_strong_count(t);
+            Arc::from_raw(t)
+        };
+        if self.collect && self.handoff.is_none() {
+            if task.park.unpark() {
+                self.handoff = Some(task);
+            }
+        } else {
+            crate::task::unpark_owned(task);
+        }
+    }
+}
+
+/// Handles an IPC request that arrived in worker `w`'s message boxes.
+pub(crate) fn on_mail(w: *mut Worker, req: Req) {
+    protocol::handle(&mut WorkerEnv::new(w, false), req);
+}
+
+// ---- The operations ----
+
+/// The running green thread's worker and identity.
+fn caller(stage: Stage) -> Result<(*mut Worker, Arc<Ipc>), IpcError> {
+    match worker::current_task() {
+        Some(t) => Ok((worker::current(), ipc_of(&t))),
+        None => Err(error(ErrorKind::NotGreenThread, stage, None, None)),
+    }
+}
+
+/// Checks that `to` may be a partner of `me` and has started (waiting for it to start,
+/// within the deadline).
+fn check_partner(
+    w: *mut Worker,
+    me: &Arc<Ipc>,
+    to: &Tid,
+    stage: Stage,
+    zero: bool,
+    deadline: Option<Instant>,
+) -> Result<(), ErrorKind> {
+    // SAFETY: the identity holds a count on its task; `w` is this thread's worker.
+    let same_rt = unsafe { worker::same_runtime(w, &*(to.0.host_ptr() as *const Task)) };
+    if Arc::ptr_eq(me, &to.0) || !same_rt {
+        return Err(ErrorKind::InvalidPartner);
+    }
+    let _ = stage;
+    let mut spins = 0u32;
+    while to.0.worker() == NO_WORKER {
+        // Not started yet (it sits in some run queue): it is certainly not receiving.
+        if zero || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(ErrorKind::TimedOut);
+        }
+        spins += 1;
+        if spins < 64 {
+            worker::yield_now();
+        } else {
+            crate::park::park_timeout(Duration::from_micros(50));
+        }
+    }
+    Ok(())
+}
+
+fn kind_of(f: Fail) -> ErrorKind {
+    match f {
+        Fail::TimedOut => ErrorKind::TimedOut,
+        Fail::Cancelled => ErrorKind::Cancelled,
+        Fail::Dead => ErrorKind::PartnerDead,
+    }
+}
+
+/// Runs one operation of `me` to its end: `start` begins it, then the thread parks
+/// until the outcome is in, cancelling at the deadline or when aborted.
+fn run(
+    me: &Arc<Ipc>,
+    deadline: Option<Instant>,
+    start: impl FnOnce(&mut WorkerEnv),
+) -> protocol::Finished {
+    let w = worker::current();
+    // SAFETY: `w` is this thread's worker (the caller is a green thread); protocol
+    // steps run at runtime depth (never switched out by the preemption signal) and
+    // parks at depth 0, as every switch expects.
+    let mut handoff = unsafe {
+        worker::preempt::enter(w);
+        let mut env = WorkerEnv::new(w, true);
+        start(&mut env);
+        worker::preempt::leave(w);
+        env.handoff
+    };
+    let mut first = true;
+    loop {
+        let w = worker::current();
+        let step = protocol::next(me);
+        let why = match step {
+            Next::Done => {
+                if let Some(h) = handoff {
+                    worker::push_ready(h);
+                }
+                return protocol::finish(me);
+            }
+            Next::Aborted => Some(Fail::Cancelled),
+            Next::Wait if !first && deadline.is_some_and(|d| Instant::now() >= d) => {
+                Some(Fail::TimedOut)
+            }
+            Next::Wait | Next::WaitForAnswer => None,
+        };
+        first = false;
+        if let Some(why) = why {
+            // SAFETY: as above.
+            unsafe {
+                worker::preempt::enter(w);
+                protocol::cancel(&mut WorkerEnv::new(w, false), me, why);
+                worker::preempt::leave(w);
+            }
+            continue;
+        }
+        let d = if step == Next::Wait { deadline } else { None };
+        worker::park_handoff(handoff.take(), d);
+    }
+}
+
+fn deadline_of(t: Timeout) -> (bool, Option<Instant>) {
+    match t {
+        Timeout::Zero => (true, None),
+        Timeout::After(d) => (false, Some(Instant::now() + d)),
+        Timeout::Never => (false, None),
+    }
+}
+
+fn failed(
+    (why, stage, partner, unsent): (Fail, Stage, Option<Arc<Ipc>>, Option<Message>),
+) -> IpcError {
+    error(kind_of(why), stage, partner.map(|p| p.id()), unsent)
+}
+
+/// Sends `msg` to `to`: returns once `to` has received it, or fails (and gives the
+/// message back) when the timeout passes, the operation is cancelled, or `to` exits.
+pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
+    let (zero, deadline) = deadline_of(timeout);
+    transfer(to, msg, zero, deadline, false).map(|_| ())
+}
+
+/// Sends `msg` to `to` and waits for its reply (`to`'s next send to the caller), with
+/// the send-to-receive transition atomic: see the module comment. `timeout`: `Zero`
+/// fails unless `to` is waiting now (then the reply is awaited without limit);
+/// `After(d)` bounds the whole call.
+pub fn call(to: &Tid, msg: Message, timeout: Timeout) -> Result<Message, IpcError> {
+    let (zero, deadline) = deadline_of(timeout);
+    transfer(to, msg, zero, deadline, true).map(|r| r.expect("a call receives its reply").1)
+}
+
+fn transfer(
+    to: &Tid,
+    msg: Message,
+    zero: bool,
+    deadline: Option<Instant>,
+    call: bool,
+) -> Result<Option<(Tid, Message)>, IpcError> {
+    let (w, me) = match caller(Stage::Send) {
+        Ok(x) => x,
+        Err(e) => {
+            return Err(IpcError {
+                unsent: Some(msg),
+                ..e
+            })
+        }
+    };
+    if let Err(k) = check_partner(w, &me, to, Stage::Send, zero, deadline) {
+        return Err(error(k, Stage::Send, Some(to.id()), Some(msg)));
+    }
+    run(&me, deadline, |env| {
+        protocol::begin_send(env, &me, &to.0, msg, call, zero)
+    })
+    .map(|r| r.map(|(t, m)| (Tid(t), m)))
+    .map_err(failed)
+}
+
+/// Receives a message from `from` (None: from anyone), waiting at most `timeout`.
+/// Returns the sender and the message.
+pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), IpcError> {
+    let (w, me) = caller(Stage::Receive)?;
+    let (zero, deadline) = deadline_of(timeout);
+    if let Some(f) = from {
+        if let Err(k) = check_partner(w, &me, f, Stage::Receive, zero, deadline) {
+            return Err(error(k, Stage::Receive, Some(f.id()), None));
+        }
+    }
+    let from = from.map(|f| &f.0);
+    run(&me, deadline, |env| {
+        protocol::begin_receive(env, &me, from, zero)
+    })
+    .map(|r| {
+        let (t, m) = r.expect("a receive has a message");
+        (Tid(t), m)
+    })
+    .map_err(failed)
+}
+
+/// The server loop's step: replies to `client` with timeout zero (a caller is always
+/// ready for its reply), then receives the next request from anyone, waiting at most
+/// `timeout`. If the reply cannot be delivered (the client gave up or was cancelled),
+/// the error has stage `Send`, gives the reply back, and no receive was started.
+pub fn reply_and_wait(
+    client: &Tid,
+    reply: Message,
+    timeout: Timeout,
+) -> Result<(Tid, Message), IpcError> {
+    transfer(client, reply, true, None, false)?;
+    receive(None, timeout)
+}
+
+/// Cancels the IPC operation `tid` is blocked in, if any: it fails with
+/// [`ErrorKind::Cancelled`] (the seed's `lthread_ex_regs`). Works from any green
+/// thread or OS thread; returns at once.
+pub fn cancel(tid: &Tid) {
+    let w = worker::current();
+    // SAFETY: a non-null thread word is this thread's worker.
+    let mine =
+        !w.is_null() && unsafe { worker::same_runtime(w, &*(tid.0.host_ptr() as *const Task)) };
+    if mine {
+        // SAFETY: as above; protocol steps at runtime depth.
+        unsafe {
+            worker::preempt::enter(w);
+            protocol::abort(&mut WorkerEnv::new(w, false), &tid.0);
+            worker::preempt::leave(w);
+        }
+    } else {
+        // From outside the runtime: through the owner's inbox.
+        let owner = tid.0.worker();
+        if owner == NO_WORKER {
+            return;
+        }
+        // SAFETY: the identity holds a count on its task.
+        let task = unsafe { &*(tid.0.host_ptr() as *const Task) };
+        worker::send_from_outside(
+            task.shared(),
+            owner,
+            worker::Mail::Ipc(Req {
+                who: tid.0.clone(),
+                peer: None,
+                seq: 0,
+                op: protocol::Op::Abort,
+            }),
+        );
+    }
+}

@@ -1,0 +1,825 @@
+//! The rendezvous protocol of synchronous IPC: each thread's IPC state, the requests
+//! workers send each other, and the handlers that run them.
+//!
+//! This is seed 003's cross-processor IPC path (sections 11.3 and 12.3) with green
+//! threads for kernel threads and workers for processors. The module knows nothing of
+//! the runtime: it is driven through [`Env`] (which worker am I, post a request to a
+//! worker, wake a thread), so the loom model (`tests/loom_ipc.rs`) runs this very code
+//! over the real message boxes.
+//!
+//! ## Who touches what
+//!
+//! Every thread's IPC state ([`Ipc`]) belongs to the worker that owns the thread (a
+//! started green thread never changes worker). Only that worker reads or writes the
+//! state's `st` part: the phase of the thread's current operation, its receive buffer,
+//! the queue of **senders** waiting for it and the list of **watchers** (threads in a
+//! receive from it, told if it dies). There are no locks: every other worker asks the
+//! owner through a [`Req`] in the message boxes, and the owner handles requests one at
+//! a time, between its green threads' steps.
+//!
+//! One exception, as in the seed ("the receiver can read the register message of the
+//! sender"): while a thread's send is in flight, the worker of its partner reads the
+//! sender's `out` part (the message, and whether the send is a call) and takes the
+//! message from it. The sender does not touch `out` from the moment it posts its send
+//! until the answer to that send (or to its cancellation) comes back, and the message
+//! boxes order the two sides (Release on push, Acquire on pop).
+//!
+//! ## Requests (all carry the thread they concern, `who`, and its operation number)
+//!
+//! | request     | handled on       | does                                               |
+//! |-------------|------------------|----------------------------------------------------|
+//! | `Send`      | receiver's worker | deliver if the receiver waits for `who`; else refuse (timeout zero) or queue `who` |
+//! | `Cancel`    | receiver's worker | take `who` out of the queue if it is still there: answers `Removed` or `Missed` |
+//! | `Watch`     | partner's worker  | note that `who` receives from the partner (answered by `Gone` if it is dead) |
+//! | `Abort`     | `who`'s worker    | cancel `who`'s operation (the seed's `lthread_ex_regs`) |
+//! | `Delivered`, `Refused`, `Dead` | sender's worker | the outcome of a send |
+//! | `Gone`      | receiver's worker | the partner `who` receives from has exited        |
+//! | `Removed`, `Missed` | sender's worker | the answer to `Cancel`                     |
+//!
+//! When both threads are on one worker the handler is simply called; the semantics are
+//! the same.
+//!
+//! ## The orderings that make it right (each checked by the loom model)
+//!
+//! - **Delivery against cancellation.** A sender whose timeout expires (or that is
+//!   aborted) while its send waits in a remote queue posts `Cancel` and waits for the
+//!   answer. The receiver's worker either still finds it queued (`Removed`: the send
+//!   failed, the message comes back to the caller) or does not, because it delivered
+//!   the message (or the receiver died) first, and then its `Delivered` (or `Dead`) was
+//!   posted *before* the `Missed`, into the same FIFO box: the sender learns the
+//!   outcome before the answer. Delivered exactly once, or failed, never both.
+//! - **The atomic transition from send to receive** (seed 11.3.4). A call's send turns
+//!   into a receive from the partner when its `Delivered` is handled on the caller's
+//!   worker. The partner can only reply after it was woken by that delivery, and its
+//!   reply travels through the same FIFO box as the `Delivered` (a started thread never
+//!   changes worker), so the reply always finds the caller receiving: a server may
+//!   reply with timeout zero.
+//! - **Death.** A thread that exits refuses its queued senders with `Dead` and tells its
+//!   watchers `Gone`; a later `Send` to it is answered `Dead`.
+//! - Stale answers (for an operation that is over) are recognised by the operation
+//!   number and the phase, and ignored.
+
+use crate::shim::{AtomicBool, UnsafeCell};
+use core::sync::atomic::Ordering::*;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// The worker of a thread that has not started yet (it has none).
+pub const NO_WORKER: usize = usize::MAX;
+
+/// What one IPC moves: four machine words inline, plus an optional payload of bytes
+/// that is moved (the vector's buffer changes hands; its bytes are not copied).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The inline words (L4's message registers).
+    pub words: [u64; 4],
+    /// An owned payload, moved to the receiver.
+    pub payload: Option<Vec<u8>>,
+}
+
+impl Message {
+    /// A message of four words.
+    pub fn new(words: [u64; 4]) -> Self {
+        Message {
+            words,
+            payload: None,
+        }
+    }
+
+    /// A message whose first word is `w` (the others 0).
+    pub fn word(w: u64) -> Self {
+        Message::new([w, 0, 0, 0])
+    }
+
+    /// This message with `payload` attached.
+    pub fn with_payload(mut self, payload: Vec<u8>) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+}
+
+/// Why an operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fail {
+    /// The timeout expired (for timeout zero: the partner was not ready).
+    TimedOut,
+    /// Another thread cancelled the operation.
+    Cancelled,
+    /// The partner has exited.
+    Dead,
+}
+
+/// Which half of an operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// The send: the message did not reach the partner (it is given back).
+    Send,
+    /// The receive (of a receive, or of a call after its message was delivered).
+    Receive,
+}
+
+/// How the protocol reaches its surroundings: the runtime, or a model.
+pub trait Env {
+    /// The worker running the caller.
+    fn here(&self) -> usize;
+    /// Posts `req` to worker `to` (never `here()`), in FIFO order per pair of workers.
+    fn post(&mut self, to: usize, req: Req);
+    /// Makes `who`'s thread runnable; `who` belongs to `here()`.
+    fn wake(&mut self, who: &Ipc);
+}
+
+/// What the protocol knows of the thread behind an [`Ipc`]: an opaque pointer the
+/// environment owns one reference through, the function that says which worker owns
+/// the thread now ([`NO_WORKER`] before it starts), and the one that gives the
+/// reference back when the `Ipc` is dropped.
+pub struct Host {
+    /// The environment's handle on the thread (the runtime's task record).
+    pub ptr: *const (),
+    /// The thread's worker, or NO_WORKER before it has started.
+    pub worker: fn(*const ()) -> usize,
+    /// Gives back the reference `ptr` holds (called once, from `Drop`), with the id.
+    pub release: fn(*const (), u64),
+}
+
+/// The IPC identity and state of one thread (see the module comment for who touches
+/// which part).
+pub struct Ipc {
+    id: u64,
+    host: Host,
+    /// Set by the owner worker when the thread exits; read by anyone as a hint.
+    dead: AtomicBool,
+    /// The outgoing half of the current send (read by the partner's worker while the
+    /// send is in flight).
+    out: UnsafeCell<Out>,
+    /// Everything else; the owner worker's alone.
+    st: UnsafeCell<Local>,
+}
+
+// SAFETY: the cells are accessed only under the ownership rules of the module comment
+// (one worker at a time, handed over through the message boxes' Release/Acquire); the
+// host pointer is only handed to the host's own functions.
+unsafe impl Send for Ipc {}
+// SAFETY: as above.
+unsafe impl Sync for Ipc {}
+
+struct Out {
+    msg: Option<Message>,
+    call: bool,
+    zero: bool,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// No operation in progress (or the outcome is waiting to be taken).
+    Idle,
+    /// A send is in flight or queued at the partner (`Local::partner`).
+    Sending,
+    /// Waiting to receive from the given thread, or from anyone.
+    Receiving(Option<Arc<Ipc>>),
+    /// A remote send is being cancelled: waiting for `Removed` or `Missed`.
+    Cancelling,
+}
+
+struct Local {
+    seq: u32,
+    phase: Phase,
+    /// The current send's partner.
+    partner: Option<Arc<Ipc>>,
+    /// The current send is a call: once delivered, it receives from its partner.
+    call: bool,
+    /// Why a cancellation in progress was started.
+    why: Fail,
+    /// Another thread asked to cancel the current operation.
+    abort: bool,
+    /// The operation is over: `Ok`, or which failure at which stage.
+    outcome: Option<Result<(), (Fail, Stage)>>,
+    /// What the last receive got, and from whom.
+    rbuf: Option<(Arc<Ipc>, Message)>,
+    /// Threads whose sends wait for this one to receive, in arrival order, with their
+    /// operation numbers.
+    senders: VecDeque<(Arc<Ipc>, u32)>,
+    /// Threads receiving from this one (callers awaiting a reply, closed receives):
+    /// told `Gone` if it exits. At most one entry per thread; stale entries are
+    /// harmless (the operation number no longer matches).
+    watchers: Vec<(Arc<Ipc>, u32)>,
+}
+
+/// A request between workers (see the table in the module comment).
+pub struct Req {
+    /// The thread whose operation this is.
+    pub who: Arc<Ipc>,
+    /// Its partner, for the requests that travel to the partner's worker.
+    pub peer: Option<Arc<Ipc>>,
+    /// `who`'s operation number.
+    pub seq: u32,
+    /// What to do.
+    pub op: Op,
+}
+
+/// The kinds of [`Req`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    Send,
+    Cancel,
+    Watch,
+    Abort,
+    Delivered,
+    Refused,
+    Dead,
+    Gone,
+    Removed,
+    Missed,
+}
+
+impl Ipc {
+    /// A new identity for a thread.
+    pub fn new(id: u64, host: Host) -> Ipc {
+        Ipc {
+            id,
+            host,
+            dead: AtomicBool::new(false),
+            out: UnsafeCell::new(Out {
+                msg: None,
+                call: false,
+                zero: false,
+            }),
+            st: UnsafeCell::new(Local {
+                seq: 0,
+                phase: Phase::Idle,
+                partner: None,
+                call: false,
+                why: Fail::TimedOut,
+                abort: false,
+                outcome: None,
+                rbuf: None,
+                senders: VecDeque::new(),
+                watchers: Vec::new(),
+            }),
+        }
+    }
+
+    /// The thread's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The environment's handle on the thread.
+    pub fn host_ptr(&self) -> *const () {
+        self.host.ptr
+    }
+
+    /// The worker that owns the thread (NO_WORKER before it starts).
+    pub fn worker(&self) -> usize {
+        (self.host.worker)(self.host.ptr)
+    }
+
+    /// Whether the thread has exited.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Acquire)
+    }
+
+    /// The owner-only state.
+    ///
+    /// # Safety
+    /// The caller runs on the owner worker, and the returned reference is the only one
+    /// alive (the handlers below take it for a few statements and never call out while
+    /// holding it).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn st(&self) -> &mut Local {
+        // SAFETY: per the contract.
+        self.st.with_mut(|p| unsafe { &mut *p })
+    }
+
+    /// The outgoing half.
+    ///
+    /// # Safety
+    /// The caller is the owner (no send in flight) or the partner's worker (a send in
+    /// flight); the reference is the only one alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn out(&self) -> &mut Out {
+        // SAFETY: per the contract.
+        self.out.with_mut(|p| unsafe { &mut *p })
+    }
+}
+
+impl Drop for Ipc {
+    fn drop(&mut self) {
+        (self.host.release)(self.host.ptr, self.id);
+    }
+}
+
+impl std::fmt::Debug for Ipc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ipc({})", self.id)
+    }
+}
+
+/// Sends `req` to the worker of `target`, or handles it here if that is this worker.
+fn route<E: Env>(env: &mut E, target: &Ipc, req: Req) {
+    let w = target.worker();
+    if w == env.here() {
+        handle(env, req)
+    } else {
+        env.post(w, req)
+    }
+}
+
+fn answer<E: Env>(env: &mut E, who: Arc<Ipc>, seq: u32, op: Op) {
+    let target = who.clone();
+    route(
+        env,
+        &target,
+        Req {
+            who,
+            peer: None,
+            seq,
+            op,
+        },
+    );
+}
+
+/// Handles a request on the worker it was sent to.
+pub fn handle<E: Env>(env: &mut E, req: Req) {
+    let Req { who, peer, seq, op } = req;
+    match op {
+        Op::Send => on_send(env, who, peer.expect("a send names its receiver"), seq),
+        Op::Cancel => on_cancel(env, who, peer.expect("a cancel names the receiver"), seq),
+        Op::Watch => on_watch(env, who, peer.expect("a watch names the partner"), seq),
+        Op::Abort => on_abort(env, &who),
+        Op::Delivered | Op::Refused | Op::Dead => on_send_done(env, &who, seq, op),
+        Op::Gone => on_gone(env, &who, seq),
+        Op::Removed | Op::Missed => on_cancel_answer(env, &who, seq, op),
+    }
+}
+
+/// Whether `st` waits to receive from `sender`.
+fn accepts(st: &Local, sender: &Arc<Ipc>) -> bool {
+    match &st.phase {
+        Phase::Receiving(None) => true,
+        Phase::Receiving(Some(x)) => Arc::ptr_eq(x, sender),
+        _ => false,
+    }
+}
+
+/// Moves `sender`'s message to `receiver` (on the receiver's worker), completing the
+/// receiver's receive, and answers the sender `Delivered`. `wake_receiver` is false
+/// when the receiver is the running thread itself.
+fn deliver<E: Env>(
+    env: &mut E,
+    receiver: &Arc<Ipc>,
+    sender: Arc<Ipc>,
+    seq: u32,
+    wake_receiver: bool,
+) {
+    // SAFETY: the sender's send is in flight (it waits for our answer), so its `out`
+    // is ours to read; we are the receiver's worker.
+    let (msg, call) = unsafe {
+        let o = sender.out();
+        (
+            o.msg.take().expect("a send in flight has its message"),
+            o.call,
+        )
+    };
+    {
+        // SAFETY: the receiver is owned here.
+        let st = unsafe { receiver.st() };
+        st.rbuf = Some((sender.clone(), msg));
+        st.phase = Phase::Idle;
+        st.outcome = Some(Ok(()));
+        if call {
+            watch(st, sender.clone(), seq);
+        }
+    }
+    if wake_receiver {
+        env.wake(receiver);
+    }
+    answer(env, sender, seq, Op::Delivered);
+}
+
+/// Adds (or renews) `who`'s entry in a watcher list.
+fn watch(st: &mut Local, who: Arc<Ipc>, seq: u32) {
+    match st
+        .watchers
+        .iter_mut()
+        .rev()
+        .find(|(x, _)| Arc::ptr_eq(x, &who))
+    {
+        Some(e) => e.1 = seq,
+        None => st.watchers.push((who, seq)),
+    }
+}
+
+fn unwatch(st: &mut Local, who: &Arc<Ipc>) {
+    if let Some(i) = st.watchers.iter().rposition(|(x, _)| Arc::ptr_eq(x, who)) {
+        st.watchers.swap_remove(i);
+    }
+}
+
+fn on_send<E: Env>(env: &mut E, sender: Arc<Ipc>, receiver: Arc<Ipc>, seq: u32) {
+    if receiver.is_dead() {
+        return answer(env, sender, seq, Op::Dead);
+    }
+    // SAFETY: the receiver is owned here; the reference ends before any call out.
+    let ready = accepts(unsafe { receiver.st() }, &sender);
+    if ready {
+        return deliver(env, &receiver, sender, seq, true);
+    }
+    // SAFETY: the sender's send is in flight: its `out` is readable here.
+    let zero = unsafe { sender.out().zero };
+    if zero {
+        answer(env, sender, seq, Op::Refused)
+    } else {
+        // SAFETY: the receiver is owned here.
+        unsafe { receiver.st() }.senders.push_back((sender, seq));
+    }
+}
+
+fn on_cancel<E: Env>(env: &mut E, sender: Arc<Ipc>, receiver: Arc<Ipc>, seq: u32) {
+    let removed = {
+        // SAFETY: the receiver is owned here.
+        let st = unsafe { receiver.st() };
+        match st
+            .senders
+            .iter()
+            .position(|(x, s)| Arc::ptr_eq(x, &sender) && *s == seq)
+        {
+            Some(i) => {
+                st.senders.remove(i);
+                true
+            }
+            None => false,
+        }
+    };
+    answer(
+        env,
+        sender,
+        seq,
+        if removed { Op::Removed } else { Op::Missed },
+    );
+}
+
+fn on_watch<E: Env>(env: &mut E, receiver: Arc<Ipc>, partner: Arc<Ipc>, seq: u32) {
+    if partner.is_dead() {
+        answer(env, receiver, seq, Op::Gone)
+    } else {
+        // SAFETY: the partner is owned here.
+        watch(unsafe { partner.st() }, receiver, seq)
+    }
+}
+
+fn on_abort<E: Env>(env: &mut E, who: &Ipc) {
+    let wake = {
+        // SAFETY: `who` is owned here.
+        let st = unsafe { who.st() };
+        let busy = matches!(st.phase, Phase::Sending | Phase::Receiving(_));
+        if busy {
+            st.abort = true;
+        }
+        busy
+    };
+    if wake {
+        env.wake(who);
+    }
+}
+
+fn on_send_done<E: Env>(env: &mut E, sender: &Ipc, seq: u32, op: Op) {
+    if sender.is_dead() {
+        return;
+    }
+    let wake = {
+        // SAFETY: the sender is owned here.
+        let st = unsafe { sender.st() };
+        let cancelling = matches!(st.phase, Phase::Cancelling);
+        if st.seq != seq || !(cancelling || matches!(st.phase, Phase::Sending)) {
+            return; // stale
+        }
+        match op {
+            Op::Delivered if st.call && !cancelling => {
+                // The atomic transition: from here on the caller receives from its
+                // partner, before the partner can run (module comment).
+                st.phase = Phase::Receiving(st.partner.clone());
+                false
+            }
+            Op::Delivered if st.call => {
+                // Delivered while we were cancelling: the local reason applies to the
+                // receive stage (the message did arrive).
+                st.phase = Phase::Idle;
+                st.outcome = Some(Err((st.why, Stage::Receive)));
+                true
+            }
+            Op::Delivered => {
+                st.phase = Phase::Idle;
+                st.outcome = Some(Ok(()));
+                true
+            }
+            Op::Refused | Op::Dead => {
+                st.phase = Phase::Idle;
+                let why = if op == Op::Dead {
+                    Fail::Dead
+                } else {
+                    Fail::TimedOut
+                };
+                st.outcome = Some(Err((why, Stage::Send)));
+                true
+            }
+            _ => unreachable!("not a send answer: {op:?}"),
+        }
+    };
+    if wake {
+        env.wake(sender);
+    }
+}
+
+fn on_gone<E: Env>(env: &mut E, receiver: &Ipc, seq: u32) {
+    if receiver.is_dead() {
+        return;
+    }
+    let wake = {
+        // SAFETY: the receiver is owned here.
+        let st = unsafe { receiver.st() };
+        let hit = st.seq == seq && matches!(st.phase, Phase::Receiving(Some(_)));
+        if hit {
+            st.phase = Phase::Idle;
+            st.outcome = Some(Err((Fail::Dead, Stage::Receive)));
+        }
+        hit
+    };
+    if wake {
+        env.wake(receiver);
+    }
+}
+
+fn on_cancel_answer<E: Env>(env: &mut E, sender: &Ipc, seq: u32, op: Op) {
+    if sender.is_dead() {
+        return;
+    }
+    let wake = {
+        // SAFETY: the sender is owned here.
+        let st = unsafe { sender.st() };
+        if st.seq != seq || !matches!(st.phase, Phase::Cancelling) {
+            // The send's own answer came first (it always does when the cancel
+            // missed: same FIFO box) and ended the operation.
+            return;
+        }
+        debug_assert_eq!(op, Op::Removed, "a missed cancel follows its send's answer");
+        st.phase = Phase::Idle;
+        st.outcome = Some(Err((st.why, Stage::Send)));
+        true
+    };
+    if wake {
+        env.wake(sender);
+    }
+}
+
+// ---- The thread's side: called by the thread itself, on its own worker. ----
+
+/// Starts a send from `me` (the running thread) to `to`. `call`: receive from `to` once
+/// the message is delivered. `zero`: fail at once unless `to` is waiting to receive.
+/// The outcome comes later: see [`outcome`].
+pub fn begin_send<E: Env>(
+    env: &mut E,
+    me: &Arc<Ipc>,
+    to: &Arc<Ipc>,
+    msg: Message,
+    call: bool,
+    zero: bool,
+) {
+    let seq = {
+        // SAFETY: `me` runs here, so its state is owned here.
+        let st = unsafe { me.st() };
+        debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
+        st.seq = st.seq.wrapping_add(1);
+        st.phase = Phase::Sending;
+        st.partner = Some(to.clone());
+        st.call = call;
+        st.abort = false;
+        st.outcome = None;
+        st.rbuf = None;
+        // Sending to a thread ends our part in its receive, if it was waiting for us.
+        unwatch(st, to);
+        st.seq
+    };
+    {
+        // SAFETY: no send of ours is in flight: `out` is ours.
+        let o = unsafe { me.out() };
+        o.msg = Some(msg);
+        o.call = call;
+        o.zero = zero;
+    }
+    if to.is_dead() {
+        // SAFETY: as above.
+        let st = unsafe { me.st() };
+        st.phase = Phase::Idle;
+        st.outcome = Some(Err((Fail::Dead, Stage::Send)));
+        return;
+    }
+    route(
+        env,
+        to,
+        Req {
+            who: me.clone(),
+            peer: Some(to.clone()),
+            seq,
+            op: Op::Send,
+        },
+    );
+}
+
+/// Starts a receive by `me` (the running thread) from `from` (None: anyone). `zero`:
+/// fail at once unless a sender is already waiting.
+pub fn begin_receive<E: Env>(env: &mut E, me: &Arc<Ipc>, from: Option<&Arc<Ipc>>, zero: bool) {
+    let (seq, found) = {
+        // SAFETY: `me` runs here.
+        let st = unsafe { me.st() };
+        debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
+        st.seq = st.seq.wrapping_add(1);
+        st.abort = false;
+        st.outcome = None;
+        st.rbuf = None;
+        st.partner = None;
+        let i = match from {
+            None => (!st.senders.is_empty()).then_some(0),
+            Some(x) => st.senders.iter().position(|(s, _)| Arc::ptr_eq(s, x)),
+        };
+        (st.seq, i.and_then(|i| st.senders.remove(i)))
+    };
+    if let Some((sender, sseq)) = found {
+        return deliver(env, me, sender, sseq, false);
+    }
+    // SAFETY: as above.
+    let st = unsafe { me.st() };
+    if from.is_some_and(|x| x.is_dead()) {
+        st.outcome = Some(Err((Fail::Dead, Stage::Receive)));
+    } else if zero {
+        st.outcome = Some(Err((Fail::TimedOut, Stage::Receive)));
+    } else {
+        st.phase = Phase::Receiving(from.cloned());
+        if let Some(x) = from {
+            // Be told if the partner exits while we wait.
+            route(
+                env,
+                x,
+                Req {
+                    who: me.clone(),
+                    peer: Some(x.clone()),
+                    seq,
+                    op: Op::Watch,
+                },
+            );
+        }
+    }
+}
+
+/// What the running thread `me` should do next in its operation.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The operation is over: take it with [`finish`].
+    Done,
+    /// Wait (park) with the operation's deadline.
+    Wait,
+    /// Wait for a cancellation's answer, without a deadline.
+    WaitForAnswer,
+    /// Another thread cancelled the operation: call [`cancel`] with `Fail::Cancelled`.
+    Aborted,
+}
+
+/// Where `me`'s operation stands.
+pub fn next(me: &Ipc) -> Next {
+    // SAFETY: `me` runs here.
+    let st = unsafe { me.st() };
+    if st.outcome.is_some() {
+        Next::Done
+    } else if matches!(st.phase, Phase::Cancelling) {
+        Next::WaitForAnswer
+    } else if st.abort {
+        Next::Aborted
+    } else {
+        Next::Wait
+    }
+}
+
+/// Ends `me`'s operation early (its deadline passed, or it was aborted). A receive ends
+/// at once; a send queued on this worker is taken out of the queue at once; a send to
+/// another worker must be cancelled there: `next` says `WaitForAnswer` until the answer
+/// comes.
+pub fn cancel<E: Env>(env: &mut E, me: &Arc<Ipc>, why: Fail) {
+    let (partner, seq) = {
+        // SAFETY: `me` runs here.
+        let st = unsafe { me.st() };
+        match st.phase {
+            Phase::Receiving(_) => {
+                // A stale watcher entry may stay at the partner: harmless.
+                st.phase = Phase::Idle;
+                st.outcome = Some(Err((why, Stage::Receive)));
+                return;
+            }
+            Phase::Sending => {}
+            Phase::Idle | Phase::Cancelling => return,
+        }
+        (st.partner.clone().expect("a send has a partner"), st.seq)
+    };
+    if partner.worker() == env.here() {
+        // Queued here: the partner's queue is ours to change.
+        // SAFETY: the partner is owned here; the reference ends at once.
+        let q = &mut unsafe { partner.st() }.senders;
+        let i = q.iter().position(|(x, s)| Arc::ptr_eq(x, me) && *s == seq);
+        debug_assert!(i.is_some(), "a local send still in progress is queued");
+        if let Some(i) = i {
+            q.remove(i);
+        }
+        // SAFETY: `me` runs here.
+        let st = unsafe { me.st() };
+        st.phase = Phase::Idle;
+        st.outcome = Some(Err((why, Stage::Send)));
+    } else {
+        {
+            // SAFETY: `me` runs here.
+            let st = unsafe { me.st() };
+            st.phase = Phase::Cancelling;
+            st.why = why;
+        }
+        let w = partner.worker();
+        env.post(
+            w,
+            Req {
+                who: me.clone(),
+                peer: Some(partner),
+                seq,
+                op: Op::Cancel,
+            },
+        );
+    }
+}
+
+/// What a finished operation gave: `Ok(received)` (the sender and message of a
+/// receive, None for a plain send), or the failure, its stage, the partner, and the
+/// message given back when the send did not happen.
+pub type Finished =
+    Result<Option<(Arc<Ipc>, Message)>, (Fail, Stage, Option<Arc<Ipc>>, Option<Message>)>;
+
+/// Takes the outcome of `me`'s finished operation (after `next` said `Done`).
+pub fn finish(me: &Ipc) -> Finished {
+    // SAFETY: `me` runs here; its operation is over, so no other worker reads `out`.
+    let (st, o) = unsafe { (me.st(), me.out()) };
+    let outcome = st.outcome.take().expect("finish after Done");
+    let partner = st.partner.take();
+    let unsent = o.msg.take();
+    match outcome {
+        Ok(()) => Ok(st.rbuf.take()),
+        Err((why, stage)) => Err((why, stage, partner, unsent)),
+    }
+}
+
+/// Cancels whatever IPC `who` is blocked in (from any thread of the runtime; `post`
+/// only if `who`'s worker is not `env.here()`).
+pub fn abort<E: Env>(env: &mut E, who: &Arc<Ipc>) {
+    let w = who.worker();
+    if w == NO_WORKER {
+        return; // not started: not in an IPC
+    }
+    route(
+        env,
+        who,
+        Req {
+            who: who.clone(),
+            peer: None,
+            seq: 0,
+            op: Op::Abort,
+        },
+    );
+}
+
+/// `me` exits: it is dead from now on; its queued senders are answered `Dead` and its
+/// watchers `Gone`.
+pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
+    me.dead.store(true, Release);
+    let (senders, watchers, pending) = {
+        // SAFETY: `me` runs here (its last act).
+        let st = unsafe { me.st() };
+        st.rbuf = None;
+        let pending = match st.phase {
+            // Unwound out of a send (runtime shutdown): leave no entry behind here.
+            Phase::Sending => st.partner.clone().map(|p| (p, st.seq)),
+            _ => None,
+        };
+        (
+            core::mem::take(&mut st.senders),
+            core::mem::take(&mut st.watchers),
+            pending,
+        )
+    };
+    if let Some((p, seq)) = pending {
+        if p.worker() == env.here() {
+            // SAFETY: the partner is owned here.
+            let q = &mut unsafe { p.st() }.senders;
+            q.retain(|(x, s)| !(Arc::ptr_eq(x, me) && *s == seq));
+        }
+    }
+    for (s, seq) in senders {
+        answer(env, s, seq, Op::Dead);
+    }
+    for (r, seq) in watchers {
+        answer(env, r, seq, Op::Gone);
+    }
+}

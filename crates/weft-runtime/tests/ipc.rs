@@ -1,0 +1,200 @@
+//! Synchronous IPC (`weft_runtime::ipc`): rendezvous, call/reply, timeouts, cancellation,
+//! partner death, on one worker and across workers.
+
+use std::time::{Duration, Instant};
+use weft_runtime::ipc::{self, ErrorKind, Message, Stage, Timeout};
+use weft_runtime::{spawn_on, Runtime};
+
+fn rt(n: usize) -> Runtime {
+    Runtime::builder().workers(n).build().unwrap()
+}
+
+/// A server on worker `w` that answers `x` with `x + 1` until cancelled.
+fn adder(w: usize) -> weft_runtime::JoinHandle<u64> {
+    spawn_on(w, || {
+        let mut served = 0;
+        let Ok((mut c, mut m)) = ipc::receive(None, Timeout::Never) else {
+            return served;
+        };
+        loop {
+            served += 1;
+            match ipc::reply_and_wait(&c, Message::word(m.words[0] + 1), Timeout::Never) {
+                Ok((c2, m2)) => (c, m) = (c2, m2),
+                Err(e) if e.stage() == Stage::Send => match ipc::receive(None, Timeout::Never) {
+                    Ok((c2, m2)) => (c, m) = (c2, m2),
+                    Err(_) => return served,
+                },
+                Err(_) => return served,
+            }
+        }
+    })
+}
+
+#[test]
+fn call_reply_on_one_worker_and_across() {
+    for (server_w, client_w) in [(0, 0), (0, 1), (1, 0)] {
+        let r = rt(2);
+        let n = r.block_on(move || {
+            let s = adder(server_w);
+            let tid = s.tid();
+            let c = spawn_on(client_w, move || {
+                let mut n = 0;
+                for _ in 0..1000 {
+                    n = ipc::call(&tid, Message::word(n), Timeout::Never)
+                        .unwrap()
+                        .words[0];
+                }
+                n
+            });
+            let n = c.join().unwrap();
+            ipc::cancel(&s.tid());
+            assert_eq!(s.join().unwrap(), 1000);
+            n
+        });
+        assert_eq!(n, 1000, "server on {server_w}, client on {client_w}");
+    }
+}
+
+#[test]
+fn zero_timeout_send_fails_when_receiver_not_waiting_and_gives_message_back() {
+    let r = rt(2);
+    r.block_on(|| {
+        for w in 0..2 {
+            let idle = spawn_on(w, || weft_runtime::sleep(Duration::from_millis(50)));
+            let tid = idle.tid();
+            weft_runtime::sleep(Duration::from_millis(5));
+            let msg = Message::word(7).with_payload(vec![1, 2, 3]);
+            let e = ipc::send(&tid, msg.clone(), Timeout::Zero).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::TimedOut);
+            assert_eq!(e.stage(), Stage::Send);
+            assert_eq!(e.into_message(), Some(msg));
+            idle.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn finite_timeouts_expire_on_both_stages() {
+    let r = rt(2);
+    r.block_on(|| {
+        for w in 0..2 {
+            let idle = spawn_on(w, || weft_runtime::sleep(Duration::from_millis(200)));
+            let tid = idle.tid();
+            let t = Instant::now();
+            let e = ipc::send(
+                &tid,
+                Message::word(1),
+                Timeout::After(Duration::from_millis(20)),
+            )
+            .unwrap_err();
+            assert_eq!((e.kind(), e.stage()), (ErrorKind::TimedOut, Stage::Send));
+            assert!(t.elapsed() >= Duration::from_millis(20));
+            let t = Instant::now();
+            let e =
+                ipc::receive(Some(&tid), Timeout::After(Duration::from_millis(20))).unwrap_err();
+            assert_eq!((e.kind(), e.stage()), (ErrorKind::TimedOut, Stage::Receive));
+            assert!(t.elapsed() >= Duration::from_millis(20));
+            let e = ipc::receive(None, Timeout::Zero).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::TimedOut);
+            idle.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_waiting_sender_gets_partner_dead_when_the_receiver_exits() {
+    let r = rt(2);
+    r.block_on(|| {
+        for w in 0..2 {
+            let victim = spawn_on(w, || weft_runtime::sleep(Duration::from_millis(30)));
+            let tid = victim.tid();
+            let e = ipc::send(&tid, Message::word(1), Timeout::Never).unwrap_err();
+            assert_eq!((e.kind(), e.stage()), (ErrorKind::PartnerDead, Stage::Send));
+            assert!(e.into_message().is_some());
+            victim.join().unwrap();
+            // And afterwards, at once.
+            let e = ipc::send(&tid, Message::word(1), Timeout::Never).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PartnerDead);
+            let e = ipc::receive(Some(&tid), Timeout::Never).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PartnerDead);
+        }
+    });
+}
+
+#[test]
+fn a_caller_gets_partner_dead_when_the_server_exits_before_replying() {
+    let r = rt(2);
+    r.block_on(|| {
+        for w in 0..2 {
+            let server = spawn_on(w, || {
+                let (_c, m) = ipc::receive(None, Timeout::Never).unwrap();
+                m.words[0]
+            });
+            let e = ipc::call(&server.tid(), Message::word(5), Timeout::Never).unwrap_err();
+            assert_eq!(
+                (e.kind(), e.stage()),
+                (ErrorKind::PartnerDead, Stage::Receive)
+            );
+            assert_eq!(server.join().unwrap(), 5);
+        }
+    });
+}
+
+#[test]
+fn cancel_wakes_a_blocked_thread_with_cancelled() {
+    let r = rt(2);
+    r.block_on(|| {
+        for w in 0..2 {
+            let waiter = spawn_on(w, || ipc::receive(None, Timeout::Never).unwrap_err().kind());
+            let tid = waiter.tid();
+            weft_runtime::sleep(Duration::from_millis(10));
+            ipc::cancel(&tid);
+            assert_eq!(waiter.join().unwrap(), ErrorKind::Cancelled);
+        }
+    });
+}
+
+#[test]
+fn payload_moves_without_copy() {
+    let r = rt(2);
+    r.block_on(|| {
+        let server = spawn_on(1, || {
+            let (c, m) = ipc::receive(None, Timeout::Never).unwrap();
+            let p = m.payload.unwrap();
+            let addr = p.as_ptr() as usize;
+            ipc::send(
+                &c,
+                Message::word(addr as u64).with_payload(p),
+                Timeout::Zero,
+            )
+            .unwrap();
+        });
+        let payload = vec![42u8; 4096];
+        let addr = payload.as_ptr() as usize;
+        let reply = ipc::call(
+            &server.tid(),
+            Message::word(0).with_payload(payload),
+            Timeout::Never,
+        )
+        .unwrap();
+        assert_eq!(reply.words[0] as usize, addr, "the buffer itself moved");
+        let back = reply.payload.unwrap();
+        assert_eq!(back.as_ptr() as usize, addr);
+        server.join().unwrap();
+    });
+}
+
+#[test]
+fn not_a_green_thread_and_invalid_partner_are_clear_errors() {
+    let r = rt(1);
+    let h = r.spawn(|| weft_runtime::sleep(Duration::from_millis(20)));
+    let e = ipc::send(&h.tid(), Message::word(1), Timeout::Never).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotGreenThread);
+    assert!(e.to_string().contains("green thread"), "{e}");
+    assert!(e.into_message().is_some());
+    r.block_on(|| {
+        let e = ipc::send(&ipc::me(), Message::word(1), Timeout::Never).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidPartner);
+    });
+    h.join().unwrap();
+}
