@@ -30,6 +30,14 @@ fn adder(w: usize) -> weft_runtime::JoinHandle<u64> {
     })
 }
 
+/// Cancels `h`'s IPC until it has ended (a thread not in IPC is not affected).
+fn stop<T>(h: &weft_runtime::JoinHandle<T>) {
+    while !h.is_finished() {
+        ipc::cancel(&h.tid());
+        weft_runtime::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn call_reply_on_one_worker_and_across() {
     for (server_w, client_w) in [(0, 0), (0, 1), (1, 0)] {
@@ -47,7 +55,7 @@ fn call_reply_on_one_worker_and_across() {
                 n
             });
             let n = c.join().unwrap();
-            ipc::cancel(&s.tid());
+            stop(&s);
             assert_eq!(s.join().unwrap(), 1000);
             n
         });
@@ -147,8 +155,11 @@ fn cancel_wakes_a_blocked_thread_with_cancelled() {
         for w in 0..2 {
             let waiter = spawn_on(w, || ipc::receive(None, Timeout::Never).unwrap_err().kind());
             let tid = waiter.tid();
-            weft_runtime::sleep(Duration::from_millis(10));
-            ipc::cancel(&tid);
+            // A thread not (yet) in IPC is not affected: cancel until it was blocked.
+            while !waiter.is_finished() {
+                ipc::cancel(&tid);
+                weft_runtime::sleep(Duration::from_millis(5));
+            }
             assert_eq!(waiter.join().unwrap(), ErrorKind::Cancelled);
         }
     });
@@ -197,4 +208,73 @@ fn not_a_green_thread_and_invalid_partner_are_clear_errors() {
         assert_eq!(e.kind(), ErrorKind::InvalidPartner);
     });
     h.join().unwrap();
+}
+
+#[test]
+fn a_tid_taken_after_the_thread_exited_is_dead() {
+    let r = rt(2);
+    r.block_on(|| {
+        let h = spawn_on(1, || 3);
+        while !h.is_finished() {
+            weft_runtime::yield_now();
+        }
+        let tid = h.tid();
+        assert!(tid.is_dead());
+        let e = ipc::send(&tid, Message::word(1), Timeout::Never).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PartnerDead);
+        assert_eq!(h.join().unwrap(), 3);
+    });
+}
+
+#[test]
+fn tid_from_id_finds_live_identities() {
+    let r = rt(1);
+    r.block_on(|| {
+        let me = ipc::me();
+        assert_eq!(ipc::Tid::from_id(me.id()), Some(me.clone()));
+        assert_eq!(ipc::Tid::from_id(u64::MAX), None);
+    });
+}
+
+#[test]
+fn reply_and_wait_takes_a_request_that_queued_during_the_reply() {
+    // Two clients on the other worker call one server: while the server replies to
+    // one, the other's request queues; the server must take it at once.
+    let r = rt(2);
+    r.block_on(|| {
+        let server = adder(0);
+        let tid = server.tid();
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                let tid = tid.clone();
+                spawn_on(1, move || {
+                    let mut n = 0;
+                    for _ in 0..2000 {
+                        n = ipc::call(&tid, Message::word(n), Timeout::Never)
+                            .unwrap()
+                            .words[0];
+                    }
+                    n
+                })
+            })
+            .collect();
+        for c in clients {
+            assert_eq!(c.join().unwrap(), 2000);
+        }
+        stop(&server);
+        assert_eq!(server.join().unwrap(), 8000);
+    });
+}
+
+#[test]
+fn cancel_from_a_plain_os_thread() {
+    let r = rt(2);
+    let waiter = r.spawn(|| ipc::receive(None, Timeout::Never).unwrap_err().kind());
+    let tid = waiter.tid();
+    // A thread not (yet) in IPC is not affected: cancel until it was blocked.
+    while !waiter.is_finished() {
+        ipc::cancel(&tid);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(waiter.join().unwrap(), ErrorKind::Cancelled);
 }

@@ -63,7 +63,8 @@ pub use protocol::{Message, Stage};
 
 use crate::task::{JoinHandle, Task};
 use crate::worker::{self, Worker};
-use protocol::{Env, Fail, Host, Ipc, Next, Req, NO_WORKER};
+use core::mem::ManuallyDrop;
+use protocol::{Env, Fail, Host, Ipc, Next, Req, Then, NO_WORKER};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::*;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -273,9 +274,18 @@ fn host_release(p: *const (), id: u64) {
     drop(unsafe { Arc::from_raw(p as *const Task) });
 }
 
+/// `Task::ipc` once the thread has exited (or will never run): an identity asked for
+/// after that is made dead from the start. Never dereferenced.
+const EXITED: *mut Ipc = core::ptr::dangling_mut();
+
 /// The IPC identity of `task`, made on first use.
 fn ipc_of(task: &Arc<Task>) -> Arc<Ipc> {
     let p = task.ipc.load(Acquire);
+    if p == EXITED {
+        let ipc = new_ipc(task);
+        ipc.mark_dead();
+        return ipc;
+    }
     if !p.is_null() {
         // SAFETY: a non-null pointer is the task's count on its identity, alive while
         // the task is (it is taken only by the thread's own exit, which also leaves
@@ -285,15 +295,8 @@ fn ipc_of(task: &Arc<Task>) -> Arc<Ipc> {
             Arc::from_raw(p)
         };
     }
-    let id = task.raw().id();
-    let ipc = Arc::new(Ipc::new(
-        id,
-        Host {
-            ptr: Arc::into_raw(task.clone()).cast(),
-            worker: host_worker,
-            release: host_release,
-        },
-    ));
+    let ipc = new_ipc(task);
+    let id = ipc.id();
     let raw = Arc::into_raw(ipc.clone()).cast_mut();
     match task
         .ipc
@@ -309,6 +312,10 @@ fn ipc_of(task: &Arc<Task>) -> Arc<Ipc> {
         Err(winner) => {
             // SAFETY: ours was never published.
             drop(unsafe { Arc::from_raw(raw) });
+            if winner == EXITED {
+                ipc.mark_dead();
+                return ipc;
+            }
             // SAFETY: as in the fast path.
             unsafe {
                 Arc::increment_strong_count(winner);
@@ -316,6 +323,17 @@ fn ipc_of(task: &Arc<Task>) -> Arc<Ipc> {
             }
         }
     }
+}
+
+fn new_ipc(task: &Arc<Task>) -> Arc<Ipc> {
+    Arc::new(Ipc::new(
+        task.raw().id(),
+        Host {
+            ptr: Arc::into_raw(task.clone()).cast(),
+            worker: host_worker,
+            release: host_release,
+        },
+    ))
 }
 
 /// The calling green thread's identity, or None outside a green thread.
@@ -344,16 +362,19 @@ impl<T> JoinHandle<T> {
 
 /// Called by a green thread as it ends: its IPC identity dies (see `protocol::exit`).
 pub(crate) fn exited() {
-    let Some(task) = worker::current_task() else {
-        return;
+    let w = worker::current();
+    // SAFETY: called by a green thread on its worker; the task is alive while it runs.
+    let task = unsafe { &*worker::running_task(w) };
+    // One CAS when the thread never used IPC (the common case: spawn + join pays it).
+    let p = match task
+        .ipc
+        .compare_exchange(core::ptr::null_mut(), EXITED, AcqRel, Acquire)
+    {
+        Ok(_) => return,
+        Err(_) => task.ipc.swap(EXITED, AcqRel),
     };
-    let p = task.ipc.swap(core::ptr::null_mut(), AcqRel);
-    if p.is_null() {
-        return;
-    }
     // SAFETY: the task's count on its identity, taken out of the task just now.
     let ipc = unsafe { Arc::from_raw(p) };
-    let w = worker::current();
     // SAFETY: we run on our worker; protocol steps run at runtime depth.
     unsafe {
         worker::preempt::enter(w);
@@ -364,8 +385,8 @@ pub(crate) fn exited() {
 
 /// A task that will never run (shutdown) gives back its count on its identity.
 pub(crate) fn never_ran(task: &Task) {
-    let p = task.ipc.swap(core::ptr::null_mut(), AcqRel);
-    if !p.is_null() {
+    let p = task.ipc.swap(EXITED, AcqRel);
+    if !p.is_null() && p != EXITED {
         // SAFETY: the task's count, taken out of the task just now.
         drop(unsafe { Arc::from_raw(p) });
     }
@@ -430,12 +451,29 @@ pub(crate) fn on_mail(w: *mut Worker, req: Req) {
 
 // ---- The operations ----
 
-/// The running green thread's worker and identity.
-fn caller(stage: Stage) -> Result<(*mut Worker, Arc<Ipc>), IpcError> {
-    match worker::current_task() {
-        Some(t) => Ok((worker::current(), ipc_of(&t))),
-        None => Err(error(ErrorKind::NotGreenThread, stage, None, None)),
+/// The running green thread's worker and identity. The identity is borrowed from the
+/// thread's task (no reference count taken: it lives until the thread itself exits).
+fn caller(stage: Stage) -> Result<(*mut Worker, ManuallyDrop<Arc<Ipc>>), IpcError> {
+    let w = worker::current();
+    let t = if w.is_null() {
+        core::ptr::null()
+    } else {
+        // SAFETY: a non-null thread word is this thread's worker.
+        unsafe { worker::running_task(w) }
+    };
+    if t.is_null() {
+        return Err(error(ErrorKind::NotGreenThread, stage, None, None));
     }
+    // SAFETY: the running task is alive while it runs.
+    let task = unsafe { &*t };
+    let mut p = task.ipc.load(Acquire);
+    if p.is_null() {
+        drop(ipc_of(&worker::current_task().expect("running")));
+        p = task.ipc.load(Acquire);
+    }
+    // SAFETY: the task's own count keeps its identity alive until the thread exits,
+    // and the thread is running this call; ManuallyDrop never gives the count back.
+    Ok((w, ManuallyDrop::new(unsafe { Arc::from_raw(p) })))
 }
 
 /// Checks that `to` may be a partner of `me` and has started (waiting for it to start,
@@ -546,7 +584,7 @@ fn failed(
 /// message back) when the timeout passes, the operation is cancelled, or `to` exits.
 pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
     let (zero, deadline) = deadline_of(timeout);
-    transfer(to, msg, zero, deadline, false).map(|_| ())
+    transfer(to, msg, zero, deadline, Then::Nothing).map(|_| ())
 }
 
 /// Sends `msg` to `to` and waits for its reply (`to`'s next send to the caller), with
@@ -555,7 +593,8 @@ pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
 /// `After(d)` bounds the whole call.
 pub fn call(to: &Tid, msg: Message, timeout: Timeout) -> Result<Message, IpcError> {
     let (zero, deadline) = deadline_of(timeout);
-    transfer(to, msg, zero, deadline, true).map(|r| r.expect("a call receives its reply").1)
+    transfer(to, msg, zero, deadline, Then::Partner)
+        .map(|r| r.expect("a call receives its reply").1)
 }
 
 fn transfer(
@@ -563,7 +602,7 @@ fn transfer(
     msg: Message,
     zero: bool,
     deadline: Option<Instant>,
-    call: bool,
+    then: Then,
 ) -> Result<Option<(Tid, Message)>, IpcError> {
     let (w, me) = match caller(Stage::Send) {
         Ok(x) => x,
@@ -578,7 +617,7 @@ fn transfer(
         return Err(error(k, Stage::Send, Some(to.id()), Some(msg)));
     }
     run(&me, deadline, |env| {
-        protocol::begin_send(env, &me, &to.0, msg, call, zero)
+        protocol::begin_send_then(env, &me, &to.0, msg, then, zero)
     })
     .map(|r| r.map(|(t, m)| (Tid(t), m)))
     .map_err(failed)
@@ -614,8 +653,14 @@ pub fn reply_and_wait(
     reply: Message,
     timeout: Timeout,
 ) -> Result<(Tid, Message), IpcError> {
-    transfer(client, reply, true, None, false)?;
-    receive(None, timeout)
+    // The reply goes with timeout zero; once delivered, the receive begins at once (on
+    // the server's worker, as the delivery is acknowledged): one operation, not two.
+    let deadline = match timeout {
+        Timeout::Zero => Some(Instant::now()),
+        t => deadline_of(t).1,
+    };
+    transfer(client, reply, true, deadline, Then::Any)
+        .map(|r| r.expect("a reply and wait receives"))
 }
 
 /// Cancels the IPC operation `tid` is blocked in, if any: it fails with

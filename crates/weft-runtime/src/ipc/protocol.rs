@@ -164,8 +164,22 @@ unsafe impl Sync for Ipc {}
 
 struct Out {
     msg: Option<Message>,
-    call: bool,
+    /// The sender will receive from the receiver next (a call): the receiver notes it
+    /// as a watcher, to tell it if it exits before replying.
+    watch: bool,
     zero: bool,
+}
+
+/// What a send turns into once its message is delivered (atomically: see the module
+/// comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Then {
+    /// Nothing: the operation is over (`send`).
+    Nothing,
+    /// A receive from the partner (`call`).
+    Partner,
+    /// A receive from anyone (`reply_and_wait`).
+    Any,
 }
 
 #[derive(Debug)]
@@ -174,8 +188,8 @@ enum Phase {
     Idle,
     /// A send is in flight or queued at the partner (`Local::partner`).
     Sending,
-    /// Waiting to receive from the given thread, or from anyone.
-    Receiving(Option<Arc<Ipc>>),
+    /// Waiting to receive from anyone (`any`), or from `Local::partner`.
+    Receiving { any: bool },
     /// A remote send is being cancelled: waiting for `Removed` or `Missed`.
     Cancelling,
 }
@@ -183,10 +197,11 @@ enum Phase {
 struct Local {
     seq: u32,
     phase: Phase,
-    /// The current send's partner.
+    /// The current operation's partner (the receiver of a send, the thread a closed
+    /// receive waits for).
     partner: Option<Arc<Ipc>>,
-    /// The current send is a call: once delivered, it receives from its partner.
-    call: bool,
+    /// What the current send turns into once delivered.
+    then: Then,
     /// Why a cancellation in progress was started.
     why: Fail,
     /// Another thread asked to cancel the current operation.
@@ -241,14 +256,14 @@ impl Ipc {
             dead: AtomicBool::new(false),
             out: UnsafeCell::new(Out {
                 msg: None,
-                call: false,
+                watch: false,
                 zero: false,
             }),
             st: UnsafeCell::new(Local {
                 seq: 0,
                 phase: Phase::Idle,
                 partner: None,
-                call: false,
+                then: Then::Nothing,
                 why: Fail::TimedOut,
                 abort: false,
                 outcome: None,
@@ -272,6 +287,11 @@ impl Ipc {
     /// The worker that owns the thread (NO_WORKER before it starts).
     pub fn worker(&self) -> usize {
         (self.host.worker)(self.host.ptr)
+    }
+
+    /// Marks a new identity dead (made for a thread that has already exited).
+    pub fn mark_dead(&self) {
+        self.dead.store(true, Release);
     }
 
     /// Whether the thread has exited.
@@ -325,39 +345,49 @@ fn route<E: Env>(env: &mut E, target: &Ipc, req: Req) {
     }
 }
 
-fn answer<E: Env>(env: &mut E, who: Arc<Ipc>, seq: u32, op: Op) {
-    let target = who.clone();
-    route(
-        env,
-        &target,
-        Req {
-            who,
-            peer: None,
-            seq,
-            op,
-        },
-    );
+/// Gives `who` (a sender, or a receiver told `Gone`) the answer `op` about its
+/// operation `seq`: directly if it lives here, else through the boxes.
+fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
+    let w = who.worker();
+    if w == env.here() {
+        handle_ref(env, who, None, seq, op)
+    } else {
+        env.post(
+            w,
+            Req {
+                who: who.clone(),
+                peer: None,
+                seq,
+                op,
+            },
+        )
+    }
 }
 
 /// Handles a request on the worker it was sent to.
 pub fn handle<E: Env>(env: &mut E, req: Req) {
-    let Req { who, peer, seq, op } = req;
+    handle_ref(env, &req.who, req.peer.as_ref(), req.seq, req.op)
+}
+
+fn handle_ref<E: Env>(env: &mut E, who: &Arc<Ipc>, peer: Option<&Arc<Ipc>>, seq: u32, op: Op) {
     match op {
         Op::Send => on_send(env, who, peer.expect("a send names its receiver"), seq),
         Op::Cancel => on_cancel(env, who, peer.expect("a cancel names the receiver"), seq),
         Op::Watch => on_watch(env, who, peer.expect("a watch names the partner"), seq),
-        Op::Abort => on_abort(env, &who),
-        Op::Delivered | Op::Refused | Op::Dead => on_send_done(env, &who, seq, op),
-        Op::Gone => on_gone(env, &who, seq),
-        Op::Removed | Op::Missed => on_cancel_answer(env, &who, seq, op),
+        Op::Abort => on_abort(env, who),
+        Op::Delivered | Op::Refused | Op::Dead => on_send_done(env, who, seq, op),
+        Op::Gone => on_gone(env, who, seq),
+        Op::Removed | Op::Missed => on_cancel_answer(env, who, seq, op),
     }
 }
 
 /// Whether `st` waits to receive from `sender`.
 fn accepts(st: &Local, sender: &Arc<Ipc>) -> bool {
-    match &st.phase {
-        Phase::Receiving(None) => true,
-        Phase::Receiving(Some(x)) => Arc::ptr_eq(x, sender),
+    match st.phase {
+        Phase::Receiving { any: true } => true,
+        Phase::Receiving { any: false } => {
+            st.partner.as_ref().is_some_and(|p| Arc::ptr_eq(p, sender))
+        }
         _ => false,
     }
 }
@@ -368,17 +398,17 @@ fn accepts(st: &Local, sender: &Arc<Ipc>) -> bool {
 fn deliver<E: Env>(
     env: &mut E,
     receiver: &Arc<Ipc>,
-    sender: Arc<Ipc>,
+    sender: &Arc<Ipc>,
     seq: u32,
     wake_receiver: bool,
 ) {
     // SAFETY: the sender's send is in flight (it waits for our answer), so its `out`
     // is ours to read; we are the receiver's worker.
-    let (msg, call) = unsafe {
+    let (msg, watch) = unsafe {
         let o = sender.out();
         (
             o.msg.take().expect("a send in flight has its message"),
-            o.call,
+            o.watch,
         )
     };
     {
@@ -387,8 +417,8 @@ fn deliver<E: Env>(
         st.rbuf = Some((sender.clone(), msg));
         st.phase = Phase::Idle;
         st.outcome = Some(Ok(()));
-        if call {
-            watch(st, sender.clone(), seq);
+        if watch {
+            add_watcher(st, sender, seq);
         }
     }
     if wake_receiver {
@@ -398,32 +428,45 @@ fn deliver<E: Env>(
 }
 
 /// Adds (or renews) `who`'s entry in a watcher list.
-fn watch(st: &mut Local, who: Arc<Ipc>, seq: u32) {
+fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
     match st
         .watchers
         .iter_mut()
         .rev()
-        .find(|(x, _)| Arc::ptr_eq(x, &who))
+        .find(|(x, _)| Arc::ptr_eq(x, who))
     {
         Some(e) => e.1 = seq,
-        None => st.watchers.push((who, seq)),
+        None => st.watchers.push((who.clone(), seq)),
     }
 }
 
-fn unwatch(st: &mut Local, who: &Arc<Ipc>) {
+fn remove_watcher(st: &mut Local, who: &Arc<Ipc>) {
     if let Some(i) = st.watchers.iter().rposition(|(x, _)| Arc::ptr_eq(x, who)) {
         st.watchers.swap_remove(i);
     }
 }
 
-fn on_send<E: Env>(env: &mut E, sender: Arc<Ipc>, receiver: Arc<Ipc>, seq: u32) {
+/// Takes the first sender `st` accepts out of its queue.
+fn take_waiting_sender(st: &mut Local) -> Option<(Arc<Ipc>, u32)> {
+    let i = match st.phase {
+        Phase::Receiving { any: true } => (!st.senders.is_empty()).then_some(0),
+        Phase::Receiving { any: false } => {
+            let p = st.partner.as_ref()?;
+            st.senders.iter().position(|(s, _)| Arc::ptr_eq(s, p))
+        }
+        _ => None,
+    };
+    st.senders.remove(i?)
+}
+
+fn on_send<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32) {
     if receiver.is_dead() {
         return answer(env, sender, seq, Op::Dead);
     }
     // SAFETY: the receiver is owned here; the reference ends before any call out.
-    let ready = accepts(unsafe { receiver.st() }, &sender);
+    let ready = accepts(unsafe { receiver.st() }, sender);
     if ready {
-        return deliver(env, &receiver, sender, seq, true);
+        return deliver(env, receiver, sender, seq, true);
     }
     // SAFETY: the sender's send is in flight: its `out` is readable here.
     let zero = unsafe { sender.out().zero };
@@ -431,18 +474,20 @@ fn on_send<E: Env>(env: &mut E, sender: Arc<Ipc>, receiver: Arc<Ipc>, seq: u32) 
         answer(env, sender, seq, Op::Refused)
     } else {
         // SAFETY: the receiver is owned here.
-        unsafe { receiver.st() }.senders.push_back((sender, seq));
+        unsafe { receiver.st() }
+            .senders
+            .push_back((sender.clone(), seq));
     }
 }
 
-fn on_cancel<E: Env>(env: &mut E, sender: Arc<Ipc>, receiver: Arc<Ipc>, seq: u32) {
+fn on_cancel<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32) {
     let removed = {
         // SAFETY: the receiver is owned here.
         let st = unsafe { receiver.st() };
         match st
             .senders
             .iter()
-            .position(|(x, s)| Arc::ptr_eq(x, &sender) && *s == seq)
+            .position(|(x, s)| Arc::ptr_eq(x, sender) && *s == seq)
         {
             Some(i) => {
                 st.senders.remove(i);
@@ -459,12 +504,12 @@ fn on_cancel<E: Env>(env: &mut E, sender: Arc<Ipc>, receiver: Arc<Ipc>, seq: u32
     );
 }
 
-fn on_watch<E: Env>(env: &mut E, receiver: Arc<Ipc>, partner: Arc<Ipc>, seq: u32) {
+fn on_watch<E: Env>(env: &mut E, receiver: &Arc<Ipc>, partner: &Arc<Ipc>, seq: u32) {
     if partner.is_dead() {
         answer(env, receiver, seq, Op::Gone)
     } else {
         // SAFETY: the partner is owned here.
-        watch(unsafe { partner.st() }, receiver, seq)
+        add_watcher(unsafe { partner.st() }, receiver, seq)
     }
 }
 
@@ -472,7 +517,7 @@ fn on_abort<E: Env>(env: &mut E, who: &Ipc) {
     let wake = {
         // SAFETY: `who` is owned here.
         let st = unsafe { who.st() };
-        let busy = matches!(st.phase, Phase::Sending | Phase::Receiving(_));
+        let busy = matches!(st.phase, Phase::Sending | Phase::Receiving { .. });
         if busy {
             st.abort = true;
         }
@@ -483,11 +528,11 @@ fn on_abort<E: Env>(env: &mut E, who: &Ipc) {
     }
 }
 
-fn on_send_done<E: Env>(env: &mut E, sender: &Ipc, seq: u32, op: Op) {
+fn on_send_done<E: Env>(env: &mut E, sender: &Arc<Ipc>, seq: u32, op: Op) {
     if sender.is_dead() {
         return;
     }
-    let wake = {
+    let (wake, waiting) = {
         // SAFETY: the sender is owned here.
         let st = unsafe { sender.st() };
         let cancelling = matches!(st.phase, Phase::Cancelling);
@@ -495,23 +540,30 @@ fn on_send_done<E: Env>(env: &mut E, sender: &Ipc, seq: u32, op: Op) {
             return; // stale
         }
         match op {
-            Op::Delivered if st.call && !cancelling => {
-                // The atomic transition: from here on the caller receives from its
-                // partner, before the partner can run (module comment).
-                st.phase = Phase::Receiving(st.partner.clone());
-                false
+            Op::Delivered if st.then != Then::Nothing && !cancelling => {
+                // The atomic transition: from here on the sender receives, before its
+                // partner can run (module comment). A sender already queued for it
+                // is taken at once.
+                st.phase = Phase::Receiving {
+                    any: st.then == Then::Any,
+                };
+                if st.then == Then::Any {
+                    st.partner = None;
+                }
+                let w = take_waiting_sender(st);
+                (false, w)
             }
-            Op::Delivered if st.call => {
+            Op::Delivered if st.then != Then::Nothing => {
                 // Delivered while we were cancelling: the local reason applies to the
                 // receive stage (the message did arrive).
                 st.phase = Phase::Idle;
                 st.outcome = Some(Err((st.why, Stage::Receive)));
-                true
+                (true, None)
             }
             Op::Delivered => {
                 st.phase = Phase::Idle;
                 st.outcome = Some(Ok(()));
-                true
+                (true, None)
             }
             Op::Refused | Op::Dead => {
                 st.phase = Phase::Idle;
@@ -521,12 +573,14 @@ fn on_send_done<E: Env>(env: &mut E, sender: &Ipc, seq: u32, op: Op) {
                     Fail::TimedOut
                 };
                 st.outcome = Some(Err((why, Stage::Send)));
-                true
+                (true, None)
             }
             _ => unreachable!("not a send answer: {op:?}"),
         }
     };
-    if wake {
+    if let Some((s, sseq)) = waiting {
+        deliver(env, sender, &s, sseq, true);
+    } else if wake {
         env.wake(sender);
     }
 }
@@ -538,7 +592,7 @@ fn on_gone<E: Env>(env: &mut E, receiver: &Ipc, seq: u32) {
     let wake = {
         // SAFETY: the receiver is owned here.
         let st = unsafe { receiver.st() };
-        let hit = st.seq == seq && matches!(st.phase, Phase::Receiving(Some(_)));
+        let hit = st.seq == seq && matches!(st.phase, Phase::Receiving { any: false });
         if hit {
             st.phase = Phase::Idle;
             st.outcome = Some(Err((Fail::Dead, Stage::Receive)));
@@ -576,13 +630,28 @@ fn on_cancel_answer<E: Env>(env: &mut E, sender: &Ipc, seq: u32, op: Op) {
 
 /// Starts a send from `me` (the running thread) to `to`. `call`: receive from `to` once
 /// the message is delivered. `zero`: fail at once unless `to` is waiting to receive.
-/// The outcome comes later: see [`outcome`].
+/// The outcome comes later: see [`next`] and [`finish`].
+#[cfg_attr(not(feature = "loom"), allow(dead_code))] // the runtime uses begin_send_then
 pub fn begin_send<E: Env>(
     env: &mut E,
     me: &Arc<Ipc>,
     to: &Arc<Ipc>,
     msg: Message,
     call: bool,
+    zero: bool,
+) {
+    let then = if call { Then::Partner } else { Then::Nothing };
+    begin_send_then(env, me, to, msg, then, zero)
+}
+
+/// As [`begin_send`], with what the send turns into once delivered: nothing, a
+/// receive from `to` (a call), or a receive from anyone (a reply and wait).
+pub fn begin_send_then<E: Env>(
+    env: &mut E,
+    me: &Arc<Ipc>,
+    to: &Arc<Ipc>,
+    msg: Message,
+    then: Then,
     zero: bool,
 ) {
     let seq = {
@@ -592,19 +661,19 @@ pub fn begin_send<E: Env>(
         st.seq = st.seq.wrapping_add(1);
         st.phase = Phase::Sending;
         st.partner = Some(to.clone());
-        st.call = call;
+        st.then = then;
         st.abort = false;
         st.outcome = None;
         st.rbuf = None;
         // Sending to a thread ends our part in its receive, if it was waiting for us.
-        unwatch(st, to);
+        remove_watcher(st, to);
         st.seq
     };
     {
         // SAFETY: no send of ours is in flight: `out` is ours.
         let o = unsafe { me.out() };
         o.msg = Some(msg);
-        o.call = call;
+        o.watch = then == Then::Partner;
         o.zero = zero;
     }
     if to.is_dead() {
@@ -614,16 +683,20 @@ pub fn begin_send<E: Env>(
         st.outcome = Some(Err((Fail::Dead, Stage::Send)));
         return;
     }
-    route(
-        env,
-        to,
-        Req {
-            who: me.clone(),
-            peer: Some(to.clone()),
-            seq,
-            op: Op::Send,
-        },
-    );
+    let w = to.worker();
+    if w == env.here() {
+        on_send(env, me, to, seq)
+    } else {
+        env.post(
+            w,
+            Req {
+                who: me.clone(),
+                peer: Some(to.clone()),
+                seq,
+                op: Op::Send,
+            },
+        )
+    }
 }
 
 /// Starts a receive by `me` (the running thread) from `from` (None: anyone). `zero`:
@@ -637,37 +710,35 @@ pub fn begin_receive<E: Env>(env: &mut E, me: &Arc<Ipc>, from: Option<&Arc<Ipc>>
         st.abort = false;
         st.outcome = None;
         st.rbuf = None;
-        st.partner = None;
-        let i = match from {
-            None => (!st.senders.is_empty()).then_some(0),
-            Some(x) => st.senders.iter().position(|(s, _)| Arc::ptr_eq(s, x)),
+        st.partner = from.cloned();
+        st.phase = Phase::Receiving {
+            any: from.is_none(),
         };
-        (st.seq, i.and_then(|i| st.senders.remove(i)))
+        (st.seq, take_waiting_sender(st))
     };
     if let Some((sender, sseq)) = found {
-        return deliver(env, me, sender, sseq, false);
+        return deliver(env, me, &sender, sseq, false);
     }
     // SAFETY: as above.
     let st = unsafe { me.st() };
     if from.is_some_and(|x| x.is_dead()) {
+        st.phase = Phase::Idle;
         st.outcome = Some(Err((Fail::Dead, Stage::Receive)));
     } else if zero {
+        st.phase = Phase::Idle;
         st.outcome = Some(Err((Fail::TimedOut, Stage::Receive)));
-    } else {
-        st.phase = Phase::Receiving(from.cloned());
-        if let Some(x) = from {
-            // Be told if the partner exits while we wait.
-            route(
-                env,
-                x,
-                Req {
-                    who: me.clone(),
-                    peer: Some(x.clone()),
-                    seq,
-                    op: Op::Watch,
-                },
-            );
-        }
+    } else if let Some(x) = from {
+        // Be told if the partner exits while we wait.
+        route(
+            env,
+            x,
+            Req {
+                who: me.clone(),
+                peer: Some(x.clone()),
+                seq,
+                op: Op::Watch,
+            },
+        );
     }
 }
 
@@ -708,7 +779,7 @@ pub fn cancel<E: Env>(env: &mut E, me: &Arc<Ipc>, why: Fail) {
         // SAFETY: `me` runs here.
         let st = unsafe { me.st() };
         match st.phase {
-            Phase::Receiving(_) => {
+            Phase::Receiving { .. } => {
                 // A stale watcher entry may stay at the partner: harmless.
                 st.phase = Phase::Idle;
                 st.outcome = Some(Err((why, Stage::Receive)));
@@ -798,9 +869,10 @@ pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
         // SAFETY: `me` runs here (its last act).
         let st = unsafe { me.st() };
         st.rbuf = None;
+        let partner = st.partner.take(); // (no cycle of identities outlives the thread)
         let pending = match st.phase {
             // Unwound out of a send (runtime shutdown): leave no entry behind here.
-            Phase::Sending => st.partner.clone().map(|p| (p, st.seq)),
+            Phase::Sending => partner.map(|p| (p, st.seq)),
             _ => None,
         };
         (
@@ -817,9 +889,9 @@ pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
         }
     }
     for (s, seq) in senders {
-        answer(env, s, seq, Op::Dead);
+        answer(env, &s, seq, Op::Dead);
     }
     for (r, seq) in watchers {
-        answer(env, r, seq, Op::Gone);
+        answer(env, &r, seq, Op::Gone);
     }
 }

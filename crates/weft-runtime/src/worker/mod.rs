@@ -724,6 +724,16 @@ pub(crate) fn push_ready(task: Arc<Task>) {
     unsafe { (*w).runq.push_back(task) };
 }
 
+/// The green thread running on worker `w`, or null.
+///
+/// # Safety
+/// `w` is this thread's worker.
+#[inline]
+pub(crate) unsafe fn running_task(w: *mut Worker) -> *const Task {
+    // SAFETY: per the contract.
+    unsafe { (*w).current.as_ref().map_or(core::ptr::null(), Arc::as_ptr) }
+}
+
 /// Whether `t` is the green thread running on worker `w`.
 ///
 /// # Safety
