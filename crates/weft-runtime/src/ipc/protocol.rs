@@ -208,8 +208,8 @@ struct Local {
     abort: bool,
     /// The operation is over: `Ok`, or which failure at which stage.
     outcome: Option<Result<(), (Fail, Stage)>>,
-    /// What the last receive got, and from whom.
-    rbuf: Option<(Arc<Ipc>, Message)>,
+    /// What the last receive got, and from whom (None: from `partner`).
+    rbuf: Option<(Option<Arc<Ipc>>, Message)>,
     /// Threads whose sends wait for this one to receive, in arrival order, with their
     /// operation numbers.
     senders: VecDeque<(Arc<Ipc>, u32)>,
@@ -414,7 +414,12 @@ fn deliver<E: Env>(
     {
         // SAFETY: the receiver is owned here.
         let st = unsafe { receiver.st() };
-        st.rbuf = Some((sender.clone(), msg));
+        // A closed receive knows its sender (its partner): no second count on it.
+        let from = match st.phase {
+            Phase::Receiving { any: false } => None,
+            _ => Some(sender.clone()),
+        };
+        st.rbuf = Some((from, msg));
         st.phase = Phase::Idle;
         st.outcome = Some(Ok(()));
         if watch {
@@ -837,7 +842,12 @@ pub fn finish(me: &Ipc) -> Finished {
     let partner = st.partner.take();
     let unsent = o.msg.take();
     match outcome {
-        Ok(()) => Ok(st.rbuf.take()),
+        Ok(()) => Ok(st.rbuf.take().map(|(from, m)| {
+            (
+                from.or(partner).expect("a closed receive has its partner"),
+                m,
+            )
+        })),
         Err((why, stage)) => Err((why, stage, partner, unsent)),
     }
 }

@@ -678,34 +678,34 @@ pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
 /// Outside a green thread.
 pub(crate) fn park_handoff(handoff: Option<Arc<Task>>, deadline: Option<Instant>) {
     let w = current();
-    // SAFETY: a non-null thread word is this thread's worker; short accesses only.
+    // SAFETY: a non-null thread word is this thread's worker; short accesses only. The
+    // running task is borrowed through a pointer, not a counted clone (the worker's
+    // `current`, then the waker's reference, keep it alive while it runs).
     unsafe {
-        let me = (*w)
-            .current
-            .clone()
-            .expect("park_handoff outside a green thread");
+        let me = running_task(w);
+        assert!(!me.is_null(), "park_handoff outside a green thread");
         let mut handoff = handoff;
-        if me.cancelled.load(Relaxed) {
+        if (*me).cancelled.load(Relaxed) {
             if let Some(h) = handoff.take() {
                 (*w).runq.push_back(h);
             }
-            check_cancelled(&me);
+            check_cancelled(&*me);
         }
         preempt::enter(w);
-        if me.park.park_begin() {
+        if (*me).park.park_begin() {
             if let Some(d) = deadline {
-                (*w).timers.add(d, me.clone());
+                let t = (*w).current.clone().expect("a green thread");
+                (*w).timers.add(d, t);
             }
-            drop(me);
             switch_away_to(w, false, handoff);
             let w = current();
-            let me = (*w).current.clone().expect("resumed as a green thread");
-            me.park.park_end();
+            let me = running_task(w);
+            (*me).park.park_end();
             if deadline.is_some() {
-                (*w).timers.cancel(&me);
+                (*w).timers.cancel(&*me);
             }
             preempt::leave(w);
-            check_cancelled(&me);
+            check_cancelled(&*me);
         } else {
             if let Some(h) = handoff {
                 (*w).runq.push_back(h);
