@@ -22,10 +22,77 @@
 //! The types, constants and error codes are re-exported from
 //! [`weft_fiber::win`] so that Rust users of this crate see the same names
 //! as C users.
+//!
+//! Green threads and their IPC have C APIs of their own: [`runtime`]
+//! (`include/weft/runtime.h`: a runtime, spawn, join) and [`ipc`]
+//! (`include/weft/ipc.h`: synchronous IPC between green threads), over
+//! `weft_runtime`. They report errors with weft's own codes ([`WEFT_ERR_INVALID_ARGUMENT`]
+//! and the other `WEFT_ERR_*` constants, which `weft_error_message` explains
+//! too), returned and set as `GetLastError`. No Rust panic, and no
+//! runtime shutdown unwind, crosses into C: each entry point that could see
+//! one catches it and returns an error code.
 
 #![allow(non_snake_case)]
 
 use core::ffi::c_char;
+
+pub mod ipc;
+pub mod runtime;
+
+pub use ipc::WeftIpcMsg;
+
+// ---- weft's own error codes: include/weft/runtime.h and include/weft/ipc.h ----
+//
+// Bit 29 set: the bit Windows reserves for application error codes, so these never
+// collide with the ERROR_* codes above.
+
+/// A required pointer is NULL, or a value is out of range.
+pub const WEFT_ERR_INVALID_ARGUMENT: DWORD = 0x2000_0001;
+/// The call needs a green thread and was made from a plain OS thread.
+pub const WEFT_ERR_NOT_GREEN_THREAD: DWORD = 0x2000_0002;
+/// The runtime is shutting down: the green thread must return.
+pub const WEFT_ERR_SHUTDOWN: DWORD = 0x2000_0003;
+/// `weft_runtime_free` was called from a runtime's own thread.
+pub const WEFT_ERR_WRONG_THREAD: DWORD = 0x2000_0004;
+/// A system call failed while creating a runtime; errno says which error.
+pub const WEFT_ERR_SYSTEM: DWORD = 0x2000_0005;
+/// A Rust panic stopped at the C boundary: a bug in weft.
+pub const WEFT_ERR_INTERNAL: DWORD = 0x2000_0006;
+/// An IPC timeout passed (with timeout zero: the partner was not ready).
+pub const WEFT_ERR_TIMED_OUT: DWORD = 0x2000_0101;
+/// An IPC operation was cancelled by `weft_ipc_cancel`.
+pub const WEFT_ERR_CANCELLED: DWORD = 0x2000_0102;
+/// The IPC partner has ended.
+pub const WEFT_ERR_PARTNER_DEAD: DWORD = 0x2000_0103;
+/// No green thread has this id.
+pub const WEFT_ERR_NO_SUCH_THREAD: DWORD = 0x2000_0104;
+/// The IPC partner is the caller itself, or a thread of another runtime.
+pub const WEFT_ERR_INVALID_PARTNER: DWORD = 0x2000_0105;
+
+/// The description of one of weft's own codes, None for other codes.
+fn weft_code_message(code: DWORD) -> Option<&'static core::ffi::CStr> {
+    Some(match code {
+        WEFT_ERR_INVALID_ARGUMENT => c"invalid argument: a required pointer is NULL, or a value is out of range (a worker index at or above weft_runtime_workers(), a negative timeout other than WEFT_IPC_TIMEOUT_NEVER, a NULL payload with a nonzero length); see the function's comment in weft/runtime.h or weft/ipc.h",
+        WEFT_ERR_NOT_GREEN_THREAD => c"this call needs a green thread: make it from a function run by weft_runtime_run() or weft_spawn() (plain OS threads have no IPC identity)",
+        WEFT_ERR_SHUTDOWN => c"the runtime is shutting down (weft_runtime_free): return from the green thread's function; for a join, the thread was cancelled before it ran",
+        WEFT_ERR_WRONG_THREAD => c"weft_runtime_free cannot be called from a runtime's own threads (its workers cannot be joined from inside): call it from a plain OS thread, such as the one that created the runtime",
+        WEFT_ERR_SYSTEM => c"a system call failed while starting the runtime (worker threads, io_uring, memory mappings): errno says which; check the process's limits (threads, memory, locked memory for io_uring)",
+        WEFT_ERR_INTERNAL => c"internal error in weft (a panic stopped at the C boundary; its message is on stderr): a bug in weft, please report it",
+        WEFT_ERR_TIMED_OUT => c"IPC timed out: the timeout passed, or with WEFT_IPC_TIMEOUT_ZERO the partner was not ready (not waiting to receive from this sender, or no sender waiting); retry, or use a longer timeout",
+        WEFT_ERR_CANCELLED => c"IPC cancelled: another thread called weft_ipc_cancel() on this thread while it waited",
+        WEFT_ERR_PARTNER_DEAD => c"IPC partner dead: the thread has ended (before the operation, or while this one waited)",
+        WEFT_ERR_NO_SUCH_THREAD => c"no such thread: no green thread has this id (it never existed, or it ended and nothing refers to it any more); ids come from weft_ipc_self(), weft_thread_id() or a receive",
+        WEFT_ERR_INVALID_PARTNER => c"invalid IPC partner: a thread cannot send to or receive from itself, and both threads must belong to the same runtime",
+        _ => return None,
+    })
+}
+
+/// Records `code` as the calling thread's last error and returns it.
+pub(crate) fn set_error(code: DWORD) -> DWORD {
+    // SAFETY: SetLastError only writes this OS thread's last-error word.
+    unsafe { weft_fiber::win::SetLastError(code) };
+    code
+}
 
 pub use weft_fiber::win::{
     WeftFiberStats, BOOL, DWORD, ERROR_ALREADY_FIBER, ERROR_ALREADY_THREAD, ERROR_BUSY,
@@ -222,14 +289,19 @@ pub unsafe extern "C" fn weft_fiber_stats(fiber: LPVOID, out: *mut WeftFiberStat
     unsafe { weft_fiber::win::weft_fiber_stats(fiber, out) }
 }
 
-/// weft extension: a static, NUL-terminated description of an error code.
+/// weft extension: a static, NUL-terminated description of an error code:
+/// the Windows `ERROR_*` codes of `fibers.h` and weft's own `WEFT_ERR_*`
+/// codes of `runtime.h` and `ipc.h`.
 ///
 /// # Safety
 /// Always safe to call from C; the returned text must not be freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn weft_error_message(code: DWORD) -> *const c_char {
-    // SAFETY: no preconditions beyond those of the forwarded function.
-    unsafe { weft_fiber::win::weft_error_message(code) }
+    match weft_code_message(code) {
+        Some(m) => m.as_ptr(),
+        // SAFETY: no preconditions beyond those of the forwarded function.
+        None => unsafe { weft_fiber::win::weft_error_message(code) },
+    }
 }
 
 // ---- introspection: include/weft/introspect.h ---------------------------------

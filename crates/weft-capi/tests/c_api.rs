@@ -9,11 +9,16 @@
 //!   skip that one where valgrind cannot be installed).
 //! - One test links `libweft.a` statically, one installs with `make install`
 //!   into a scratch prefix and builds with `pkg-config --cflags --libs weft`.
+//! - `runtime_ipc` is a C program on `include/weft/runtime.h` and
+//!   `include/weft/ipc.h` (green threads and their synchronous IPC), run
+//!   linked dynamically and statically; `runtime_ipc_header` checks those
+//!   headers alone as C99 and C++11.
 //!
 //! The library is the one next to this test binary (`<target>/<profile>/`,
 //! where `cargo test -p weft-capi` puts `libweft.so` and `libweft.a`). If it
-//! is missing or older than a source file of weft-fiber or weft-capi, the
-//! harness runs `cargo build -p weft-capi` for the same profile first.
+//! is missing or older than a source file of weft-fiber, weft-runtime or
+//! weft-capi, the harness runs `cargo build -p weft-capi` for the same
+//! profile first.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -89,6 +94,7 @@ fn newest_source_mtime() -> SystemTime {
     let ws = workspace();
     let mut newest = SystemTime::UNIX_EPOCH;
     walk(&ws.join("crates/weft-fiber/src"), &mut newest);
+    walk(&ws.join("crates/weft-runtime/src"), &mut newest);
     walk(&ws.join("crates/weft-capi/src"), &mut newest);
     newest
 }
@@ -372,6 +378,35 @@ fn c_header_cxx11() {
     c_test_as("header_check", Lang::Cxx11);
 }
 
+/// Green threads and IPC from C (runtime.h, ipc.h): a server answering calls from
+/// clients on both workers, payloads, timeouts, unknown ids, calls from a plain
+/// thread, cancellation, partner death, shutdown.
+#[test]
+fn c_runtime_ipc() {
+    c_test("runtime_ipc");
+}
+
+#[test]
+fn c_runtime_ipc_header_c99() {
+    c_test_as("runtime_ipc_header", Lang::C99);
+}
+
+#[test]
+fn c_runtime_ipc_header_cxx11() {
+    c_test_as("runtime_ipc_header", Lang::Cxx11);
+}
+
+/// The Rust definition of the IPC message has the layout ipc.h declares.
+#[test]
+fn ipc_msg_layout_matches_header() {
+    use core::mem::{offset_of, size_of};
+    use weft::WeftIpcMsg as M;
+    assert_eq!(size_of::<M>(), 48);
+    assert_eq!(offset_of!(M, words), 0);
+    assert_eq!(offset_of!(M, payload), 32);
+    assert_eq!(offset_of!(M, payload_len), 40);
+}
+
 /// The Rust definition of the stats struct has the layout the header declares.
 #[test]
 fn stats_layout_matches_header() {
@@ -562,6 +597,7 @@ fn c_static_link() {
     for (src, extra, name, compiler) in [
         ("windows_program", &[][..], "windows_program_static", "cc"),
         ("create_switch", &[][..], "create_switch_static", "cc"),
+        ("runtime_ipc", &[][..], "runtime_ipc_static", "cc"),
         (
             "header_check",
             &["-std=c++11", "-x", "c++"][..],
@@ -611,10 +647,12 @@ fn make_install_and_pkg_config() {
         "lib/pkgconfig/weft.pc",
         "include/weft/fibers.h",
         "include/weft/introspect.h",
+        "include/weft/runtime.h",
+        "include/weft/ipc.h",
     ] {
         assert!(prefix.join(f).is_file(), "make install did not install {f}");
     }
-    for h in ["fibers.h", "introspect.h"] {
+    for h in ["fibers.h", "introspect.h", "runtime.h", "ipc.h"] {
         assert_eq!(
             std::fs::read(prefix.join("include/weft").join(h)).unwrap(),
             std::fs::read(include_dir().join("weft").join(h)).unwrap(),
@@ -690,6 +728,8 @@ fn make_install_and_pkg_config() {
         "lib/pkgconfig/weft.pc",
         "include/weft/fibers.h",
         "include/weft/introspect.h",
+        "include/weft/runtime.h",
+        "include/weft/ipc.h",
     ] {
         assert!(!prefix.join(f).exists(), "make uninstall left {f}");
     }

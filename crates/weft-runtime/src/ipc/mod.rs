@@ -81,12 +81,13 @@ impl Tid {
         self.0.id()
     }
 
-    /// The thread with this id, if it has an IPC identity and has not been forgotten
-    /// (an identity lives as long as its thread or any `Tid` of it).
+    /// The thread with this id, if it has an IPC identity: identities are made on first
+    /// use ([`me`], [`JoinHandle::tid`], any IPC) and live as long as their thread or
+    /// any `Tid` of them. A thread nobody has asked a `Tid` for is not found yet.
     pub fn from_id(id: u64) -> Option<Tid> {
         registry()
             .lock()
-            .unwrap()
+            .unwrap_or_else(|e| e.into_inner())
             .get(&id)
             .and_then(Weak::upgrade)
             .map(Tid)
@@ -482,7 +483,6 @@ fn check_partner(
     w: *mut Worker,
     me: &Arc<Ipc>,
     to: &Tid,
-    stage: Stage,
     zero: bool,
     deadline: Option<Instant>,
 ) -> Result<(), ErrorKind> {
@@ -491,7 +491,6 @@ fn check_partner(
     if Arc::ptr_eq(me, &to.0) || !same_rt {
         return Err(ErrorKind::InvalidPartner);
     }
-    let _ = stage;
     let mut spins = 0u32;
     while to.0.worker() == NO_WORKER {
         // Not started yet (it sits in some run queue): it is certainly not receiving.
@@ -613,7 +612,7 @@ fn transfer(
             })
         }
     };
-    if let Err(k) = check_partner(w, &me, to, Stage::Send, zero, deadline) {
+    if let Err(k) = check_partner(w, &me, to, zero, deadline) {
         return Err(error(k, Stage::Send, Some(to.id()), Some(msg)));
     }
     run(&me, deadline, |env| {
@@ -629,7 +628,7 @@ pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), I
     let (w, me) = caller(Stage::Receive)?;
     let (zero, deadline) = deadline_of(timeout);
     if let Some(f) = from {
-        if let Err(k) = check_partner(w, &me, f, Stage::Receive, zero, deadline) {
+        if let Err(k) = check_partner(w, &me, f, zero, deadline) {
             return Err(error(k, Stage::Receive, Some(f.id()), None));
         }
     }

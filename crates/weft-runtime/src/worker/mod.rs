@@ -630,7 +630,8 @@ unsafe fn spin_for_mail(w: *mut Worker) -> Option<Arc<Task>> {
 
 /// The unwind payload a green thread's park raises when its runtime shuts down while it
 /// is parked: it unwinds the thread's stack (running destructors) and is caught at the
-/// thread's base. Do not catch it (if caught, the thread's next park raises it again).
+/// thread's base. Do not catch it: it is raised once, and afterwards the thread's parks
+/// return at once, so a thread that catches it and goes on waiting spins until it ends.
 #[derive(Debug)]
 pub struct Shutdown;
 
