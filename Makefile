@@ -3,9 +3,10 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make uninstall [PREFIX=/usr/local] [DESTDIR=]
 #   make test                       every test: the workspace (Rust and C), the loom
-#                                   models of the message boxes (built with loom's
-#                                   atomics), then the fiber core on aarch64 under qemu
-#                                   when the cross toolchain is installed (see README)
+#                                   models of the message boxes, the park word and the
+#                                   IPC protocol (built with loom's atomics), then the
+#                                   fiber core on aarch64 under qemu when the cross
+#                                   toolchain is installed (see README)
 # NO_BUILD=1 installs what is already in $(BUILD_DIR) without running cargo.
 
 PREFIX     ?= /usr/local
@@ -43,7 +44,7 @@ AARCH64 = aarch64-unknown-linux-gnu
 
 test:
 	$(CARGO) test --workspace
-	$(CARGO) test -p weft-runtime --features loom --test loom_msgbox --test loom_park
+	$(CARGO) test -p weft-runtime --features loom --test loom_msgbox --test loom_park --test loom_ipc
 	@$(MAKE) --no-print-directory test-aarch64
 
 # The fiber core (context switch, ownership, signals, overflow, registry) on aarch64.

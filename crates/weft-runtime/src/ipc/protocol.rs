@@ -563,6 +563,9 @@ fn on_send_done<E: Env>(env: &mut E, sender: &Arc<Ipc>, seq: u32, op: Op) {
                 // receive stage (the message did arrive).
                 st.phase = Phase::Idle;
                 st.outcome = Some(Err((st.why, Stage::Receive)));
+                if st.then == Then::Any {
+                    st.partner = None; // as for a receive from anyone that fails
+                }
                 (true, None)
             }
             Op::Delivered => {

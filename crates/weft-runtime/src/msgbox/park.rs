@@ -119,15 +119,24 @@ impl Wake {
     }
 
     fn wait(&self, timeout: Option<Duration>) {
-        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+        // ppoll, not poll: poll's milliseconds would turn a sub-millisecond timeout
+        // (a short timer, ROOM_RETRY) into a busy loop of poll(0).
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        });
+        let tsp = ts
+            .as_ref()
+            .map_or(core::ptr::null(), |t| t as *const libc::timespec);
         let mut p = libc::pollfd {
             fd: self.fd,
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: polls and reads our own eventfd into a local.
+        // SAFETY: polls and reads our own eventfd into a local; `tsp` is null or points
+        // to a local timespec.
         unsafe {
-            libc::poll(&mut p, 1, ms);
+            libc::ppoll(&mut p, 1, tsp, core::ptr::null());
             let mut v = 0u64;
             libc::read(self.fd, (&mut v as *mut u64).cast(), 8);
         }
