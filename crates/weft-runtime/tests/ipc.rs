@@ -278,3 +278,42 @@ fn cancel_from_a_plain_os_thread() {
     }
     assert_eq!(waiter.join().unwrap(), ErrorKind::Cancelled);
 }
+
+#[test]
+fn timers_fire_beside_a_local_ping_pong() {
+    // A pair calling each other on one worker switches straight between the two; the
+    // worker must still look at its timers (a sleep beside them used to never return).
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let r = rt(1);
+    r.block_on(|| {
+        let server = adder(0);
+        let tid = server.tid();
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let pinger = spawn_on(0, move || {
+            let t = Instant::now();
+            let mut n = 0u64;
+            while !d.load(Ordering::Relaxed) {
+                n = ipc::call(&tid, Message::word(n), Timeout::Never)
+                    .unwrap()
+                    .words[0];
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "a 5 x 1 ms sleep did not return beside the ping-pong"
+                );
+            }
+            n
+        });
+        let sleeper = spawn_on(0, move || {
+            for _ in 0..5 {
+                weft_runtime::sleep(Duration::from_millis(1));
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        sleeper.join().unwrap();
+        assert!(pinger.join().unwrap() > 0);
+        stop(&server);
+        server.join().unwrap();
+    });
+}

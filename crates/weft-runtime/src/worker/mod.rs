@@ -575,13 +575,14 @@ unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>
         }
         let mut next = None;
         if let Some(p) = prefer {
+            // Mail, timers and the inbox are looked at here as `pick_any` would (a pair
+            // handing off to each other never goes through it): what they make ready
+            // goes first, and the preferred thread queues behind it.
             (*w).picks = (*w).picks.wrapping_add(1);
-            if (*w).runq.is_empty()
-                && !(*w).picks.is_multiple_of(POLL_EVERY)
-                && !(*w).endpoint.has_mail()
-                && mine(w).next.is_empty()
-                && (*w).spawnq.is_empty()
-            {
+            if (*w).picks.is_multiple_of(POLL_EVERY) || (*w).endpoint.has_mail() {
+                poll_events(w);
+            }
+            if (*w).runq.is_empty() && mine(w).next.is_empty() && (*w).spawnq.is_empty() {
                 next = Some(p);
             } else {
                 (*w).runq.push_back(p);
