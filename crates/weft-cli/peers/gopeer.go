@@ -1,4 +1,4 @@
-// The Go peer of `weft bench runtime` (bench/gopeer.rs builds it at bench time with the
+// The Go peer of `weft bench runtime` and `weft bench ipc` (bench/gopeer.rs builds it at bench time with the
 // local `go`, stdlib only, and keeps one process running so the Go runtime stays warm).
 //
 // Protocol: one request per line on stdin, "<test> <n>"; one reply per line on stdout:
@@ -6,7 +6,8 @@
 //
 //	spawn n     n times: go func(){ wg.Done() }() + wg.Wait() (default GOMAXPROCS)
 //	yield n     two goroutines doing n runtime.Gosched() each, GOMAXPROCS=1
-//	pingpong n  n round trips through two unbuffered channels, GOMAXPROCS=2
+//	pingpong n   n round trips through two unbuffered channels, GOMAXPROCS=2
+//	pingpong1 n  the same with GOMAXPROCS=1 (both goroutines on one P: a local round trip)
 package main
 
 import (
@@ -50,8 +51,8 @@ func yield(n int) time.Duration {
 	return time.Since(t)
 }
 
-func pingpong(n int) time.Duration {
-	prev := runtime.GOMAXPROCS(2)
+func pingpong(n int, procs int) time.Duration {
+	prev := runtime.GOMAXPROCS(procs)
 	defer runtime.GOMAXPROCS(prev)
 	ping := make(chan int)
 	pong := make(chan int)
@@ -92,7 +93,9 @@ func main() {
 		case "yield":
 			d = yield(n)
 		case "pingpong":
-			d = pingpong(n)
+			d = pingpong(n, 2)
+		case "pingpong1":
+			d = pingpong(n, 1)
 		default:
 			fmt.Println("error: unknown test", f[0])
 			continue

@@ -128,3 +128,117 @@ fn bench_runtime_quick_json_reports_every_row() {
     let parked = rows.iter().find(|r| r["name"] == "parked").unwrap();
     assert_eq!(parked["value"].as_f64(), Some(2000.0));
 }
+
+/// `weft bench ipc --quick --json` runs to the end and reports every row of every group in
+/// ns and, on x86_64, in TSC cycles (the Go rows when `go` is installed).
+#[test]
+fn bench_ipc_quick_json_reports_every_row() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "ipc", "--quick", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(120) {
+            child.kill().unwrap();
+            panic!("weft bench ipc did not finish in 120 s (a lost wake-up?)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let table = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "weft bench ipc failed ({}):\n{table}",
+        out.status
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in &rows {
+        assert_eq!(r["suite"], "ipc");
+        assert!(r["value"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let units: Vec<&str> = if cfg!(target_arch = "x86_64") {
+        vec!["ns", "cycles"]
+    } else {
+        vec!["ns"]
+    };
+    let got: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap(),
+                r["impl"].as_str().unwrap(),
+                r["unit"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // Go's rows are there exactly when the Go peer could be built: local and cross, or none.
+    let go = got
+        .iter()
+        .filter(|(_, i, u)| *i == "go" && *u == "ns")
+        .count();
+    assert!(go == 0 || go == 2, "some Go rows only: {got:?}");
+    let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let groups: [(&str, &[(&str, bool)]); 4] = [
+        (
+            "local",
+            &[
+                ("weft", false),
+                ("go", false),
+                ("mutex-condvar-1cpu", false),
+            ],
+        ),
+        (
+            "cross",
+            &[
+                ("raw-cacheline", false),
+                ("weft-busy", true),
+                ("weft-idle", true),
+                ("weft-asleep", true),
+                ("mutex-condvar", false),
+                ("go", false),
+            ],
+        ),
+        (
+            "cross-under-pingpong",
+            &[
+                ("weft", true),
+                ("weft-pingpong-on-server-worker", true),
+                ("weft-pingpong-on-client-worker", true),
+            ],
+        ),
+        (
+            "local-under-load",
+            &[
+                ("weft", false),
+                ("weft-pingpong-other-worker", true),
+                ("weft-cross-traffic", true),
+            ],
+        ),
+    ];
+    let mut expected = Vec::new();
+    for (name, impls) in groups {
+        for &(imp, needs_two) in impls {
+            if (needs_two && !two) || (imp == "go" && go == 0) {
+                continue;
+            }
+            for &u in &units {
+                expected.push((name, imp, u));
+            }
+        }
+    }
+    assert_eq!(got, expected, "table:\n{table}");
+    // The table shows the targets and the seed's figures.
+    assert!(
+        table.contains("target: local round trip <= 60 ns"),
+        "{table}"
+    );
+    assert!(table.contains("seed (table 4"), "{table}");
+    assert!(table.contains("seed (table 5"), "{table}");
+}

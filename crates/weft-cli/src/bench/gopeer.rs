@@ -1,8 +1,8 @@
-//! The Go peer of `bench runtime` (`peers/gopeer.go`): built at bench time with the
-//! local `go` toolchain into a temporary directory (stdlib only: no module download,
-//! no network), then run as one long-lived child process that times each batch itself
-//! and answers on a line protocol (see the Go file), so its runtime stays warm between
-//! batches as weft's does.
+//! The Go peer of `bench runtime` and `bench ipc` (`peers/gopeer.go`): built at bench
+//! time with the local `go` toolchain into a temporary directory (stdlib only: no module
+//! download, no network), then run as one long-lived child process that times each
+//! batch itself and answers on a line protocol (see the Go file), so its runtime stays
+//! warm between batches as weft's does.
 //!
 //! `go` is looked up on PATH; `WEFT_BENCH_GO=/path/to/go` overrides that and
 //! `WEFT_BENCH_GO=off` skips the Go rows.

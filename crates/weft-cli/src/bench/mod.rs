@@ -22,6 +22,7 @@
 mod echo;
 pub mod fibers;
 mod gopeer;
+mod ipc;
 mod peers;
 pub mod runtime;
 
@@ -39,6 +40,10 @@ pub enum Suite {
     /// vs pthreads and Go, the message boxes vs the raw cache-line and futex round
     /// trips, and the memory of N parked green threads (`--parked N`).
     Runtime,
+    /// Synchronous IPC between green threads (call / reply_and_wait): the local and
+    /// cross-worker round trips, idle, busy and under load, vs a futex hand-off and Go
+    /// channels, beside the seed's section 16 figures (ns and TSC cycles).
+    Ipc,
 }
 
 impl Suite {
@@ -47,6 +52,7 @@ impl Suite {
         match self {
             Suite::Fibers => "fibers",
             Suite::Runtime => "runtime",
+            Suite::Ipc => "ipc",
         }
     }
 }
@@ -108,6 +114,7 @@ pub fn run(suite: Suite, opts: Options) -> Result<(), String> {
     match suite {
         Suite::Fibers => fibers::run(&opts, &mut rep),
         Suite::Runtime => runtime::run(&opts, &mut rep),
+        Suite::Ipc => ipc::run(&opts, &mut rep),
     }
 }
 

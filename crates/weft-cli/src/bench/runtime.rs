@@ -137,7 +137,9 @@ fn cross_worker_rows(
         Contender::new("raw-cacheline", 1, |n| raw_cacheline(pinned, n)),
         Contender::new("msgbox-spin", 1, |n| msgbox(pinned, n, false)),
         Contender::new("msgbox-wait", 1, |n| msgbox(pinned, n, true)),
-        Contender::new("mutex-condvar", 1, |n| mutex_condvar(pinned, n)),
+        Contender::new("mutex-condvar", 1, |n| {
+            mutex_condvar(pinned.then_some(1), n)
+        }),
         green(false),
         green(true),
         go_contender(go, "pingpong", 1),
@@ -331,7 +333,7 @@ fn without_run_time<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// A green thread's panic payload as text.
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
@@ -339,7 +341,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `f` on worker 0 of `rt` and returns its result.
-fn on_worker0(
+pub(super) fn on_worker0(
     rt: &Runtime,
     f: impl FnOnce() -> Result<Duration, String> + Send + 'static,
 ) -> Result<Duration, String> {
@@ -496,10 +498,11 @@ fn green_pingpong(rt: &Runtime, n: u64, busy: bool) -> Result<Duration, String> 
     })
 }
 
-/// Runs one batch: starts `partner` on CPU 1 (it must return when `stop` is set, after
-/// `wake` is called), waits until it runs, times `main`, then stops the partner.
+/// Runs one batch: starts `partner` on CPU `partner_cpu` (None: not pinned; it must
+/// return when `stop` is set, after `wake` is called), waits until it runs, times
+/// `main`, then stops the partner.
 fn with_partner(
-    pinned: bool,
+    partner_cpu: Option<usize>,
     partner: impl FnOnce(&AtomicBool) + Send + 'static,
     main: impl FnOnce() -> Duration,
     wake: impl FnOnce(),
@@ -508,8 +511,8 @@ fn with_partner(
     let ready = Arc::new(AtomicBool::new(false));
     let (s, r) = (stop.clone(), ready.clone());
     let h = std::thread::spawn(move || {
-        if pinned {
-            pin(1);
+        if let Some(cpu) = partner_cpu {
+            pin(cpu);
         }
         r.store(true, Release);
         partner(&s);
@@ -526,11 +529,11 @@ fn with_partner(
 }
 
 /// Two threads bouncing a value through one cache line: the hardware floor.
-fn raw_cacheline(pinned: bool, n: u64) -> Result<Duration, String> {
+pub(super) fn raw_cacheline(pinned: bool, n: u64) -> Result<Duration, String> {
     let ball = Arc::new(AtomicU64::new(0));
     let b = ball.clone();
     with_partner(
-        pinned,
+        pinned.then_some(1),
         move |stop| {
             let mut expect = 1u64;
             while !stop.load(Relaxed) {
@@ -565,7 +568,7 @@ fn msgbox(pinned: bool, n: u64, sleep: bool) -> Result<Duration, String> {
     let mut me = e.pop().expect("two endpoints");
     let waker = Arc::new(Mutex::new(None::<Endpoint<u64>>));
     with_partner(
-        pinned,
+        pinned.then_some(1),
         move |stop| {
             let mut got = Vec::new();
             while !stop.load(Relaxed) {
@@ -608,12 +611,13 @@ fn msgbox(pinned: bool, n: u64, sleep: bool) -> Result<Duration, String> {
     )
 }
 
-/// The futex-based hand-off: a turn counter under std's Mutex, waited on with Condvar.
-fn mutex_condvar(pinned: bool, n: u64) -> Result<Duration, String> {
+/// The futex-based hand-off: a turn counter under std's Mutex, waited on with Condvar,
+/// the partner thread pinned to `partner_cpu` (the calling thread stays where it is).
+pub(super) fn mutex_condvar(partner_cpu: Option<usize>, n: u64) -> Result<Duration, String> {
     let turn = Arc::new((Mutex::new(0u64), Condvar::new()));
     let (t2, t3) = (turn.clone(), turn.clone());
     with_partner(
-        pinned,
+        partner_cpu,
         move |stop| {
             let (m, cv) = &*t2;
             let mut g = m.lock().unwrap();
@@ -649,7 +653,7 @@ fn mutex_condvar(pinned: bool, n: u64) -> Result<Duration, String> {
 }
 
 /// Pins the calling thread to `cpu`; false if the system refuses.
-fn pin(cpu: usize) -> bool {
+pub(super) fn pin(cpu: usize) -> bool {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET sets one bit of it
     // (it ignores CPUs beyond the set's size).
     let set = unsafe {
@@ -661,7 +665,7 @@ fn pin(cpu: usize) -> bool {
 }
 
 /// The calling thread's CPU mask.
-fn affinity() -> Option<libc::cpu_set_t> {
+pub(super) fn affinity() -> Option<libc::cpu_set_t> {
     // SAFETY: a zeroed cpu_set_t is valid; the call fills it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -671,7 +675,7 @@ fn affinity() -> Option<libc::cpu_set_t> {
 }
 
 /// Applies `set` to the calling thread; false if the system refuses.
-fn set_affinity(set: &libc::cpu_set_t) -> bool {
+pub(super) fn set_affinity(set: &libc::cpu_set_t) -> bool {
     // SAFETY: `set` is a valid cpu_set_t of the size given.
     unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
 }
