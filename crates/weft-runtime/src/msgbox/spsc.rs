@@ -2,7 +2,10 @@
 //!
 //! The producer owns `tail`, the consumer owns `head`; each reads the other's index with
 //! Acquire and publishes its own with Release, so a slot's contents are visible before
-//! the index that hands it over. No locked instruction on either side. The single
+//! the index that hands it over. No locked instruction on either side. The producer
+//! keeps its last view of `head` (`head_seen`) and reads the consumer's line again only
+//! when the box looks full by that view: in a ping-pong, where the box never fills, a
+//! push moves no line but the slot's and the tail's. The single
 //! producer and single consumer are guaranteed by the matrix: each box is reachable
 //! only through one sending endpoint and one receiving endpoint (`matrix.rs`).
 
@@ -15,6 +18,9 @@ pub(crate) struct Spsc<T> {
     head: CachePadded<AtomicUsize>,
     /// Next slot to push (written by the producer).
     tail: CachePadded<AtomicUsize>,
+    /// The producer's last view of `head` (the producer's alone; beside nothing the
+    /// consumer touches).
+    head_seen: CachePadded<UnsafeCell<usize>>,
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
     mask: usize,
 }
@@ -32,6 +38,7 @@ impl<T> Spsc<T> {
         Spsc {
             head: CachePadded(AtomicUsize::new(0)),
             tail: CachePadded(AtomicUsize::new(0)),
+            head_seen: CachePadded(UnsafeCell::new(0)),
             slots: (0..cap)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
@@ -45,9 +52,15 @@ impl<T> Spsc<T> {
     /// Only the box's single producer may call this.
     pub(crate) unsafe fn push(&self, v: T) -> Result<(), T> {
         let t = self.tail.load(Relaxed);
-        let h = self.head.load(Acquire);
+        // SAFETY: `head_seen` is the single producer's alone.
+        let mut h = self.head_seen.with(|p| unsafe { *p });
         if t.wrapping_sub(h) > self.mask {
-            return Err(v);
+            h = self.head.load(Acquire);
+            // SAFETY: as above.
+            self.head_seen.with_mut(|p| unsafe { *p = h });
+            if t.wrapping_sub(h) > self.mask {
+                return Err(v);
+            }
         }
         // SAFETY: slot `t` is free (the consumer is past it) and only we write it.
         self.slots[t & self.mask].with_mut(|p| unsafe { (*p).write(v) });
