@@ -105,10 +105,16 @@ fn a_reader_racing_a_switching_thread_never_sees_a_torn_slot() {
     }
     let ids = ids.lock().unwrap().clone();
     let t0 = std::time::Instant::now();
-    let (mut reads, mut last) = (0u64, [0u64; 2]);
+    let (mut reads, mut last, mut unreadable) = (0u64, [0u64; 2], 0u64);
     while t0.elapsed() < std::time::Duration::from_millis(1500) {
         let snap = introspect::read(0).unwrap();
-        assert_eq!(snap.unreadable, 0, "every slot could be read consistently");
+        if snap.unreadable > 0 {
+            // The writer was descheduled mid-update for longer than the reader's
+            // patience (a loaded machine): the reader's documented answer is
+            // "unreadable", never a torn value. Rare, or the seqlock is broken.
+            unreadable += 1;
+            continue;
+        }
         for (k, id) in ids.iter().enumerate() {
             let x = snap.fibers.iter().find(|x| x.id == *id).expect("listed");
             match x.state {
@@ -135,6 +141,10 @@ fn a_reader_racing_a_switching_thread_never_sees_a_torn_slot() {
     stop.store(true, Relaxed);
     let switches = switcher.join().unwrap();
     assert!(reads > 100, "{reads} reads");
+    assert!(
+        unreadable * 20 <= reads,
+        "{unreadable} snapshots with an unreadable slot for {reads} consistent ones"
+    );
     assert!(switches > 100_000, "{switches} round trips while reading");
 }
 
