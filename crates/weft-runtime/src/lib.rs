@@ -61,6 +61,8 @@ mod shim;
 #[cfg(not(feature = "loom"))]
 pub mod sync;
 #[cfg(not(feature = "loom"))]
+pub mod syslet;
+#[cfg(not(feature = "loom"))]
 pub mod task;
 #[cfg(not(feature = "loom"))]
 mod worker;

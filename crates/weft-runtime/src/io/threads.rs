@@ -131,6 +131,12 @@ impl Pool {
 
 static IO_POOL: Pool = Pool::new("weft-io", 64 * 1024, 256);
 static BLOCKING_POOL: Pool = Pool::new("weft-blocking", 2 * 1024 * 1024, 512);
+static CACHEMISS_POOL: Pool = Pool::new("weft-cachemiss", 256 * 1024, 256);
+
+/// The pool of syslet "cachemiss" threads (`syslet/exec.rs`).
+pub(crate) fn cachemiss_pool() -> &'static Pool {
+    &CACHEMISS_POOL
+}
 
 /// The pool for file syscalls of the threads backend (and closes).
 pub(crate) fn io_pool() -> &'static Pool {

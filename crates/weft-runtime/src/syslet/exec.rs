@@ -1,0 +1,289 @@
+//! The executor: runs a syslet's atoms inline while they do not block, and hands the
+//! rest to a cachemiss thread when one would.
+//!
+//! This is the seed's opportunistic path, done in user space. The kernel's syslets ran
+//! an atom and switched the user context to a "cachemiss" thread only if the atom hit
+//! `schedule()`. User space cannot see that happen, so each atom is tried in a form
+//! that fails instead of blocking (`sys::try_nowait`: `openat2` with `RESOLVE_CACHED`,
+//! `preadv2`/`pwritev2` with `RWF_NOWAIT`, `MSG_DONTWAIT`, a readiness poll), or run as
+//! is when it never blocks (`close`, `lseek`, `umem_add`...). When the attempt says "it
+//! would block", or the atom has `SYSLET_ASYNC`, the syslet from that atom on goes to a
+//! cachemiss thread (a pool: `io/threads.rs`), which runs the remaining atoms with plain
+//! blocking calls and posts the completion to the ring; the submitter returns at once.
+//!
+//! | atom | where it runs |
+//! |---|---|
+//! | class `Inline` (never blocks) | inline |
+//! | class `NoWait`, the non-blocking attempt succeeds | inline |
+//! | class `NoWait`, the attempt says it would block | cachemiss thread, from this atom on |
+//! | class `Blocking` (no way to try), or flag `SYSLET_ASYNC` | cachemiss thread, from this atom on |
+//! | flag `SYSLET_SYNC` | where it is (blocking the caller if it must: on a green thread through `blocking`, so the worker goes on) |
+//! | any atom after the first that went to a cachemiss thread | that cachemiss thread |
+//!
+//! An inline run also gives up after [`INLINE_BUDGET`] atoms (a loop over cached data
+//! would otherwise keep the submitter forever): the rest goes to a cachemiss thread.
+//!
+//! Every access to the submitter's memory (the atom, its argument pointers, `ret_ptr`,
+//! `umem_add`'s counter) goes through `fault.rs`: a bad pointer gives `-EFAULT` as the
+//! atom's result, never a crash.
+
+use super::atom::{self, SysletUatom, SYSLET_ASYNC, SYSLET_NO_COMPLETE, SYSLET_SYNC};
+use super::ring::{Completion, Ring};
+use super::{fault, sys};
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::{Arc, Mutex, Once};
+
+/// How many times (a millisecond apart) a cancel interrupts the thread running the
+/// syslet before it gives up on it leaving (a call that ignores signals).
+const CANCEL_RESENDS: u32 = 50;
+
+/// How many atoms an inline run executes before the rest goes to a cachemiss thread.
+pub const INLINE_BUDGET: u32 = 256;
+
+/// One syslet in flight: its id, its cancel flag, and the cachemiss thread running it.
+pub(crate) struct Job {
+    pub id: u64,
+    pub cancel: AtomicBool,
+    thread: Mutex<Option<libc::pthread_t>>,
+}
+
+impl Job {
+    pub(crate) fn new(id: u64) -> Job {
+        Job {
+            id,
+            cancel: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// Cancels the syslet: it stops before its next atom, and an atom blocked on a
+    /// cachemiss thread is interrupted (its system call returns `EINTR`).
+    pub(crate) fn cancel(&self) {
+        self.cancel.store(true, SeqCst);
+        // A signal that lands between the thread's check of the flag and its entry
+        // into the system call is lost (the call then blocks): so it is sent again,
+        // every millisecond for a while, until the thread has left the syslet.
+        for _ in 0..CANCEL_RESENDS {
+            {
+                let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(t) = *t else { return };
+                install_cancel_signal();
+                // SAFETY: `t` is a live pool thread (it clears the slot, under this
+                // lock, before it moves on) and the signal has a no-op handler.
+                unsafe { libc::pthread_kill(t, cancel_signal()) };
+            }
+            crate::park::park_timeout(std::time::Duration::from_millis(1));
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(SeqCst)
+    }
+}
+
+/// The signal that interrupts a cancelled cachemiss thread's system call: a real-time
+/// signal with a handler that does nothing, installed without `SA_RESTART`.
+fn cancel_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 7
+}
+
+fn install_cancel_signal() {
+    static ONCE: Once = Once::new();
+    extern "C" fn nothing(_: libc::c_int) {}
+    ONCE.call_once(|| {
+        // SAFETY: installs a handler that does nothing (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = nothing as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = 0;
+            libc::sigaction(cancel_signal(), &sa, core::ptr::null_mut());
+        }
+    });
+}
+
+/// How an atom's system call is to be run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Inline: only if it will not block.
+    Try,
+    /// On a cachemiss thread: block if need be.
+    Block,
+}
+
+/// Where a run ended.
+pub(crate) enum Ran {
+    /// The syslet ended at `atom` with `ret` (and is complete unless NO_COMPLETE).
+    Done {
+        atom: *mut SysletUatom,
+        ret: i64,
+        complete: bool,
+    },
+    /// It must go on on a cachemiss thread, from `atom`.
+    Offload(*mut SysletUatom),
+}
+
+/// Reads the atom at `at` and its arguments; Err(-EFAULT) if any pointer is bad.
+fn load(at: *mut SysletUatom) -> Result<(SysletUatom, [u64; 6]), ()> {
+    let mut a = SysletUatom::default();
+    fault::copy_in(
+        (&mut a as *mut SysletUatom).cast(),
+        at.cast_const().cast(),
+        core::mem::size_of::<SysletUatom>(),
+    )?;
+    let mut args = [0u64; 6];
+    for (i, p) in a.arg_ptr.iter().enumerate() {
+        if p.is_null() {
+            break;
+        }
+        args[i] = fault::read_u64(*p)?;
+    }
+    Ok((a, args))
+}
+
+/// Runs atoms from `at` in `mode` until the syslet ends or (inline) must go to a
+/// cachemiss thread.
+///
+/// # Safety
+/// The syslet's memory is the submitter's, valid while it runs (the executor's
+/// contract); bad pointers are caught (EFAULT).
+unsafe fn run(job: &Job, mut at: *mut SysletUatom, mode: Mode) -> Ran {
+    let mut budget = INLINE_BUDGET;
+    loop {
+        if job.cancelled() {
+            return Ran::Done {
+                atom: at,
+                ret: -(libc::ECANCELED as i64),
+                complete: true,
+            };
+        }
+        let (a, args) = match load(at) {
+            Ok(x) => x,
+            Err(()) => {
+                return Ran::Done {
+                    atom: at,
+                    ret: -(libc::EFAULT as i64),
+                    complete: true,
+                }
+            }
+        };
+        let ret = match sys::info(a.nr) {
+            None => -(libc::ENOSYS as i64),
+            Some(i) if i.class == sys::Class::Forbidden => -(libc::EPERM as i64),
+            Some(i) => {
+                let sync = a.flags & SYSLET_SYNC != 0;
+                if mode == Mode::Try && !sync && (a.flags & SYSLET_ASYNC != 0 || budget == 0) {
+                    return Ran::Offload(at);
+                }
+                budget = budget.saturating_sub(1);
+                match mode {
+                    Mode::Block => loop {
+                        // SAFETY: the arguments are the submitter's (its contract).
+                        let r = unsafe { sys::run_blocking(a.nr, args) };
+                        // A cancel's signal may interrupt a call of another syslet
+                        // that this thread runs next: retry it, as SA_RESTART would.
+                        if r == -(libc::EINTR as i64) && !job.cancelled() {
+                            continue;
+                        }
+                        break r;
+                    },
+                    Mode::Try => {
+                        let tried = match i.class {
+                            // SAFETY: as above.
+                            sys::Class::Inline => Some(unsafe { sys::run_blocking(a.nr, args) }),
+                            // SAFETY: as above.
+                            sys::Class::NoWait => unsafe { sys::try_nowait(a.nr, args) },
+                            _ => None,
+                        };
+                        match tried {
+                            Some(r) => r,
+                            None if sync => run_sync(a.nr, args),
+                            None => return Ran::Offload(at),
+                        }
+                    }
+                }
+            }
+        };
+        if !a.ret_ptr.is_null() && fault::write_i64(a.ret_ptr, ret).is_err() {
+            // An error is always reported, even on a NO_COMPLETE atom.
+            return Ran::Done {
+                atom: at,
+                ret: -(libc::EFAULT as i64),
+                complete: true,
+            };
+        }
+        match atom::successor(at, &a, ret) {
+            Some(n) => at = n,
+            None => {
+                return Ran::Done {
+                    atom: at,
+                    ret,
+                    complete: a.flags & SYSLET_NO_COMPLETE == 0,
+                }
+            }
+        }
+    }
+}
+
+/// A `SYSLET_SYNC` atom that would block: run it where we are, parking only the green
+/// thread (through the blocking pool) when on one.
+fn run_sync(nr: u64, args: [u64; 6]) -> i64 {
+    // SAFETY: the arguments are the submitter's (its contract).
+    crate::blocking(move || unsafe { sys::run_blocking(nr, args) })
+}
+
+/// Starts a syslet at `first`: runs it inline as far as it goes; if it must block, hands
+/// the rest to a cachemiss thread that posts its completion to `ring`. Returns the final
+/// atom and result when it finished inline (nothing is posted then), None when it went
+/// asynchronous.
+///
+/// # Safety
+/// As [`run`]; the memory must stay valid until the completion is posted.
+pub(crate) unsafe fn start(
+    job: Arc<Job>,
+    first: *mut SysletUatom,
+    ring: Arc<Ring>,
+    silent_end: impl FnOnce(u64) + Send + 'static,
+) -> Option<(*mut SysletUatom, i64)> {
+    // SAFETY: per the contract.
+    match unsafe { run(&job, first, Mode::Try) } {
+        Ran::Done { atom, ret, .. } => Some((atom, ret)),
+        Ran::Offload(at) => {
+            let at = SendPtr(at);
+            crate::io::threads::cachemiss_pool().execute(Box::new(move || {
+                let at = at;
+                // SAFETY: pthread_self is always safe.
+                *job.thread.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(unsafe { libc::pthread_self() });
+                // SAFETY: per the contract.
+                let r = unsafe { run(&job, at.0, Mode::Block) };
+                *job.thread.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                let Ran::Done {
+                    atom,
+                    ret,
+                    complete,
+                } = r
+                else {
+                    unreachable!("a blocking run does not offload")
+                };
+                // A NO_COMPLETE ending posts nothing (the seed's rule): the job is
+                // simply forgotten.
+                if complete {
+                    ring.push(Completion {
+                        atom,
+                        ret,
+                        id: job.id,
+                    });
+                } else {
+                    silent_end(job.id);
+                }
+            }));
+            None
+        }
+    }
+}
+
+struct SendPtr(*mut SysletUatom);
+// SAFETY: the atom memory is the submitter's, valid until completion (the contract);
+// only the cachemiss thread touches it from here on.
+unsafe impl Send for SendPtr {}
