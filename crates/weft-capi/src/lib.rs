@@ -26,7 +26,9 @@
 //! Green threads and their IPC have C APIs of their own: [`runtime`]
 //! (`include/weft/runtime.h`: a runtime, spawn, join) and [`ipc`]
 //! (`include/weft/ipc.h`: synchronous IPC between green threads), over
-//! `weft_runtime`. They report errors with weft's own codes ([`WEFT_ERR_INVALID_ARGUMENT`]
+//! `weft_runtime`, and so do syslets, [`syslet`] (`include/weft/syslet.h`:
+//! programs of system calls run asynchronously, with completions in a ring).
+//! They report errors with weft's own codes ([`WEFT_ERR_INVALID_ARGUMENT`]
 //! and the other `WEFT_ERR_*` constants, which `weft_error_message` explains
 //! too), returned and set as `GetLastError`. No Rust panic, and no
 //! runtime shutdown unwind, crosses into C: each entry point that could see
@@ -38,10 +40,12 @@ use core::ffi::c_char;
 
 pub mod ipc;
 pub mod runtime;
+pub mod syslet;
 
 pub use ipc::WeftIpcMsg;
+pub use syslet::{SysletUatom, WeftSysletCompletion};
 
-// ---- weft's own error codes: include/weft/runtime.h and include/weft/ipc.h ----
+// ---- weft's own error codes: include/weft/runtime.h, ipc.h and syslet.h ---------
 //
 // Bit 29 set: the bit Windows reserves for application error codes, so these never
 // collide with the ERROR_* codes above.
@@ -68,6 +72,22 @@ pub const WEFT_ERR_PARTNER_DEAD: DWORD = 0x2000_0103;
 pub const WEFT_ERR_NO_SUCH_THREAD: DWORD = 0x2000_0104;
 /// The IPC partner is the caller itself, or a thread of another runtime.
 pub const WEFT_ERR_INVALID_PARTNER: DWORD = 0x2000_0105;
+/// A syslet atom names a system call number weft's syslet table does not know.
+pub const WEFT_ERR_SYSLET_UNKNOWN_SYSCALL: DWORD = 0x2000_0201;
+/// A syslet atom names a system call that cannot run in a syslet (fork, exec, exit...).
+pub const WEFT_ERR_SYSLET_FORBIDDEN_SYSCALL: DWORD = 0x2000_0202;
+/// A syslet atom has fewer argument pointers than its system call takes.
+pub const WEFT_ERR_SYSLET_MISSING_ARGUMENT: DWORD = 0x2000_0203;
+/// A syslet atom has flag bits that are not `SYSLET_*` flags.
+pub const WEFT_ERR_SYSLET_BAD_FLAGS: DWORD = 0x2000_0204;
+/// A syslet atom has both `SYSLET_ASYNC` and `SYSLET_SYNC`.
+pub const WEFT_ERR_SYSLET_ASYNC_AND_SYNC: DWORD = 0x2000_0205;
+/// A syslet atom (the first, a `next`, a skip target) cannot be read: a bad pointer.
+pub const WEFT_ERR_SYSLET_BAD_ATOM: DWORD = 0x2000_0206;
+/// `weft_syslet_ctx_free` while syslets are in flight in the context.
+pub const WEFT_ERR_SYSLET_BUSY: DWORD = 0x2000_0207;
+/// No syslet of the context has this handle (any more).
+pub const WEFT_ERR_SYSLET_NOT_IN_FLIGHT: DWORD = 0x2000_0208;
 
 /// The description of one of weft's own codes, None for other codes.
 fn weft_code_message(code: DWORD) -> Option<&'static core::ffi::CStr> {
@@ -83,6 +103,14 @@ fn weft_code_message(code: DWORD) -> Option<&'static core::ffi::CStr> {
         WEFT_ERR_PARTNER_DEAD => c"IPC partner dead: the thread has ended (before the operation, or while this one waited)",
         WEFT_ERR_NO_SUCH_THREAD => c"no such thread: no green thread has this id (it never existed, or it ended and nothing refers to it any more); ids come from weft_ipc_self(), weft_thread_id() or a receive",
         WEFT_ERR_INVALID_PARTNER => c"invalid IPC partner: a thread cannot send to or receive from itself, and both threads must belong to the same runtime",
+        WEFT_ERR_SYSLET_UNKNOWN_SYSCALL => c"syslet: unknown system call number (not in weft's syslet table): use the SYS_* numbers of <sys/syscall.h>, weft_syslet_nr(\"name\"), or SYS_UMEM_ADD; weft_syslet_validate_error() names the atom",
+        WEFT_ERR_SYSLET_FORBIDDEN_SYSCALL => c"syslet: this system call cannot run in a syslet (fork, clone, execve, exit...: it would act on the executor's thread, not the program); call it directly; weft_syslet_validate_error() names the atom",
+        WEFT_ERR_SYSLET_MISSING_ARGUMENT => c"syslet: an atom has fewer argument pointers than its system call takes (the arguments end at the first NULL arg_ptr); weft_syslet_validate_error() names the atom and the call",
+        WEFT_ERR_SYSLET_BAD_FLAGS => c"syslet: an atom has flag bits that are not SYSLET_* flags; weft_syslet_validate_error() names the atom and the bits",
+        WEFT_ERR_SYSLET_ASYNC_AND_SYNC => c"syslet: an atom has both SYSLET_ASYNC (go to a cachemiss thread at once) and SYSLET_SYNC (never go asynchronous): keep one; weft_syslet_validate_error() names the atom",
+        WEFT_ERR_SYSLET_BAD_ATOM => c"syslet: an atom cannot be read (a bad first pointer, next pointer, or the linearly next atom after one with SYSLET_SKIP_TO_NEXT_ON_STOP); weft_syslet_validate_error() says which",
+        WEFT_ERR_SYSLET_BUSY => c"syslet context busy: syslets are still in flight (weft_syslet_in_flight() > 0: running, or completed and not popped); cancel them (weft_syslet_cancel), wait (async_wait) and pop their completions (weft_syslet_pop), then free the context",
+        WEFT_ERR_SYSLET_NOT_IN_FLIGHT => c"no syslet of this context has this handle: it never went asynchronous here, or its completion was already popped",
         _ => return None,
     })
 }
@@ -291,7 +319,7 @@ pub unsafe extern "C" fn weft_fiber_stats(fiber: LPVOID, out: *mut WeftFiberStat
 
 /// weft extension: a static, NUL-terminated description of an error code:
 /// the Windows `ERROR_*` codes of `fibers.h` and weft's own `WEFT_ERR_*`
-/// codes of `runtime.h` and `ipc.h`.
+/// codes of `runtime.h`, `ipc.h` and `syslet.h`.
 ///
 /// # Safety
 /// Always safe to call from C; the returned text must not be freed.

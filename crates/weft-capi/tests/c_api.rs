@@ -13,6 +13,11 @@
 //!   `include/weft/ipc.h` (green threads and their synchronous IPC), run
 //!   linked dynamically and statically; `runtime_ipc_header` checks those
 //!   headers alone as C99 and C++11.
+//! - `syslet` is a C program on `include/weft/syslet.h` (syslets: programs of
+//!   system calls run asynchronously), run linked dynamically and statically
+//!   (the static link also checks that the EFAULT recovery's exception table
+//!   survives in `libweft.a`); `syslet_header` checks that header alone as
+//!   C99 and C++11.
 //!
 //! The library is the one next to this test binary (`<target>/<profile>/`,
 //! where `cargo test -p weft-capi` puts `libweft.so` and `libweft.a`). If it
@@ -396,6 +401,60 @@ fn c_runtime_ipc_header_cxx11() {
     c_test_as("runtime_ipc_header", Lang::Cxx11);
 }
 
+/// Syslets from C (syslet.h): open -> read -> close with results feeding arguments, a
+/// failing open naming atom 0, a skip branch, umem_add loops, asynchronous pipe reads,
+/// cancel, NO_COMPLETE, bad pointers (-EFAULT), validation errors, ring overflow, the
+/// seed's server loop, async_wait from a green thread, NULL arguments.
+#[test]
+fn c_syslet() {
+    c_test("syslet");
+}
+
+#[test]
+fn c_syslet_header_c99() {
+    c_test_as("syslet_header", Lang::C99);
+}
+
+#[test]
+fn c_syslet_header_cxx11() {
+    c_test_as("syslet_header", Lang::Cxx11);
+}
+
+/// The Rust definitions of the syslet atom and completion have the layouts syslet.h
+/// declares (the atom is the seed's `struct syslet_uatom`).
+#[test]
+fn syslet_layouts_match_header() {
+    use core::mem::{offset_of, size_of};
+    use weft::{SysletUatom as A, WeftSysletCompletion as C};
+    assert_eq!(size_of::<A>(), 88);
+    assert_eq!(offset_of!(A, flags), 0);
+    assert_eq!(offset_of!(A, nr), 8);
+    assert_eq!(offset_of!(A, ret_ptr), 16);
+    assert_eq!(offset_of!(A, next), 24);
+    assert_eq!(offset_of!(A, arg_ptr), 32);
+    assert_eq!(offset_of!(A, private), 80);
+    assert_eq!(size_of::<C>(), 24);
+    assert_eq!(offset_of!(C, atom), 0);
+    assert_eq!(offset_of!(C, ret), 8);
+    assert_eq!(offset_of!(C, handle), 16);
+    use weft_runtime::syslet as s;
+    assert_eq!(
+        [
+            s::SYSLET_ASYNC,
+            s::SYSLET_SYNC,
+            s::SYSLET_NO_COMPLETE,
+            s::SYSLET_STOP_ON_NONZERO,
+            s::SYSLET_STOP_ON_ZERO,
+            s::SYSLET_STOP_ON_NEGATIVE,
+            s::SYSLET_STOP_ON_NON_POSITIVE,
+            s::SYSLET_SKIP_TO_NEXT_ON_STOP,
+        ],
+        [0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80],
+        "the SYSLET_* values of syslet.h"
+    );
+    assert_eq!(s::SYS_UMEM_ADD, 0x10_0000, "SYS_UMEM_ADD of syslet.h");
+}
+
 /// The Rust definition of the IPC message has the layout ipc.h declares.
 #[test]
 fn ipc_msg_layout_matches_header() {
@@ -598,6 +657,7 @@ fn c_static_link() {
         ("windows_program", &[][..], "windows_program_static", "cc"),
         ("create_switch", &[][..], "create_switch_static", "cc"),
         ("runtime_ipc", &[][..], "runtime_ipc_static", "cc"),
+        ("syslet", &[][..], "syslet_static", "cc"),
         (
             "header_check",
             &["-std=c++11", "-x", "c++"][..],
@@ -649,10 +709,11 @@ fn make_install_and_pkg_config() {
         "include/weft/introspect.h",
         "include/weft/runtime.h",
         "include/weft/ipc.h",
+        "include/weft/syslet.h",
     ] {
         assert!(prefix.join(f).is_file(), "make install did not install {f}");
     }
-    for h in ["fibers.h", "introspect.h", "runtime.h", "ipc.h"] {
+    for h in ["fibers.h", "introspect.h", "runtime.h", "ipc.h", "syslet.h"] {
         assert_eq!(
             std::fs::read(prefix.join("include/weft").join(h)).unwrap(),
             std::fs::read(include_dir().join("weft").join(h)).unwrap(),
@@ -730,6 +791,7 @@ fn make_install_and_pkg_config() {
         "include/weft/introspect.h",
         "include/weft/runtime.h",
         "include/weft/ipc.h",
+        "include/weft/syslet.h",
     ] {
         assert!(!prefix.join(f).exists(), "make uninstall left {f}");
     }
