@@ -51,14 +51,20 @@ static mut PREVIOUS: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeU
 /// stack if it has none.
 pub(crate) fn install_for_thread(t: *mut ThreadState) {
     INSTALL.call_once(|| {
-        // SAFETY: installing a SIGSEGV handler; PREVIOUS is written once here, before the
-        // handler can run, and only read afterwards.
+        // SAFETY: installing a SIGSEGV handler. PREVIOUS is read from the kernel *before*
+        // ours goes in (the old action that `sigaction` hands back is copied out only
+        // after the new one is live, so a fault on another thread in between would find
+        // PREVIOUS empty), then set again from the installing call in case another
+        // handler went in meanwhile; it is only read afterwards.
         unsafe {
+            libc::sigaction(libc::SIGSEGV, ptr::null(), (&raw mut PREVIOUS).cast());
             let mut sa: libc::sigaction = core::mem::zeroed();
             sa.sa_sigaction = on_sigsegv as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
             libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(libc::SIGSEGV, &sa, (&raw mut PREVIOUS).cast());
+            let mut old: libc::sigaction = core::mem::zeroed();
+            libc::sigaction(libc::SIGSEGV, &sa, &mut old);
+            (&raw mut PREVIOUS).cast::<libc::sigaction>().write(old);
         }
     });
     // SAFETY: queries and sets the calling thread's alternate stack; `t` is its state.
