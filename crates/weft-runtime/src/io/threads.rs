@@ -353,7 +353,8 @@ fn wait_on_pool(fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> 
     let data = super::OpData {
         fd: fd.raw(),
         flags: (dir == Dir::Write) as i32,
-        off: deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+        // The time left, in microseconds (milliseconds would round a wait short).
+        off: deadline.map(|d| d.saturating_duration_since(Instant::now()).as_micros() as u64),
         keep: Some(fd.clone()),
         ..Default::default()
     };
@@ -362,7 +363,7 @@ fn wait_on_pool(fd: &Fd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> 
         data,
         |_| unreachable!("not an io_uring context"),
         |d| {
-            let deadline = d.off.map(|ms| Instant::now() + Duration::from_millis(ms));
+            let deadline = d.off.map(|us| Instant::now() + Duration::from_micros(us));
             let dir = if d.flags != 0 { Dir::Write } else { Dir::Read };
             match super::poll_fd(d.fd, dir, deadline) {
                 Ok(()) => 0,
