@@ -242,3 +242,73 @@ fn bench_ipc_quick_json_reports_every_row() {
     assert!(table.contains("seed (table 4"), "{table}");
     assert!(table.contains("seed (table 5"), "{table}");
 }
+
+/// `weft bench syslets --quick --json` runs to the end (every pass checks the bytes it
+/// read) and reports the cached rows of the four implementations (the raw io_uring one
+/// where this kernel has io_uring); the uncached rows are skipped with --quick, and the
+/// table says so, shows the targets and the seed's figures, and leaves no files behind.
+#[test]
+fn bench_syslets_quick_json_reports_the_cached_rows() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "syslets", "--quick", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(120) {
+            child.kill().unwrap();
+            panic!("weft bench syslets did not finish in 120 s (a lost completion?)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let table = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "weft bench syslets failed ({}):\n{table}",
+        out.status
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in &rows {
+        assert_eq!(r["suite"], "syslets");
+        assert_eq!(r["unit"], "ns");
+        assert!(r["value"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let got: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["impl"].as_str().unwrap()))
+        .collect();
+    let mut expected = vec![
+        ("cached", "sync"),
+        ("cached", "syslets-1-worker"),
+        ("cached", "syslets-all-workers"),
+        ("cached", "io_uring-raw"),
+    ];
+    if !got.contains(&("cached", "io_uring-raw")) {
+        // Only where io_uring cannot run here, and the table says why.
+        assert!(
+            table.contains("io_uring-raw: ") && table.contains("its rows are skipped")
+                || table.contains("its first pass failed"),
+            "{table}"
+        );
+        expected.pop();
+    }
+    assert_eq!(got, expected, "table:\n{table}");
+    assert!(
+        table.contains("target: cached, syslets on one worker no slower than sync"),
+        "{table}"
+    );
+    assert!(table.contains("uncached: skipped with --quick"), "{table}");
+    assert!(table.contains("seed (async-test"), "{table}");
+    for base in ["/var/tmp".into(), std::env::temp_dir()] {
+        let left = base.join(format!("weft-bench-syslets-{pid}"));
+        assert!(!left.exists(), "{} left behind", left.display());
+    }
+}

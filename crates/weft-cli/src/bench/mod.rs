@@ -25,6 +25,7 @@ mod gopeer;
 mod ipc;
 mod peers;
 pub mod runtime;
+mod syslets;
 
 use std::fmt::Display;
 use std::io::Write;
@@ -44,6 +45,10 @@ pub enum Suite {
     /// cross-worker round trips, idle, busy and under load, vs a futex hand-off and Go
     /// channels, beside the seed's section 16 figures (ns and TSC cycles).
     Ipc,
+    /// Syslets (seed 001's async-test): open+read+close of 1,000 small files, cached and
+    /// uncached (root: drop_caches), sync vs syslets on one worker and on every worker vs
+    /// a hand-written io_uring loop, beside the seed's figures.
+    Syslets,
 }
 
 impl Suite {
@@ -53,6 +58,7 @@ impl Suite {
             Suite::Fibers => "fibers",
             Suite::Runtime => "runtime",
             Suite::Ipc => "ipc",
+            Suite::Syslets => "syslets",
         }
     }
 }
@@ -115,6 +121,7 @@ pub fn run(suite: Suite, opts: Options) -> Result<(), String> {
         Suite::Fibers => fibers::run(&opts, &mut rep),
         Suite::Runtime => runtime::run(&opts, &mut rep),
         Suite::Ipc => ipc::run(&opts, &mut rep),
+        Suite::Syslets => syslets::run(&opts, &mut rep),
     }
 }
 
@@ -428,12 +435,16 @@ pub fn header_lines(suite: Suite, opts: &Options) -> Vec<String> {
             nproc(),
             load_average()
         ),
-        format!(
-            "method: per implementation the median of {} timed batches of ~{} ms, \
-             implementations taking turns batch by batch; impl / weft > 1 means weft is faster",
-            opts.repetitions(),
-            opts.batch_target().as_millis()
-        ),
+        match suite {
+            Suite::Syslets => syslets::method_line(opts),
+            _ => format!(
+                "method: per implementation the median of {} timed batches of ~{} ms, \
+                 implementations taking turns batch by batch; impl / weft > 1 means weft is \
+                 faster",
+                opts.repetitions(),
+                opts.batch_target().as_millis()
+            ),
+        },
     ]
 }
 

@@ -1,0 +1,1181 @@
+//! The `syslets` suite of `weft bench`: seed 001's async-test redone. open() + read() +
+//! close() of 1,000 small random files, cached and uncached, done four ways side by side
+//! in one run:
+//!
+//! * `sync`: a plain loop of `openat(O_RDONLY)`, `read(4 KiB)`, `close` on one OS thread.
+//! * `syslets-1-worker`: the same work as 1,000 syslets (`openat` -> `read` -> `close`,
+//!   the descriptor feeding the read's and the close's argument, `SYSLET_STOP_ON_NEGATIVE`
+//!   on the open) submitted from one green thread on a 1-worker runtime, which collects
+//!   every completion (inline `Done`s and ring completions).
+//! * `syslets-all-workers`: the files split over one submitting green thread per worker
+//!   (a runtime of one worker per CPU), each with its own `Context`.
+//! * `io_uring-raw`: a hand-written io_uring loop: per file an `IORING_OP_OPENAT` into a
+//!   direct descriptor slot, linked (`IOSQE_IO_LINK`) to a `READ` with `IOSQE_FIXED_FILE`
+//!   on that slot, hard-linked (`IOSQE_IO_HARDLINK`: a short read, the normal case for a
+//!   file under 4 KiB, would otherwise cancel the close) to a `CLOSE` of the slot;
+//!   [`IN_FLIGHT`] chains in flight, refilled as they complete.
+//!
+//! The files (1-4 KiB, random sizes and content; 100 with `--quick`) are created in a
+//! directory under /var/tmp (not tmpfs: "uncached" needs a disk behind the page cache),
+//! read in one fixed shuffled order by every implementation, and removed at the end.
+//! Every pass checks that the bytes read add up to the files' sizes (and that every call
+//! succeeded): a broken pass is an error, never a figure.
+//!
+//! Method: cached, one untimed pass of each implementation, then [`CACHED_ROUNDS`] rounds
+//! in which each implementation runs one timed pass in turn (the first of a round
+//! rotating); uncached, [`UNCACHED_ROUNDS`] such rounds, each pass preceded by `sync; echo
+//! 3 > /proc/sys/vm/drop_caches` and by a one-file warm-up of the implementation on a file
+//! in another directory (so that the code it runs, which the drop evicts too, is paged
+//! back in before the timer starts). The figure of a row is the median pass. Without
+//! root (the drop fails), or on tmpfs, or with `--quick`, the uncached rows are skipped
+//! (and say why). The syslet programs are built once, before the passes, and re-run
+//! every pass (what building costs is printed beside).
+//!
+//! JSON: name `cached` or `uncached`, value the median time per file (ns).
+//!
+//! Targets (the issue): cached, syslets on one worker no slower than sync, and at least
+//! 1.3x faster than sync on every worker; uncached, at least 2.5x faster than sync and
+//! within 10% of the raw io_uring version. The seed's async-test: cached 31.6 ms sync vs
+//! 26.5 ms syslets (+19.2%), uncached 45.8 s vs 34.2 s (+33.9%).
+
+use super::{median, nproc, print_target, Measurement, Options, Reporter, Suite};
+use io_uring::{opcode, squeue, types, IoUring};
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use weft_runtime::syslet::{Builder, Context, Done, Outcome, Program, Var};
+use weft_runtime::syslet::{Completion, SYSLET_STOP_ON_NEGATIVE};
+use weft_runtime::Runtime;
+
+/// How many files a pass reads (`--quick`: [`FILES_QUICK`]).
+const FILES: usize = 1000;
+const FILES_QUICK: usize = 100;
+/// File sizes: uniform in this range (bytes).
+const SIZE_MIN: usize = 1024;
+const SIZE_MAX: usize = 4096;
+/// What each read asks for.
+const READ_LEN: usize = 4096;
+/// Timed passes per implementation.
+const CACHED_ROUNDS: usize = 21;
+const CACHED_ROUNDS_QUICK: usize = 1;
+const UNCACHED_ROUNDS: usize = 9;
+/// Chains (open, read, close) the raw io_uring version keeps in flight.
+const IN_FLIGHT: usize = 64;
+
+/// The issue's targets, as sync time / implementation time.
+const TARGET_CACHED_ONE: f64 = 1.0;
+const TARGET_CACHED_ALL: f64 = 1.3;
+const TARGET_UNCACHED: f64 = 2.5;
+/// Syslets' time at most this times the raw io_uring version's (uncached).
+const TARGET_URING_SLACK: f64 = 1.10;
+
+/// The seed's async-test (2007: one PATA disk, ext3, deadline scheduler).
+const SEED_CACHED_SYNC_MS: f64 = 31.6;
+const SEED_CACHED_SYSLETS_MS: f64 = 26.5;
+const SEED_UNCACHED_SYNC_S: f64 = 45.8;
+const SEED_UNCACHED_SYSLETS_S: f64 = 34.2;
+
+const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
+
+/// The `method:` line of the table header.
+pub fn method_line(opts: &Options) -> String {
+    let (files, rounds) = if opts.quick {
+        (FILES_QUICK, CACHED_ROUNDS_QUICK)
+    } else {
+        (FILES, CACHED_ROUNDS)
+    };
+    format!(
+        "method: one pass = open+read+close of {files} files; implementations take turns pass \
+         by pass; per implementation the median of {rounds} cached passes (after an untimed \
+         one){}; sync / impl > 1 means impl is faster than sync",
+        if opts.quick {
+            String::from(" (uncached skipped with --quick)")
+        } else {
+            format!(
+                " and of {UNCACHED_ROUNDS} uncached passes (each after sync + drop_caches and \
+                 a one-file warm-up)"
+            )
+        }
+    )
+}
+
+pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
+    let n = if opts.quick { FILES_QUICK } else { FILES };
+    let files = Files::create(n)?;
+    rep.line("");
+    rep.line(format!(
+        "files: {n} files of {}-{} KiB (random sizes and content, {:.2} MiB in all) in {} \
+         ({}), read in one fixed shuffled order by every implementation; per file \
+         openat(O_RDONLY), read({} KiB), close",
+        SIZE_MIN / 1024,
+        SIZE_MAX / 1024,
+        files.main.total as f64 / (1 << 20) as f64,
+        files.root.display(),
+        files.fs,
+        READ_LEN / 1024
+    ));
+    let workers = nproc().max(1);
+    let rt1 = Runtime::builder()
+        .workers(1)
+        .build()
+        .map_err(|e| format!("cannot start a 1-worker weft runtime: {e}"))?;
+    let rt_all = Runtime::builder()
+        .workers(workers)
+        .build()
+        .map_err(|e| format!("cannot start a {workers}-worker weft runtime: {e}"))?;
+    let t = Instant::now();
+    let one = Syslets::new(&rt1, 1, &files)?;
+    let build = t.elapsed();
+    let all = Syslets::new(&rt_all, workers, &files)?;
+    rep.line(format!(
+        "syslets: programs built once, before the passes, and re-run every pass (building \
+         the {n} took {:.2} ms, {:.2} us a program); syslets-1-worker: one submitting green \
+         thread on a 1-worker runtime; syslets-all-workers: one per worker, {workers} \
+         worker(s), each with its own Context, the files dealt out to them in turn",
+        build.as_secs_f64() * 1e3,
+        build.as_secs_f64() * 1e6 / n as f64
+    ));
+    let uring = RawUring::new();
+    rep.line(match &uring {
+        Ok(u) => format!(
+            "io_uring-raw: one OS thread, {IN_FLIGHT} chains in flight (openat into a direct \
+             slot -> IO_LINK -> read on the fixed slot -> IO_HARDLINK -> close of the slot), \
+             ring of {} entries, setup flags {}, io-wq workers at most {} bounded / {} \
+             unbounded",
+            u.entries, u.setup, u.iowq.0, u.iowq.1
+        ),
+        Err(why) => format!("io_uring-raw: {why}: its rows are skipped"),
+    });
+    let mut contenders = vec![
+        Contender {
+            name: "sync",
+            run: Ok(Box::new(|set: &Set, _| sync_pass(set))),
+        },
+        Contender {
+            name: "syslets-1-worker",
+            run: Ok(Box::new({
+                let mut s = one;
+                move |set: &Set, measured| s.pass(set, measured)
+            })),
+        },
+        Contender {
+            name: "syslets-all-workers",
+            run: Ok(Box::new({
+                let mut s = all;
+                move |set: &Set, measured| s.pass(set, measured)
+            })),
+        },
+        Contender {
+            name: "io_uring-raw",
+            run: uring.map(|mut u| Box::new(move |set: &Set, _| u.pass(set)) as PassFn<'_>),
+        },
+    ];
+
+    // Cached: one untimed pass each (it also fills the page cache), then the rounds.
+    for c in contenders.iter_mut() {
+        if let Ok(run) = &mut c.run {
+            if let Err(e) = run(&files.main, true) {
+                if c.name != "io_uring-raw" {
+                    return Err(format!("{} (untimed first pass): {e}", c.name));
+                }
+                c.run = Err(format!("its first pass failed: {e}"));
+            }
+        }
+    }
+    let rounds = if opts.quick {
+        CACHED_ROUNDS_QUICK
+    } else {
+        CACHED_ROUNDS
+    };
+    let cached = measure(&mut contenders, &files, rounds, false)?;
+    print_case(
+        rep,
+        "cached",
+        &format!(
+            "the files in the page cache (and their names in the dentry cache); median of \
+             {rounds} pass(es)"
+        ),
+        n,
+        &cached,
+    );
+    cached_targets(rep, &cached, workers);
+
+    // Uncached.
+    let skip = if opts.quick {
+        Some("skipped with --quick (dropping the caches takes seconds a pass)".to_string())
+    } else if !files.disk {
+        Some(format!(
+            "skipped: the files are on {} (no disk behind the page cache: uncached would \
+             mean nothing)",
+            files.fs
+        ))
+    } else {
+        match drop_caches() {
+            Err(e) => Some(format!(
+                "skipped: cannot drop the caches ({e}: it needs root), so \
+                 there is no uncached figure"
+            )),
+            Ok(()) => match resident(&files.warm.paths[0]) {
+                Some(false) => None,
+                Some(true) => Some(format!(
+                    "skipped: {DROP_CACHES} was written but a file's page is still resident \
+                     (mincore), so the caches are not really dropped here"
+                )),
+                None => Some("skipped: cannot check residency with mincore".to_string()),
+            },
+        }
+    };
+    let uncached = match skip {
+        Some(why) => {
+            rep.line("");
+            rep.line(format!("uncached: {why}"));
+            None
+        }
+        None => {
+            let u = measure(&mut contenders, &files, UNCACHED_ROUNDS, true)?;
+            print_case(
+                rep,
+                "uncached",
+                &format!(
+                    "`sync; echo 3 > {DROP_CACHES}` before each pass (page cache, dentries \
+                     and inodes dropped), then a one-file warm-up of the implementation on a \
+                     file in another directory; median of {UNCACHED_ROUNDS} passes"
+                ),
+                n,
+                &u,
+            );
+            rep.line(format!(
+                "  threads of this process after the uncached passes: {} syslet cachemiss \
+                 (weft-cachemiss*, by the CPUs they may run on: {}), {} io-wq (iou-wrk-*)",
+                threads_named("weft-cachemiss").len(),
+                cpus_of(&threads_named("weft-cachemiss")),
+                threads_named("iou-wrk").len()
+            ));
+            uncached_targets(rep, &u);
+            Some(u)
+        }
+    };
+    seed_lines(rep, &cached, uncached.as_deref());
+    for (case, rows) in [("cached", Some(&cached)), ("uncached", uncached.as_ref())] {
+        for r in rows.into_iter().flatten() {
+            rep.emit(&Measurement {
+                suite: Suite::Syslets.name(),
+                name: case.to_string(),
+                impl_name: r.name.to_string(),
+                value: r.median.map(|m| m.as_nanos() as f64 / n as f64),
+                unit: "ns",
+                note: r.note.clone(),
+            });
+        }
+    }
+    drop(contenders);
+    drop(rt_all);
+    drop(rt1);
+    drop(files);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The files
+
+/// A set of files an implementation reads in one pass.
+struct Set {
+    paths: Vec<CString>,
+    total: u64,
+}
+
+impl Set {
+    fn new(paths: Vec<PathBuf>, total: u64) -> Result<Set, String> {
+        let paths = paths
+            .into_iter()
+            .map(|p| {
+                CString::new(p.into_os_string().into_encoded_bytes())
+                    .map_err(|_| "a path with a NUL byte".to_string())
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Set { paths, total })
+    }
+}
+
+/// The files of a run, removed when dropped.
+struct Files {
+    root: PathBuf,
+    /// The measured files.
+    main: Set,
+    /// The warm-up file (another directory).
+    warm: Set,
+    /// The file system's name.
+    fs: String,
+    /// Whether it has a disk behind it (not tmpfs or ramfs).
+    disk: bool,
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// xorshift64*: reproducible sizes, order and content.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+impl Files {
+    fn create(n: usize) -> Result<Files, String> {
+        let (base, fs, disk) = pick_base()?;
+        let root = base.join(format!("weft-bench-syslets-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("files");
+        let warm_dir = root.join("warm");
+        for d in [&dir, &warm_dir] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        let mut files = Files {
+            root,
+            main: Set {
+                paths: Vec::new(),
+                total: 0,
+            },
+            warm: Set {
+                paths: Vec::new(),
+                total: 0,
+            },
+            fs,
+            disk,
+        };
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let write = |path: &Path, rng: &mut Rng| -> Result<u64, String> {
+            let size = SIZE_MIN + rng.below(SIZE_MAX - SIZE_MIN + 1);
+            let mut data = Vec::with_capacity(size + 8);
+            while data.len() < size {
+                data.extend_from_slice(&rng.next().to_le_bytes());
+            }
+            data.truncate(size);
+            std::fs::write(path, &data)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(size as u64)
+        };
+        let mut paths = Vec::with_capacity(n);
+        let mut total = 0;
+        for i in 0..n {
+            let p = dir.join(format!("f{i:04}"));
+            total += write(&p, &mut rng)?;
+            paths.push(p);
+        }
+        // One fixed shuffled order (Fisher-Yates).
+        for i in (1..paths.len()).rev() {
+            paths.swap(i, rng.below(i + 1));
+        }
+        let warm = warm_dir.join("w");
+        let warm_total = write(&warm, &mut rng)?;
+        files.main = Set::new(paths, total)?;
+        files.warm = Set::new(vec![warm], warm_total)?;
+        // SAFETY: sync has no preconditions.
+        unsafe { libc::sync() };
+        Ok(files)
+    }
+}
+
+/// Where the files go: /var/tmp, else the system's temporary directory, whichever is
+/// on a disk-backed file system first (else the first writable one, uncached skipped).
+fn pick_base() -> Result<(PathBuf, String, bool), String> {
+    let mut first = None;
+    for base in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
+        let Some((fs, disk)) = fs_type(&base) else {
+            continue;
+        };
+        let probe = base.join(format!(".weft-bench-probe-{}", std::process::id()));
+        if std::fs::create_dir(&probe).is_err() {
+            continue;
+        }
+        let _ = std::fs::remove_dir(&probe);
+        if disk {
+            return Ok((base, fs, true));
+        }
+        first.get_or_insert((base, fs, false));
+    }
+    first.ok_or_else(|| "no writable directory for the files (/var/tmp, $TMPDIR)".into())
+}
+
+/// The file system of `p` (a name) and whether a disk is behind it.
+fn fs_type(p: &Path) -> Option<(String, bool)> {
+    let c = CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: a zeroed statfs is valid; the call fills it.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path, `s` a valid out-parameter.
+    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let magic = s.f_type as u64;
+    Some(match magic {
+        0x0102_1994 => ("tmpfs".into(), false),
+        0x8584_58f6 => ("ramfs".into(), false),
+        0xef53 => ("ext2/ext3/ext4".into(), true),
+        0x5846_5342 => ("xfs".into(), true),
+        0x9123_683e => ("btrfs".into(), true),
+        0x794c_7630 => ("overlayfs".into(), true),
+        0x2fc1_2fc1 => ("zfs".into(), true),
+        0x6969 => ("nfs".into(), true),
+        m => (format!("file system {m:#x}"), true),
+    })
+}
+
+/// `sync; echo 3 > /proc/sys/vm/drop_caches`.
+fn drop_caches() -> Result<(), String> {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write(DROP_CACHES, "3").map_err(|e| format!("writing {DROP_CACHES}: {e}"))
+}
+
+/// The threads of this process (their /proc/self/task directories) whose name starts
+/// with `prefix`.
+fn threads_named(prefix: &str) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let path = e.ok()?.path();
+        let name = std::fs::read_to_string(path.join("comm")).ok()?;
+        name.starts_with(prefix).then_some(path)
+    })
+    .collect()
+}
+
+/// "CPUs 0: 150, CPUs 0-1: 40": how many of `threads` may run on which CPUs.
+fn cpus_of(threads: &[PathBuf]) -> String {
+    let mut by: Vec<(String, usize)> = Vec::new();
+    for t in threads {
+        let Ok(status) = std::fs::read_to_string(t.join("status")) else {
+            continue;
+        };
+        let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        else {
+            continue;
+        };
+        let list = list.trim().to_string();
+        match by.iter_mut().find(|(l, _)| *l == list) {
+            Some((_, n)) => *n += 1,
+            None => by.push((list, 1)),
+        }
+    }
+    by.sort();
+    let parts: Vec<String> = by.iter().map(|(l, n)| format!("CPUs {l}: {n}")).collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Whether the first page of `path` is in the page cache (mincore), without reading it.
+fn resident(path: &CStr) -> Option<bool> {
+    // SAFETY: plain system calls on our own descriptor and mapping, each checked.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        libc::close(fd);
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let mut v = 0u8;
+        let r = libc::mincore(p, 4096, &mut v);
+        libc::munmap(p, 4096);
+        (r == 0).then_some(v & 1 == 1)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Measuring
+
+/// One pass's result.
+struct Pass {
+    took: Duration,
+    /// How many syslets went to a cachemiss thread.
+    went_async: usize,
+}
+
+/// One pass over a set of files; `true` for the measured files, `false` for the warm-up.
+type PassFn<'a> = Box<dyn FnMut(&Set, bool) -> Result<Pass, String> + 'a>;
+
+struct Contender<'a> {
+    name: &'static str,
+    run: Result<PassFn<'a>, String>,
+}
+
+/// A row: the median pass, its spread, and the syslets that went async (mean a pass).
+struct Row {
+    name: &'static str,
+    median: Option<Duration>,
+    min: Duration,
+    max: Duration,
+    went_async: Option<f64>,
+    note: Option<String>,
+}
+
+/// `rounds` rounds, each a timed pass of every contender (the first of each round
+/// rotating); uncached, each pass after a drop of the caches and a warm-up pass.
+fn measure(
+    contenders: &mut [Contender<'_>],
+    files: &Files,
+    rounds: usize,
+    uncached: bool,
+) -> Result<Vec<Row>, String> {
+    let k = contenders.len();
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); k];
+    let mut asyncs = vec![0usize; k];
+    for round in 0..rounds {
+        for j in 0..k {
+            let i = (round + j) % k;
+            let c = &mut contenders[i];
+            let Ok(run) = &mut c.run else { continue };
+            if uncached {
+                drop_caches()?;
+                run(&files.warm, false).map_err(|e| format!("{} (warm-up): {e}", c.name))?;
+            }
+            let p = run(&files.main, true).map_err(|e| format!("{}: {e}", c.name))?;
+            samples[i].push(p.took);
+            asyncs[i] += p.went_async;
+        }
+    }
+    Ok(contenders
+        .iter()
+        .zip(samples)
+        .zip(asyncs)
+        .map(|((c, mut s), a)| match &c.run {
+            Ok(_) => {
+                let mut ns: Vec<f64> = s.iter().map(|d| d.as_nanos() as f64).collect();
+                let m = median(&mut ns);
+                s.sort();
+                Row {
+                    name: c.name,
+                    median: Some(Duration::from_nanos(m as u64)),
+                    min: s[0],
+                    max: s[s.len() - 1],
+                    went_async: c
+                        .name
+                        .starts_with("syslets")
+                        .then(|| a as f64 / rounds as f64),
+                    note: None,
+                }
+            }
+            Err(why) => Row {
+                name: c.name,
+                median: None,
+                min: Duration::ZERO,
+                max: Duration::ZERO,
+                went_async: None,
+                note: Some(why.clone()),
+            },
+        })
+        .collect())
+}
+
+fn median_of(rows: &[Row], name: &str) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.name == name)
+        .and_then(|r| r.median)
+        .map(|d| d.as_secs_f64())
+}
+
+/// A pass time in ms (or s above 10 s).
+fn fmt_time(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 10.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
+
+fn print_case(rep: &mut Reporter, case: &str, what: &str, files: usize, rows: &[Row]) {
+    let sync = median_of(rows, "sync");
+    rep.line("");
+    rep.line(format!("{case}: {what}"));
+    rep.line(format!(
+        "  {:<22} {:>12} {:>23} {:>9} {:>11} {:>11}",
+        "impl", "median pass", "min..max", "us/file", "sync / impl", "went async"
+    ));
+    for r in rows {
+        match r.median {
+            Some(m) => {
+                let ratio = match sync {
+                    Some(s) => format!("{:.2}", s / m.as_secs_f64()),
+                    None => "-".into(),
+                };
+                rep.line(format!(
+                    "  {:<22} {:>12} {:>23} {:>9.2} {:>11} {:>11}",
+                    r.name,
+                    fmt_time(m),
+                    format!("{}..{}", fmt_time(r.min), fmt_time(r.max)),
+                    m.as_secs_f64() * 1e6 / files as f64,
+                    ratio,
+                    r.went_async
+                        .map_or("-".to_string(), |a| format!("{a:.0}/{files}"))
+                ));
+            }
+            None => rep.line(format!(
+                "  {:<22} {:>12}   ({})",
+                r.name,
+                "-",
+                r.note.as_deref().unwrap_or("not measured")
+            )),
+        }
+    }
+}
+
+/// "1.23x (needs >= 1.30x: 5.4% short)" or "... 12.0% to spare".
+fn versus(r: f64, needed: f64) -> String {
+    let margin = (r / needed - 1.0) * 100.0;
+    if margin >= 0.0 {
+        format!("{r:.2}x (needs >= {needed:.2}x: {margin:.1}% to spare)")
+    } else {
+        format!("{r:.2}x (needs >= {needed:.2}x: {:.1}% short)", -margin)
+    }
+}
+
+fn ratio_target(rep: &mut Reporter, rows: &[Row], what: &str, name: &str, needed: f64) {
+    let r = match (median_of(rows, "sync"), median_of(rows, name)) {
+        (Some(s), Some(v)) => Some(s / v),
+        _ => None,
+    };
+    print_target(
+        rep,
+        what,
+        &r.map_or("-".into(), |r| {
+            format!("sync / {name} = {}", versus(r, needed))
+        }),
+        r.map(|r| r >= needed),
+    );
+}
+
+fn cached_targets(rep: &mut Reporter, rows: &[Row], workers: usize) {
+    ratio_target(
+        rep,
+        rows,
+        "cached, syslets on one worker no slower than sync",
+        "syslets-1-worker",
+        TARGET_CACHED_ONE,
+    );
+    ratio_target(
+        rep,
+        rows,
+        &format!("cached, syslets on every worker ({workers}) at least {TARGET_CACHED_ALL}x faster than sync"),
+        "syslets-all-workers",
+        TARGET_CACHED_ALL,
+    );
+}
+
+fn uncached_targets(rep: &mut Reporter, rows: &[Row]) {
+    let uring = median_of(rows, "io_uring-raw");
+    for name in ["syslets-1-worker", "syslets-all-workers"] {
+        ratio_target(
+            rep,
+            rows,
+            &format!("uncached, {name} at least {TARGET_UNCACHED}x faster than sync"),
+            name,
+            TARGET_UNCACHED,
+        );
+        let v = median_of(rows, name);
+        let r = match (v, uring) {
+            (Some(v), Some(u)) => Some(v / u),
+            _ => None,
+        };
+        print_target(
+            rep,
+            &format!(
+                "uncached, {name} within {:.0}% of raw io_uring",
+                (TARGET_URING_SLACK - 1.0) * 100.0
+            ),
+            &r.map_or("-".into(), |r| {
+                format!(
+                    "{name} / io_uring-raw time = {r:.2} (needs <= {TARGET_URING_SLACK:.2}: \
+                     {})",
+                    if r <= TARGET_URING_SLACK {
+                        format!("{:.1}% to spare", (TARGET_URING_SLACK / r - 1.0) * 100.0)
+                    } else {
+                        format!("{:.1}% over", (r / TARGET_URING_SLACK - 1.0) * 100.0)
+                    }
+                )
+            }),
+            r.map(|r| r <= TARGET_URING_SLACK),
+        );
+    }
+}
+
+fn seed_lines(rep: &mut Reporter, cached: &[Row], uncached: Option<&[Row]>) {
+    let here = |rows: &[Row]| -> String {
+        let Some(s) = median_of(rows, "sync") else {
+            return String::new();
+        };
+        let parts: Vec<String> = ["syslets-1-worker", "syslets-all-workers", "io_uring-raw"]
+            .iter()
+            .filter_map(|&n| {
+                let v = median_of(rows, n)?;
+                Some(format!(
+                    "{n} {:.2}x ({:+.1}%)",
+                    s / v,
+                    (s / v - 1.0) * 100.0
+                ))
+            })
+            .collect();
+        format!("; here sync / impl: {}", parts.join(", "))
+    };
+    rep.line("");
+    rep.line(format!(
+        "seed (async-test, 2007; one PATA disk, ext3, deadline): cached {SEED_CACHED_SYNC_MS} \
+         ms sync vs {SEED_CACHED_SYSLETS_MS} ms syslets = {:.2}x (+{:.1}%){}",
+        SEED_CACHED_SYNC_MS / SEED_CACHED_SYSLETS_MS,
+        (SEED_CACHED_SYNC_MS / SEED_CACHED_SYSLETS_MS - 1.0) * 100.0,
+        here(cached)
+    ));
+    rep.line(format!(
+        "seed: uncached {SEED_UNCACHED_SYNC_S} s sync vs {SEED_UNCACHED_SYSLETS_S} s syslets = \
+         {:.2}x (+{:.1}%){}",
+        SEED_UNCACHED_SYNC_S / SEED_UNCACHED_SYSLETS_S,
+        (SEED_UNCACHED_SYNC_S / SEED_UNCACHED_SYSLETS_S - 1.0) * 100.0,
+        uncached.map_or("; not measured here".to_string(), here)
+    ));
+}
+
+fn check_bytes(name: &str, got: u64, want: u64) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name}: read {got} bytes in all, the files hold {want}: a broken pass"
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. sync
+
+fn sync_pass(set: &Set) -> Result<Pass, String> {
+    let mut buf = [0u8; READ_LEN];
+    let mut bytes = 0u64;
+    let t = Instant::now();
+    for p in &set.paths {
+        // SAFETY: a NUL-terminated path; a buffer of READ_LEN bytes; our descriptor.
+        let fd = unsafe { libc::openat(libc::AT_FDCWD, p.as_ptr(), libc::O_RDONLY) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("open {}: {e}", p.to_string_lossy()));
+        }
+        // SAFETY: as above.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), READ_LEN) };
+        let e = (n < 0).then(std::io::Error::last_os_error);
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        if let Some(e) = e {
+            return Err(format!("read {}: {e}", p.to_string_lossy()));
+        }
+        bytes += n as u64;
+    }
+    let took = t.elapsed();
+    check_bytes("sync", bytes, set.total)?;
+    Ok(Pass {
+        took,
+        went_async: 0,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// 2, 3. syslets
+
+/// Where the variables of a program are (the same in every program built here).
+#[derive(Clone, Copy)]
+struct Layout {
+    path: Var,
+    fd: Var,
+    n: Var,
+    /// The file's index, to put the programs back in order after a pass.
+    tag: Var,
+}
+
+/// openat(AT_FDCWD, path, O_RDONLY, 0) -> fd [stop if negative]; read(fd, buf, 4096) -> n;
+/// close(fd).
+fn build(path: &CStr, tag: usize) -> Result<(Program, Layout), String> {
+    let path_str = path
+        .to_str()
+        .map_err(|_| format!("{}: not UTF-8", path.to_string_lossy()))?;
+    let mut b = Builder::new();
+    let tag_var = b.value(tag as i64);
+    let (dirfd, p) = (b.value(libc::AT_FDCWD as i64), b.cstr(path_str));
+    let (flags, mode, fd) = (b.value(libc::O_RDONLY as i64), b.value(0), b.var());
+    let open = b.atom(libc::SYS_openat, &[dirfd, p, flags, mode]);
+    b.ret(open, fd);
+    b.flags(open, SYSLET_STOP_ON_NEGATIVE);
+    let (buf, len, n) = (b.buffer(READ_LEN), b.value(READ_LEN as i64), b.var());
+    let read = b.atom(libc::SYS_read, &[fd, buf, len]);
+    b.ret(read, n);
+    b.atom(libc::SYS_close, &[fd]);
+    let prog = b.build().map_err(|e| format!("building a syslet: {e}"))?;
+    Ok((
+        prog,
+        Layout {
+            path: p,
+            fd,
+            n,
+            tag: tag_var,
+        },
+    ))
+}
+
+/// A syslets contender: `submitters` green threads (one per worker of `rt`), each with
+/// its share of the programs.
+struct Syslets<'a> {
+    rt: &'a Runtime,
+    submitters: usize,
+    /// The programs of the measured files, `submitters` groups (every submitters-th file).
+    groups: Vec<Vec<Program>>,
+    layout: Layout,
+}
+
+impl<'a> Syslets<'a> {
+    fn new(rt: &'a Runtime, submitters: usize, files: &Files) -> Result<Self, String> {
+        let mut groups: Vec<Vec<Program>> = (0..submitters).map(|_| Vec::new()).collect();
+        let mut layout = None;
+        for (i, p) in files.main.paths.iter().enumerate() {
+            let (prog, l) = build(p, i)?;
+            layout = Some(l);
+            groups[i % submitters].push(prog);
+        }
+        Ok(Syslets {
+            rt,
+            submitters,
+            groups,
+            layout: layout.ok_or("no files")?,
+        })
+    }
+
+    /// One pass over `set`: the measured files (`measured`: the programs built for
+    /// them), or the warm-up set (programs built for it now, each submitter running all
+    /// of them).
+    fn pass(&mut self, set: &Set, measured: bool) -> Result<Pass, String> {
+        let (groups, layout) = if measured {
+            (std::mem::take(&mut self.groups), self.layout)
+        } else {
+            let mut l = None;
+            let mut groups = Vec::new();
+            for _ in 0..self.submitters {
+                let mut g = Vec::new();
+                for (i, p) in set.paths.iter().enumerate() {
+                    let (prog, lay) = build(p, i)?;
+                    l = Some(lay);
+                    g.push(prog);
+                }
+                groups.push(g);
+            }
+            (groups, l.ok_or("no files")?)
+        };
+        let handles: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(w, g)| self.rt.spawn_on(w, move || submit(g, layout)))
+            .collect();
+        let mut outs = Vec::new();
+        let mut err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(o)) => outs.push(o),
+                Ok(Err(e)) => {
+                    err.get_or_insert(e);
+                }
+                Err(p) => {
+                    err.get_or_insert(format!(
+                        "a submitting green thread panicked: {}",
+                        super::runtime::panic_text(&*p)
+                    ));
+                }
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        let start = outs.iter().map(|o| o.start).min().ok_or("no submitter")?;
+        let end = outs.iter().map(|o| o.end).max().ok_or("no submitter")?;
+        let bytes = outs.iter().map(|o| o.bytes).sum();
+        let went_async = outs.iter().map(|o| o.went_async).sum();
+        let want = if measured {
+            set.total
+        } else {
+            set.total * self.submitters as u64
+        };
+        let name = if self.submitters == 1 {
+            "syslets-1-worker"
+        } else {
+            "syslets-all-workers"
+        };
+        check_bytes(name, bytes, want)?;
+        if measured {
+            // Back in their order (completions come back in any order).
+            for (g, o) in outs.into_iter().enumerate() {
+                let mut progs = o.programs;
+                progs.sort_by_key(|p| p.get(layout.tag));
+                debug_assert!(g < self.submitters);
+                self.groups.push(progs);
+            }
+        }
+        Ok(Pass {
+            took: end - start,
+            went_async,
+        })
+    }
+}
+
+/// What one submitting green thread did.
+struct Submitted {
+    start: Instant,
+    end: Instant,
+    bytes: u64,
+    went_async: usize,
+    programs: Vec<Program>,
+}
+
+/// Submits every program, collecting the inline results and the ring's completions;
+/// returns only when none is in flight (a Context must not go while syslets run).
+fn submit(progs: Vec<Program>, l: Layout) -> Result<Submitted, String> {
+    let ctx = Context::new(progs.len().next_power_of_two().max(64));
+    let mut back = Vec::with_capacity(progs.len());
+    let (mut bytes, mut went_async, mut pending) = (0u64, 0usize, 0usize);
+    let mut err: Option<String> = None;
+    let mut finish = |r: Result<Done, Completion>, back: &mut Vec<Program>| match r {
+        Ok(d) => {
+            if d.atom == 2 && d.ret == 0 && d.program.get(l.n) >= 0 {
+                bytes += d.program.get(l.n) as u64;
+            } else if err.is_none() {
+                let path = String::from_utf8_lossy(d.program.buffer(l.path)).into_owned();
+                let atom = ["openat", "read", "close"]
+                    .get(d.atom)
+                    .copied()
+                    .unwrap_or("?");
+                err = Some(format!(
+                    "syslet for {}: ended at atom {} ({atom}) with {} ({}), read {}",
+                    path.trim_end_matches('\0'),
+                    d.atom,
+                    d.ret,
+                    std::io::Error::from_raw_os_error((-d.ret) as i32),
+                    d.program.get(l.n)
+                ));
+            }
+            back.push(d.program);
+        }
+        Err(c) => {
+            err.get_or_insert(format!("a completion without its program: {c:?}"));
+        }
+    };
+    let start = Instant::now();
+    for mut p in progs {
+        p.set(l.fd, -1);
+        p.set(l.n, -1);
+        match ctx.exec(p) {
+            Outcome::Done(d) => finish(Ok(d), &mut back),
+            Outcome::Async(_) => {
+                went_async += 1;
+                pending += 1;
+            }
+        }
+        while let Some(c) = ctx.take() {
+            pending -= 1;
+            finish(c, &mut back);
+        }
+    }
+    while pending > 0 {
+        ctx.wait(1, None);
+        while let Some(c) = ctx.take() {
+            pending -= 1;
+            finish(c, &mut back);
+        }
+    }
+    let end = Instant::now();
+    match err {
+        Some(e) => Err(e),
+        None => Ok(Submitted {
+            start,
+            end,
+            bytes,
+            went_async,
+            programs: back,
+        }),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. raw io_uring
+
+struct RawUring {
+    ring: IoUring,
+    entries: u32,
+    setup: &'static str,
+    /// io-wq's worker limits (bounded, unbounded) as the kernel reports them.
+    iowq: (u32, u32),
+    /// One read buffer per slot.
+    bufs: Vec<u8>,
+    /// CQEs seen per slot's chain (3 when it is done) and the file it reads.
+    seen: Vec<u8>,
+    freed: Vec<usize>,
+}
+
+impl RawUring {
+    fn new() -> Result<RawUring, String> {
+        let entries = (3 * IN_FLIGHT).next_power_of_two() as u32;
+        let (ring, setup) = match IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+        {
+            Ok(r) => (r, "SINGLE_ISSUER|DEFER_TASKRUN"),
+            Err(_) => match IoUring::builder().setup_coop_taskrun().build(entries) {
+                Ok(r) => (r, "COOP_TASKRUN"),
+                Err(_) => (
+                    IoUring::new(entries).map_err(|e| format!("no io_uring here ({e})"))?,
+                    "none",
+                ),
+            },
+        };
+        let mut probe = io_uring::Probe::new();
+        ring.submitter()
+            .register_probe(&mut probe)
+            .map_err(|e| format!("io_uring probe failed ({e})"))?;
+        for (code, name) in [
+            (opcode::OpenAt::CODE, "OPENAT"),
+            (opcode::Read::CODE, "READ"),
+            (opcode::Close::CODE, "CLOSE"),
+        ] {
+            if !probe.is_supported(code) {
+                return Err(format!("this kernel's io_uring has no {name}"));
+            }
+        }
+        ring.submitter()
+            .register_files_sparse(IN_FLIGHT as u32)
+            .map_err(|e| format!("cannot register {IN_FLIGHT} direct descriptor slots ({e})"))?;
+        // The kernel's default limits, left as they are ([0, 0] only reads them): opens
+        // that miss the dentry cache run on io-wq's bounded workers.
+        let mut limits = [0u32; 2];
+        let iowq = match ring.submitter().register_iowq_max_workers(&mut limits) {
+            Ok(()) => (limits[0], limits[1]),
+            Err(_) => (0, 0),
+        };
+        Ok(RawUring {
+            ring,
+            entries,
+            setup,
+            iowq,
+            bufs: vec![0u8; IN_FLIGHT * READ_LEN],
+            seen: vec![0; IN_FLIGHT],
+            freed: Vec::with_capacity(IN_FLIGHT),
+        })
+    }
+
+    /// Queues the chain of file `path` on `slot`.
+    fn push(&mut self, slot: usize, path: &CStr) -> Result<(), String> {
+        let s = slot as u32;
+        let ud = (slot as u64) << 2;
+        let dest = types::DestinationSlot::try_from_slot_target(s)
+            .map_err(|_| format!("slot {s} is not a valid direct descriptor slot"))?;
+        let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path.as_ptr())
+            .flags(libc::O_RDONLY)
+            .file_index(Some(dest))
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(ud);
+        let buf = self.bufs[slot * READ_LEN..].as_mut_ptr();
+        let read = opcode::Read::new(types::Fixed(s), buf, READ_LEN as u32)
+            .build()
+            .flags(squeue::Flags::IO_HARDLINK)
+            .user_data(ud | 1);
+        let close = opcode::Close::new(types::Fixed(s))
+            .build()
+            .user_data(ud | 2);
+        // SAFETY: the path and the buffer stay valid until the chain's last CQE is reaped
+        // (`pass` does not return before, and both outlive the ring's use).
+        unsafe { self.ring.submission().push_multiple(&[open, read, close]) }
+            .map_err(|_| "the submission queue is full".to_string())
+    }
+
+    fn pass(&mut self, set: &Set) -> Result<Pass, String> {
+        let n = set.paths.len();
+        let depth = IN_FLIGHT.min(n);
+        let (mut next, mut finished, mut bytes) = (0usize, 0usize, 0u64);
+        let mut err: Option<String> = None;
+        let mut file = vec![0usize; IN_FLIGHT];
+        let t = Instant::now();
+        for (slot, f) in file.iter_mut().enumerate().take(depth) {
+            self.push(slot, &set.paths[next])?;
+            *f = next;
+            next += 1;
+        }
+        while finished < n {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => return Err(format!("io_uring_enter: {e}")),
+            }
+            self.freed.clear();
+            for cqe in self.ring.completion() {
+                let slot = (cqe.user_data() >> 2) as usize;
+                let op = cqe.user_data() & 3;
+                let res = cqe.result();
+                if res < 0 && err.is_none() {
+                    err = Some(format!(
+                        "{} of {}: {}",
+                        ["openat", "read", "close"][op as usize],
+                        set.paths[file[slot]].to_string_lossy(),
+                        std::io::Error::from_raw_os_error(-res)
+                    ));
+                } else if op == 1 && res >= 0 {
+                    bytes += res as u64;
+                }
+                self.seen[slot] += 1;
+                if self.seen[slot] == 3 {
+                    self.seen[slot] = 0;
+                    finished += 1;
+                    self.freed.push(slot);
+                }
+            }
+            for i in 0..self.freed.len() {
+                if next < n {
+                    let slot = self.freed[i];
+                    self.push(slot, &set.paths[next])?;
+                    file[slot] = next;
+                    next += 1;
+                }
+            }
+        }
+        let took = t.elapsed();
+        if let Some(e) = err {
+            return Err(e);
+        }
+        check_bytes("io_uring-raw", bytes, set.total)?;
+        Ok(Pass {
+            took,
+            went_async: 0,
+        })
+    }
+}
