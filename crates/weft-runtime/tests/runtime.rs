@@ -629,3 +629,26 @@ fn a_never_run_threads_closure_may_park_while_it_is_dropped() {
     assert!(never.join().unwrap_err().is::<weft_runtime::Shutdown>());
     assert!(holder.join().unwrap_err().is::<weft_runtime::Shutdown>());
 }
+
+#[test]
+fn blocking_pool_threads_are_not_pinned_to_the_workers_cpu() {
+    // A pool thread started from a pinned worker must not inherit its single CPU.
+    let cpus = |pid: i32| unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(pid, core::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        libc::CPU_COUNT(&set)
+    };
+    let all = cpus(unsafe { libc::getpid() });
+    let rt = Runtime::builder().workers(1).pin(true).build().unwrap();
+    let (worker, pool) = rt.block_on(move || {
+        let worker = cpus(0);
+        let pool = weft_runtime::blocking(move || cpus(0));
+        (worker, pool)
+    });
+    if all > 1 && worker == 1 {
+        assert_eq!(pool, all, "the pool thread has the process's CPUs");
+    }
+}

@@ -99,6 +99,7 @@ impl Pool {
     }
 
     fn serve(&'static self) {
+        unpin_current_thread();
         let mut st = lock(&self.state);
         loop {
             if let Some(job) = st.jobs.pop_front() {
@@ -126,6 +127,20 @@ impl Pool {
     #[allow(dead_code)]
     pub(crate) fn threads(&self) -> usize {
         lock(&self.state).threads
+    }
+}
+
+/// A pool thread started from a pinned worker inherits its single CPU: it gets the
+/// process's CPUs back (the main thread's set), so blocking work spreads over them.
+fn unpin_current_thread() {
+    // SAFETY: reads the main thread's CPU set into a local and applies it to the
+    // calling thread; both calls only touch that local.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        let size = core::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(libc::getpid(), size, &mut set) == 0 {
+            libc::sched_setaffinity(0, size, &set);
+        }
     }
 }
 
