@@ -13,8 +13,9 @@
 //! `cargo run --release -p weft-runtime --example syslet_server` starts the syslet on a
 //! listening socket, connects five clients that each send a few messages and hang up,
 //! and prints what the syslet counted. The accept blocks (no client yet), so the
-//! syslet goes to a cachemiss thread at once and `exec` returns: the program's own
-//! thread is free while the server runs.
+//! syslet goes asynchronous at once (to the io_uring chain engine, or a cachemiss
+//! thread: docs/syslets.md) and `exec` returns: the program's own thread is free while
+//! the server runs.
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -44,7 +45,10 @@ fn main() {
     let (buf, buflen, reads, one) = (b.buffer(4096), b.value(4096), b.value(0), b.value(1));
     let read = b.atom(libc::SYS_read, &[conn, buf, buflen]);
     // 0 (the client hung up) or an error: skip to the linearly next atom, the close.
-    b.flags(read, SYSLET_STOP_ON_NON_POSITIVE | SYSLET_SKIP_TO_NEXT_ON_STOP);
+    b.flags(
+        read,
+        SYSLET_STOP_ON_NON_POSITIVE | SYSLET_SKIP_TO_NEXT_ON_STOP,
+    );
     let close = b.atom(libc::SYS_close, &[conn]);
     let count = b.umem_add(reads, one);
     b.next(read, Some(count)).next(count, Some(read)); // read while positive
@@ -79,7 +83,7 @@ fn main() {
         d.atom,
         d.ret,
         if went_async {
-            "ran on a cachemiss thread: exec returned at once"
+            "went asynchronous (io_uring chain engine or cachemiss thread): exec returned at once"
         } else {
             "ran inline"
         }

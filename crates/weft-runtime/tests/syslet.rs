@@ -527,3 +527,31 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn dropping_the_context_while_a_syslet_runs_is_safe() {
+    // The program the atoms point into must outlive the syslet even when the user drops
+    // the context first (it used to be freed under the cachemiss thread's feet).
+    let mut ends = Vec::new();
+    for _ in 0..20 {
+        let (r, w) = pipe();
+        let ctx = Context::new(4);
+        let mut b = Builder::new();
+        let (fd, buf, len, n) = (b.value(r as i64), b.buffer(4096), b.value(4096), b.var());
+        let a = b.atom(libc::SYS_read, &[fd, buf, len]);
+        b.ret(a, n);
+        assert!(matches!(ctx.exec(b.build().unwrap()), Outcome::Async(_)));
+        drop(ctx);
+        // Overwrite freed memory if the program was freed, then let the read finish.
+        let junk: Vec<Vec<u8>> = (0..64).map(|_| vec![0xAB; 4096]).collect();
+        write_all(w, &[7u8; 64]);
+        ends.push((r, w, junk));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    for (r, w, _) in ends {
+        unsafe {
+            libc::close(r);
+            libc::close(w);
+        }
+    }
+}

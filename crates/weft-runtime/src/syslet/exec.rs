@@ -20,6 +20,10 @@
 //! | flag `SYSLET_SYNC` | where it is (blocking the caller if it must: on a green thread through `blocking`, so the worker goes on) |
 //! | any atom after the first that went to a cachemiss thread | that cachemiss thread |
 //!
+//! On the io_uring backend, "cachemiss thread" above reads "the io_uring chain engine
+//! (`uring.rs`)", which runs what io_uring can do as linked chains and hands the rest to
+//! a cachemiss thread ([`offload`]); both end through [`finish`].
+//!
 //! An inline run also gives up after [`INLINE_BUDGET`] atoms (a loop over cached data
 //! would otherwise keep the submitter forever): the rest goes to a cachemiss thread.
 //!
@@ -30,7 +34,7 @@
 use super::atom::{self, SysletUatom, SYSLET_ASYNC, SYSLET_NO_COMPLETE, SYSLET_SYNC};
 use super::ring::{Completion, Ring};
 use super::{fault, sys};
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, Once};
 
 /// How many times (a millisecond apart) a cancel interrupts the thread running the
@@ -45,6 +49,8 @@ pub(crate) struct Job {
     pub id: u64,
     pub cancel: AtomicBool,
     thread: Mutex<Option<libc::pthread_t>>,
+    /// The engine task running it (`uring.rs`), 0 when it is not on the engine.
+    pub(crate) engine: AtomicU64,
 }
 
 impl Job {
@@ -53,6 +59,7 @@ impl Job {
             id,
             cancel: AtomicBool::new(false),
             thread: Mutex::new(None),
+            engine: AtomicU64::new(0),
         }
     }
 
@@ -60,6 +67,11 @@ impl Job {
     /// cachemiss thread is interrupted (its system call returns `EINTR`).
     pub(crate) fn cancel(&self) {
         self.cancel.store(true, SeqCst);
+        // On the io_uring engine: it cancels the chain's requests (ASYNC_CANCEL).
+        let task = self.engine.load(SeqCst);
+        if task != 0 {
+            super::uring::cancel(task);
+        }
         // A signal that lands between the thread's check of the flag and its entry
         // into the system call is lost (the call then blocks): so it is sent again,
         // every millisecond for a while, until the thread has left the syslet.
@@ -76,7 +88,7 @@ impl Job {
         }
     }
 
-    fn cancelled(&self) -> bool {
+    pub(crate) fn cancelled(&self) -> bool {
         self.cancel.load(SeqCst)
     }
 }
@@ -124,7 +136,7 @@ pub(crate) enum Ran {
 }
 
 /// Reads the atom at `at` and its arguments; Err(-EFAULT) if any pointer is bad.
-fn load(at: *mut SysletUatom) -> Result<(SysletUatom, [u64; 6]), ()> {
+pub(crate) fn load(at: *mut SysletUatom) -> Result<(SysletUatom, [u64; 6]), ()> {
     let mut a = SysletUatom::default();
     fault::copy_in(
         (&mut a as *mut SysletUatom).cast(),
@@ -232,10 +244,13 @@ fn run_sync(nr: u64, args: [u64; 6]) -> i64 {
     crate::blocking(move || unsafe { sys::run_blocking(nr, args) })
 }
 
+/// What to call when a syslet ends silently (a NO_COMPLETE ending): forgets the job.
+pub(crate) type SilentEnd = Box<dyn FnOnce(u64) + Send>;
+
 /// Starts a syslet at `first`: runs it inline as far as it goes; if it must block, hands
-/// the rest to a cachemiss thread that posts its completion to `ring`. Returns the final
-/// atom and result when it finished inline (nothing is posted then), None when it went
-/// asynchronous.
+/// the rest to the io_uring chain engine (`uring.rs`, when `uring`) or a cachemiss
+/// thread, which posts its completion to `ring`. Returns the final atom and result when
+/// it finished inline (nothing is posted then), None when it went asynchronous.
 ///
 /// # Safety
 /// As [`run`]; the memory must stay valid until the completion is posted.
@@ -244,46 +259,80 @@ pub(crate) unsafe fn start(
     first: *mut SysletUatom,
     ring: Arc<Ring>,
     silent_end: impl FnOnce(u64) + Send + 'static,
+    uring: bool,
 ) -> Option<(*mut SysletUatom, i64)> {
     // SAFETY: per the contract.
     match unsafe { run(&job, first, Mode::Try) } {
         Ran::Done { atom, ret, .. } => Some((atom, ret)),
         Ran::Offload(at) => {
-            let at = SendPtr(at);
-            crate::io::threads::cachemiss_pool().execute(Box::new(move || {
-                let at = at;
-                // SAFETY: pthread_self is always safe.
-                *job.thread.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(unsafe { libc::pthread_self() });
-                // SAFETY: per the contract.
-                let r = unsafe { run(&job, at.0, Mode::Block) };
-                *job.thread.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                let Ran::Done {
-                    atom,
-                    ret,
-                    complete,
-                } = r
-                else {
-                    unreachable!("a blocking run does not offload")
-                };
-                // A NO_COMPLETE ending posts nothing (the seed's rule): the job is
-                // simply forgotten.
-                if complete {
-                    ring.push(Completion {
-                        atom,
-                        ret,
-                        id: job.id,
-                    });
-                } else {
-                    silent_end(job.id);
+            let silent_end: SilentEnd = Box::new(silent_end);
+            if uring {
+                if let Some(e) = super::uring::engine() {
+                    // SAFETY: per the contract.
+                    unsafe { e.submit(job, at, ring, silent_end) };
+                    return None;
                 }
-            }));
+            }
+            // SAFETY: per the contract.
+            unsafe { offload(job, at, ring, silent_end) };
             None
         }
     }
 }
 
-struct SendPtr(*mut SysletUatom);
+/// Runs the syslet from `at` on a cachemiss thread, which posts its completion.
+///
+/// # Safety
+/// As [`start`].
+pub(crate) unsafe fn offload(
+    job: Arc<Job>,
+    at: *mut SysletUatom,
+    ring: Arc<Ring>,
+    silent_end: SilentEnd,
+) {
+    let at = SendPtr(at);
+    crate::io::threads::cachemiss_pool().execute(Box::new(move || {
+        let at = at;
+        // SAFETY: pthread_self is always safe.
+        *job.thread.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(unsafe { libc::pthread_self() });
+        // SAFETY: per the contract.
+        let r = unsafe { run(&job, at.0, Mode::Block) };
+        *job.thread.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let Ran::Done {
+            atom,
+            ret,
+            complete,
+        } = r
+        else {
+            unreachable!("a blocking run does not offload")
+        };
+        finish(&job, &ring, silent_end, atom, ret, complete);
+    }));
+}
+
+/// Ends a syslet that went asynchronous at `atom` with `ret`: posts its completion, or,
+/// for a NO_COMPLETE ending, posts nothing (the seed's rule) and forgets the job.
+pub(crate) fn finish(
+    job: &Job,
+    ring: &Ring,
+    silent_end: SilentEnd,
+    atom: *mut SysletUatom,
+    ret: i64,
+    complete: bool,
+) {
+    if complete {
+        ring.push(Completion {
+            atom,
+            ret,
+            id: job.id,
+        });
+    } else {
+        silent_end(job.id);
+    }
+}
+
+pub(crate) struct SendPtr(pub(crate) *mut SysletUatom);
 // SAFETY: the atom memory is the submitter's, valid until completion (the contract);
-// only the cachemiss thread touches it from here on.
+// only the thread running the syslet touches it from here on.
 unsafe impl Send for SendPtr {}

@@ -42,8 +42,14 @@
 //! (with `SYSLET_STOP_ON_NEGATIVE`), and the completion says which atom failed and why
 //! (`-errno`). Bad pointers give `-EFAULT`, never a crash.
 //!
-//! Not yet here (see docs/syslets.md): mapping runs of atoms onto io_uring linked
-//! chains; the thread-pool semantics are the same on every backend.
+//! On the io_uring I/O backend, the asynchronous part runs on the **io_uring chain
+//! engine** (`uring.rs`) rather than a cachemiss thread: runs of atoms io_uring has
+//! (`openat` into a direct descriptor slot, `read`, `write`, `close`, `fsync`, ...) go
+//! in linked chains, conditions, branches and loops are evaluated by the engine between
+//! chains, and atoms io_uring cannot do go on to a cachemiss thread. Same results
+//! (documented exceptions: a direct `openat` writes the slot's index; a cancelled atom
+//! says `-ECANCELED`). `WEFT_SYSLET_URING=off` turns it off; on the threads backend
+//! everything runs on cachemiss threads. What runs where: docs/syslets.md.
 
 mod atom;
 mod build;
@@ -51,11 +57,14 @@ mod exec;
 mod fault;
 mod ring;
 mod sys;
+mod uring;
 
 pub use atom::*;
 pub use build::{AtomId, BuildError, Builder, Program, Var};
 pub use exec::INLINE_BUDGET;
 pub use ring::Completion;
+#[doc(hidden)]
+pub use uring::{engine_available, engine_stats, EngineStats};
 
 /// weft's `sys_umem_add(ptr, val)` (the seed's): adds `val` to the 64-bit value at
 /// `ptr` and returns the new value; with `val` 0 it reads it.
@@ -113,6 +122,8 @@ struct Inner {
     next_id: AtomicU64,
     /// The syslets in flight, and the programs of those submitted from Rust.
     jobs: Mutex<HashMap<u64, InFlight>>,
+    /// Whether offloaded syslets may run on the io_uring chain engine (`uring.rs`).
+    uring: std::sync::atomic::AtomicBool,
 }
 
 /// A syslet in flight, and its program if it was submitted from Rust.
@@ -166,6 +177,7 @@ impl Context {
                 ring: Arc::new(Ring::new(ring_size)),
                 next_id: AtomicU64::new(1),
                 jobs: Mutex::new(HashMap::new()),
+                uring: std::sync::atomic::AtomicBool::new(uring::wanted()),
             }),
         }
     }
@@ -235,17 +247,29 @@ impl Context {
             }
         }
         let _forget = Forget(&self.inner, id);
-        let inner = Arc::downgrade(&self.inner);
+        // A strong count: whoever runs the syslet asynchronously holds this closure until
+        // the syslet ends, so the context's state, and the program the atoms point into,
+        // outlive it even if the user drops the context meanwhile (a weak count here let
+        // a cachemiss thread write into a freed program).
+        let inner = self.inner.clone();
         let forget = move |id| {
-            if let Some(i) = inner.upgrade() {
-                lock(&i.jobs).remove(&id);
-            }
+            lock(&inner.jobs).remove(&id);
         };
         // SAFETY: per the contract.
-        match unsafe { exec::start(job, first, self.inner.ring.clone(), forget) } {
+        let uring = self.inner.uring.load(Relaxed) && crate::io::io_backend() == "io_uring";
+        // SAFETY: per the contract.
+        match unsafe { exec::start(job, first, self.inner.ring.clone(), forget, uring) } {
             Some((atom, ret)) => Ok((id, atom, ret)),
             None => Err(Handle(id)),
         }
+    }
+
+    /// Whether syslets of this context that go asynchronous may run on the io_uring
+    /// chain engine (default: on, unless `WEFT_SYSLET_URING=off`; it is used only on
+    /// the io_uring I/O backend). For tests and measurements.
+    #[doc(hidden)]
+    pub fn set_uring_engine(&self, on: bool) {
+        self.inner.uring.store(on, Relaxed);
     }
 
     /// Takes the oldest completion from the ring, if any, without a system call. For a
