@@ -255,16 +255,24 @@ pub(crate) type SilentEnd = Box<dyn FnOnce(u64) + Send>;
 /// # Safety
 /// As [`run`]; the memory must stay valid until the completion is posted.
 pub(crate) unsafe fn start(
-    job: Arc<Job>,
+    id: u64,
     first: *mut SysletUatom,
     ring: Arc<Ring>,
     silent_end: impl FnOnce(u64) + Send + 'static,
     uring: bool,
+    register: impl FnOnce(&Arc<Job>),
 ) -> Option<(*mut SysletUatom, i64)> {
+    // The inline run needs no shared record (nobody can cancel a syslet that has no
+    // handle yet): the job is made, and registered with its context through
+    // `register`, only when the syslet goes asynchronous, before anything else can see
+    // it. An inline syslet costs no allocation and no lock.
+    let inline = Job::new(id);
     // SAFETY: per the contract.
-    match unsafe { run(&job, first, Mode::Try) } {
+    match unsafe { run(&inline, first, Mode::Try) } {
         Ran::Done { atom, ret, .. } => Some((atom, ret)),
         Ran::Offload(at) => {
+            let job = Arc::new(inline);
+            register(&job);
             let silent_end: SilentEnd = Box::new(silent_end);
             if uring {
                 if let Some(e) = super::uring::engine() {

@@ -185,14 +185,12 @@ impl Context {
     /// Runs `program`: inline as far as nothing blocks, then asynchronously.
     pub fn exec(&self, mut program: Program) -> Outcome {
         let first = program.first();
-        // The program waits in `jobs` while it runs (its boxes do not move with it), so
-        // a completion posted at once by a cachemiss thread always finds it there.
-        // SAFETY: the atoms point into the program's boxes, alive in `jobs` until the
-        // completion is taken.
+        // SAFETY: the atoms point into the program's boxes (which do not move with it):
+        // alive here during the inline run, then in `jobs` (moved there before anything
+        // runs asynchronously) until the completion is taken.
         match unsafe { self.start(first, Some(program)) } {
-            Ok((id, atom, ret)) => {
-                let (_, program) = lock(&self.inner.jobs).remove(&id).expect("ours");
-                let program = program.expect("exec keeps its program");
+            Ok((atom, ret, program)) => {
+                let program = program.expect("an inline run keeps its program");
                 Outcome::Done(Done {
                     id: 0,
                     atom: program.index_of(atom).unwrap_or(usize::MAX),
@@ -215,16 +213,14 @@ impl Context {
     pub unsafe fn exec_raw(&self, first: *mut SysletUatom) -> RawOutcome {
         // SAFETY: per the contract.
         match unsafe { self.start(first, None) } {
-            Ok((id, atom, ret)) => {
-                lock(&self.inner.jobs).remove(&id);
-                RawOutcome::Done(atom, ret)
-            }
+            Ok((atom, ret, _)) => RawOutcome::Done(atom, ret),
             Err(h) => RawOutcome::Async(h),
         }
     }
 
-    /// Registers a job (with its program) and starts it: Ok((id, final atom, result))
-    /// if it finished inline (still registered), Err(handle) if it went asynchronous.
+    /// Starts a syslet: Ok((final atom, result, the program back)) if it finished
+    /// inline (it was never registered), Err(handle) if it went asynchronous (then it
+    /// and its program were registered in `jobs` before it could complete).
     ///
     /// # Safety
     /// As `exec_raw`.
@@ -232,21 +228,12 @@ impl Context {
         &self,
         first: *mut SysletUatom,
         program: Option<Program>,
-    ) -> Result<(u64, *mut SysletUatom, i64), Handle> {
+    ) -> Result<(*mut SysletUatom, i64, Option<Program>), Handle> {
         let id = self.inner.next_id.fetch_add(1, Relaxed);
-        let job = Arc::new(Job::new(id));
-        lock(&self.inner.jobs).insert(id, (job.clone(), program));
-        // If the inline run unwinds (a SYNC atom parked on a green thread when the
-        // runtime shuts down), the job must not stay "in flight" forever.
-        struct Forget<'a>(&'a Inner, u64);
-        impl Drop for Forget<'_> {
-            fn drop(&mut self) {
-                if std::thread::panicking() {
-                    lock(&self.0.jobs).remove(&self.1);
-                }
-            }
-        }
-        let _forget = Forget(&self.inner, id);
+        let mut program = program;
+        let register = |job: &Arc<Job>| {
+            lock(&self.inner.jobs).insert(id, (job.clone(), program.take()));
+        };
         // A strong count: whoever runs the syslet asynchronously holds this closure until
         // the syslet ends, so the context's state, and the program the atoms point into,
         // outlive it even if the user drops the context meanwhile (a weak count here let
@@ -255,11 +242,11 @@ impl Context {
         let forget = move |id| {
             lock(&inner.jobs).remove(&id);
         };
-        // SAFETY: per the contract.
         let uring = self.inner.uring.load(Relaxed) && crate::io::io_backend() == "io_uring";
         // SAFETY: per the contract.
-        match unsafe { exec::start(job, first, self.inner.ring.clone(), forget, uring) } {
-            Some((atom, ret)) => Ok((id, atom, ret)),
+        let r = unsafe { exec::start(id, first, self.inner.ring.clone(), forget, uring, register) };
+        match r {
+            Some((atom, ret)) => Ok((atom, ret, program)),
             None => Err(Handle(id)),
         }
     }
