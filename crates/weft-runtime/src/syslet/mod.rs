@@ -151,7 +151,8 @@ pub struct Done {
 pub enum Outcome {
     /// It ran to its end inline (nothing blocked): nothing goes to the ring.
     Done(Done),
-    /// It went to a cachemiss thread: its completion will be in the ring.
+    /// It went asynchronous (io_uring chain engine or cachemiss thread): its completion
+    /// will be in the ring.
     Async(Handle),
 }
 
