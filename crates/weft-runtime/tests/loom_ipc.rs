@@ -746,7 +746,9 @@ fn during(out: &Outcome, w: usize, start: &str, x: &str, end: &str) -> bool {
 }
 
 /// How a cancelled send of thread `t` (on worker `w`) was answered: `Removed` (the send
-/// fails) or `Missed` after the send's own outcome (which then stands).
+/// fails) or `Missed` after the send's own outcome (which then stands). A call's delivery
+/// is not acknowledged: for a call, a Missed with no answer before it means the request
+/// was delivered, and then the call must have failed at its receive stage.
 fn cancel_answer(out: &Outcome, w: usize, t: usize) -> &'static str {
     let removed = out.at(w, &format!("Removed {t}"));
     let missed = out.at(w, &format!("Missed {t}"));
@@ -757,7 +759,22 @@ fn cancel_answer(out: &Outcome, w: usize, t: usize) -> &'static str {
                 .iter()
                 .filter_map(|a| out.at(w, &format!("{a} {t}")))
                 .any(|a| a < m);
-            assert!(answered, "a Missed before the send's answer: {out:?}");
+            let call = out.threads[t]
+                .iter()
+                .any(|l| matches!(l.sent, Some((_, _, Then::Partner))));
+            if !answered {
+                assert!(call, "a Missed before the send's answer: {out:?}");
+                assert!(
+                    out.threads[t].iter().any(|l| matches!(
+                        l.res,
+                        Res::Failed {
+                            stage: Stage::Receive,
+                            ..
+                        }
+                    )),
+                    "a call whose cancel missed (delivered) failed at its receive stage: {out:?}"
+                );
+            }
             "missed"
         }
         (None, None) => "no answer",

@@ -45,15 +45,21 @@
 //!   aborted) while its send waits in a remote queue posts `Cancel` and waits for the
 //!   answer. The receiver's worker either still finds it queued (`Removed`: the send
 //!   failed, the message comes back to the caller) or does not, because it delivered
-//!   the message (or the receiver died) first, and then its `Delivered` (or `Dead`) was
-//!   posted *before* the `Missed`, into the same FIFO box: the sender learns the
-//!   outcome before the answer. Delivered exactly once, or failed, never both.
-//! - **The atomic transition from send to receive** (seed 11.3.4). A call's send turns
-//!   into a receive from the partner when its `Delivered` is handled on the caller's
-//!   worker. The partner can only reply after it was woken by that delivery, and its
-//!   reply travels through the same FIFO box as the `Delivered` (a started thread never
-//!   changes worker), so the reply always finds the caller receiving: a server may
-//!   reply with timeout zero.
+//!   the message (or refused it, or the receiver died) first. A plain send's
+//!   `Delivered` (or a `Refused`, a `Dead`) was then posted *before* the `Missed`, into
+//!   the same FIFO box: the sender learns the outcome before the answer. A call's
+//!   delivery is not acknowledged (below), so for a call a `Missed` with no answer
+//!   before it *means* delivered: the call fails at its receive stage. Delivered
+//!   exactly once, or failed, never both.
+//! - **The atomic transition from send to receive** (seed 11.3.4). A call is receiving
+//!   from its server from the moment its request is delivered. Its delivery is not
+//!   even acknowledged (one message less per call across workers): the server learns
+//!   the call's number at delivery, and its next send to the caller names it
+//!   (`Out::reply_to`); the caller's worker takes a send that answers its pending call
+//!   as that call's reply, at once, whatever the timeout (`awaits_reply`). So a server
+//!   may reply with timeout zero, on one worker or across. `reply_and_wait` turns the
+//!   other way when the reply's `Delivered` is handled on the server's worker: its
+//!   receive begins there, and a request that queued meanwhile is taken at once.
 //! - **Death.** A thread that exits refuses its queued senders with `Dead` and tells its
 //!   watchers `Gone`; a later `Send` to it is answered `Dead`.
 //! - Stale answers (for an operation that is over) are recognised by the operation
@@ -164,6 +170,11 @@ unsafe impl Sync for Ipc {}
 
 struct Out {
     msg: Option<Message>,
+    /// This send answers the receiver's call number `reply_to`, which the sender received
+    /// (and has not answered since): the receiver, still in that call's send stage on
+    /// its side (a call's delivery is not acknowledged: see `deliver`), takes it as its
+    /// reply.
+    reply_to: Option<u32>,
     /// The sender will receive from the receiver next (a call): the receiver notes it
     /// as a watcher, to tell it if it exits before replying.
     watch: bool,
@@ -256,6 +267,7 @@ impl Ipc {
             dead: AtomicBool::new(false),
             out: UnsafeCell::new(Out {
                 msg: None,
+                reply_to: None,
                 watch: false,
                 zero: false,
             }),
@@ -393,7 +405,7 @@ fn accepts(st: &Local, sender: &Arc<Ipc>) -> bool {
 }
 
 /// Moves `sender`'s message to `receiver` (on the receiver's worker), completing the
-/// receiver's receive, and answers the sender `Delivered`. `wake_receiver` is false
+/// receiver's receive, and answers the sender `Delivered` (unless the send is a call). `wake_receiver` is false
 /// when the receiver is the running thread itself.
 fn deliver<E: Env>(
     env: &mut E,
@@ -429,7 +441,14 @@ fn deliver<E: Env>(
     if wake_receiver {
         env.wake(receiver);
     }
-    answer(env, sender, seq, Op::Delivered);
+    if !watch {
+        answer(env, sender, seq, Op::Delivered);
+    }
+    // A call's delivery is not acknowledged: the caller goes on waiting, and the
+    // server's reply, which names the call (`Out::reply_to`), is taken as delivered-and-
+    // answered at once (`awaits_reply`). This saves a message per call across workers;
+    // the races stay covered: a cancel that misses means delivered (`on_cancel_answer`),
+    // and the server's exit tells its watchers `Gone`.
 }
 
 /// Adds (or renews) `who`'s entry in a watcher list.
@@ -445,10 +464,21 @@ fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
     }
 }
 
-fn remove_watcher(st: &mut Local, who: &Arc<Ipc>) {
-    if let Some(i) = st.watchers.iter().rposition(|(x, _)| Arc::ptr_eq(x, who)) {
-        st.watchers.swap_remove(i);
-    }
+/// Takes `who`'s entry out of a watcher list: the number of the operation it watched
+/// with (for a caller: its call), if it had one.
+fn remove_watcher(st: &mut Local, who: &Arc<Ipc>) -> Option<u32> {
+    let i = st.watchers.iter().rposition(|(x, _)| Arc::ptr_eq(x, who))?;
+    Some(st.watchers.swap_remove(i).1)
+}
+
+/// Whether `st` is a call to `sender` whose request `sender` received (operation
+/// `reply_to`): a call is receiving from its server from its delivery on, though its
+/// phase says Sending until the reply comes (the delivery is not acknowledged).
+fn awaits_reply(st: &Local, sender: &Arc<Ipc>, reply_to: Option<u32>) -> bool {
+    matches!(st.phase, Phase::Sending)
+        && st.then == Then::Partner
+        && reply_to == Some(st.seq)
+        && st.partner.as_ref().is_some_and(|p| Arc::ptr_eq(p, sender))
 }
 
 /// Takes the first sender `st` accepts out of its queue.
@@ -468,8 +498,16 @@ fn on_send<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32
     if receiver.is_dead() {
         return answer(env, sender, seq, Op::Dead);
     }
-    // SAFETY: the receiver is owned here; the reference ends before any call out.
-    let ready = accepts(unsafe { receiver.st() }, sender);
+    // SAFETY: the sender's send is in flight: its `out` is readable here.
+    let reply_to = unsafe { sender.out().reply_to };
+    let ready = {
+        // SAFETY: the receiver is owned here; the reference ends before any call out.
+        let st = unsafe { receiver.st() };
+        if awaits_reply(st, sender, reply_to) {
+            st.phase = Phase::Receiving { any: false };
+        }
+        accepts(st, sender)
+    };
     if ready {
         return deliver(env, receiver, sender, seq, true);
     }
@@ -600,7 +638,9 @@ fn on_gone<E: Env>(env: &mut E, receiver: &Ipc, seq: u32) {
     let wake = {
         // SAFETY: the receiver is owned here.
         let st = unsafe { receiver.st() };
-        let hit = st.seq == seq && matches!(st.phase, Phase::Receiving { any: false });
+        let hit = st.seq == seq
+            && (matches!(st.phase, Phase::Receiving { any: false })
+                || (matches!(st.phase, Phase::Sending) && st.then == Then::Partner));
         if hit {
             st.phase = Phase::Idle;
             st.outcome = Some(Err((Fail::Dead, Stage::Receive)));
@@ -624,9 +664,18 @@ fn on_cancel_answer<E: Env>(env: &mut E, sender: &Ipc, seq: u32, op: Op) {
             // missed: same FIFO box) and ended the operation.
             return;
         }
-        debug_assert_eq!(op, Op::Removed, "a missed cancel follows its send's answer");
+        // A cancel that missed a call's request means it was delivered (a call's
+        // delivery is not acknowledged; a refusal or a death would have come first, in
+        // the same FIFO box): the reply is what is given up. Any other send's answer
+        // comes before the Missed, so a Missed here is always a call's.
+        debug_assert!(op == Op::Removed || st.then == Then::Partner);
+        let stage = if op == Op::Missed {
+            Stage::Receive
+        } else {
+            Stage::Send
+        };
         st.phase = Phase::Idle;
-        st.outcome = Some(Err((st.why, Stage::Send)));
+        st.outcome = Some(Err((st.why, stage)));
         true
     };
     if wake {
@@ -673,14 +722,17 @@ pub fn begin_send_then<E: Env>(
         st.abort = false;
         st.outcome = None;
         st.rbuf = None;
-        // Sending to a thread ends our part in its receive, if it was waiting for us.
-        remove_watcher(st, to);
-        st.seq
+        // Sending to a thread ends our part in its receive, if it was waiting for us
+        // (and answers its call, if it is one).
+        let reply_to = remove_watcher(st, to);
+        (st.seq, reply_to)
     };
+    let (seq, reply_to) = seq;
     {
         // SAFETY: no send of ours is in flight: `out` is ours.
         let o = unsafe { me.out() };
         o.msg = Some(msg);
+        o.reply_to = reply_to;
         o.watch = then == Then::Partner;
         o.zero = zero;
     }
@@ -803,14 +855,23 @@ pub fn cancel<E: Env>(env: &mut E, me: &Arc<Ipc>, why: Fail) {
         // SAFETY: the partner is owned here; the reference ends at once.
         let q = &mut unsafe { partner.st() }.senders;
         let i = q.iter().position(|(x, s)| Arc::ptr_eq(x, me) && *s == seq);
-        debug_assert!(i.is_some(), "a local send still in progress is queued");
         if let Some(i) = i {
             q.remove(i);
         }
         // SAFETY: `me` runs here.
         let st = unsafe { me.st() };
+        // Not queued: a call that was delivered (a local send in progress is otherwise
+        // queued), whose reply is what is given up.
+        debug_assert!(i.is_some() || st.then == Then::Partner);
         st.phase = Phase::Idle;
-        st.outcome = Some(Err((why, Stage::Send)));
+        st.outcome = Some(Err((
+            why,
+            if i.is_some() {
+                Stage::Send
+            } else {
+                Stage::Receive
+            },
+        )));
     } else {
         {
             // SAFETY: `me` runs here.
