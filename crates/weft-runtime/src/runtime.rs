@@ -351,8 +351,9 @@ fn try_spawn_in<T: Send + 'static>(
         } else {
             catch_unwind(AssertUnwindSafe(f)).map(|v| Box::new(v) as Box<dyn Any + Send>)
         };
-        crate::ipc::exited();
+        // The join completes first: `ipc::exited` relies on that order.
         worker::complete_current(out);
+        crate::ipc::exited();
         // SAFETY: everything this frame owned has been moved or dropped.
         unsafe { worker::exit_current() }
     })

@@ -301,9 +301,14 @@ fn ipc_of(task: &Arc<Task>) -> Arc<Ipc> {
     let raw = Arc::into_raw(ipc.clone()).cast_mut();
     match task
         .ipc
-        .compare_exchange(core::ptr::null_mut(), raw, AcqRel, Acquire)
+        .compare_exchange(core::ptr::null_mut(), raw, SeqCst, SeqCst)
     {
         Ok(_) => {
+            if task.join_done_seqcst() {
+                // The thread completed, and its exit may have looked for an identity
+                // before this one went in (see `exited`): it is dead.
+                ipc.mark_dead();
+            }
             registry()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -366,14 +371,16 @@ pub(crate) fn exited() {
     let w = worker::current();
     // SAFETY: called by a green thread on its worker; the task is alive while it runs.
     let task = unsafe { &*worker::running_task(w) };
-    // One CAS when the thread never used IPC (the common case: spawn + join pays it).
-    let p = match task
-        .ipc
-        .compare_exchange(core::ptr::null_mut(), EXITED, AcqRel, Acquire)
-    {
-        Ok(_) => return,
-        Err(_) => task.ipc.swap(EXITED, AcqRel),
-    };
+    // A thread that never used IPC pays one load here (spawn + join is the common
+    // case). An identity made for it after this load finds its join complete (which
+    // happened before: `complete_current` runs first) and is made dead by `ipc_of`:
+    // the join's swap, this load, `ipc_of`'s CAS and its load of the join state are
+    // SeqCst, so one of the two sides sees the other.
+    let p = task.ipc.load(SeqCst);
+    if p.is_null() {
+        return;
+    }
+    let p = task.ipc.swap(EXITED, SeqCst);
     // SAFETY: the task's count on its identity, taken out of the task just now.
     let ipc = unsafe { Arc::from_raw(p) };
     // SAFETY: we run on our worker; protocol steps run at runtime depth.

@@ -105,6 +105,13 @@ impl Task {
 }
 
 impl Task {
+    /// Whether the thread has completed (its join outcome is in), as a SeqCst load.
+    pub(crate) fn join_done_seqcst(&self) -> bool {
+        self.join.is_done_seqcst()
+    }
+}
+
+impl Task {
     /// Drops a task that will never run (runtime shutdown, or a spawn that reached a
     /// worker that has ended): frees its fiber and closure, and completes its join with
     /// the [`Shutdown`](crate::Shutdown) payload.
@@ -183,7 +190,8 @@ impl JoinCell {
     pub(crate) fn complete(&self, out: Outcome) {
         // SAFETY: only the task writes `result`, once, before publishing DONE.
         unsafe { *self.result.get() = Some(out) };
-        if self.state.swap(DONE, AcqRel) == WAITING {
+        // SeqCst: ordered with the IPC identity's exit check (`ipc::exited`).
+        if self.state.swap(DONE, SeqCst) == WAITING {
             // SAFETY: the joiner wrote `waiter` before its Release CAS to WAITING, which
             // our AcqRel swap read; it never touches it again.
             if let Some(w) = unsafe { (*self.waiter.get()).take() } {
@@ -194,6 +202,11 @@ impl JoinCell {
 
     fn is_done(&self) -> bool {
         self.state.load(Acquire) == DONE
+    }
+
+    /// `is_done` as a SeqCst load (for `ipc::ipc_of`'s check against `ipc::exited`).
+    pub(crate) fn is_done_seqcst(&self) -> bool {
+        self.state.load(SeqCst) == DONE
     }
 
     /// The handle's side: waits for the outcome (parking the green thread, or the OS
