@@ -306,8 +306,14 @@ fn ipc_of(task: &Arc<Task>) -> Arc<Ipc> {
         Ok(_) => {
             if task.join_done_seqcst() {
                 // The thread completed, and its exit may have looked for an identity
-                // before this one went in (see `exited`): it is dead.
+                // before this one went in (see `exited`): it is dead, and the task's
+                // count on it is taken back (else task and identity would hold each
+                // other forever). If the exit took it first, the exit gives it back.
                 ipc.mark_dead();
+                if task.ipc.swap(EXITED, SeqCst) == raw {
+                    // SAFETY: the count published above, taken back out of the task.
+                    drop(unsafe { Arc::from_raw(raw) });
+                }
             }
             registry()
                 .lock()
@@ -381,6 +387,9 @@ pub(crate) fn exited() {
         return;
     }
     let p = task.ipc.swap(EXITED, SeqCst);
+    if p.is_null() || p == EXITED {
+        return; // `ipc_of` took it back meanwhile
+    }
     // SAFETY: the task's count on its identity, taken out of the task just now.
     let ipc = unsafe { Arc::from_raw(p) };
     // SAFETY: we run on our worker; protocol steps run at runtime depth.
