@@ -470,6 +470,7 @@ pub(crate) fn on_mail(w: *mut Worker, req: Req) {
 
 /// The running green thread's worker and identity. The identity is borrowed from the
 /// thread's task (no reference count taken: it lives until the thread itself exits).
+#[inline]
 fn caller(stage: Stage) -> Result<(*mut Worker, ManuallyDrop<Arc<Ipc>>), IpcError> {
     let w = worker::current();
     let t = if w.is_null() {
@@ -495,6 +496,7 @@ fn caller(stage: Stage) -> Result<(*mut Worker, ManuallyDrop<Arc<Ipc>>), IpcErro
 
 /// Checks that `to` may be a partner of `me` and has started (waiting for it to start,
 /// within the deadline).
+#[inline]
 fn check_partner(
     w: *mut Worker,
     me: &Arc<Ipc>,
@@ -533,6 +535,7 @@ fn kind_of(f: Fail) -> ErrorKind {
 
 /// Runs one operation of `me` to its end: `start` begins it, then the thread parks
 /// until the outcome is in, cancelling at the deadline or when aborted.
+#[inline]
 fn run(
     me: &Arc<Ipc>,
     deadline: Option<Instant>,
@@ -581,6 +584,7 @@ fn run(
     }
 }
 
+#[inline]
 fn deadline_of(t: Timeout) -> (bool, Option<Instant>) {
     match t {
         Timeout::Zero => (true, None),
@@ -589,6 +593,7 @@ fn deadline_of(t: Timeout) -> (bool, Option<Instant>) {
     }
 }
 
+#[inline]
 fn failed(
     (why, stage, partner, unsent): (Fail, Stage, Option<Arc<Ipc>>, Option<Message>),
 ) -> IpcError {
@@ -597,6 +602,7 @@ fn failed(
 
 /// Sends `msg` to `to`: returns once `to` has received it, or fails (and gives the
 /// message back) when the timeout passes, the operation is cancelled, or `to` exits.
+#[inline]
 pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
     let (zero, deadline) = deadline_of(timeout);
     transfer(to, msg, zero, deadline, Then::Nothing).map(|_| ())
@@ -606,12 +612,14 @@ pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
 /// the send-to-receive transition atomic: see the module comment. `timeout`: `Zero`
 /// fails unless `to` is waiting now (then the reply is awaited without limit);
 /// `After(d)` bounds the whole call.
+#[inline]
 pub fn call(to: &Tid, msg: Message, timeout: Timeout) -> Result<Message, IpcError> {
     let (zero, deadline) = deadline_of(timeout);
     transfer(to, msg, zero, deadline, Then::Partner)
         .map(|r| r.expect("a call receives its reply").1)
 }
 
+#[inline]
 fn transfer(
     to: &Tid,
     msg: Message,
@@ -640,6 +648,7 @@ fn transfer(
 
 /// Receives a message from `from` (None: from anyone), waiting at most `timeout`.
 /// Returns the sender and the message.
+#[inline]
 pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), IpcError> {
     let (w, me) = caller(Stage::Receive)?;
     let (zero, deadline) = deadline_of(timeout);
@@ -663,6 +672,7 @@ pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), I
 /// ready for its reply), then receives the next request from anyone, waiting at most
 /// `timeout`. If the reply cannot be delivered (the client gave up or was cancelled),
 /// the error has stage `Send`, gives the reply back, and no receive was started.
+#[inline]
 pub fn reply_and_wait(
     client: &Tid,
     reply: Message,

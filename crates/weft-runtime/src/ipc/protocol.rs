@@ -816,6 +816,7 @@ pub enum Next {
 }
 
 /// Where `me`'s operation stands.
+#[inline]
 pub fn next(me: &Ipc) -> Next {
     // SAFETY: `me` runs here.
     let st = unsafe { me.st() };
@@ -899,6 +900,7 @@ pub type Finished =
     Result<Option<(Arc<Ipc>, Message)>, (Fail, Stage, Option<Arc<Ipc>>, Option<Message>)>;
 
 /// Takes the outcome of `me`'s finished operation (after `next` said `Done`).
+#[inline]
 pub fn finish(me: &Ipc) -> Finished {
     // SAFETY: `me` runs here; its operation is over, so no other worker reads `out`.
     let (st, o) = unsafe { (me.st(), me.out()) };
