@@ -231,9 +231,20 @@ impl Context {
         program: Option<Program>,
     ) -> Result<(*mut SysletUatom, i64, Option<Program>), Handle> {
         let id = self.inner.next_id.fetch_add(1, Relaxed);
-        let mut program = program;
+        // If the inline run unwinds (a SYSLET_SYNC atom parked in `blocking()` when the
+        // runtime shuts down), the pool thread still finishes that system call with
+        // pointers into the program: the program is leaked then, never freed under it.
+        struct LeakOnUnwind(Option<Program>);
+        impl Drop for LeakOnUnwind {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    core::mem::forget(self.0.take());
+                }
+            }
+        }
+        let mut program = LeakOnUnwind(program);
         let register = |job: &Arc<Job>| {
-            lock(&self.inner.jobs).insert(id, (job.clone(), program.take()));
+            lock(&self.inner.jobs).insert(id, (job.clone(), program.0.take()));
         };
         // A strong count: whoever runs the syslet asynchronously holds this closure until
         // the syslet ends, so the context's state, and the program the atoms point into,
@@ -247,7 +258,7 @@ impl Context {
         // SAFETY: per the contract.
         let r = unsafe { exec::start(id, first, self.inner.ring.clone(), forget, uring, register) };
         match r {
-            Some((atom, ret)) => Ok((atom, ret, program)),
+            Some((atom, ret)) => Ok((atom, ret, program.0.take())),
             None => Err(Handle(id)),
         }
     }
