@@ -106,6 +106,10 @@
  * and what exactly.  Entry points that may park (async_exec and
  * weft_syslet_exec with a SYSLET_SYNC atom, async_wait) fail with
  * WEFT_ERR_SHUTDOWN when the runtime of the calling green thread shuts down.
+ * After a SHUTDOWN from async_exec/weft_syslet_exec, the SYSLET_SYNC atom's
+ * system call may still be running on weft's blocking pool: keep the memory
+ * its arguments point to (a read buffer, say) alive until the process exits,
+ * or until that call must have returned.
  *
  * Linux only (LP64: x86_64, aarch64).  Link with -lweft.
  */
