@@ -247,33 +247,44 @@ fn run_sync(nr: u64, args: [u64; 6]) -> i64 {
 /// What to call when a syslet ends silently (a NO_COMPLETE ending): forgets the job.
 pub(crate) type SilentEnd = Box<dyn FnOnce(u64) + Send>;
 
+/// What a syslet that goes asynchronous needs from its context: the ring its
+/// completion goes to, what to call if it ends silently, and whether the io_uring
+/// chain engine may run it.
+pub(crate) struct GoAsync {
+    pub ring: Arc<Ring>,
+    pub silent_end: SilentEnd,
+    pub uring: bool,
+}
+
 /// Starts a syslet at `first`: runs it inline as far as it goes; if it must block, hands
-/// the rest to the io_uring chain engine (`uring.rs`, when `uring`) or a cachemiss
-/// thread, which posts its completion to `ring`. Returns the final atom and result when
-/// it finished inline (nothing is posted then), None when it went asynchronous.
+/// the rest to the io_uring chain engine (`uring.rs`, when `GoAsync::uring`) or a
+/// cachemiss thread, which posts its completion to the ring. Returns the final atom and
+/// result when it finished inline (nothing is posted then), None when it went
+/// asynchronous.
 ///
 /// # Safety
 /// As [`run`]; the memory must stay valid until the completion is posted.
 pub(crate) unsafe fn start(
     id: u64,
     first: *mut SysletUatom,
-    ring: Arc<Ring>,
-    silent_end: impl FnOnce(u64) + Send + 'static,
-    uring: bool,
-    register: impl FnOnce(&Arc<Job>),
+    go_async: impl FnOnce(&Arc<Job>) -> GoAsync,
 ) -> Option<(*mut SysletUatom, i64)> {
     // The inline run needs no shared record (nobody can cancel a syslet that has no
     // handle yet): the job is made, and registered with its context through
-    // `register`, only when the syslet goes asynchronous, before anything else can see
-    // it. An inline syslet costs no allocation and no lock.
+    // `go_async` (which also gives the ring and the rest), only when the syslet goes
+    // asynchronous, before anything else can see it. An inline syslet costs no
+    // allocation, no lock and no reference count.
     let inline = Job::new(id);
     // SAFETY: per the contract.
     match unsafe { run(&inline, first, Mode::Try) } {
         Ran::Done { atom, ret, .. } => Some((atom, ret)),
         Ran::Offload(at) => {
             let job = Arc::new(inline);
-            register(&job);
-            let silent_end: SilentEnd = Box::new(silent_end);
+            let GoAsync {
+                ring,
+                silent_end,
+                uring,
+            } = go_async(&job);
             if uring {
                 if let Some(e) = super::uring::engine() {
                     // SAFETY: per the contract.

@@ -243,21 +243,23 @@ impl Context {
             }
         }
         let mut program = LeakOnUnwind(program);
-        let register = |job: &Arc<Job>| {
+        let go_async = |job: &Arc<Job>| {
             lock(&self.inner.jobs).insert(id, (job.clone(), program.0.take()));
+            // A strong count: whoever runs the syslet asynchronously holds this closure
+            // until the syslet ends, so the context's state, and the program the atoms
+            // point into, outlive it even if the user drops the context meanwhile (a
+            // weak count here let a cachemiss thread write into a freed program).
+            let inner = self.inner.clone();
+            exec::GoAsync {
+                ring: self.inner.ring.clone(),
+                silent_end: Box::new(move |id| {
+                    lock(&inner.jobs).remove(&id);
+                }),
+                uring: self.inner.uring.load(Relaxed) && crate::io::io_backend() == "io_uring",
+            }
         };
-        // A strong count: whoever runs the syslet asynchronously holds this closure until
-        // the syslet ends, so the context's state, and the program the atoms point into,
-        // outlive it even if the user drops the context meanwhile (a weak count here let
-        // a cachemiss thread write into a freed program).
-        let inner = self.inner.clone();
-        let forget = move |id| {
-            lock(&inner.jobs).remove(&id);
-        };
-        let uring = self.inner.uring.load(Relaxed) && crate::io::io_backend() == "io_uring";
         // SAFETY: per the contract.
-        let r = unsafe { exec::start(id, first, self.inner.ring.clone(), forget, uring, register) };
-        match r {
+        match unsafe { exec::start(id, first, go_async) } {
             Some((atom, ret)) => Ok((atom, ret, program.0.take())),
             None => Err(Handle(id)),
         }

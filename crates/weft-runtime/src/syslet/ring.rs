@@ -57,28 +57,28 @@ impl Ring {
 
     /// Adds a completion (never drops it) and wakes the waiters.
     pub(crate) fn push(&self, c: Completion) {
-        let pushed = self.overflow_len.load(Acquire) == 0 && self.q.push(c).is_ok();
-        if !pushed {
-            let mut o = lock(&self.overflow);
-            o.push_back(c);
-            self.overflow_len.store(o.len(), Release);
-            self.overflowed.fetch_add(1, Relaxed);
-        }
-        // Waiters check under this lock (see `wait`): taking it after the push means
-        // none can miss it.
-        let ws = core::mem::take(&mut *lock(&self.waiters));
-        for w in ws {
-            w.unpark_owned();
-        }
+        self.add(c, true)
     }
 
     /// Puts back a completion that was taken out (not counted as an overflow).
     pub(crate) fn push_back(&self, c: Completion) {
-        if self.q.push(c).is_err() {
+        self.add(c, false)
+    }
+
+    /// `fresh`: a new completion, which goes behind any in the overflow list and counts
+    /// as an overflow if it joins them; else one put back, which takes any free slot.
+    fn add(&self, c: Completion, fresh: bool) {
+        let pushed = (!fresh || self.overflow_len.load(Acquire) == 0) && self.q.push(c).is_ok();
+        if !pushed {
             let mut o = lock(&self.overflow);
             o.push_back(c);
             self.overflow_len.store(o.len(), Release);
+            if fresh {
+                self.overflowed.fetch_add(1, Relaxed);
+            }
         }
+        // Waiters check under this lock (see `wait`): taking it after the push means
+        // none can miss it.
         let ws = core::mem::take(&mut *lock(&self.waiters));
         for w in ws {
             w.unpark_owned();

@@ -640,41 +640,18 @@ pub struct Shutdown;
 /// parking, if the caller is not a green thread.
 pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
     let w = current();
-    // SAFETY: a non-null thread word is this thread's worker; short accesses only.
-    unsafe {
-        if w.is_null() {
-            return false;
-        }
-        let Some(me) = (*w).current.clone() else {
-            return false;
-        };
-        check_cancelled(&me);
-        preempt::enter(w);
-        if me.park.park_begin() {
-            if let Some(d) = deadline {
-                (*w).timers.add(d, me.clone());
-            }
-            drop(me);
-            switch_away(w, false);
-            let w = current();
-            let me = (*w).current.clone().expect("resumed as a green thread");
-            me.park.park_end();
-            if deadline.is_some() {
-                (*w).timers.cancel(&me);
-            }
-            preempt::leave(w);
-            check_cancelled(&me);
-        } else {
-            preempt::leave(w);
-        }
-        true
+    // SAFETY: a non-null thread word is this thread's worker; a short read.
+    if w.is_null() || unsafe { running_task(w) }.is_null() {
+        return false;
     }
+    park_handoff(None, deadline);
+    true
 }
 
-/// Parks the calling green thread (as [`park_current`]) and hands its worker to
-/// `handoff`, a thread of this worker that the caller woke and took responsibility for
-/// scheduling (see [`switch_away_to`]). If the caller does not park after all (a
-/// wake-up was pending), `handoff` is queued and the caller goes on.
+/// Parks the calling green thread (until `deadline` if given), handing its worker to
+/// `handoff` if given: a thread of this worker that the caller woke and took
+/// responsibility for scheduling (see [`switch_away_to`]). If the caller does not park
+/// after all (a wake-up was pending), `handoff` is queued and the caller goes on.
 ///
 /// # Panics
 /// Outside a green thread.
