@@ -1,0 +1,1 @@
+//! A small blocking RESP client (to be written).

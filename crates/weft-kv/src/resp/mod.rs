@@ -1,0 +1,16 @@
+//! The Redis serialization protocol (RESP2, and RESP3 after `HELLO 3`).
+//!
+//! - [`parse`]: bytes to commands. A command is an array of bulk strings (what every
+//!   client library sends) or an inline command (a line of words, what `telnet` and
+//!   redis-benchmark's inline PING send). Limits are checked before anything is
+//!   allocated: a bulk length above [`Limits::max_bulk`] is refused as soon as its
+//!   header is read.
+//! - [`reply`]: the [`Reply`] type and its encodings. One value encodes to RESP2 or
+//!   RESP3 depending on the connection's protocol version (a map is a flat array in
+//!   RESP2, a nil is `$-1` in RESP2 and `_` in RESP3, ...).
+
+pub mod parse;
+pub mod reply;
+
+pub use parse::{Limits, Parser, ProtocolError};
+pub use reply::Reply;

@@ -1,0 +1,107 @@
+//! The server's configuration, with its defaults (it starts with none given).
+
+use std::path::PathBuf;
+
+/// weft-kv's documented TCP port: Redis's 6379 with its first digit raised, so that a
+/// redis-server and weft-kv run side by side.
+pub const DEFAULT_PORT: u16 = 7379;
+
+/// When the log is flushed to the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    /// A write is acknowledged once it is on the disk (group commit: one fsync
+    /// covers every write that arrived while the previous one ran).
+    Always,
+    /// A write is acknowledged once it is written to the file (in the page cache:
+    /// it survives the server's crash); the file is fsynced every second, so a
+    /// crash of the machine loses at most about a second. Redis's default.
+    EverySec,
+    /// Written before acknowledged, never fsynced by weft-kv (the kernel flushes).
+    No,
+}
+
+impl std::str::FromStr for Fsync {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Fsync, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "always" => Ok(Fsync::Always),
+            "everysec" => Ok(Fsync::EverySec),
+            "no" => Ok(Fsync::No),
+            _ => Err(format!("unknown fsync policy '{s}': use always, everysec or no")),
+        }
+    }
+}
+
+impl Fsync {
+    /// The policy's name, as CONFIG GET appendfsync answers it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::EverySec => "everysec",
+            Fsync::No => "no",
+        }
+    }
+}
+
+/// Everything `weft kv serve` can be told.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The data directory (logs, lock file; created 0700).
+    pub dir: PathBuf,
+    /// The Unix socket's path (created 0600); `None`: no Unix socket.
+    pub unix_socket: Option<PathBuf>,
+    /// The TCP address to bind (loopback unless told otherwise).
+    pub bind: String,
+    /// The TCP port; 0: no TCP.
+    pub port: u16,
+    /// When the log is fsynced.
+    pub fsync: Fsync,
+    /// The memory limit in bytes (0: none); over it, commands that grow memory fail.
+    pub maxmemory: u64,
+    /// The password AUTH must give (`None`: no password).
+    pub password: Option<String>,
+    /// The most connections at once; one more is told `ERR max number of clients
+    /// reached` and closed.
+    pub max_clients: usize,
+    /// The largest bulk string a request may carry (Redis's proto-max-bulk-len).
+    pub max_bulk: usize,
+    /// Worker threads (0: one per CPU).
+    pub workers: usize,
+}
+
+impl Config {
+    /// The per-user default data directory: `$XDG_DATA_HOME/weft-kv`, else
+    /// `$HOME/.local/share/weft-kv`, else `./weft-kv`.
+    pub fn default_dir() -> PathBuf {
+        if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+            return PathBuf::from(x).join("weft-kv");
+        }
+        if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            return PathBuf::from(h).join(".local/share/weft-kv");
+        }
+        PathBuf::from("weft-kv")
+    }
+
+    /// The defaults for data directory `dir`: the Unix socket `dir/weft-kv.sock`,
+    /// TCP on 127.0.0.1:7379, fsync every second, no memory limit, no password.
+    pub fn with_dir(dir: PathBuf) -> Config {
+        Config {
+            unix_socket: Some(dir.join("weft-kv.sock")),
+            dir,
+            bind: "127.0.0.1".into(),
+            port: DEFAULT_PORT,
+            fsync: Fsync::EverySec,
+            maxmemory: 0,
+            password: None,
+            max_clients: 10_000,
+            max_bulk: 512 << 20,
+            workers: 0,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config::with_dir(Config::default_dir())
+    }
+}

@@ -1,0 +1,1 @@
+//! The embedded store (to be written).
