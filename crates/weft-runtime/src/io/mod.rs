@@ -583,7 +583,7 @@ pub(crate) fn read(fd: &Fd, buf: &mut [u8], off: Option<u64>) -> io::Result<usiz
     let data = OpData {
         fd: fd.raw(),
         off,
-        buf: vec![0; len],
+        buf: bufs::take(len),
         keep: Some(fd.clone()),
         ..Default::default()
     };
@@ -607,6 +607,7 @@ pub(crate) fn read(fd: &Fd, buf: &mut [u8], off: Option<u64>) -> io::Result<usiz
     )?;
     let n = done.result()?;
     buf[..n].copy_from_slice(&done.data.buf[..n]);
+    bufs::give(done.data.buf);
     Ok(n)
 }
 
@@ -635,7 +636,7 @@ pub(crate) fn write(fd: &Fd, buf: &[u8], off: Option<u64>) -> io::Result<usize> 
     let data = OpData {
         fd: fd.raw(),
         off,
-        buf: buf[..len].to_vec(),
+        buf: bufs::copy(&buf[..len]),
         keep: Some(fd.clone()),
         ..Default::default()
     };
@@ -657,7 +658,9 @@ pub(crate) fn write(fd: &Fd, buf: &[u8], off: Option<u64>) -> io::Result<usize> 
         },
         None,
     )?;
-    done.result()
+    let r = done.result();
+    bufs::give(done.data.buf);
+    r
 }
 
 fn pwrite_or_write(fd: RawFd, p: *const u8, n: usize, off: Option<u64>) -> isize {
@@ -905,7 +908,7 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
     loop {
         let data = OpData {
             fd: fd.raw(),
-            buf: vec![0; len],
+            buf: bufs::take(len),
             keep: Some(fd.clone()),
             ..Default::default()
         };
@@ -929,6 +932,7 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
         }
         let n = uring_sock_result(&done, deadline)?;
         buf[..n].copy_from_slice(&done.data.buf[..n]);
+        bufs::give(done.data.buf);
         return Ok(n);
     }
 }
@@ -952,7 +956,7 @@ pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result
     loop {
         let data = OpData {
             fd: fd.raw(),
-            buf: buf[..len].to_vec(),
+            buf: bufs::copy(&buf[..len]),
             keep: Some(fd.clone()),
             ..Default::default()
         };
@@ -975,7 +979,9 @@ pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result
             wait_ready(cx, fd, Dir::Write, None, deadline)?;
             continue;
         }
-        return uring_sock_result(&done, deadline);
+        let r = uring_sock_result(&done, deadline);
+        bufs::give(done.data.buf);
+        return r;
     }
 }
 
@@ -1113,4 +1119,53 @@ pub(crate) fn connect(fd: &Fd, addr: SockAddr, deadline: Option<Instant>) -> io:
         r => Err(io::Error::from_raw_os_error(-r as i32)),
     }
     // (A socket made nonblocking here stays so: every context handles EAGAIN.)
+}
+
+/// Buffers for operations whose memory the kernel uses until they complete (read,
+/// recv, write and send copy through them, so that a cancelled operation never
+/// writes into the caller's memory). A fresh zeroed 16 KiB buffer per read cost more
+/// than the read's own work (memset was the top entry of a server's profile), so
+/// each OS thread keeps a few: a buffer comes back after its operation completed and
+/// its bytes were copied out; one lost to a cancellation is simply freed.
+mod bufs {
+    use std::cell::RefCell;
+
+    /// Buffers kept per OS thread, and the largest kept.
+    const KEEP: usize = 4;
+    const MAX: usize = 256 << 10;
+
+    thread_local! {
+        static CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A buffer of `len` bytes (zeroed when new; a reused one holds old bytes, which
+    /// the operation overwrites and nobody reads).
+    pub(super) fn take(len: usize) -> Vec<u8> {
+        match CACHE.with(|c| c.borrow_mut().pop()) {
+            Some(mut v) => {
+                v.resize(len, 0);
+                v
+            }
+            None => vec![0; len],
+        }
+    }
+
+    /// A buffer holding a copy of `src`.
+    pub(super) fn copy(src: &[u8]) -> Vec<u8> {
+        let mut v = take(src.len());
+        v.copy_from_slice(src);
+        v
+    }
+
+    /// Gives a buffer back for reuse.
+    pub(super) fn give(v: Vec<u8>) {
+        if v.capacity() <= MAX {
+            CACHE.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.len() < KEEP {
+                    c.push(v);
+                }
+            });
+        }
+    }
 }
