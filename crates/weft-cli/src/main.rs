@@ -7,12 +7,16 @@
 //! * `weft bench-worker <job> ...` is hidden from `--help`: it is how a suite
 //!   re-executes this binary to run a workload in a fresh process (e.g. the
 //!   "4 processes at once" rows of `bench fibers`). It prints one JSON line.
+//! * `weft kv <subcommand>`: the weft-kv store (see [`kv`]: `serve`, `set`, `get`,
+//!   `del`, `keys`, `stats`, `check`).
 //!
-//! Errors are printed as `weft: error: ...` on stderr with exit status 1.
+//! Errors are printed as `weft: error: ...` on stderr with exit status 1 (2 for
+//! `weft kv`, whose status 1 means "not found": see [`kv`]).
 
 mod bench;
 mod fs;
 mod introspect;
+mod kv;
 mod ps;
 mod top;
 
@@ -42,6 +46,10 @@ enum Command {
     /// The fibers of weft processes as files: DIR/<pid>/fibers/<id> (FUSE).
     #[command(subcommand)]
     Fs(fs::FsCommand),
+    /// weft-kv, a key-value store shared by the processes of this machine (Redis
+    /// protocol): run the server, or set, get, delete and list keys.
+    #[command(subcommand)]
+    Kv(kv::KvCommand),
     /// Internal: run one benchmark workload in this process and print one JSON line.
     #[command(name = "bench-worker", hide = true)]
     BenchWorker {
@@ -82,6 +90,7 @@ fn main() -> ExitCode {
         ),
         Command::BenchWorker { job } => bench::run_worker(job),
         Command::Fs(cmd) => fs::run(cmd),
+        Command::Kv(cmd) => return kv::run(cmd),
         Command::Ps(args) => ps::run(args),
         Command::Top(args) => top::run(args),
     };

@@ -24,10 +24,13 @@
 //!   durability, in one process, without a server.
 //! - [`client`]: a small blocking RESP client (the `weft kv` subcommands use it).
 
+pub mod client;
 pub mod commands;
+pub mod exec;
 pub mod keyspace;
 pub mod log;
 pub mod resp;
-pub mod client;
+pub mod route;
 pub mod server;
+pub mod shard;
 pub mod store;

@@ -1,1 +1,272 @@
-//! The embedded store (to be written).
+//! The embedded store: `Store::open(dir)` gives one process the same keys, files and
+//! durability as the server, without a server.
+//!
+//! The data directory is the server's (same manifest, same shard logs, same lock, so
+//! a store and a server never open one directory at once). Each shard sits behind a
+//! lock; a command runs on its shard and its records are written to the shard's log
+//! before the call returns (and fsynced first under `Fsync::Always`; under
+//! `EverySec`, a background thread fsyncs each log once a second). Commands are the
+//! server's (`Store::exec` takes any key command, DBSIZE, KEYS, SCAN, FLUSHALL, PING,
+//! ...), run by the same code.
+//!
+//! It is meant for plain OS threads. From weft green threads it works too, but a
+//! green thread that waits for a shard's lock blocks its worker.
+
+use crate::commands::{self, Exec};
+use crate::exec::{self, Acks, ShardSet};
+use crate::keyspace::Keyspace;
+use crate::log::{self, DataDir, LogWriter};
+use crate::resp::Reply;
+use crate::server::Fsync;
+use crate::shard::Shard;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+struct StoreShard {
+    shard: Shard,
+    writer: LogWriter,
+    error: Option<String>,
+    unsynced: bool,
+    /// The LSN written to the log file.
+    written: u64,
+}
+
+struct Inner {
+    shards: Vec<Mutex<StoreShard>>,
+    fsync: Fsync,
+    stop: AtomicBool,
+    _dir: DataDir,
+}
+
+/// An embedded weft-kv store.
+pub struct Store {
+    inner: Arc<Inner>,
+    syncer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Whether SET made a new key or replaced a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetOutcome {
+    /// The key did not exist.
+    Created,
+    /// The key existed; its value was replaced.
+    Updated,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir`, with fsync every second.
+    pub fn open(dir: impl AsRef<Path>) -> io::Result<Store> {
+        Store::open_with(dir, Fsync::EverySec)
+    }
+
+    /// Opens the store in `dir` with fsync policy `fsync`.
+    pub fn open_with(dir: impl AsRef<Path>, fsync: Fsync) -> io::Result<Store> {
+        let default_shards = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let dd = DataDir::open(dir.as_ref(), default_shards)?;
+        let now = crate::shard::now_ms();
+        let mut shards = Vec::new();
+        for s in 0..dd.shards() {
+            let path = dd.log_path(s);
+            let mut ks = Keyspace::new();
+            log::recover(&path, |r| ks.apply(r.as_ref(), now))
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            let writer = LogWriter::open(&path)?;
+            shards.push(Mutex::new(StoreShard {
+                shard: Shard::new(ks),
+                writer,
+                error: None,
+                unsynced: false,
+                written: 0,
+            }));
+        }
+        let inner = Arc::new(Inner {
+            shards,
+            fsync,
+            stop: AtomicBool::new(false),
+            _dir: dd,
+        });
+        let syncer = (fsync == Fsync::EverySec).then(|| {
+            let inner = inner.clone();
+            std::thread::spawn(move || {
+                while !inner.stop.load(Acquire) {
+                    std::thread::park_timeout(Duration::from_secs(1));
+                    let _ = inner.sync_all();
+                }
+            })
+        });
+        Ok(Store { inner, syncer })
+    }
+
+    /// Runs one command (`args[0]` is its name) and returns its reply, as the server
+    /// would: key commands, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL, PING, ECHO, TIME.
+    pub fn exec(&self, args: &[&[u8]]) -> Reply {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        let Some(cmd) = args.first().and_then(|n| commands::lookup(n)) else {
+            return commands::unknown(&args);
+        };
+        if let Err(r) = commands::check_arity(cmd, &args) {
+            return r;
+        }
+        let mut acks = Acks::default();
+        let set = &*self.inner;
+        let reply = match cmd.exec {
+            Exec::Shard(_) | Exec::Split(..) => exec::run_keyed(set, cmd, &args, &mut acks),
+            Exec::Server => exec::run_common(set, cmd, &args, &mut acks),
+        }
+        .unwrap_or_else(|| {
+            Reply::error(format!(
+                "ERR '{}' is a server command: the embedded store does not run it",
+                cmd.name
+            ))
+        });
+        // A command whose records could not be written is not acknowledged (it stays
+        // in memory and is written once the log can be written again).
+        for (s, &lsn) in acks.lsn.iter().enumerate() {
+            let g = self.inner.shards[s]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if g.written < lsn {
+                let e = g.error.clone().unwrap_or_default();
+                return Reply::error(format!(
+                    "MISCONF Errors writing to the append only file: {e}"
+                ));
+            }
+        }
+        reply
+    }
+
+    /// The value of `key`, if it exists.
+    pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        match self.exec(&[b"get", key]) {
+            Reply::Bulk(v) => Ok(Some(v)),
+            Reply::Nil => Ok(None),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// Sets `key` to `value` (durable as the fsync policy says when this returns).
+    pub fn set(&self, key: &[u8], value: &[u8]) -> io::Result<SetOutcome> {
+        match self.exec(&[b"set", key, value, b"get"]) {
+            Reply::Nil => Ok(SetOutcome::Created),
+            Reply::Bulk(_) => Ok(SetOutcome::Updated),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// Deletes `key`: whether it existed.
+    pub fn del(&self, key: &[u8]) -> io::Result<bool> {
+        match self.exec(&[b"del", key]) {
+            Reply::Int(n) => Ok(n > 0),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// The keys matching glob `pattern`.
+    pub fn keys(&self, pattern: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        match self.exec(&[b"keys", pattern]) {
+            Reply::Array(v) => Ok(v
+                .into_iter()
+                .filter_map(|r| {
+                    if let Reply::Bulk(b) = r {
+                        Some(b)
+                    } else {
+                        None
+                    }
+                })
+                .collect()),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// The number of keys.
+    pub fn len(&self) -> usize {
+        (0..self.inner.count())
+            .map(|s| self.inner.with(s, |sh| sh.ks.len()))
+            .sum()
+    }
+
+    /// Whether the store has no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fsyncs every shard's log.
+    pub fn sync(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+}
+
+fn reply_error(r: Reply) -> io::Error {
+    match r {
+        Reply::Error(e) => io::Error::other(e.into_owned()),
+        r => io::Error::other(format!("unexpected reply {r:?}")),
+    }
+}
+
+impl Inner {
+    fn sync_all(&self) -> io::Result<()> {
+        for m in &self.shards {
+            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+            if g.unsynced {
+                g.writer.sync()?;
+                g.unsynced = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ShardSet for Inner {
+    fn count(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R {
+        let mut g = self.shards[s].lock().unwrap_or_else(|p| p.into_inner());
+        let r = f(&mut g.shard);
+        if !g.shard.log.is_empty() {
+            let (buf, end) = g.shard.take_log();
+            let sync = self.fsync == Fsync::Always;
+            match g.writer.write(&buf, sync) {
+                Ok(()) => {
+                    g.error = None;
+                    g.unsynced |= !sync;
+                    g.written = end;
+                }
+                Err(e) => {
+                    // Kept in memory and written by the next command that succeeds.
+                    g.shard.put_back(buf);
+                    g.error = Some(e.to_string());
+                }
+            }
+        }
+        r
+    }
+
+    fn over_memory(&self) -> bool {
+        false
+    }
+
+    fn refuses_writes(&self, s: usize) -> Option<Reply> {
+        let g = self.shards[s].lock().unwrap_or_else(|p| p.into_inner());
+        g.error.as_ref().map(|e| {
+            Reply::error(format!(
+                "MISCONF Errors writing to the append only file: {e}"
+            ))
+        })
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Release);
+        if let Some(t) = self.syncer.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        let _ = self.inner.sync_all();
+    }
+}

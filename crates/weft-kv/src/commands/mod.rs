@@ -95,24 +95,289 @@ pub struct Command {
     pub exec: Exec,
 }
 
+/// Redis's `ERR syntax error`.
+pub const SYNTAX_ERR: Reply = Reply::err("ERR syntax error");
+/// Redis's reply to an argument that must be a 64-bit integer.
+pub const NOT_INT: Reply = Reply::err("ERR value is not an integer or out of range");
+/// Redis's reply to an argument that must be a float.
+pub const NOT_FLOAT: Reply = Reply::err("ERR value is not a valid float");
+/// The longest string value (Redis's default `proto-max-bulk-len`, 512 MB).
+pub const MAX_STRING: u64 = 512 * 1024 * 1024;
+/// Redis's reply to a string that would grow past [`MAX_STRING`].
+pub const TOO_LONG: Reply =
+    Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+
+/// `ERR invalid expire time in 'set' command` (the command named in lower case).
+pub fn invalid_expire(args: &[Vec<u8>]) -> Reply {
+    Reply::error(format!(
+        "ERR invalid expire time in '{}' command",
+        String::from_utf8_lossy(&args[0]).to_ascii_lowercase()
+    ))
+}
+
+/// Parses a 64-bit signed integer exactly as Redis's `string2ll` does: optional `-`,
+/// no `+`, no spaces, no leading zeros (but "0"), at most 20 bytes.
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    if b == b"0" {
+        return Some(0);
+    }
+    let (neg, digits) = match b[0] {
+        b'-' => (true, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || !(b'1'..=b'9').contains(&digits[0]) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
+    }
+    if neg {
+        if v > i64::MAX as u64 + 1 {
+            None
+        } else {
+            Some((v as i64).wrapping_neg())
+        }
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// An integer argument, or Redis's `ERR value is not an integer or out of range`.
+pub fn arg_i64(b: &[u8]) -> Result<i64, Reply> {
+    parse_i64(b).ok_or(NOT_INT)
+}
+
+const W: u32 = flags::WRITE;
+const R: u32 = flags::READONLY;
+const D: u32 = flags::DENYOOM;
+const F: u32 = flags::FAST;
+const A: u32 = flags::ADMIN;
+const N: u32 = flags::NOAUTH;
+
+const fn cmd(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    exec: Exec,
+) -> Command {
+    Command {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        exec,
+    }
+}
+
+const ONE: (i32, i32, i32) = (1, 1, 1);
+const ALL: (i32, i32, i32) = (1, -1, 1);
+const NONE: (i32, i32, i32) = (0, 0, 0);
+
+use keys as k;
+use strings as s;
+
+/// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
+static TABLE: [Command; 57] = [
+    // strings
+    cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
+    cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
+    cmd("setnx", 3, W | D | F, ONE, Exec::Shard(s::setnx)),
+    cmd("setex", 4, W | D, ONE, Exec::Shard(s::setex)),
+    cmd("psetex", 4, W | D, ONE, Exec::Shard(s::psetex)),
+    cmd("getset", 3, W | D | F, ONE, Exec::Shard(s::getset)),
+    cmd("getdel", 2, W | F, ONE, Exec::Shard(s::getdel)),
+    cmd("getex", -2, W | F, ONE, Exec::Shard(s::getex)),
+    cmd("mget", -2, R | F, ALL, Exec::Split(s::mget, Merge::InOrder)),
+    cmd(
+        "mset",
+        -3,
+        W | D,
+        (1, -1, 2),
+        Exec::Split(s::mset, Merge::AllOk),
+    ),
+    cmd("incr", 2, W | D | F, ONE, Exec::Shard(s::incr)),
+    cmd("decr", 2, W | D | F, ONE, Exec::Shard(s::decr)),
+    cmd("incrby", 3, W | D | F, ONE, Exec::Shard(s::incrby)),
+    cmd("decrby", 3, W | D | F, ONE, Exec::Shard(s::decrby)),
+    cmd(
+        "incrbyfloat",
+        3,
+        W | D | F,
+        ONE,
+        Exec::Shard(s::incrbyfloat),
+    ),
+    cmd("append", 3, W | D | F, ONE, Exec::Shard(s::append)),
+    cmd("strlen", 2, R | F, ONE, Exec::Shard(s::strlen)),
+    cmd("getrange", 4, R, ONE, Exec::Shard(s::getrange)),
+    cmd("substr", 4, R, ONE, Exec::Shard(s::getrange)),
+    cmd("setrange", 4, W | D, ONE, Exec::Shard(s::setrange)),
+    // keys
+    cmd("del", -2, W, ALL, Exec::Split(k::del, Merge::Sum)),
+    cmd("unlink", -2, W | F, ALL, Exec::Split(k::del, Merge::Sum)),
+    cmd("exists", -2, R | F, ALL, Exec::Split(k::exists, Merge::Sum)),
+    cmd("touch", -2, R | F, ALL, Exec::Split(k::exists, Merge::Sum)),
+    cmd("expire", -3, W | F, ONE, Exec::Shard(k::expire)),
+    cmd("pexpire", -3, W | F, ONE, Exec::Shard(k::pexpire)),
+    cmd("expireat", -3, W | F, ONE, Exec::Shard(k::expireat)),
+    cmd("pexpireat", -3, W | F, ONE, Exec::Shard(k::pexpireat)),
+    cmd("ttl", 2, R | F, ONE, Exec::Shard(k::ttl)),
+    cmd("pttl", 2, R | F, ONE, Exec::Shard(k::pttl)),
+    cmd("expiretime", 2, R | F, ONE, Exec::Shard(k::expiretime)),
+    cmd("pexpiretime", 2, R | F, ONE, Exec::Shard(k::pexpiretime)),
+    cmd("persist", 2, W | F, ONE, Exec::Shard(k::persist)),
+    cmd("type", 2, R | F, ONE, Exec::Shard(k::type_)),
+    // the server's own
+    cmd("ping", -1, F, NONE, Exec::Server),
+    cmd("echo", 2, F, NONE, Exec::Server),
+    cmd("hello", -1, F | N, NONE, Exec::Server),
+    cmd("auth", -2, F | N, NONE, Exec::Server),
+    cmd("select", 2, F, NONE, Exec::Server),
+    cmd("quit", -1, F | N, NONE, Exec::Server),
+    cmd("reset", 1, F | N, NONE, Exec::Server),
+    cmd("client", -2, 0, NONE, Exec::Server),
+    cmd("info", -1, 0, NONE, Exec::Server),
+    cmd("config", -2, 0, NONE, Exec::Server),
+    cmd("command", -1, 0, NONE, Exec::Server),
+    cmd("dbsize", 1, R | F, NONE, Exec::Server),
+    cmd("keys", 2, R, NONE, Exec::Server),
+    cmd("scan", -2, R, NONE, Exec::Server),
+    cmd("flushdb", -1, W, NONE, Exec::Server),
+    cmd("flushall", -1, W, NONE, Exec::Server),
+    cmd("save", 1, A, NONE, Exec::Server),
+    cmd("bgsave", -1, A, NONE, Exec::Server),
+    cmd("bgrewriteaof", 1, A, NONE, Exec::Server),
+    cmd("lastsave", 1, F, NONE, Exec::Server),
+    cmd("shutdown", -1, A, NONE, Exec::Server),
+    cmd("time", 1, F, NONE, Exec::Server),
+    cmd("wait", 3, 0, NONE, Exec::Server),
+];
+
+/// The index in [`TABLE`] of a command whose name is given in lower case.
+fn index(lower: &[u8]) -> Option<usize> {
+    // `match` on byte strings compiles to a length switch and short comparisons.
+    Some(match lower {
+        b"get" => 0,
+        b"set" => 1,
+        b"setnx" => 2,
+        b"setex" => 3,
+        b"psetex" => 4,
+        b"getset" => 5,
+        b"getdel" => 6,
+        b"getex" => 7,
+        b"mget" => 8,
+        b"mset" => 9,
+        b"incr" => 10,
+        b"decr" => 11,
+        b"incrby" => 12,
+        b"decrby" => 13,
+        b"incrbyfloat" => 14,
+        b"append" => 15,
+        b"strlen" => 16,
+        b"getrange" => 17,
+        b"substr" => 18,
+        b"setrange" => 19,
+        b"del" => 20,
+        b"unlink" => 21,
+        b"exists" => 22,
+        b"touch" => 23,
+        b"expire" => 24,
+        b"pexpire" => 25,
+        b"expireat" => 26,
+        b"pexpireat" => 27,
+        b"ttl" => 28,
+        b"pttl" => 29,
+        b"expiretime" => 30,
+        b"pexpiretime" => 31,
+        b"persist" => 32,
+        b"type" => 33,
+        b"ping" => 34,
+        b"echo" => 35,
+        b"hello" => 36,
+        b"auth" => 37,
+        b"select" => 38,
+        b"quit" => 39,
+        b"reset" => 40,
+        b"client" => 41,
+        b"info" => 42,
+        b"config" => 43,
+        b"command" => 44,
+        b"dbsize" => 45,
+        b"keys" => 46,
+        b"scan" => 47,
+        b"flushdb" => 48,
+        b"flushall" => 49,
+        b"save" => 50,
+        b"bgsave" => 51,
+        b"bgrewriteaof" => 52,
+        b"lastsave" => 53,
+        b"shutdown" => 54,
+        b"time" => 55,
+        b"wait" => 56,
+        _ => return None,
+    })
+}
+
 /// The command named `name` (any case), if there is one.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
-    todo!("{name:?}")
+    let mut buf = [0u8; 16];
+    let lower = buf.get_mut(..name.len())?;
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    index(lower).map(|i| &TABLE[i])
 }
 
 /// Every command, in table order (for COMMAND and COMMAND COUNT).
 pub fn table() -> &'static [Command] {
-    todo!()
+    &TABLE
 }
 
 /// Checks `args` against `cmd`'s arity: the standard
 /// `ERR wrong number of arguments for 'get' command` otherwise.
 pub fn check_arity(cmd: &Command, args: &[Vec<u8>]) -> Result<(), Reply> {
-    todo!("{} {}", cmd.name, args.len())
+    let n = args.len() as i64;
+    let a = cmd.arity as i64;
+    if (a > 0 && n != a) || (a < 0 && n < -a) {
+        return Err(Reply::error(format!(
+            "ERR wrong number of arguments for '{}' command",
+            cmd.name
+        )));
+    }
+    Ok(())
 }
 
 /// The reply to a command that is not in the table (Redis's words:
 /// `ERR unknown command 'foo', with args beginning with: 'a' 'b' `).
+///
+/// As Redis does, the name and arguments are cut to 128 bytes each, at most as many
+/// arguments are quoted as fit in 128 bytes, and CR/LF (which cannot appear in an
+/// error line) become spaces.
 pub fn unknown(args: &[Vec<u8>]) -> Reply {
-    todo!("{}", args.len())
+    fn show(b: &[u8]) -> String {
+        let b = &b[..b.len().min(128)];
+        String::from_utf8_lossy(b).replace(['\r', '\n'], " ")
+    }
+    let name = args.first().map_or(String::new(), |a| show(a));
+    let mut rest = String::new();
+    for a in args.iter().skip(1) {
+        if rest.len() >= 128 {
+            break;
+        }
+        rest.push('\'');
+        rest.push_str(&show(&a[..a.len().min(128 - rest.len())]));
+        rest.push_str("' ");
+    }
+    Reply::error(format!(
+        "ERR unknown command '{name}', with args beginning with: {rest}"
+    ))
 }

@@ -1,0 +1,555 @@
+//! The string commands (Redis 7.0's t_string.c): GET, SET and its variants, MGET,
+//! MSET, the counters, APPEND, STRLEN, GETRANGE, SETRANGE.
+//!
+//! Each function takes the whole argument list (arity already checked by the server)
+//! and, when it changes a key, appends the key's full new state to `ctx.log`: a `Set`
+//! with the whole value and the absolute expiry, or a `Del`. Nothing is logged when
+//! nothing changed. A relative expiry (EX, PX, SETEX...) is turned into an absolute
+//! time against `ctx.now_ms`; a time already passed deletes the key.
+
+use super::{arg_i64, invalid_expire, Ctx, MAX_STRING, NOT_FLOAT, OOM, SYNTAX_ERR, TOO_LONG};
+use crate::keyspace::Keyspace;
+use crate::log::{encode, RecordRef};
+use crate::resp::Reply;
+
+/// Logs `key`'s full state as the keyspace now holds it (a `Del` if it is absent).
+pub(crate) fn log_key(ks: &Keyspace, key: &[u8], ctx: &mut Ctx<'_>) {
+    match ks.peek(key, ctx.now_ms) {
+        Some(e) => encode(
+            &RecordRef::Set {
+                key,
+                value: e.value(),
+                expire_at_ms: e.expire_at_ms(),
+            },
+            ctx.log,
+        ),
+        None => encode(&RecordRef::Del { key }, ctx.log),
+    }
+}
+
+/// Stores `value` in `key` with the absolute expiry `at` and logs it; an expiry
+/// already passed removes the key instead (logged as `Del` if the key existed).
+fn store(ks: &mut Keyspace, key: &[u8], value: Vec<u8>, at: Option<u64>, ctx: &mut Ctx<'_>) {
+    if matches!(at, Some(t) if t <= ctx.now_ms) {
+        if ks.remove(key, ctx.now_ms) {
+            encode(&RecordRef::Del { key }, ctx.log);
+        }
+        return;
+    }
+    encode(
+        &RecordRef::Set {
+            key,
+            value: &value,
+            expire_at_ms: at,
+        },
+        ctx.log,
+    );
+    ks.set(key, value, at);
+}
+
+/// GET key: the value, or nil.
+pub fn get(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    match ks.get(&args[1], ctx.now_ms) {
+        Some(e) => Reply::bulk(e.value()),
+        None => Reply::Nil,
+    }
+}
+
+/// The options of SET and GETEX (Redis's `parseExtendedStringArgumentsOrReply`).
+#[derive(Default)]
+struct Opts<'a> {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    keepttl: bool,
+    persist: bool,
+    /// EX/PX/EXAT/PXAT: (argument, in seconds, absolute).
+    expire: Option<(&'a [u8], bool, bool)>,
+}
+
+/// Parses options from `args[from..]`; `set` says SET's options (NX, XX, GET,
+/// KEEPTTL) are allowed, otherwise GETEX's (PERSIST). As in Redis, a repeated
+/// EX/PX/... overrides the earlier one, while mixing different kinds, or NX with
+/// XX, is a syntax error.
+fn parse_opts(args: &[Vec<u8>], from: usize, set: bool) -> Result<Opts<'_>, Reply> {
+    let mut o = Opts::default();
+    let mut j = from;
+    while j < args.len() {
+        let opt = args[j].as_slice();
+        let next = args.get(j + 1).map(|v| v.as_slice());
+        let is = |s: &str| opt.eq_ignore_ascii_case(s.as_bytes());
+        let exp_kind = o.expire.map(|(_, secs, abs)| (secs, abs));
+        if is("nx") && !o.xx && set {
+            o.nx = true;
+        } else if is("xx") && !o.nx && set {
+            o.xx = true;
+        } else if is("get") && set {
+            o.get = true;
+        } else if is("keepttl") && !o.persist && o.expire.is_none() && set {
+            o.keepttl = true;
+        } else if is("persist") && !set && o.expire.is_none() && !o.keepttl {
+            o.persist = true;
+        } else if let (Some(kind), Some(n)) = (
+            match () {
+                _ if is("ex") => Some((true, false)),
+                _ if is("px") => Some((false, false)),
+                _ if is("exat") => Some((true, true)),
+                _ if is("pxat") => Some((false, true)),
+                _ => None,
+            },
+            next,
+        ) {
+            if o.keepttl || o.persist || exp_kind.is_some_and(|k| k != kind) {
+                return Err(SYNTAX_ERR);
+            }
+            o.expire = Some((n, kind.0, kind.1));
+            j += 1;
+        } else {
+            return Err(SYNTAX_ERR);
+        }
+        j += 1;
+    }
+    Ok(o)
+}
+
+/// Turns an EX/PX/EXAT/PXAT argument into an absolute Unix time in ms (Redis's
+/// `getExpireMillisecondsOrReply`): not an integer → `ERR value is not an integer or
+/// out of range`; ≤ 0 or overflowing → `ERR invalid expire time in '<cmd>' command`.
+fn expire_at(
+    args: &[Vec<u8>],
+    arg: &[u8],
+    secs: bool,
+    abs: bool,
+    now_ms: u64,
+) -> Result<u64, Reply> {
+    let v = arg_i64(arg)?;
+    if v <= 0 || (secs && v > i64::MAX / 1000) {
+        return Err(invalid_expire(args));
+    }
+    let ms = if secs { v * 1000 } else { v };
+    let when = if abs {
+        Some(ms)
+    } else {
+        ms.checked_add(now_ms as i64)
+    };
+    match when {
+        Some(w) if w > 0 => Ok(w as u64),
+        _ => Err(invalid_expire(args)),
+    }
+}
+
+/// SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL].
+///
+/// - Without KEEPTTL the key's old expiry is dropped; with EX/PX/EXAT/PXAT the new
+///   one is set (a time already passed removes the key, answering as if set).
+/// - NX on an existing key or XX on a missing one: nil and nothing changes.
+/// - GET answers the old value (or nil) instead of OK, also when NX/XX stopped it.
+/// - Errors (checked before anything changes): syntax, expire time not an integer,
+///   ≤ 0 or overflowing (`ERR invalid expire time in 'set' command`).
+pub fn set(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    let o = match parse_opts(args, 3, true) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let at = match o.expire {
+        Some((arg, secs, abs)) => match expire_at(args, arg, secs, abs, ctx.now_ms) {
+            Ok(at) => Some(at),
+            Err(e) => return e,
+        },
+        None => None,
+    };
+    let key = &args[1];
+    let old = ks.get(key, ctx.now_ms);
+    let found = old.is_some();
+    let old_expire = old.and_then(|e| e.expire_at_ms());
+    let reply = if o.get {
+        old.map_or(Reply::Nil, |e| Reply::bulk(e.value()))
+    } else {
+        Reply::OK
+    };
+    if (o.nx && found) || (o.xx && !found) {
+        return if o.get { reply } else { Reply::Nil };
+    }
+    let at = if o.keepttl { old_expire } else { at };
+    store(ks, key, args[2].clone(), at, ctx);
+    reply
+}
+
+/// SETNX key value: 1 if the key was set, 0 (nothing changes) if it existed.
+pub fn setnx(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    if ks.contains(&args[1], ctx.now_ms) {
+        return Reply::Int(0);
+    }
+    store(ks, &args[1], args[2].clone(), None, ctx);
+    Reply::Int(1)
+}
+
+fn setex_generic(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>, secs: bool) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    match expire_at(args, &args[2], secs, false, ctx.now_ms) {
+        Ok(at) => {
+            store(ks, &args[1], args[3].clone(), Some(at), ctx);
+            Reply::OK
+        }
+        Err(e) => e,
+    }
+}
+
+/// SETEX key seconds value: SET with EX. `seconds` ≤ 0: `ERR invalid expire time in
+/// 'setex' command`.
+pub fn setex(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    setex_generic(ks, args, ctx, true)
+}
+
+/// PSETEX key milliseconds value: SET with PX.
+pub fn psetex(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    setex_generic(ks, args, ctx, false)
+}
+
+/// GETSET key value: the old value (or nil); the key now holds `value` with no expiry.
+pub fn getset(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    let reply = ks
+        .get(&args[1], ctx.now_ms)
+        .map_or(Reply::Nil, |e| Reply::bulk(e.value()));
+    store(ks, &args[1], args[2].clone(), None, ctx);
+    reply
+}
+
+/// GETDEL key: the value (or nil), and the key is removed.
+pub fn getdel(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    let key = &args[1];
+    let Some(e) = ks.get(key, ctx.now_ms) else {
+        return Reply::Nil;
+    };
+    let reply = Reply::bulk(e.value());
+    ks.remove(key, ctx.now_ms);
+    encode(&RecordRef::Del { key }, ctx.log);
+    reply
+}
+
+/// GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]: the value (or nil), then the expiry
+/// is changed as asked.
+///
+/// As Redis 7.0: a missing key answers nil before the expire time is validated; an
+/// EXAT/PXAT time already passed removes the key (after answering its value).
+pub fn getex(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    let o = match parse_opts(args, 2, false) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let key = &args[1];
+    let Some(e) = ks.get(key, ctx.now_ms) else {
+        return Reply::Nil;
+    };
+    let reply = Reply::bulk(e.value());
+    let had_expire = e.expire_at_ms().is_some();
+    if let Some((arg, secs, abs)) = o.expire {
+        match expire_at(args, arg, secs, abs, ctx.now_ms) {
+            Ok(at) if at <= ctx.now_ms => {
+                ks.remove(key, ctx.now_ms);
+                encode(&RecordRef::Del { key }, ctx.log);
+            }
+            Ok(at) => {
+                ks.set_expire(key, Some(at), ctx.now_ms);
+                encode(
+                    &RecordRef::Expire {
+                        key,
+                        at_ms: Some(at),
+                    },
+                    ctx.log,
+                );
+            }
+            Err(e) => return e,
+        }
+    } else if o.persist && had_expire {
+        ks.set_expire(key, None, ctx.now_ms);
+        encode(&RecordRef::Expire { key, at_ms: None }, ctx.log);
+    }
+    reply
+}
+
+/// MGET key...: one element per key, the value or nil. (Split by shard: the server
+/// puts the parts back in the keys' order.)
+pub fn mget(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    Reply::Array(
+        args[1..]
+            .iter()
+            .map(|k| {
+                ks.get(k, ctx.now_ms)
+                    .map_or(Reply::Nil, |e| Reply::bulk(e.value()))
+            })
+            .collect(),
+    )
+}
+
+/// MSET key value [key value...]: sets each key (no expiry). An odd number of
+/// arguments after the name: `ERR wrong number of arguments for 'mset' command`.
+/// A key given twice ends with its last value.
+pub fn mset(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    if args.len().is_multiple_of(2) {
+        return Reply::err("ERR wrong number of arguments for 'mset' command");
+    }
+    if ctx.over_memory {
+        return OOM;
+    }
+    for kv in args[1..].chunks_exact(2) {
+        store(ks, &kv[0], kv[1].clone(), None, ctx);
+    }
+    Reply::OK
+}
+
+/// INCR/DECR/INCRBY/DECRBY's common part: adds `by` to the integer in `key` (0 if
+/// missing), keeping the expiry. A value that is not an integer (Redis's string2ll:
+/// no spaces, no `+`, no leading zeros, at most 20 bytes): `ERR value is not an
+/// integer or out of range`; overflow: `ERR increment or decrement would overflow`.
+fn incr_by(ks: &mut Keyspace, key: &[u8], by: i64, ctx: &mut Ctx<'_>) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    let (old, at) = match ks.get(key, ctx.now_ms) {
+        Some(e) => match super::parse_i64(e.value()) {
+            Some(v) => (v, e.expire_at_ms()),
+            None => return super::NOT_INT,
+        },
+        None => (0, None),
+    };
+    let Some(new) = old.checked_add(by) else {
+        return Reply::err("ERR increment or decrement would overflow");
+    };
+    store(ks, key, new.to_string().into_bytes(), at, ctx);
+    Reply::Int(new)
+}
+
+/// INCR key: see [`incr_by`].
+pub fn incr(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    incr_by(ks, &args[1], 1, ctx)
+}
+
+/// DECR key: see [`incr_by`].
+pub fn decr(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    incr_by(ks, &args[1], -1, ctx)
+}
+
+/// INCRBY key increment: see [`incr_by`]; a bad increment is `ERR value is not an
+/// integer or out of range`.
+pub fn incrby(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    match arg_i64(&args[2]) {
+        Ok(by) => incr_by(ks, &args[1], by, ctx),
+        Err(e) => e,
+    }
+}
+
+/// DECRBY key decrement: see [`incr_by`]; a decrement of i64::MIN cannot be negated:
+/// `ERR decrement would overflow` (Redis 7.0's words).
+pub fn decrby(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    match arg_i64(&args[2]) {
+        Ok(i64::MIN) => Reply::err("ERR decrement would overflow"),
+        Ok(by) => incr_by(ks, &args[1], -by, ctx),
+        Err(e) => e,
+    }
+}
+
+/// Parses a float as Redis's `string2ld` accepts it (no leading space, no NaN);
+/// infinities are accepted here and refused as a result.
+fn parse_f64(b: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) {
+        return None;
+    }
+    let v: f64 = s.parse().ok()?;
+    (!v.is_nan()).then_some(v)
+}
+
+/// Formats a float as INCRBYFLOAT answers it: fixed-point, no exponent, no trailing
+/// zeros. Redis computes in `long double` and prints 17 decimals; with f64 this
+/// rounds to 16 significant digits, which gives the same text for the usual cases
+/// (`0.1 + 0.2` is `0.3`), and at most 17 decimals.
+pub fn format_float(v: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    let sci = format!("{:.15e}", v); // d.ddddddddddddddde±x: 16 significant digits
+    let (mant, exp) = sci.split_once('e').expect("exponent");
+    let exp: i32 = exp.parse().expect("exponent");
+    let neg = mant.starts_with('-');
+    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
+    // The value is 0.digits × 10^(exp+1).
+    let point = exp + 1;
+    let (int_part, frac_part) = if point <= 0 {
+        ("0".to_string(), "0".repeat((-point) as usize) + &digits)
+    } else if point as usize >= digits.len() {
+        (
+            digits.clone() + &"0".repeat(point as usize - digits.len()),
+            String::new(),
+        )
+    } else {
+        (
+            digits[..point as usize].to_string(),
+            digits[point as usize..].to_string(),
+        )
+    };
+    let frac = &frac_part[..frac_part.len().min(17)];
+    let frac = frac.trim_end_matches('0');
+    let mut out = String::new();
+    if neg && !(int_part.trim_start_matches('0').is_empty() && frac.is_empty()) {
+        out.push('-');
+    }
+    out.push_str(&int_part);
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+    }
+    out
+}
+
+/// INCRBYFLOAT key increment: adds a float, keeping the expiry; answers the new value
+/// as a bulk string. A value or increment that is not a float: `ERR value is not a
+/// valid float`; a NaN or infinite result: `ERR increment would produce NaN or
+/// Infinity`. The stored text is the answered text.
+pub fn incrbyfloat(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    let key = &args[1];
+    let (old, at) = match ks.get(key, ctx.now_ms) {
+        Some(e) => match parse_f64(e.value()) {
+            Some(v) => (v, e.expire_at_ms()),
+            None => return NOT_FLOAT,
+        },
+        None => (0.0, None),
+    };
+    let Some(by) = parse_f64(&args[2]) else {
+        return NOT_FLOAT;
+    };
+    let new = old + by;
+    if !new.is_finite() {
+        return Reply::err("ERR increment would produce NaN or Infinity");
+    }
+    let text = format_float(new).into_bytes();
+    store(ks, key, text.clone(), at, ctx);
+    Reply::Bulk(text)
+}
+
+/// APPEND key value: appends (creating the key if missing, keeping the expiry);
+/// answers the new length. Past 512 MB: `ERR string exceeds maximum allowed size
+/// (proto-max-bulk-len)` and nothing changes. Appending to a missing key creates
+/// it even with an empty value (as Redis does).
+pub fn append(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    let (key, more) = (&args[1], &args[2]);
+    let len = match ks.get(key, ctx.now_ms) {
+        None => {
+            store(ks, key, more.clone(), None, ctx);
+            return Reply::Int(more.len() as i64);
+        }
+        Some(e) => e.value().len() as u64,
+    };
+    if len + more.len() as u64 > MAX_STRING {
+        return TOO_LONG;
+    }
+    let new_len = ks.update(key, ctx.now_ms, |v| {
+        v.extend_from_slice(more);
+        v.len()
+    });
+    if !more.is_empty() {
+        log_key(ks, key, ctx);
+    }
+    Reply::Int(new_len.unwrap_or(0) as i64)
+}
+
+/// STRLEN key: the value's length, 0 if missing.
+pub fn strlen(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    Reply::Int(
+        ks.get(&args[1], ctx.now_ms)
+            .map_or(0, |e| e.value().len() as i64),
+    )
+}
+
+/// GETRANGE key start end (and SUBSTR): the bytes from `start` to `end` inclusive;
+/// negative indexes count from the end; out of range indexes are clamped; an empty
+/// range (or missing key) is the empty string. Both negative with start > end is
+/// empty (Redis 7.0's rule).
+pub fn getrange(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    let (mut start, mut end) = match (arg_i64(&args[2]), arg_i64(&args[3])) {
+        (Ok(s), Ok(e)) => (s, e),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let Some(e) = ks.get(&args[1], ctx.now_ms) else {
+        return Reply::Bulk(Vec::new());
+    };
+    let v = e.value();
+    let len = v.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return Reply::Bulk(Vec::new());
+    }
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        return Reply::Bulk(Vec::new());
+    }
+    Reply::bulk(&v[start as usize..=end as usize])
+}
+
+/// SETRANGE key offset value: overwrites from `offset`, padding with zero bytes;
+/// answers the new length. A negative offset: `ERR offset is out of range`; past
+/// 512 MB: `ERR string exceeds maximum allowed size (proto-max-bulk-len)`. An empty
+/// value changes nothing (on a missing key: 0 and no key created).
+pub fn setrange(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+    if ctx.over_memory {
+        return OOM;
+    }
+    let offset = match arg_i64(&args[2]) {
+        Ok(o) if o < 0 => return Reply::err("ERR offset is out of range"),
+        Ok(o) => o as u64,
+        Err(e) => return e,
+    };
+    let (key, val) = (&args[1], &args[3]);
+    let cur = ks.get(key, ctx.now_ms).map(|e| e.value().len() as u64);
+    if val.is_empty() {
+        return Reply::Int(cur.unwrap_or(0) as i64);
+    }
+    if offset + val.len() as u64 > MAX_STRING {
+        return TOO_LONG;
+    }
+    let write = |v: &mut Vec<u8>| {
+        let end = offset as usize + val.len();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[offset as usize..end].copy_from_slice(val);
+        v.len()
+    };
+    let new_len = match cur {
+        Some(_) => ks.update(key, ctx.now_ms, write).unwrap_or(0),
+        None => {
+            let mut v = Vec::new();
+            write(&mut v);
+            ks.set(key, v, None);
+            offset as usize + val.len()
+        }
+    };
+    log_key(ks, key, ctx);
+    Reply::Int(new_len as i64)
+}

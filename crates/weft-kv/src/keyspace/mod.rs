@@ -1,27 +1,181 @@
 //! One shard's keys: the values, their expiry times and the memory they take.
 //!
-//! (Design to be written by the implementer: see the task description.)
+//! # Structure
+//! Keys live in a `BTreeMap<u64, Bucket>` ordered by a 56-bit keyed hash of the key
+//! (SipHash with a per-process random key, std's `RandomState`: an attacker who picks
+//! keys cannot aim them at one bucket). A [`Bucket`] holds the entries whose keys share
+//! a hash: one inline, the rare others (two keys collide with probability ≈ n²/2⁵⁷)
+//! in a vector that allocates only when used. A lookup hashes the key once and walks
+//! one B-tree path (logarithmic, cache-friendly nodes of several hashes each).
+//!
+//! # The cursor (SCAN and compaction)
+//! A cursor is a position in hash order: "every bucket whose hash is ≥ cursor is still
+//! to be visited". 0 starts a walk, and a returned 0 ends it. Since a key's hash never
+//! changes and a walk only moves forward, every key present for the whole walk is
+//! returned (at least once: exactly once in fact, unless it is removed and added
+//! again), whatever else is inserted or removed between calls, and nothing rehashes.
+//! Hashes are below 2⁵⁶ so that the server can put a shard index in a cursor's top
+//! 8 bits. The next cursor is the hash of the next bucket, which is never 0 (hash 0
+//! can only be the first bucket), so 0 unambiguously means done.
+//!
+//! # Expiry
+//! Each key has an optional absolute expiry time in Unix milliseconds. Expiry is lazy
+//! (an expired key behaves as absent, and is removed when an operation with `&mut`
+//! access finds it) and active: [`Keyspace::expire_cycle`] pops the earliest entries
+//! of an index ordered by `(expire_at_ms, hash)`, kept in step with every change of
+//! a key's expiry. Neither removal is logged: replaying the log drops keys whose
+//! absolute expiry time has passed, so the log need not say so.
+//!
+//! # Memory accounting
+//! [`Keyspace::used_memory`] is the sum over keys of key length + value length +
+//! [`PER_KEY_OVERHEAD`] (+ [`PER_EXPIRE_OVERHEAD`] for a key with an expiry), kept
+//! up to date by every primitive that changes a key. It approximates what the heap
+//! holds (B-tree slots, allocation headers) without asking the allocator.
+//!
+//! # Full-state records
+//! The keyspace does not log by itself: commands append records describing the
+//! key's whole new state (see [`crate::log`]); [`Keyspace::apply`] replays them and
+//! [`Keyspace::walk`] produces them for compaction.
+
+pub mod glob;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
+use std::ops::Bound;
 
 use crate::log::RecordRef;
+pub use glob::glob_match;
+
+/// Hashes are kept below this (56 bits), so cursors are too.
+pub const HASH_LIMIT: u64 = 1 << 56;
+
+/// Bytes counted per key on top of its key and value (B-tree slot, bucket, entry,
+/// allocation headers).
+pub const PER_KEY_OVERHEAD: u64 = 96;
+
+/// Bytes counted per key that has an expiry time (its slot in the expiry index).
+pub const PER_EXPIRE_OVERHEAD: u64 = 32;
+
+/// One key's value and expiry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    value: Vec<u8>,
+    expire_at_ms: Option<u64>,
+}
+
+impl Entry {
+    /// The value.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The absolute expiry time (Unix ms), if any.
+    pub fn expire_at_ms(&self) -> Option<u64> {
+        self.expire_at_ms
+    }
+
+    /// Whether the entry has expired at `now_ms` (an expiry at `now_ms` has passed,
+    /// as in Redis).
+    #[inline]
+    fn expired(&self, now_ms: u64) -> bool {
+        matches!(self.expire_at_ms, Some(at) if at <= now_ms)
+    }
+}
+
+type Slot = (Box<[u8]>, Entry);
+
+/// The keys sharing one hash: one inline, the others (rare) in `rest`.
+struct Bucket {
+    first: Slot,
+    rest: Vec<Slot>,
+}
+
+impl Bucket {
+    fn find(&self, key: &[u8]) -> Option<&Entry> {
+        if &*self.first.0 == key {
+            return Some(&self.first.1);
+        }
+        self.rest.iter().find(|s| &*s.0 == key).map(|s| &s.1)
+    }
+
+    fn find_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        if &*self.first.0 == key {
+            return Some(&mut self.first.1);
+        }
+        self.rest
+            .iter_mut()
+            .find(|s| &*s.0 == key)
+            .map(|s| &mut s.1)
+    }
+
+    fn slots(&self) -> impl Iterator<Item = &Slot> {
+        std::iter::once(&self.first).chain(self.rest.iter())
+    }
+
+    /// Removes `key`'s slot; `Err(())` when the bucket is left empty (then the
+    /// caller drops the bucket, whose `first` is the removed slot).
+    fn remove(&mut self, key: &[u8]) -> Option<Result<Slot, ()>> {
+        if &*self.first.0 == key {
+            match self.rest.pop() {
+                Some(last) => Some(Ok(std::mem::replace(&mut self.first, last))),
+                None => Some(Err(())),
+            }
+        } else {
+            let i = self.rest.iter().position(|s| &*s.0 == key)?;
+            Some(Ok(self.rest.swap_remove(i)))
+        }
+    }
+}
+
+fn slot_memory(key_len: usize, e: &Entry) -> u64 {
+    key_len as u64
+        + e.value.len() as u64
+        + PER_KEY_OVERHEAD
+        + if e.expire_at_ms.is_some() {
+            PER_EXPIRE_OVERHEAD
+        } else {
+            0
+        }
+}
 
 /// One shard's keys.
-pub struct Keyspace {}
+pub struct Keyspace {
+    hasher: std::collections::hash_map::RandomState,
+    /// `HASH_LIMIT - 1`; tests narrow it to force hash collisions.
+    mask: u64,
+    map: BTreeMap<u64, Bucket>,
+    /// `(expire_at_ms, hash)` for every key with an expiry (one entry for several
+    /// keys of one bucket with the same time).
+    expires: BTreeSet<(u64, u64)>,
+    len: usize,
+    expires_count: usize,
+    memory: u64,
+}
 
 impl Keyspace {
     /// An empty keyspace.
     pub fn new() -> Keyspace {
-        todo!()
+        Keyspace {
+            hasher: Default::default(),
+            mask: HASH_LIMIT - 1,
+            map: BTreeMap::new(),
+            expires: BTreeSet::new(),
+            len: 0,
+            expires_count: 0,
+            memory: 0,
+        }
     }
 
-    /// Replays one log record (recovery); `now_ms` drops keys already expired.
-    pub fn apply(&mut self, rec: RecordRef<'_>, now_ms: u64) {
-        todo!("{rec:?} {now_ms}")
+    /// The 56-bit hash that orders `key` (and is its cursor position).
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key) & self.mask
     }
 
     /// The number of keys (expired keys not yet removed may be counted, as Redis's
     /// DBSIZE does).
     pub fn len(&self) -> usize {
-        todo!()
+        self.len
     }
 
     /// Whether there are no keys.
@@ -29,14 +183,426 @@ impl Keyspace {
         self.len() == 0
     }
 
+    /// The number of keys with an expiry time (expired ones not yet removed included).
+    pub fn expires_count(&self) -> usize {
+        self.expires_count
+    }
+
     /// Approximate bytes used by keys, values and their bookkeeping.
     pub fn used_memory(&self) -> u64 {
-        todo!()
+        self.memory
+    }
+
+    // ---- the primitives ------------------------------------------------------------
+
+    /// The live entry of `key` without removing an expired one (for `&self` readers).
+    pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        let e = self.map.get(&self.hash(key))?.find(key)?;
+        (!e.expired(now_ms)).then_some(e)
+    }
+
+    /// The live entry of `key`; an expired one is removed (not logged) and `None`
+    /// answered.
+    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        let h = self.hash(key);
+        let expired = self.map.get(&h)?.find(key)?.expired(now_ms);
+        if expired {
+            self.remove_hashed(h, key);
+            return None;
+        }
+        self.map.get(&h)?.find(key)
+    }
+
+    /// Whether `key` exists (live) at `now_ms`; removes it if expired.
+    pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
+        self.get(key, now_ms).is_some()
+    }
+
+    /// Sets `key` to `value` expiring at `expire_at_ms` (or never), replacing any
+    /// previous value and expiry. An expiry already passed is stored as given (the key
+    /// then behaves as absent); commands remove the key instead.
+    pub fn set(&mut self, key: &[u8], value: Vec<u8>, expire_at_ms: Option<u64>) {
+        let h = self.hash(key);
+        let new = Entry {
+            value,
+            expire_at_ms,
+        };
+        let add = slot_memory(key.len(), &new);
+        let bucket = match self.map.get_mut(&h) {
+            None => {
+                self.map.insert(
+                    h,
+                    Bucket {
+                        first: (key.into(), new),
+                        rest: Vec::new(),
+                    },
+                );
+                self.len += 1;
+                self.memory += add;
+                if let Some(at) = expire_at_ms {
+                    self.expires.insert((at, h));
+                    self.expires_count += 1;
+                }
+                return;
+            }
+            Some(b) => b,
+        };
+        let old_expire = match bucket.find_mut(key) {
+            Some(e) => {
+                let old = std::mem::replace(e, new);
+                self.memory -= slot_memory(key.len(), &old);
+                if old.expire_at_ms.is_some() {
+                    self.expires_count -= 1;
+                }
+                old.expire_at_ms
+            }
+            None => {
+                bucket.rest.push((key.into(), new));
+                self.len += 1;
+                None
+            }
+        };
+        self.memory += add;
+        if expire_at_ms.is_some() {
+            self.expires_count += 1;
+        }
+        if old_expire != expire_at_ms {
+            if let Some(at) = old_expire {
+                self.unindex(h, at);
+            }
+            if let Some(at) = expire_at_ms {
+                self.expires.insert((at, h));
+            }
+        }
+    }
+
+    /// Removes `key`: whether a live key was removed (an expired one is removed too,
+    /// answering `false`).
+    pub fn remove(&mut self, key: &[u8], now_ms: u64) -> bool {
+        let h = self.hash(key);
+        match self.remove_hashed(h, key) {
+            Some(e) => !e.expired(now_ms),
+            None => false,
+        }
+    }
+
+    /// Sets or clears the expiry of a live `key`: whether the key exists.
+    pub fn set_expire(&mut self, key: &[u8], at_ms: Option<u64>, now_ms: u64) -> bool {
+        let h = self.hash(key);
+        let Some(e) = self.map.get_mut(&h).and_then(|b| b.find_mut(key)) else {
+            return false;
+        };
+        if e.expired(now_ms) {
+            self.remove_hashed(h, key);
+            return false;
+        }
+        let old = std::mem::replace(&mut e.expire_at_ms, at_ms);
+        if old == at_ms {
+            return true;
+        }
+        match (old, at_ms) {
+            (None, Some(_)) => {
+                self.expires_count += 1;
+                self.memory += PER_EXPIRE_OVERHEAD;
+            }
+            (Some(_), None) => {
+                self.expires_count -= 1;
+                self.memory -= PER_EXPIRE_OVERHEAD;
+            }
+            _ => {}
+        }
+        if let Some(at) = old {
+            self.unindex(h, at);
+        }
+        if let Some(at) = at_ms {
+            self.expires.insert((at, h));
+        }
+        true
+    }
+
+    /// Runs `f` on the value of a live `key` (APPEND, SETRANGE: in place, without
+    /// copying the value), keeping the memory count right; `None` if there is no
+    /// such key. The expiry is kept.
+    pub fn update<R>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> Option<R> {
+        let h = self.hash(key);
+        let e = self.map.get_mut(&h).and_then(|b| b.find_mut(key))?;
+        if e.expired(now_ms) {
+            self.remove_hashed(h, key);
+            return None;
+        }
+        let before = e.value.len() as u64;
+        let r = f(&mut e.value);
+        self.memory = self.memory - before + e.value.len() as u64;
+        Some(r)
+    }
+
+    fn remove_hashed(&mut self, h: u64, key: &[u8]) -> Option<Entry> {
+        let bucket = self.map.get_mut(&h)?;
+        let (k, e) = match bucket.remove(key)? {
+            Ok(slot) => slot,
+            Err(()) => self.map.remove(&h).expect("bucket just found").first,
+        };
+        self.len -= 1;
+        self.memory -= slot_memory(k.len(), &e);
+        if let Some(at) = e.expire_at_ms {
+            self.expires_count -= 1;
+            self.unindex(h, at);
+        }
+        Some(e)
+    }
+
+    /// Removes `(at, h)` from the expiry index unless another key of bucket `h`
+    /// still expires at `at`.
+    fn unindex(&mut self, h: u64, at: u64) {
+        let shared = self
+            .map
+            .get(&h)
+            .is_some_and(|b| b.slots().any(|s| s.1.expire_at_ms == Some(at)));
+        if !shared {
+            self.expires.remove(&(at, h));
+        }
+    }
+
+    // ---- whole-keyspace operations -------------------------------------------------
+
+    /// Replays one log record (recovery); `now_ms` drops keys already expired (a Set
+    /// or Expire whose time has passed deletes the key).
+    pub fn apply(&mut self, rec: RecordRef<'_>, now_ms: u64) {
+        match rec {
+            RecordRef::Set {
+                key,
+                value,
+                expire_at_ms,
+            } => {
+                if matches!(expire_at_ms, Some(at) if at <= now_ms) {
+                    self.remove(key, now_ms);
+                } else {
+                    self.set(key, value.to_vec(), expire_at_ms);
+                }
+            }
+            RecordRef::Del { key } => {
+                self.remove(key, now_ms);
+            }
+            RecordRef::Expire { key, at_ms } => {
+                if matches!(at_ms, Some(at) if at <= now_ms) {
+                    self.remove(key, now_ms);
+                } else {
+                    self.set_expire(key, at_ms, now_ms);
+                }
+            }
+            RecordRef::Flush => self.clear(),
+        }
+    }
+
+    /// Removes every key and appends a Flush record to `log`.
+    pub fn flush(&mut self, log: &mut Vec<u8>) {
+        self.clear();
+        crate::log::encode(&RecordRef::Flush, log);
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.expires.clear();
+        self.len = 0;
+        self.expires_count = 0;
+        self.memory = 0;
+    }
+
+    /// Removes up to `max_keys` keys whose expiry time has passed at `now_ms`, the
+    /// earliest first; answers how many were removed. Costs O(log n) per key removed.
+    pub fn expire_cycle(&mut self, now_ms: u64, max_keys: usize) -> usize {
+        let mut removed = 0;
+        while removed < max_keys {
+            let Some(&(at, h)) = self.expires.first() else {
+                break;
+            };
+            if at > now_ms {
+                break;
+            }
+            self.expires.remove(&(at, h));
+            // Every key of the bucket expiring at `at` goes (normally just one).
+            let keys: Vec<Box<[u8]>> = match self.map.get(&h) {
+                Some(b) => b
+                    .slots()
+                    .filter(|s| s.1.expire_at_ms == Some(at))
+                    .map(|s| s.0.clone())
+                    .collect(),
+                None => Vec::new(),
+            };
+            for k in keys {
+                self.remove_hashed(h, &k);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Every live key matching the glob `pattern` (`*` alone matches every key, as
+    /// in Redis, the empty key included).
+    pub fn keys(&self, pattern: &[u8], now_ms: u64) -> Vec<Vec<u8>> {
+        let all = pattern == b"*";
+        let mut out = Vec::new();
+        for b in self.map.values() {
+            for (k, e) in b.slots() {
+                if !e.expired(now_ms) && (all || glob_match(pattern, k)) {
+                    out.push(k.to_vec());
+                }
+            }
+        }
+        out
+    }
+
+    /// One SCAN step: visits about `count` buckets from `cursor` (at least one key's
+    /// worth unless the walk ends), answers the next cursor (0 when done) and the live
+    /// keys visited that match `pattern`. See the module doc for the guarantee.
+    pub fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        pattern: Option<&[u8]>,
+        now_ms: u64,
+    ) -> (u64, Vec<Vec<u8>>) {
+        let pattern = pattern.filter(|p| *p != b"*");
+        let mut out = Vec::new();
+        let next = self.visit(cursor, count.max(1), |k, e| {
+            if !e.expired(now_ms) && pattern.is_none_or(|p| glob_match(p, k)) {
+                out.push(k.to_vec());
+            }
+        });
+        (next, out)
+    }
+
+    /// One compaction step: calls `f` with a `Set` record for each live key of about
+    /// `max_keys` buckets from `cursor`; answers the next cursor (0 when done).
+    pub fn walk(
+        &self,
+        cursor: u64,
+        max_keys: usize,
+        now_ms: u64,
+        mut f: impl FnMut(RecordRef<'_>),
+    ) -> u64 {
+        self.visit(cursor, max_keys.max(1), |k, e| {
+            if !e.expired(now_ms) {
+                f(RecordRef::Set {
+                    key: k,
+                    value: &e.value,
+                    expire_at_ms: e.expire_at_ms,
+                });
+            }
+        })
+    }
+
+    /// Visits `n` buckets from hash `cursor` on; the hash of the next bucket, or 0.
+    fn visit(&self, cursor: u64, n: usize, mut f: impl FnMut(&[u8], &Entry)) -> u64 {
+        if cursor >= HASH_LIMIT {
+            return 0;
+        }
+        let mut it = self.map.range((Bound::Included(cursor), Bound::Unbounded));
+        for (_, b) in it.by_ref().take(n) {
+            for (k, e) in b.slots() {
+                f(k, e);
+            }
+        }
+        it.next().map_or(0, |(h, _)| *h)
     }
 }
 
 impl Default for Keyspace {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap as Model;
+
+    /// With 2-bit hashes nearly every key collides: random operations must still
+    /// agree with a plain map, and the counters and the index stay right.
+    #[test]
+    fn colliding_keys_behave_like_a_map() {
+        let mut ks = Keyspace {
+            mask: 3,
+            ..Keyspace::new()
+        };
+        let mut model: Model<Vec<u8>, (Vec<u8>, Option<u64>)> = Model::new();
+        let mut x: u64 = 12345;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for step in 0..5000u64 {
+            let key = format!("k{}", rnd(40)).into_bytes();
+            match rnd(5) {
+                0 | 1 => {
+                    let at = if rnd(2) == 0 {
+                        Some(1000 + rnd(100))
+                    } else {
+                        None
+                    };
+                    ks.set(&key, vec![b'v'; rnd(5) as usize], at);
+                    model.insert(key.clone(), (vec![b'v'; 0], at));
+                    let v = ks.peek(&key, 0).unwrap().value().to_vec();
+                    model.get_mut(&key).unwrap().0 = v;
+                }
+                2 => {
+                    assert_eq!(ks.remove(&key, 0), model.remove(&key).is_some());
+                }
+                3 => {
+                    let at = if rnd(2) == 0 {
+                        Some(1000 + rnd(100))
+                    } else {
+                        None
+                    };
+                    let exists = ks.set_expire(&key, at, 0);
+                    assert_eq!(exists, model.contains_key(&key));
+                    if let Some(e) = model.get_mut(&key) {
+                        e.1 = at;
+                    }
+                }
+                _ => {
+                    ks.update(&key, 0, |v| v.push(b'x'));
+                    if let Some(e) = model.get_mut(&key) {
+                        e.0.push(b'x');
+                    }
+                }
+            }
+            assert_eq!(ks.len(), model.len(), "step {step}");
+            let mem: u64 = model
+                .iter()
+                .map(|(k, (v, at))| {
+                    (k.len() + v.len()) as u64
+                        + PER_KEY_OVERHEAD
+                        + if at.is_some() { PER_EXPIRE_OVERHEAD } else { 0 }
+                })
+                .sum();
+            assert_eq!(ks.used_memory(), mem, "step {step}");
+            assert_eq!(
+                ks.expires_count(),
+                model.values().filter(|e| e.1.is_some()).count()
+            );
+        }
+        for (k, (v, at)) in &model {
+            let e = ks.peek(k, 0).unwrap();
+            assert_eq!((e.value(), e.expire_at_ms()), (v.as_slice(), *at));
+        }
+        // Active expiry removes exactly the keys whose time has passed.
+        let due = model
+            .values()
+            .filter(|e| e.1.is_some_and(|t| t <= 1050))
+            .count();
+        assert_eq!(ks.expire_cycle(1050, usize::MAX), due);
+        let left = ks.expires_count();
+        assert_eq!(ks.expire_cycle(u64::MAX, usize::MAX), left);
+        assert_eq!(ks.expires_count(), 0);
+        assert_eq!(ks.len(), model.values().filter(|e| e.1.is_none()).count());
     }
 }

@@ -14,7 +14,11 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordRef<'a> {
     /// The key now holds `value`, expiring at `expire_at_ms` (Unix ms) or never.
-    Set { key: &'a [u8], value: &'a [u8], expire_at_ms: Option<u64> },
+    Set {
+        key: &'a [u8],
+        value: &'a [u8],
+        expire_at_ms: Option<u64>,
+    },
     /// The key no longer exists.
     Del { key: &'a [u8] },
     /// The key (if it exists) now expires at `at_ms`, or never.
@@ -27,7 +31,11 @@ pub enum RecordRef<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     /// See [`RecordRef::Set`].
-    Set { key: Vec<u8>, value: Vec<u8>, expire_at_ms: Option<u64> },
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        expire_at_ms: Option<u64>,
+    },
     /// See [`RecordRef::Del`].
     Del { key: Vec<u8> },
     /// See [`RecordRef::Expire`].
@@ -40,9 +48,15 @@ impl Record {
     /// This record, borrowed.
     pub fn as_ref(&self) -> RecordRef<'_> {
         match self {
-            Record::Set { key, value, expire_at_ms } => {
-                RecordRef::Set { key, value, expire_at_ms: *expire_at_ms }
-            }
+            Record::Set {
+                key,
+                value,
+                expire_at_ms,
+            } => RecordRef::Set {
+                key,
+                value,
+                expire_at_ms: *expire_at_ms,
+            },
             Record::Del { key } => RecordRef::Del { key },
             Record::Expire { key, at_ms } => RecordRef::Expire { key, at_ms: *at_ms },
             Record::Flush => RecordRef::Flush,
@@ -73,7 +87,11 @@ pub fn encode(rec: &RecordRef<'_>, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER]);
     match *rec {
-        RecordRef::Set { key, value, expire_at_ms } => {
+        RecordRef::Set {
+            key,
+            value,
+            expire_at_ms,
+        } => {
             out.push(1);
             put_bytes(out, key);
             put_bytes(out, value);
@@ -168,9 +186,16 @@ pub fn decode(buf: &[u8]) -> Result<(Record, usize), DecodeError> {
     }
     let mut r = Reader(payload);
     let rec = match r.u8()? {
-        1 => Record::Set { key: r.bytes()?, value: r.bytes()?, expire_at_ms: r.opt()? },
+        1 => Record::Set {
+            key: r.bytes()?,
+            value: r.bytes()?,
+            expire_at_ms: r.opt()?,
+        },
         2 => Record::Del { key: r.bytes()? },
-        3 => Record::Expire { key: r.bytes()?, at_ms: r.opt()? },
+        3 => Record::Expire {
+            key: r.bytes()?,
+            at_ms: r.opt()?,
+        },
         4 => Record::Flush,
         _ => return Err(DecodeError::Malformed),
     };
@@ -187,11 +212,27 @@ mod tests {
     #[test]
     fn round_trip_and_damage() {
         let recs = [
-            Record::Set { key: b"k".to_vec(), value: b"v".to_vec(), expire_at_ms: None },
-            Record::Set { key: vec![], value: vec![0; 300], expire_at_ms: Some(u64::MAX) },
-            Record::Del { key: b"gone".to_vec() },
-            Record::Expire { key: b"k".to_vec(), at_ms: Some(17) },
-            Record::Expire { key: b"k".to_vec(), at_ms: None },
+            Record::Set {
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+                expire_at_ms: None,
+            },
+            Record::Set {
+                key: vec![],
+                value: vec![0; 300],
+                expire_at_ms: Some(u64::MAX),
+            },
+            Record::Del {
+                key: b"gone".to_vec(),
+            },
+            Record::Expire {
+                key: b"k".to_vec(),
+                at_ms: Some(17),
+            },
+            Record::Expire {
+                key: b"k".to_vec(),
+                at_ms: None,
+            },
             Record::Flush,
         ];
         for rec in &recs {
@@ -199,7 +240,11 @@ mod tests {
             encode(&rec.as_ref(), &mut buf);
             assert_eq!(decode(&buf), Ok((rec.clone(), buf.len())));
             for cut in 0..buf.len() {
-                assert_eq!(decode(&buf[..cut]), Err(DecodeError::Truncated), "cut at {cut}");
+                assert_eq!(
+                    decode(&buf[..cut]),
+                    Err(DecodeError::Truncated),
+                    "cut at {cut}"
+                );
             }
             for i in FRAME_HEADER..buf.len() {
                 let mut bad = buf.clone();

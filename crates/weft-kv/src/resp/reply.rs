@@ -1,4 +1,19 @@
 //! [`Reply`]: what a command answers, and its RESP2/RESP3 encodings.
+//!
+//! A command builds a [`Reply`] without knowing the connection's protocol version;
+//! [`Reply::encode`] writes it in RESP2 or RESP3 (`proto` 2 or 3, as chosen by
+//! `HELLO`). The RESP3-only types fall back as Redis does: a map is a flat array of
+//! keys and values, a set an array, a double a bulk string, a boolean the integer 1
+//! or 0, a verbatim string a bulk string, and both nils become `$-1` / `*-1`.
+//!
+//! Encoding appends to the connection's output buffer. Integers and lengths are
+//! written with `itoa` (no formatting machinery on the hot path). Doubles are written
+//! as Redis 7.2's `d2string`: `inf`, `-inf`, `nan`, `0` / `-0`, an integer-valued
+//! double within +-2^62 as that integer, otherwise the shortest decimal that reads
+//! back as the same double, laid out as Redis's fpconv (`0.001`, `1.5e-7`, `1e+20`).
+//! (Redis 7.0 printed `%.17g` instead, e.g. `1.1000000000000001`.) A CR or LF in a
+//! status or error text (which the type forbids) is written as a space, as Redis's
+//! addReplyErrorFormat does, so one bad text cannot break the stream.
 
 use std::borrow::Cow;
 
@@ -55,5 +70,173 @@ impl Reply {
     /// Whether this is an error reply.
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
+    }
+}
+
+impl Reply {
+    /// Appends this reply's encoding in protocol version `proto` (2 or 3; anything
+    /// above 2 is RESP3) to `out`.
+    pub fn encode(&self, proto: u8, out: &mut Vec<u8>) {
+        let resp3 = proto >= 3;
+        match self {
+            Reply::Simple(text) => line(b'+', text.as_bytes(), out),
+            Reply::Error(text) => line(b'-', text.as_bytes(), out),
+            Reply::Int(n) => header(b':', *n, out),
+            Reply::Bulk(data) => bulk(data, out),
+            Reply::Nil => out.extend_from_slice(if resp3 { b"_\r\n" } else { b"$-1\r\n" }),
+            Reply::NilArray => out.extend_from_slice(if resp3 { b"_\r\n" } else { b"*-1\r\n" }),
+            Reply::Array(items) => {
+                header(b'*', items.len() as i64, out);
+                for item in items {
+                    item.encode(proto, out);
+                }
+            }
+            Reply::Map(pairs) => {
+                if resp3 {
+                    header(b'%', pairs.len() as i64, out);
+                } else {
+                    header(b'*', 2 * pairs.len() as i64, out);
+                }
+                for (k, v) in pairs {
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::Set(items) => {
+                header(if resp3 { b'~' } else { b'*' }, items.len() as i64, out);
+                for item in items {
+                    item.encode(proto, out);
+                }
+            }
+            Reply::Double(d) => {
+                let mut text = Vec::with_capacity(32);
+                format_double(*d, &mut text);
+                if resp3 {
+                    line(b',', &text, out);
+                } else {
+                    bulk(&text, out);
+                }
+            }
+            Reply::Bool(b) => out.extend_from_slice(match (resp3, b) {
+                (true, true) => b"#t\r\n",
+                (true, false) => b"#f\r\n",
+                (false, true) => b":1\r\n",
+                (false, false) => b":0\r\n",
+            }),
+            Reply::Verbatim(format, data) => {
+                if resp3 {
+                    // `=<len>\r\n<fmt>:<data>\r\n`, the length counting `fmt:`.
+                    header(b'=', (format.len() + 1 + data.len()) as i64, out);
+                    out.extend_from_slice(format.as_bytes());
+                    out.push(b':');
+                    out.extend_from_slice(data);
+                    out.extend_from_slice(b"\r\n");
+                } else {
+                    bulk(data, out);
+                }
+            }
+        }
+    }
+
+    /// This reply's encoding in protocol version `proto`, in a new vector.
+    pub fn encode_to_vec(&self, proto: u8) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(proto, &mut out);
+        out
+    }
+}
+
+/// `<tag><n>\r\n`.
+#[inline]
+fn header(tag: u8, n: i64, out: &mut Vec<u8>) {
+    let mut digits = itoa::Buffer::new();
+    out.push(tag);
+    out.extend_from_slice(digits.format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `$<len>\r\n<data>\r\n`.
+#[inline]
+fn bulk(data: &[u8], out: &mut Vec<u8>) {
+    out.reserve(data.len() + 16);
+    header(b'$', data.len() as i64, out);
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `<tag><text>\r\n`, a CR or LF inside `text` written as a space.
+#[inline]
+fn line(tag: u8, text: &[u8], out: &mut Vec<u8>) {
+    out.push(tag);
+    if memchr::memchr2(b'\r', b'\n', text).is_none() {
+        out.extend_from_slice(text);
+    } else {
+        out.extend(
+            text.iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `d` as Redis 7.2's `d2string` writes it (see the module doc).
+pub fn format_double(d: f64, out: &mut Vec<u8>) {
+    if d.is_nan() {
+        out.extend_from_slice(b"nan");
+        return;
+    }
+    if d.is_infinite() {
+        out.extend_from_slice(if d < 0.0 { b"-inf" } else { b"inf" });
+        return;
+    }
+    if d == 0.0 {
+        out.extend_from_slice(if d.is_sign_negative() { b"-0" } else { b"0" });
+        return;
+    }
+    // Redis's double2ll: within +-(LLONG_MAX / 2), an integer-valued double is written
+    // as that integer.
+    let bound = (i64::MAX / 2) as f64;
+    if (-bound..=bound).contains(&d) && (d as i64) as f64 == d {
+        out.extend_from_slice(itoa::Buffer::new().format(d as i64).as_bytes());
+        return;
+    }
+    // The shortest round-trip digits, from Rust's `{:e}` (`-1.2345e-7`), laid out as
+    // fpconv's emit_digits: `digits * 10^k`.
+    let sci = format!("{:e}", d.abs());
+    let (mantissa, exponent) = sci.split_once('e').expect("`{:e}` writes an exponent");
+    let exponent: i32 = exponent.parse().expect("`{:e}` writes an integer exponent");
+    let digits: Vec<u8> = mantissa.bytes().filter(|&b| b != b'.').collect();
+    let nd = digits.len() as i32;
+    let k = exponent - (nd - 1);
+    if d < 0.0 {
+        out.push(b'-');
+    }
+    let exp = (k + nd - 1).abs();
+    if k >= 0 && exp < nd + 7 {
+        // A plain integer (only above 2^62 here): the digits and k zeros.
+        out.extend_from_slice(&digits);
+        out.resize(out.len() + k as usize, b'0');
+    } else if k < 0 && (k > -7 || exp < 4) {
+        // A decimal without exponent.
+        let offset = nd + k;
+        if offset <= 0 {
+            out.extend_from_slice(b"0.");
+            out.resize(out.len() + (-offset) as usize, b'0');
+            out.extend_from_slice(&digits);
+        } else {
+            out.extend_from_slice(&digits[..offset as usize]);
+            out.push(b'.');
+            out.extend_from_slice(&digits[offset as usize..]);
+        }
+    } else {
+        // Scientific: d.ddde+X / d.ddde-X, the exponent without leading zeros.
+        out.push(digits[0]);
+        if nd > 1 {
+            out.push(b'.');
+            out.extend_from_slice(&digits[1..]);
+        }
+        out.push(b'e');
+        out.push(if k + nd - 1 < 0 { b'-' } else { b'+' });
+        out.extend_from_slice(itoa::Buffer::new().format(exp).as_bytes());
     }
 }

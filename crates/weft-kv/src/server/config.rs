@@ -27,7 +27,9 @@ impl std::str::FromStr for Fsync {
             "always" => Ok(Fsync::Always),
             "everysec" => Ok(Fsync::EverySec),
             "no" => Ok(Fsync::No),
-            _ => Err(format!("unknown fsync policy '{s}': use always, everysec or no")),
+            _ => Err(format!(
+                "unknown fsync policy '{s}': use always, everysec or no"
+            )),
         }
     }
 }

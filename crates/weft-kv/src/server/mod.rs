@@ -1,11 +1,395 @@
-//! The weft-kv daemon (to be written).
+//! The weft-kv daemon: `serve(config)`.
+//!
+//! ```text
+//!   listeners (unix, tcp) ── accept ──> one green thread per connection, spread over
+//!                                       the workers round-robin        (conn.rs)
+//!   connection on worker w ── commands on w's shards: run in place
+//!                          └─ commands on other shards: IPC call to the shard's
+//!                             server thread, one per shard per pipeline (shards.rs)
+//!   each shard ── flusher green thread: group commit of its log (shards.rs)
+//!   each worker ── housekeeping: active expiry, automatic compaction (shards.rs)
+//! ```
+//!
+//! Start-up: take the data directory (its lock excludes a second server or an
+//! embedded store on the same files), recover every shard's log (in parallel, one OS
+//! thread per shard), then start the runtime, the shards' threads and the listeners.
+//! Shut-down (SHUTDOWN, SIGTERM, SIGINT): every log written and fsynced, the Unix
+//! socket removed, exit.
 
+pub mod admin;
 pub mod config;
+pub mod conn;
+pub mod shards;
 
 pub use config::{Config, Fsync};
 
-/// Runs the server until SHUTDOWN or a fatal error: creates the data directory if
-/// needed, recovers every shard's log, binds the sockets and serves.
-pub fn serve(config: Config) -> std::io::Result<()> {
-    todo!("{config:?}")
+use crate::keyspace::Keyspace;
+use crate::log::{self, DataDir, LogWriter};
+use shards::Shards;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::time::Instant;
+use weft_runtime::{Runtime, ThreadBuilder};
+
+/// The settings CONFIG SET may change while the server runs.
+pub struct Settings {
+    fsync: AtomicU8,
+    maxmemory: AtomicU64,
+    maxclients: AtomicUsize,
+    password: std::sync::Mutex<Option<String>>,
+    rewrite_min: AtomicU64,
+    rewrite_pct: AtomicU64,
+}
+
+impl Settings {
+    fn new(c: &Config) -> Settings {
+        Settings {
+            fsync: AtomicU8::new(c.fsync as u8),
+            maxmemory: AtomicU64::new(c.maxmemory),
+            maxclients: AtomicUsize::new(c.max_clients),
+            password: std::sync::Mutex::new(c.password.clone()),
+            rewrite_min: AtomicU64::new(64 << 20),
+            rewrite_pct: AtomicU64::new(100),
+        }
+    }
+    /// The fsync policy.
+    pub fn fsync(&self) -> Fsync {
+        match self.fsync.load(Relaxed) {
+            x if x == Fsync::Always as u8 => Fsync::Always,
+            x if x == Fsync::No as u8 => Fsync::No,
+            _ => Fsync::EverySec,
+        }
+    }
+    /// The memory limit (0: none).
+    pub fn maxmemory(&self) -> u64 {
+        self.maxmemory.load(Relaxed)
+    }
+    /// The connection limit.
+    pub fn maxclients(&self) -> usize {
+        self.maxclients.load(Relaxed)
+    }
+    /// The password, if one is set.
+    pub fn password(&self) -> Option<String> {
+        self.password.lock().unwrap().clone()
+    }
+    /// Automatic compaction: (minimum log size, growth percentage; 0 = off).
+    pub fn auto_rewrite(&self) -> (u64, u64) {
+        (
+            self.rewrite_min.load(Relaxed),
+            self.rewrite_pct.load(Relaxed),
+        )
+    }
+
+    /// Every setting CONFIG GET knows, with its value.
+    pub fn all(&self, c: &Config) -> Vec<(&'static str, String)> {
+        let path = |p: &Option<std::path::PathBuf>| {
+            p.as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        };
+        vec![
+            ("appendonly", "yes".into()),
+            ("appendfsync", self.fsync().name().into()),
+            ("save", String::new()),
+            ("maxmemory", self.maxmemory().to_string()),
+            ("maxmemory-policy", "noeviction".into()),
+            ("maxclients", self.maxclients().to_string()),
+            ("requirepass", self.password().unwrap_or_default()),
+            ("port", c.port.to_string()),
+            ("bind", c.bind.clone()),
+            ("unixsocket", path(&c.unix_socket)),
+            ("unixsocketperm", "600".into()),
+            ("dir", c.dir.display().to_string()),
+            ("databases", "1".into()),
+            ("proto-max-bulk-len", c.max_bulk.to_string()),
+            (
+                "auto-aof-rewrite-percentage",
+                self.rewrite_pct.load(Relaxed).to_string(),
+            ),
+            (
+                "auto-aof-rewrite-min-size",
+                self.rewrite_min.load(Relaxed).to_string(),
+            ),
+            ("timeout", "0".into()),
+            ("io-threads", "1".into()),
+        ]
+    }
+
+    /// CONFIG SET name value: an error text for unknown names and bad values.
+    pub fn set(&self, name: &str, value: &str) -> Result<(), String> {
+        let num = |v: &str| {
+            parse_size(v).ok_or_else(|| {
+                format!("ERR Invalid argument '{v}' for CONFIG SET '{name}' - argument couldn't be parsed into an integer")
+            })
+        };
+        match name {
+            "appendfsync" => {
+                let f: Fsync = value.parse().map_err(|e| {
+                    format!("ERR Invalid argument '{value}' for CONFIG SET 'appendfsync' - {e}")
+                })?;
+                self.fsync.store(f as u8, Relaxed);
+            }
+            "maxmemory" => self.maxmemory.store(num(value)?, Relaxed),
+            "maxclients" => self.maxclients.store(num(value)? as usize, Relaxed),
+            "requirepass" => {
+                *self.password.lock().unwrap() = (!value.is_empty()).then(|| value.to_string())
+            }
+            "auto-aof-rewrite-min-size" => self.rewrite_min.store(num(value)?, Relaxed),
+            "auto-aof-rewrite-percentage" => self.rewrite_pct.store(num(value)?, Relaxed),
+            "save" | "appendonly" if value.is_empty() || value == "yes" => {}
+            _ => {
+                return Err(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A size: a number with an optional k, kb, m, mb, g, gb suffix (as Redis's config).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mul) = [
+        ("gb", 1u64 << 30),
+        ("g", 1_000_000_000),
+        ("mb", 1 << 20),
+        ("m", 1_000_000),
+        ("kb", 1 << 10),
+        ("k", 1000),
+        ("b", 1),
+    ]
+    .iter()
+    .find_map(|(suf, mul)| s.strip_suffix(suf).map(|n| (n.to_string(), *mul)))
+    .unwrap_or((s.clone(), 1));
+    num.trim().parse::<u64>().ok()?.checked_mul(mul)
+}
+
+/// The running server: its configuration, shards and counters.
+pub struct Server {
+    /// The configuration it started with.
+    pub config: Config,
+    /// What CONFIG SET may change.
+    pub settings: Arc<Settings>,
+    /// The shards.
+    pub shards: Arc<Shards>,
+    /// Worker threads.
+    pub workers: usize,
+    /// Connections open now, and ever.
+    pub clients: AtomicUsize,
+    pub connections: AtomicU64,
+    /// Commands processed.
+    pub commands: AtomicU64,
+    /// Unix time of the last SAVE.
+    pub last_save: AtomicU64,
+    /// When it started.
+    pub started: Instant,
+    exiting: AtomicBool,
+}
+
+impl Server {
+    /// Writes and fsyncs every log (the caller did), removes the Unix socket, exits.
+    pub fn exit(&self) -> ! {
+        self.exiting.store(true, SeqCst);
+        if let Some(p) = &self.config.unix_socket {
+            let _ = std::fs::remove_file(p);
+        }
+        eprintln!("weft-kv: logs written and fsynced; exiting");
+        std::process::exit(0)
+    }
+}
+
+/// Runs the server until SHUTDOWN, SIGTERM or SIGINT, or a fatal error: creates the
+/// data directory if needed, recovers every shard's log, binds the sockets and serves.
+pub fn serve(config: Config) -> io::Result<()> {
+    let workers = if config.workers == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        config.workers
+    };
+    let t0 = Instant::now();
+    let dir = Arc::new(DataDir::open(&config.dir, workers)?);
+    let spaces = recover_all(&dir)?;
+    let keys: usize = spaces.iter().map(|(ks, _, _)| ks.len()).sum();
+    eprintln!(
+        "weft-kv {}: recovered {keys} keys from {} shards in {} in {:.1} ms",
+        env!("CARGO_PKG_VERSION"),
+        dir.shards(),
+        config.dir.display(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    let (spaces, writers): (Vec<_>, Vec<_>) = spaces
+        .into_iter()
+        .map(|(ks, len, w)| ((ks, len), w))
+        .unzip();
+
+    // SIGTERM and SIGINT are taken by a thread of ours (blocked in every other
+    // thread, which inherit this mask), which shuts down cleanly.
+    // SAFETY: sigset manipulation on a local set; pthread_sigmask on this thread.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+
+    let rt = Arc::new(
+        Runtime::builder()
+            .workers(workers)
+            .name("weft-kv")
+            .build()?,
+    );
+    let settings = Arc::new(Settings::new(&config));
+    let shards = Arc::new(Shards::new(spaces, workers, dir.clone(), settings.clone()));
+    let server = Arc::new(Server {
+        config,
+        settings,
+        shards,
+        workers,
+        clients: AtomicUsize::new(0),
+        connections: AtomicU64::new(0),
+        commands: AtomicU64::new(0),
+        last_save: AtomicU64::new(crate::shard::now_ms() / 1000),
+        started: Instant::now(),
+        exiting: AtomicBool::new(false),
+    });
+
+    {
+        let rt = rt.clone();
+        let server = server.clone();
+        std::thread::Builder::new()
+            .name("weft-kv-signals".into())
+            .spawn(move || {
+                let mut sig = 0;
+                // SAFETY: waits for the signals blocked above.
+                unsafe { libc::sigwait(&set, &mut sig) };
+                eprintln!("weft-kv: signal {sig}: shutting down");
+                let s = server.clone();
+                rt.spawn(move || {
+                    if let Err(e) = s.shards.fsync_all() {
+                        eprintln!("weft-kv: cannot write the logs before exiting: {e}");
+                        std::process::exit(1);
+                    }
+                    s.exit()
+                });
+            })?;
+    }
+
+    let s = server.clone();
+    rt.block_on(move || -> io::Result<()> {
+        s.shards.start(writers)?;
+        let mut listeners = Vec::new();
+        if let Some(path) = s.config.unix_socket.clone() {
+            listeners.push(bind_unix(&path, s.clone())?);
+        }
+        if s.config.port != 0 {
+            let addr = format!("{}:{}", s.config.bind, s.config.port);
+            let l = weft_runtime::net::TcpListener::bind(&addr).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot listen on tcp {addr}: {e}"))
+            })?;
+            eprintln!("weft-kv: listening on tcp {addr}");
+            let s2 = s.clone();
+            listeners.push(weft_runtime::spawn(move || loop {
+                if let Ok((c, _)) = l.accept() {
+                    let _ = c.set_nodelay(true);
+                    accept(&s2, c);
+                }
+            }));
+        }
+        eprintln!(
+            "weft-kv: ready ({} workers, fsync {})",
+            s.workers,
+            s.settings.fsync().name()
+        );
+        for l in listeners {
+            let _ = l.join();
+        }
+        Ok(())
+    })
+}
+
+fn bind_unix(path: &std::path::Path, s: Arc<Server>) -> io::Result<weft_runtime::JoinHandle<()>> {
+    use std::os::unix::fs::PermissionsExt;
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "another server listens on {}: stop it or give another --socket",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let l = weft_runtime::net::UnixListener::bind(path).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot listen on {}: {e}", path.display()),
+        )
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    eprintln!("weft-kv: listening on unix {}", path.display());
+    Ok(weft_runtime::spawn(move || loop {
+        if let Ok(c) = l.accept() {
+            accept(&s, c);
+        }
+    }))
+}
+
+/// Takes a new connection: refused when the server is full, else served by a green
+/// thread on the next worker (round-robin).
+fn accept<S>(s: &Arc<Server>, stream: S)
+where
+    S: Send + 'static,
+    for<'a> &'a S: io::Read + io::Write,
+{
+    use std::io::Write;
+    if s.clients.fetch_add(1, AcqRel) >= s.settings.maxclients() {
+        s.clients.fetch_sub(1, AcqRel);
+        let _ = (&stream).write_all(b"-ERR max number of clients reached\r\n");
+        return;
+    }
+    let id = s.connections.fetch_add(1, Relaxed) + 1;
+    let worker = (id as usize) % s.workers;
+    let s2 = s.clone();
+    let spawned = ThreadBuilder::new()
+        .preemptible(false)
+        .spawn_on(worker, move || conn::serve(s2, stream, id));
+    if spawned.is_err() {
+        s.clients.fetch_sub(1, AcqRel);
+    }
+}
+
+/// Recovers every shard (one OS thread each): its keys, its log's size, its writer.
+fn recover_all(dir: &DataDir) -> io::Result<Vec<(Keyspace, u64, LogWriter)>> {
+    let now = crate::shard::now_ms();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..dir.shards())
+            .map(|s| {
+                let path = dir.log_path(s);
+                scope.spawn(move || -> io::Result<(Keyspace, u64, LogWriter)> {
+                    let mut ks = Keyspace::new();
+                    let rec = log::recover(&path, |r| ks.apply(r.as_ref(), now))
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    if rec.torn_bytes > 0 {
+                        eprintln!(
+                            "weft-kv: {}: cut a torn tail of {} bytes at offset {} (a write the crash interrupted; it was never acknowledged)",
+                            path.display(),
+                            rec.torn_bytes,
+                            rec.bytes
+                        );
+                    }
+                    let w = LogWriter::open(&path)?;
+                    Ok((ks, w.len(), w))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("recovery thread panicked"))
+            .collect()
+    })
 }

@@ -1,0 +1,254 @@
+//! Running commands over a set of shards, the same for the server and the embedded
+//! store: routing a single-key command to its shard, splitting a multi-key command
+//! and merging its parts, and the commands that concern every shard (DBSIZE, KEYS,
+//! SCAN, FLUSHALL, ...).
+//!
+//! A [`ShardSet`] says how to reach a shard: the server runs a closure on the shard's
+//! own worker (directly when the caller is there, through weft IPC when not); the
+//! store takes the shard's lock.
+
+use crate::commands::{flags, Command, Exec, Merge, OOM};
+use crate::resp::Reply;
+use crate::route::{self, Part};
+use crate::shard::{now_ms, Shard};
+
+/// A set of shards that commands run on.
+pub trait ShardSet {
+    /// How many shards there are.
+    fn count(&self) -> usize;
+    /// Runs `f` on shard `s`, wherever that shard lives, and returns its result.
+    fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R;
+    /// Whether memory use is over the configured limit.
+    fn over_memory(&self) -> bool;
+    /// Why shard `s` refuses writes now (its log cannot be written), if it does.
+    fn refuses_writes(&self, s: usize) -> Option<Reply>;
+}
+
+/// The LSNs a connection must see written before it sends its replies: per shard,
+/// the end of the log at the time its last command on that shard ran.
+#[derive(Default, Debug)]
+pub struct Acks {
+    /// Indexed by shard; 0: nothing to wait for.
+    pub lsn: Vec<u64>,
+}
+
+impl Acks {
+    /// Notes that the replies wait for shard `s` to have written `lsn`.
+    #[inline]
+    pub fn note(&mut self, s: usize, lsn: u64) {
+        if lsn == 0 {
+            return;
+        }
+        if self.lsn.len() <= s {
+            self.lsn.resize(s + 1, 0);
+        }
+        if self.lsn[s] < lsn {
+            self.lsn[s] = lsn;
+        }
+    }
+}
+
+/// Refusals that apply before a shard command runs: memory over the limit for a
+/// command that may grow it, a log that cannot be written for a write.
+pub fn precheck(set: &impl ShardSet, cmd: &Command, s: usize) -> Option<Reply> {
+    if cmd.flags & flags::DENYOOM != 0 && set.over_memory() {
+        return Some(OOM);
+    }
+    if cmd.flags & flags::WRITE != 0 {
+        return set.refuses_writes(s);
+    }
+    None
+}
+
+/// Runs a command of kind Shard or Split (the caller has checked arity and
+/// authentication). Server-kind commands: `None`.
+pub fn run_keyed(
+    set: &impl ShardSet,
+    cmd: &Command,
+    args: &[Vec<u8>],
+    acks: &mut Acks,
+) -> Option<Reply> {
+    match cmd.exec {
+        Exec::Shard(f) => {
+            let Some(s) = route::shard_of_command(cmd, args, set.count()) else {
+                return Some(Reply::err("ERR the command names no key"));
+            };
+            if let Some(r) = precheck(set, cmd, s) {
+                return Some(r);
+            }
+            let now = now_ms();
+            let (reply, lsn) = set.with(s, |sh| (sh.run(f, args, now).0, sh.appended));
+            acks.note(s, lsn);
+            Some(reply)
+        }
+        Exec::Split(f, how) => Some(run_split(set, cmd, f, how, args, acks)),
+        Exec::Server => None,
+    }
+}
+
+fn run_split(
+    set: &impl ShardSet,
+    cmd: &Command,
+    f: crate::commands::ShardFn,
+    how: Merge,
+    args: &[Vec<u8>],
+    acks: &mut Acks,
+) -> Reply {
+    // Key groups must be whole (MSET's key value pairs): Redis's arity error if not.
+    let (first, step) = (cmd.first_key.max(1) as usize, cmd.step.max(1) as usize);
+    if (args.len().saturating_sub(first)) % step != 0 {
+        return Reply::error(format!(
+            "ERR wrong number of arguments for '{}' command",
+            cmd.name
+        ));
+    }
+    let parts: Vec<Part> = route::split(cmd, args, set.count());
+    for p in &parts {
+        if let Some(r) = precheck(set, cmd, p.shard) {
+            return r;
+        }
+    }
+    let now = now_ms();
+    let mut replies = Vec::with_capacity(parts.len());
+    for p in &parts {
+        let (reply, lsn) = set.with(p.shard, |sh| (sh.run(f, &p.args, now).0, sh.appended));
+        acks.note(p.shard, lsn);
+        replies.push(reply);
+    }
+    route::merge(how, &parts, replies)
+}
+
+fn eq(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+/// The commands about every shard, or about none, that the server and the store share
+/// (PING, ECHO, TIME, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL). Other commands: `None`.
+pub fn run_common(
+    set: &impl ShardSet,
+    cmd: &Command,
+    args: &[Vec<u8>],
+    acks: &mut Acks,
+) -> Option<Reply> {
+    Some(match cmd.name {
+        "ping" => match args.len() {
+            1 => Reply::Simple("PONG".into()),
+            _ => Reply::Bulk(args[1].clone()),
+        },
+        "echo" => Reply::Bulk(args[1].clone()),
+        "time" => {
+            let d = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Reply::Array(vec![
+                Reply::Bulk(d.as_secs().to_string().into_bytes()),
+                Reply::Bulk(d.subsec_micros().to_string().into_bytes()),
+            ])
+        }
+        "dbsize" => Reply::Int(
+            (0..set.count())
+                .map(|s| set.with(s, |sh| sh.ks.len()))
+                .sum::<usize>() as i64,
+        ),
+        "keys" => {
+            let now = now_ms();
+            let pat = &args[1];
+            let mut all = Vec::new();
+            for s in 0..set.count() {
+                all.extend(set.with(s, |sh| sh.ks.keys(pat, now)));
+            }
+            Reply::Array(all.into_iter().map(Reply::Bulk).collect())
+        }
+        "scan" => scan(set, args),
+        "flushdb" | "flushall" => {
+            if args.len() > 2
+                || (args.len() == 2 && !eq(&args[1], "async") && !eq(&args[1], "sync"))
+            {
+                return Some(Reply::err("ERR syntax error"));
+            }
+            for s in 0..set.count() {
+                if let Some(r) = set.refuses_writes(s) {
+                    return Some(r);
+                }
+            }
+            for s in 0..set.count() {
+                let lsn = set.with(s, |sh| {
+                    sh.flush();
+                    sh.appended
+                });
+                acks.note(s, lsn);
+            }
+            Reply::OK
+        }
+        _ => return None,
+    })
+}
+
+/// Bits of a SCAN cursor below the shard index.
+const SHARD_SHIFT: u32 = 56;
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: the cursor's top 8 bits
+/// name the shard, the rest is that shard's own cursor; shards are walked in order.
+fn scan(set: &impl ShardSet, args: &[Vec<u8>]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return Reply::err("ERR invalid cursor");
+    };
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = 10usize;
+    let mut only_strings = true;
+    let mut i = 2;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Reply::err("ERR syntax error");
+        }
+        let v = &args[i + 1];
+        if eq(&args[i], "match") {
+            pattern = Some(v);
+        } else if eq(&args[i], "count") {
+            match std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+            {
+                Some(n) if n >= 1 => count = n as usize,
+                Some(_) => return Reply::err("ERR syntax error"),
+                None => return Reply::err("ERR value is not an integer or out of range"),
+            }
+        } else if eq(&args[i], "type") {
+            only_strings = eq(v, "string");
+        } else {
+            return Reply::err("ERR syntax error");
+        }
+        i += 2;
+    }
+    let mut shard = (cursor >> SHARD_SHIFT) as usize;
+    let mut inner = cursor & ((1 << SHARD_SHIFT) - 1);
+    let mut keys = Vec::new();
+    let now = now_ms();
+    while shard < set.count() && keys.len() < count {
+        let (next, found) = set.with(shard, |sh| {
+            sh.ks.scan(inner, count - keys.len(), pattern, now)
+        });
+        if only_strings {
+            keys.extend(found);
+        }
+        if next == 0 {
+            shard += 1;
+            inner = 0;
+        } else {
+            inner = next;
+            break;
+        }
+    }
+    let next = if shard >= set.count() {
+        0
+    } else {
+        ((shard as u64) << SHARD_SHIFT) | inner
+    };
+    Reply::Array(vec![
+        Reply::Bulk(next.to_string().into_bytes()),
+        Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
+    ])
+}

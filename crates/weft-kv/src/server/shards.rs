@@ -1,0 +1,544 @@
+//! The server's shards: where each lives, how a connection reaches it, and the green
+//! threads that serve it.
+//!
+//! # Ownership
+//! Shard `s` belongs to worker `s % workers`. Its state (a [`Shard`]) is touched only
+//! by green threads of that worker, and never across a switch: every closure run on
+//! it is short, does no I/O and cannot be preempted (the server's green threads are
+//! spawned non-preemptible), so it needs no lock. A [`ShardCell`] checks both rules
+//! at run time (a closure run on the wrong worker, or while another one runs, panics
+//! instead of racing).
+//!
+//! # Reaching a shard
+//! A connection on the owning worker runs its closure on the shard directly. One on
+//! another worker sends it to the shard's **server thread** with an IPC `call`
+//! (weft's synchronous IPC, whose cross-worker requests travel in the message boxes):
+//! the message carries a pointer to the caller's closure, which stays valid because
+//! the caller is blocked in the call until the reply. A pipeline of commands for one
+//! shard goes in one call.
+//!
+//! # Writing the log
+//! Each shard's **flusher** green thread owns its [`LogWriter`]. Commands append
+//! records to the shard's buffer and *kick* the flusher; it takes the whole buffer
+//! (every record since its last write: group commit), writes it through weft's
+//! io_uring-backed I/O, fsyncs under `always`, then publishes the LSN it reached as
+//! `durable` and wakes the connections waiting for it. Under `everysec` it also
+//! fsyncs once a second when it wrote something. A failed write (ENOSPC, EIO) puts
+//! the records back, makes the shard refuse writes with `MISCONF` and is retried
+//! every 100 ms: service resumes when space returns.
+//!
+//! # Compaction
+//! A compaction walks the keys in chunks (yielding between them, so service goes on)
+//! into a temporary file while the shard keeps every new record in a *tail* too; the
+//! flusher then appends the tail, publishes the file (fsync, rename, fsync of the
+//! directory) and writes on in the new file.
+
+use super::Settings;
+use crate::exec::ShardSet;
+use crate::keyspace::Keyspace;
+use crate::log::{self, DataDir, LogWriter, Rewriter};
+use crate::resp::Reply;
+use crate::server::Fsync;
+use crate::shard::{now_ms, Shard};
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft_runtime::ipc::{self, Message, Tid, Timeout};
+use weft_runtime::sync::{Condvar, Mutex};
+use weft_runtime::{current_worker, ThreadBuilder};
+
+/// A shard's state, usable only on its owning worker.
+pub struct ShardCell {
+    owner: usize,
+    busy: Cell<bool>,
+    state: UnsafeCell<Shard>,
+}
+
+// SAFETY: the state is only reached through `run`, which checks that the caller runs
+// on the owning worker (one OS thread) and that no other closure is running on it
+// (`busy`, which only that OS thread touches), so it is never accessed from two
+// threads or twice at once.
+unsafe impl Sync for ShardCell {}
+// SAFETY: as above; a Shard is plain data.
+unsafe impl Send for ShardCell {}
+
+impl ShardCell {
+    /// Runs `f` on the state. Panics off the owning worker or when re-entered.
+    #[inline]
+    pub fn run<R>(&self, f: impl FnOnce(&mut Shard) -> R) -> R {
+        assert_eq!(
+            current_worker(),
+            Some(self.owner),
+            "a shard was touched off its worker"
+        );
+        assert!(!self.busy.replace(true), "a shard was re-entered");
+        struct Done<'a>(&'a Cell<bool>);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _done = Done(&self.busy);
+        // SAFETY: on the owning worker and not re-entered (checked above): this is the
+        // only reference to the state while `f` runs.
+        f(unsafe { &mut *self.state.get() })
+    }
+}
+
+/// One shard and the signals around it.
+pub struct ServerShard {
+    cell: ShardCell,
+    tid: std::sync::OnceLock<Tid>,
+    /// The LSN written (and fsynced under `always`).
+    durable: AtomicU64,
+    /// Fsync requests (SAVE, SHUTDOWN) asked and done.
+    fsync_asked: AtomicU64,
+    fsync_done: AtomicU64,
+    /// The last write error, if the log cannot be written now.
+    error: std::sync::Mutex<Option<String>>,
+    failing: AtomicBool,
+    /// Connections waiting for `durable` / `fsync_done`.
+    wait_m: Mutex<()>,
+    wait_cv: Condvar,
+    /// The flusher's doorbell.
+    kick_m: Mutex<bool>,
+    kick_cv: Condvar,
+    /// A finished compaction for the flusher to publish.
+    switch: std::sync::Mutex<Option<Rewriter>>,
+    rewriting: AtomicBool,
+    /// The log file's size, and its size after the last compaction.
+    pub log_len: AtomicU64,
+    pub log_base: AtomicU64,
+    /// Memory used by the keys, as last seen.
+    pub memory: AtomicU64,
+    pub keys: AtomicU64,
+    pub expires: AtomicU64,
+}
+
+/// Every shard of the server.
+pub struct Shards {
+    list: Vec<ServerShard>,
+    dir: Arc<DataDir>,
+    settings: Arc<Settings>,
+}
+
+impl Shards {
+    /// The shards over recovered keyspaces (`spaces[s]` for shard `s`), owned by
+    /// `workers` workers.
+    pub fn new(
+        spaces: Vec<(Keyspace, u64)>,
+        workers: usize,
+        dir: Arc<DataDir>,
+        settings: Arc<Settings>,
+    ) -> Shards {
+        let list = spaces
+            .into_iter()
+            .enumerate()
+            .map(|(s, (ks, log_len))| {
+                let memory = ks.used_memory();
+                let keys = ks.len() as u64;
+                let expires = ks.expires_count() as u64;
+                ServerShard {
+                    cell: ShardCell {
+                        owner: s % workers,
+                        busy: Cell::new(false),
+                        state: UnsafeCell::new(Shard::new(ks)),
+                    },
+                    tid: std::sync::OnceLock::new(),
+                    durable: AtomicU64::new(0),
+                    fsync_asked: AtomicU64::new(0),
+                    fsync_done: AtomicU64::new(0),
+                    error: std::sync::Mutex::new(None),
+                    failing: AtomicBool::new(false),
+                    wait_m: Mutex::new(()),
+                    wait_cv: Condvar::new(),
+                    kick_m: Mutex::new(false),
+                    kick_cv: Condvar::new(),
+                    switch: std::sync::Mutex::new(None),
+                    rewriting: AtomicBool::new(false),
+                    log_len: AtomicU64::new(log_len),
+                    log_base: AtomicU64::new(log_len),
+                    memory: AtomicU64::new(memory),
+                    keys: AtomicU64::new(keys),
+                    expires: AtomicU64::new(expires),
+                }
+            })
+            .collect();
+        Shards {
+            list,
+            dir,
+            settings,
+        }
+    }
+
+    /// The shards.
+    pub fn list(&self) -> &[ServerShard] {
+        &self.list
+    }
+
+    /// The worker that owns shard `s`.
+    pub fn owner(&self, s: usize) -> usize {
+        self.list[s].cell.owner
+    }
+
+    /// Starts each shard's server and flusher threads, on its worker. Call from a
+    /// green thread of the runtime.
+    pub fn start(self: &Arc<Self>, writers: Vec<LogWriter>) -> std::io::Result<()> {
+        for (s, writer) in writers.into_iter().enumerate() {
+            let me = self.clone();
+            let h = ThreadBuilder::new()
+                .preemptible(false)
+                .spawn_on(self.owner(s), move || me.serve_ipc(s))?;
+            let _ = self.list[s].tid.set(h.tid());
+            let me = self.clone();
+            ThreadBuilder::new()
+                .preemptible(false)
+                .spawn_on(self.owner(s), move || me.flusher(s, writer))?;
+        }
+        let me = self.clone();
+        for w in 0..self.list.len().min(weft_runtime::workers().unwrap_or(1)) {
+            let me = me.clone();
+            ThreadBuilder::new()
+                .preemptible(false)
+                .spawn_on(w, move || me.housekeeping(w))?;
+        }
+        Ok(())
+    }
+
+    /// Shard `s`'s IPC server: runs the closures other workers send.
+    fn serve_ipc(&self, s: usize) {
+        let sh = &self.list[s];
+        let (mut client, mut msg) = loop {
+            if let Ok(x) = ipc::receive(None, Timeout::Never) {
+                break x;
+            }
+        };
+        loop {
+            let f = msg.words[0] as *mut &mut (dyn FnMut(&mut Shard) + Send);
+            // SAFETY: `with` put a pointer to its closure here and is blocked in its
+            // call until we reply, so the closure is alive and nobody else uses it.
+            sh.cell.run(|st| unsafe { (*f)(st) });
+            self.after_run(s);
+            match ipc::reply_and_wait(&client, Message::word(0), Timeout::Never) {
+                Ok((c, m)) => (client, msg) = (c, m),
+                Err(_) => loop {
+                    if let Ok((c, m)) = ipc::receive(None, Timeout::Never) {
+                        (client, msg) = (c, m);
+                        break;
+                    }
+                },
+            }
+        }
+    }
+
+    /// After a closure ran on shard `s` (on its worker): kick the flusher if it has
+    /// records to write and was not kicked yet; publish the memory figures.
+    #[inline]
+    fn after_run(&self, s: usize) {
+        let sh = &self.list[s];
+        let kick = sh.cell.run(|st| {
+            sh.memory.store(st.ks.used_memory(), Relaxed);
+            sh.keys.store(st.ks.len() as u64, Relaxed);
+            sh.expires.store(st.ks.expires_count() as u64, Relaxed);
+            if !st.log.is_empty() && !st.kicked {
+                st.kicked = true;
+                true
+            } else {
+                false
+            }
+        });
+        if kick {
+            self.kick(s);
+        }
+    }
+
+    fn kick(&self, s: usize) {
+        let sh = &self.list[s];
+        let mut g = sh.kick_m.lock();
+        *g = true;
+        sh.kick_cv.notify_one();
+    }
+
+    /// Shard `s`'s flusher: writes the log (see the module's doc).
+    fn flusher(&self, s: usize, mut writer: LogWriter) {
+        let sh = &self.list[s];
+        let policy = || self.settings.fsync();
+        let mut last_sync = Instant::now();
+        let mut unsynced = false;
+        loop {
+            {
+                let mut g = sh.kick_m.lock();
+                if !*g {
+                    let (g2, _) = sh.kick_cv.wait_timeout(
+                        g,
+                        Duration::from_millis(if sh.failing.load(Relaxed) { 100 } else { 1000 }),
+                    );
+                    g = g2;
+                }
+                *g = false;
+            }
+            if let Some(rw) = sh.switch.lock().unwrap().take() {
+                self.publish_rewrite(s, rw, &mut writer);
+            }
+            let asked = sh.fsync_asked.load(Acquire);
+            let (buf, end) = sh.cell.run(|st| st.take_log());
+            let must_sync = asked > sh.fsync_done.load(Relaxed)
+                || (policy() == Fsync::EverySec
+                    && unsynced
+                    && last_sync.elapsed() >= Duration::from_secs(1));
+            if !buf.is_empty() {
+                match writer.write(&buf, policy() == Fsync::Always || must_sync) {
+                    Ok(()) => {
+                        sh.log_len.store(writer.len(), Relaxed);
+                        if policy() == Fsync::Always || must_sync {
+                            last_sync = Instant::now();
+                            unsynced = false;
+                        } else {
+                            unsynced = true;
+                        }
+                        self.set_error(s, None);
+                        sh.durable.store(end, Release);
+                    }
+                    Err(e) => {
+                        sh.cell.run(|st| st.put_back(buf));
+                        self.set_error(s, Some(format!("{e}")));
+                        let mut g = sh.kick_m.lock();
+                        *g = true;
+                        drop(g);
+                        weft_runtime::sleep(Duration::from_millis(100));
+                        self.wake_waiters(s);
+                        continue;
+                    }
+                }
+            } else if must_sync && unsynced {
+                if writer.sync().is_ok() {
+                    last_sync = Instant::now();
+                    unsynced = false;
+                }
+            } else if asked > sh.fsync_done.load(Relaxed) && !unsynced {
+                // Nothing to write and nothing unsynced: the request is met.
+            }
+            if asked > sh.fsync_done.load(Relaxed) && !unsynced && !sh.failing.load(Relaxed) {
+                sh.fsync_done.store(asked, Release);
+            }
+            self.wake_waiters(s);
+        }
+    }
+
+    fn set_error(&self, s: usize, e: Option<String>) {
+        let sh = &self.list[s];
+        if e.is_none() && !sh.failing.load(Relaxed) {
+            return;
+        }
+        if let Some(msg) = &e {
+            eprintln!("weft-kv: shard {s}: cannot write the log: {msg} (retrying every 100 ms; writes are refused meanwhile)");
+        } else {
+            eprintln!("weft-kv: shard {s}: the log is written again");
+        }
+        sh.failing.store(e.is_some(), Release);
+        *sh.error.lock().unwrap() = e;
+    }
+
+    fn wake_waiters(&self, s: usize) {
+        let sh = &self.list[s];
+        let _g = sh.wait_m.lock();
+        sh.wait_cv.notify_all();
+    }
+
+    /// Waits until shard `s` has written `lsn`: `Err` with the write error when its
+    /// log cannot be written.
+    pub fn wait_durable(&self, s: usize, lsn: u64) -> Result<(), String> {
+        let sh = &self.list[s];
+        if sh.durable.load(Acquire) >= lsn {
+            return Ok(());
+        }
+        let mut g = sh.wait_m.lock();
+        loop {
+            if sh.durable.load(Acquire) >= lsn {
+                return Ok(());
+            }
+            if sh.failing.load(Acquire) {
+                return Err(sh.error.lock().unwrap().clone().unwrap_or_default());
+            }
+            g = sh.wait_cv.wait(g);
+        }
+    }
+
+    /// Writes and fsyncs every shard's log (SAVE, SHUTDOWN).
+    pub fn fsync_all(&self) -> Result<(), String> {
+        for s in 0..self.list.len() {
+            let sh = &self.list[s];
+            let ask = sh.fsync_asked.fetch_add(1, AcqRel) + 1;
+            self.kick(s);
+            let mut g = sh.wait_m.lock();
+            while sh.fsync_done.load(Acquire) < ask {
+                if sh.failing.load(Acquire) {
+                    return Err(sh.error.lock().unwrap().clone().unwrap_or_default());
+                }
+                g = sh.wait_cv.wait(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a compaction of every shard not compacting already; `false` if all
+    /// were.
+    pub fn rewrite_all(self: &Arc<Self>) -> bool {
+        let mut any = false;
+        for s in 0..self.list.len() {
+            if !self.list[s].rewriting.swap(true, AcqRel) {
+                any = true;
+                let me = self.clone();
+                let _ = ThreadBuilder::new()
+                    .preemptible(false)
+                    .spawn_on(self.owner(s), move || me.compact(s));
+            }
+        }
+        any
+    }
+
+    /// Whether any shard is compacting.
+    pub fn rewriting(&self) -> bool {
+        self.list.iter().any(|s| s.rewriting.load(Relaxed))
+    }
+
+    /// Compacts shard `s` (on its worker): see the module's doc.
+    fn compact(&self, s: usize) {
+        let sh = &self.list[s];
+        let fail = |what: &str, e: std::io::Error| {
+            eprintln!("weft-kv: shard {s}: compaction failed ({what}: {e}); the log is unchanged");
+            sh.cell.run(|st| st.rewrite_tail = None);
+            sh.rewriting.store(false, Release);
+        };
+        let mut rw = match Rewriter::create(&self.dir, s) {
+            Ok(rw) => rw,
+            Err(e) => return fail("creating the temporary file", e),
+        };
+        sh.cell.run(|st| st.rewrite_tail = Some(Vec::new()));
+        let mut cursor = 0;
+        let mut chunk = Vec::with_capacity(64 << 10);
+        loop {
+            let now = now_ms();
+            cursor = sh.cell.run(|st| {
+                st.ks
+                    .walk(cursor, 1024, now, |r| log::encode(&r, &mut chunk))
+            });
+            if let Err(e) = rw.append(&chunk) {
+                rw.abort();
+                return fail("writing the temporary file", e);
+            }
+            chunk.clear();
+            if cursor == 0 {
+                break;
+            }
+            weft_runtime::yield_now();
+        }
+        *sh.switch.lock().unwrap() = Some(rw);
+        self.kick(s);
+    }
+
+    /// The flusher's part of a compaction: append the tail, publish, switch files.
+    fn publish_rewrite(&self, s: usize, mut rw: Rewriter, writer: &mut LogWriter) {
+        let sh = &self.list[s];
+        let (tail, pending, end) = sh.cell.run(|st| {
+            let tail = st.rewrite_tail.take().unwrap_or_default();
+            let (p, end) = st.take_log();
+            (tail, p, end)
+        });
+        let result = rw.append(&tail).and_then(|()| rw.finish());
+        match result {
+            Ok(w) => {
+                *writer = w;
+                let len = writer.len();
+                sh.log_len.store(len, Relaxed);
+                sh.log_base.store(len, Relaxed);
+                sh.durable.store(end, Release);
+                eprintln!("weft-kv: shard {s}: log compacted to {len} bytes");
+            }
+            Err(e) => {
+                eprintln!(
+                    "weft-kv: shard {s}: compaction failed (publishing: {e}); the log is unchanged"
+                );
+                // The old log still lacks `pending`: hand it back to the writer.
+                sh.cell.run(|st| st.put_back(pending));
+                let mut g = sh.kick_m.lock();
+                *g = true;
+            }
+        }
+        sh.rewriting.store(false, Release);
+    }
+
+    /// Worker `w`'s housekeeping: active expiry of its shards every 100 ms, and the
+    /// automatic compaction trigger (a log past its minimum size and grown by the
+    /// configured percentage since the last compaction).
+    fn housekeeping(self: Arc<Self>, w: usize) {
+        loop {
+            weft_runtime::sleep(Duration::from_millis(100));
+            let now = now_ms();
+            for s in (w..self.list.len()).step_by(weft_runtime::workers().unwrap_or(1)) {
+                let sh = &self.list[s];
+                sh.cell.run(|st| st.ks.expire_cycle(now, 200));
+                self.after_run(s);
+                let len = sh.log_len.load(Relaxed);
+                let base = sh.log_base.load(Relaxed).max(1);
+                let (min, pct) = self.settings.auto_rewrite();
+                let grown = pct > 0 && len >= min && (len - base.min(len)) * 100 / base >= pct;
+                if grown && !sh.rewriting.swap(true, AcqRel) {
+                    let me = self.clone();
+                    let _ = ThreadBuilder::new()
+                        .preemptible(false)
+                        .spawn_on(self.owner(s), move || me.compact(s));
+                }
+            }
+        }
+    }
+}
+
+impl ShardSet for Shards {
+    #[inline]
+    fn count(&self) -> usize {
+        self.list.len()
+    }
+
+    #[inline]
+    fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R {
+        let sh = &self.list[s];
+        if current_worker() == Some(sh.cell.owner) {
+            let r = sh.cell.run(f);
+            self.after_run(s);
+            return r;
+        }
+        let mut f = Some(f);
+        let mut out = None;
+        let mut run = |st: &mut Shard| out = Some((f.take().expect("run once"))(st));
+        let mut dynf: &mut (dyn FnMut(&mut Shard) + Send) = &mut run;
+        let ptr = &mut dynf as *mut &mut (dyn FnMut(&mut Shard) + Send) as u64;
+        let tid = sh.tid.get().expect("the shard's server thread runs");
+        ipc::call(tid, Message::word(ptr), Timeout::Never)
+            .expect("a shard's server thread lives as long as the server");
+        out.expect("the shard's server ran the closure")
+    }
+
+    fn over_memory(&self) -> bool {
+        let max = self.settings.maxmemory();
+        max != 0
+            && self
+                .list
+                .iter()
+                .map(|s| s.memory.load(Relaxed))
+                .sum::<u64>()
+                > max
+    }
+
+    fn refuses_writes(&self, s: usize) -> Option<Reply> {
+        let sh = &self.list[s];
+        if !sh.failing.load(Relaxed) {
+            return None;
+        }
+        let e = sh.error.lock().unwrap().clone().unwrap_or_default();
+        Some(Reply::error(format!(
+            "MISCONF Errors writing to the append only file: {e}"
+        )))
+    }
+}

@@ -1,0 +1,107 @@
+//! One shard's state, as the server and the embedded store both hold it: the
+//! keyspace, the log records not yet handed to the log file, and the counters that
+//! tell a connection when its writes are durable.
+//!
+//! Log sequence numbers (LSNs) count the bytes of records a shard has ever produced
+//! (not file offsets: compaction replaces the file but the count goes on). A command
+//! that changed something notes `appended` after it ran; it is acknowledged once the
+//! writer has reported that LSN written (and fsynced, under `fsync always`).
+
+use crate::commands::{self, Command, Ctx, Exec, ShardFn};
+use crate::keyspace::Keyspace;
+use crate::resp::Reply;
+
+/// One shard: keys plus the log buffer.
+pub struct Shard {
+    /// The keys.
+    pub ks: Keyspace,
+    /// Records produced since the writer last took them.
+    pub log: Vec<u8>,
+    /// The LSN at the end of `log` (every byte ever appended).
+    pub appended: u64,
+    /// While a compaction runs: every record produced since it started (replayed over
+    /// the compacted image at its end: records are full states, so that is exact).
+    pub rewrite_tail: Option<Vec<u8>>,
+    /// The writer was asked to run (the server's flusher) and has not yet taken `log`.
+    pub kicked: bool,
+}
+
+impl Shard {
+    /// A shard over recovered keys.
+    pub fn new(ks: Keyspace) -> Shard {
+        Shard {
+            ks,
+            log: Vec::new(),
+            appended: 0,
+            rewrite_tail: None,
+            kicked: false,
+        }
+    }
+
+    /// Runs shard function `f` with `args`; keeps `appended` and the rewrite tail up to
+    /// date. Returns the reply and whether anything was logged.
+    pub fn run(&mut self, f: ShardFn, args: &[Vec<u8>], now_ms: u64) -> (Reply, bool) {
+        let before = self.log.len();
+        let reply = {
+            let mut ctx = Ctx {
+                now_ms,
+                log: &mut self.log,
+                over_memory: false,
+            };
+            f(&mut self.ks, args, &mut ctx)
+        };
+        (reply, self.note_logged(before))
+    }
+
+    /// Accounts for records appended to `log` since it was `before` bytes long.
+    pub fn note_logged(&mut self, before: usize) -> bool {
+        let added = self.log.len() - before;
+        if added == 0 {
+            return false;
+        }
+        self.appended += added as u64;
+        if let Some(t) = &mut self.rewrite_tail {
+            t.extend_from_slice(&self.log[before..]);
+        }
+        true
+    }
+
+    /// Removes every key (logged).
+    pub fn flush(&mut self) {
+        let before = self.log.len();
+        self.ks.flush(&mut self.log);
+        self.note_logged(before);
+    }
+
+    /// Takes the records not yet written: the bytes and the LSN at their end.
+    pub fn take_log(&mut self) -> (Vec<u8>, u64) {
+        self.kicked = false;
+        (std::mem::take(&mut self.log), self.appended)
+    }
+
+    /// Puts back records a failed write did not write, in front of any newer ones.
+    pub fn put_back(&mut self, mut buf: Vec<u8>) {
+        buf.extend_from_slice(&self.log);
+        self.log = buf;
+    }
+}
+
+/// The function a [`Command`] of kind Shard or Split runs on a shard.
+pub fn shard_fn(cmd: &Command) -> Option<ShardFn> {
+    match cmd.exec {
+        Exec::Shard(f) | Exec::Split(f, _) => Some(f),
+        Exec::Server => None,
+    }
+}
+
+/// The time in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whether `cmd` may grow memory (refused over the limit).
+pub fn denies_oom(cmd: &Command) -> bool {
+    cmd.flags & commands::flags::DENYOOM != 0
+}

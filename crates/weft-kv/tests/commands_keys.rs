@@ -1,0 +1,350 @@
+//! The key commands and the keyspace itself: replies, logged records, replay, SCAN's
+//! cursor guarantee under mutation, active expiry, memory accounting.
+
+mod common;
+use common::*;
+
+fn err(s: &str) -> Reply {
+    Reply::Error(s.to_string().into())
+}
+
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+use weft_kv::keyspace::HASH_LIMIT;
+
+fn del_rec(k: &str) -> Record {
+    Record::Del { key: k.into() }
+}
+
+fn exp_rec(k: &str, at: Option<u64>) -> Record {
+    Record::Expire {
+        key: k.into(),
+        at_ms: at,
+    }
+}
+
+#[test]
+fn del_exists_touch_type() {
+    let mut t = T::new();
+    t.run(&["mset", "a", "1", "b", "2"]);
+    assert_eq!(t.run(&["exists", "a", "b", "c", "a"]), Reply::Int(3));
+    assert_eq!(t.run(&["touch", "a", "c"]), Reply::Int(1));
+    assert_eq!(t.run(&["type", "a"]), Reply::Simple("string".into()));
+    assert_eq!(t.run(&["type", "c"]), Reply::Simple("none".into()));
+    assert_eq!(t.run(&["del", "a", "c", "a"]), Reply::Int(1));
+    assert_eq!(t.logged(), vec![del_rec("a")]);
+    assert_eq!(t.run(&["unlink", "b"]), Reply::Int(1));
+    assert_eq!(t.run(&["del", "b"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    t.run(&["set", "e", "v", "px", "5"]);
+    t.now += 5;
+    assert_eq!(t.run(&["del", "e"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    assert_eq!(t.ks.len(), 0);
+    t.check_replay();
+}
+
+#[test]
+fn expire_family() {
+    let mut t = T::new();
+    assert_eq!(t.run(&["expire", "k", "10"]), Reply::Int(0));
+    t.run(&["set", "k", "v"]);
+    assert_eq!(t.run(&["ttl", "k"]), Reply::Int(-1));
+    assert_eq!(t.run(&["pttl", "nope"]), Reply::Int(-2));
+    assert_eq!(t.run(&["expire", "k", "10"]), Reply::Int(1));
+    assert_eq!(t.logged(), vec![exp_rec("k", Some(NOW + 10_000))]);
+    assert_eq!(t.run(&["ttl", "k"]), Reply::Int(10));
+    assert_eq!(t.run(&["pexpire", "k", "2500"]), Reply::Int(1));
+    assert_eq!(t.run(&["ttl", "k"]), Reply::Int(3)); // 2.5 s rounds up
+    assert_eq!(t.run(&["pttl", "k"]), Reply::Int(2500));
+    assert_eq!(
+        t.run(&["pexpiretime", "k"]),
+        Reply::Int((NOW + 2500) as i64)
+    );
+    assert_eq!(
+        t.run(&["expiretime", "k"]),
+        Reply::Int(((NOW + 2500 + 500) / 1000) as i64)
+    );
+    let at = (NOW / 1000 + 50).to_string();
+    assert_eq!(t.run(&["expireat", "k", &at]), Reply::Int(1));
+    assert_eq!(
+        t.run(&["expiretime", "k"]),
+        Reply::Int((NOW / 1000 + 50) as i64)
+    );
+    let at = (NOW + 7).to_string();
+    assert_eq!(t.run(&["pexpireat", "k", &at]), Reply::Int(1));
+    assert_eq!(t.run(&["pttl", "k"]), Reply::Int(7));
+    // NX / XX / GT / LT
+    assert_eq!(t.run(&["expire", "k", "100", "nx"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    assert_eq!(t.run(&["expire", "k", "100", "xx"]), Reply::Int(1));
+    assert_eq!(t.run(&["expire", "k", "50", "gt"]), Reply::Int(0));
+    assert_eq!(t.run(&["expire", "k", "200", "gt"]), Reply::Int(1));
+    assert_eq!(t.run(&["expire", "k", "300", "lt"]), Reply::Int(0));
+    assert_eq!(t.run(&["expire", "k", "150", "LT"]), Reply::Int(1));
+    assert_eq!(t.run(&["ttl", "k"]), Reply::Int(150));
+    assert_eq!(t.run(&["persist", "k"]), Reply::Int(1));
+    assert_eq!(t.logged(), vec![exp_rec("k", None)]);
+    assert_eq!(t.run(&["persist", "k"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    assert_eq!(t.run(&["expire", "k", "100", "xx"]), Reply::Int(0));
+    assert_eq!(t.run(&["expire", "k", "100", "gt"]), Reply::Int(0)); // no ttl = infinite
+    assert_eq!(t.run(&["expire", "k", "100", "lt"]), Reply::Int(1));
+    assert_eq!(
+        t.run(&["expire", "k", "100", "nx", "xx"]),
+        err("ERR NX and XX, GT or LT options at the same time are not compatible")
+    );
+    assert_eq!(
+        t.run(&["expire", "k", "100", "gt", "lt"]),
+        err("ERR GT and LT options at the same time are not compatible")
+    );
+    assert_eq!(
+        t.run(&["expire", "k", "100", "foo"]),
+        err("ERR Unsupported option foo")
+    );
+    assert_eq!(
+        t.run(&["expire", "k", "x"]),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(
+        t.run(&["expire", "k", "9223372036854775807"]),
+        err("ERR invalid expire time in 'expire' command")
+    );
+    assert_eq!(
+        t.run(&["pexpire", "k", "9223372036854775807"]),
+        err("ERR invalid expire time in 'pexpire' command")
+    );
+    // a time in the past deletes, logged as Del
+    assert_eq!(t.run(&["expire", "k", "-1"]), Reply::Int(1));
+    assert_eq!(t.logged(), vec![del_rec("k")]);
+    assert_eq!(t.run(&["exists", "k"]), Reply::Int(0));
+    t.run(&["set", "k", "v"]);
+    assert_eq!(t.run(&["pexpireat", "k", "1"]), Reply::Int(1));
+    assert_eq!(t.run(&["get", "k"]), Reply::Nil);
+    // expiry passes with the clock
+    t.run(&["set", "k", "v", "px", "10"]);
+    t.now += 9;
+    assert_eq!(t.run(&["pttl", "k"]), Reply::Int(1));
+    t.now += 1;
+    assert_eq!(t.run(&["pttl", "k"]), Reply::Int(-2));
+    t.check_replay();
+}
+
+#[test]
+fn expire_cycle_removes_earliest_first_and_keeps_counts() {
+    let mut ks = Keyspace::new();
+    for i in 0..100u64 {
+        ks.set(format!("k{i}").as_bytes(), b"v".to_vec(), Some(1000 + i));
+    }
+    ks.set(b"forever", b"v".to_vec(), None);
+    assert_eq!(ks.expires_count(), 100);
+    assert_eq!(ks.expire_cycle(999, 1000), 0);
+    assert_eq!(ks.expire_cycle(1049, 10), 10);
+    assert!(ks.peek(b"k9", 0).is_none());
+    assert!(ks.peek(b"k10", 0).is_some());
+    assert_eq!(ks.expire_cycle(1049, 1000), 40);
+    assert_eq!(ks.len(), 51);
+    assert_eq!(ks.expires_count(), 50);
+    // changing an expiry moves it in the index
+    assert!(ks.set_expire(b"k99", Some(5000), 0));
+    assert!(ks.set_expire(b"k98", None, 0));
+    assert_eq!(ks.expire_cycle(4999, 1000), 48);
+    assert_eq!(ks.len(), 3);
+    assert_eq!(ks.expires_count(), 1);
+    assert_eq!(ks.expire_cycle(5000, 1000), 1);
+    let keys: BTreeSet<Vec<u8>> = ks.keys(b"*", 0).into_iter().collect();
+    assert_eq!(
+        keys,
+        [b"forever".to_vec(), b"k98".to_vec()].into_iter().collect()
+    );
+    // overwriting without expiry clears the index entry
+    ks.set(b"x", b"v".to_vec(), Some(10));
+    ks.set(b"x", b"w".to_vec(), None);
+    assert_eq!(ks.expire_cycle(u64::MAX, 1000), 0);
+    assert_eq!(ks.expires_count(), 0);
+}
+
+#[test]
+fn memory_accounting_is_incremental() {
+    use weft_kv::keyspace::{PER_EXPIRE_OVERHEAD, PER_KEY_OVERHEAD};
+    let mut t = T::new();
+    assert_eq!(t.ks.used_memory(), 0);
+    t.run(&["set", "key", "value"]);
+    assert_eq!(t.ks.used_memory(), 3 + 5 + PER_KEY_OVERHEAD);
+    t.run(&["append", "key", "12345"]);
+    assert_eq!(t.ks.used_memory(), 3 + 10 + PER_KEY_OVERHEAD);
+    t.run(&["expire", "key", "100"]);
+    assert_eq!(
+        t.ks.used_memory(),
+        3 + 10 + PER_KEY_OVERHEAD + PER_EXPIRE_OVERHEAD
+    );
+    t.run(&["setrange", "key", "20", "x"]);
+    assert_eq!(
+        t.ks.used_memory(),
+        3 + 21 + PER_KEY_OVERHEAD + PER_EXPIRE_OVERHEAD
+    );
+    t.run(&["persist", "key"]);
+    t.run(&["set", "k2", "v"]);
+    assert_eq!(t.ks.used_memory(), 3 + 21 + 2 + 1 + 2 * PER_KEY_OVERHEAD);
+    t.run(&["del", "key", "k2"]);
+    assert_eq!(t.ks.used_memory(), 0);
+    t.run(&["set", "k", "v", "ex", "1"]);
+    let mut log = Vec::new();
+    t.ks.flush(&mut log);
+    assert_eq!(
+        (t.ks.used_memory(), t.ks.len(), t.ks.expires_count()),
+        (0, 0, 0)
+    );
+    assert_eq!(records(&log), vec![Record::Flush]);
+}
+
+#[test]
+fn keys_and_scan_patterns() {
+    let mut ks = Keyspace::new();
+    for k in ["user:1", "user:2", "item:1", "", "u"] {
+        ks.set(k.as_bytes(), b"v".to_vec(), None);
+    }
+    ks.set(b"user:gone", b"v".to_vec(), Some(5));
+    let sorted = |mut v: Vec<Vec<u8>>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(ks.keys(b"user:*", 10)),
+        vec![b"user:1".to_vec(), b"user:2".to_vec()]
+    );
+    assert_eq!(ks.keys(b"*", 10).len(), 5); // "*" includes the empty key, as Redis
+    assert_eq!(ks.keys(b"*", 0).len(), 6);
+    assert_eq!(sorted(ks.keys(b"?", 10)), vec![b"u".to_vec()]);
+    let (mut cur, mut got) = (0, Vec::new());
+    loop {
+        let (next, keys) = ks.scan(cur, 1, Some(b"*:1"), 10);
+        assert!(next < HASH_LIMIT);
+        got.extend(keys);
+        cur = next;
+        if cur == 0 {
+            break;
+        }
+    }
+    assert_eq!(sorted(got), vec![b"item:1".to_vec(), b"user:1".to_vec()]);
+    assert_eq!(ks.scan(0, 1000, None, 10).0, 0);
+    assert_eq!(ks.scan(HASH_LIMIT, 10, None, 10), (0, vec![]));
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(u16),
+    Remove(u16),
+    Step(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u16..400).prop_map(Op::Insert),
+        (0u16..400).prop_map(Op::Remove),
+        (1u8..20).prop_map(Op::Step),
+    ]
+}
+
+proptest! {
+    /// SCAN's guarantee: every key present from the scan's start to its end is
+    /// returned, whatever is inserted and removed between the steps, and the walk
+    /// ends; and the walk for compaction visits every live key exactly once.
+    #[test]
+    fn scan_returns_every_key_present_throughout(
+        initial in proptest::collection::btree_set(0u16..400, 0..200),
+        ops in proptest::collection::vec(op(), 0..300),
+    ) {
+        let mut ks = Keyspace::new();
+        let name = |i: u16| format!("key:{i}").into_bytes();
+        for &i in &initial {
+            ks.set(&name(i), b"v".to_vec(), None);
+        }
+        let mut throughout: BTreeSet<u16> = initial.clone();
+        let mut seen = BTreeSet::new();
+        let mut cursor = 0;
+        let mut steps = 0;
+        let mut ops = ops.into_iter();
+        loop {
+            let step = match ops.next() {
+                Some(Op::Insert(i)) => {
+                    ks.set(&name(i), b"v".to_vec(), None);
+                    continue;
+                }
+                Some(Op::Remove(i)) => {
+                    ks.remove(&name(i), 0);
+                    throughout.remove(&i);
+                    continue;
+                }
+                Some(Op::Step(n)) => n as usize,
+                None => 3, // the operations are used up: finish the scan
+            };
+            let (next, keys) = ks.scan(cursor, step, None, 0);
+            seen.extend(keys);
+            cursor = next;
+            steps += 1;
+            prop_assert!(steps < 10_000);
+            if cursor == 0 {
+                break;
+            }
+        }
+        for i in throughout {
+            prop_assert!(seen.contains(&name(i)), "key:{} was present throughout but not returned", i);
+        }
+        // the compaction walk: every live key exactly once
+        let mut walked = Vec::new();
+        let mut cur = 0;
+        loop {
+            cur = ks.walk(cur, 5, 0, |r| if let weft_kv::log::RecordRef::Set { key, .. } = r { walked.push(key.to_vec()) });
+            if cur == 0 { break; }
+        }
+        let n = walked.len();
+        let uniq: BTreeSet<_> = walked.into_iter().collect();
+        prop_assert_eq!(n, uniq.len());
+        prop_assert_eq!(uniq.len(), ks.len());
+    }
+}
+
+#[test]
+fn replay_of_a_random_history_matches() {
+    // A fixed pseudo-random sequence of commands; the replayed log must rebuild the
+    // same keys, values and expiry times.
+    let mut t = T::new();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..3000 {
+        let k = format!("k{}", rnd(30));
+        let v = format!("{}", rnd(1000));
+        let line: Vec<String> = match rnd(14) {
+            0 => vec!["set".into(), k, v],
+            1 => vec!["set".into(), k, v, "px".into(), format!("{}", rnd(50) + 1)],
+            2 => vec!["set".into(), k, v, "keepttl".into(), "xx".into()],
+            3 => vec!["incrby".into(), k, v],
+            4 => vec!["append".into(), k, v],
+            5 => vec!["setrange".into(), k, format!("{}", rnd(8)), v],
+            6 => vec!["del".into(), k],
+            7 => vec!["pexpire".into(), k, format!("{}", rnd(60) as i64 - 10)],
+            8 => vec!["persist".into(), k],
+            9 => vec!["getex".into(), k, "px".into(), format!("{}", rnd(50) + 1)],
+            10 => vec!["getdel".into(), k],
+            11 => vec!["incrbyfloat".into(), k, "1.5".into()],
+            12 => vec!["mset".into(), k, v.clone(), format!("k{}", rnd(30)), v],
+            _ => vec!["setnx".into(), k, v],
+        };
+        let line: Vec<&str> = line.iter().map(|s| s.as_str()).collect();
+        t.run(&line);
+        t.now += rnd(3);
+        if rnd(50) == 0 {
+            t.ks.expire_cycle(t.now, 5);
+        }
+    }
+    t.check_replay();
+    // and replay at a later time drops what has expired since
+    t.now += 100;
+    t.check_replay();
+}

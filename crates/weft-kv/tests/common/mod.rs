@@ -1,0 +1,103 @@
+//! What the command tests share: one keyspace, a clock, and the log of everything run on it.
+
+#![allow(dead_code)]
+
+pub use weft_kv::commands::{self, check_arity, lookup, Ctx, Exec};
+pub use weft_kv::keyspace::Keyspace;
+pub use weft_kv::log::{decode, Record};
+pub use weft_kv::resp::Reply;
+pub const NOW: u64 = 1_700_000_000_000;
+
+/// A keyspace, a clock and the log of everything run on it.
+pub struct T {
+    pub ks: Keyspace,
+    pub now: u64,
+    pub log: Vec<u8>,
+    pub last: Vec<u8>,
+}
+
+impl T {
+    pub fn new() -> T {
+        T {
+            ks: Keyspace::new(),
+            now: NOW,
+            log: Vec::new(),
+            last: Vec::new(),
+        }
+    }
+
+    /// Runs a command as the server would on a single shard.
+    pub fn run(&mut self, line: &[&str]) -> Reply {
+        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        self.run_bytes(&args)
+    }
+
+    pub fn run_bytes(&mut self, args: &[Vec<u8>]) -> Reply {
+        let Some(cmd) = lookup(&args[0]) else {
+            return commands::unknown(args);
+        };
+        if let Err(e) = check_arity(cmd, args) {
+            return e;
+        }
+        let mut buf = Vec::new();
+        let mut ctx = Ctx {
+            now_ms: self.now,
+            log: &mut buf,
+            over_memory: false,
+        };
+        let r = match cmd.exec {
+            Exec::Shard(f) | Exec::Split(f, _) => f(&mut self.ks, args, &mut ctx),
+            Exec::Server => panic!("server command in a shard test"),
+        };
+        self.log.extend_from_slice(&buf);
+        self.last = buf;
+        r
+    }
+
+    /// The records the last command logged.
+    pub fn logged(&self) -> Vec<Record> {
+        records(&self.last)
+    }
+
+    /// Replays the whole log into a fresh keyspace and checks it equals this one.
+    pub fn check_replay(&self) {
+        let mut fresh = Keyspace::new();
+        for r in records(&self.log) {
+            fresh.apply(r.as_ref(), self.now);
+        }
+        assert_eq!(dump(&fresh, self.now), dump(&self.ks, self.now));
+    }
+}
+
+pub fn records(mut buf: &[u8]) -> Vec<Record> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let (r, n) = decode(buf).expect("a well-formed record");
+        out.push(r);
+        buf = &buf[n..];
+    }
+    out
+}
+
+/// Every live key with its value and expiry, sorted.
+pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
+    let mut out = Vec::new();
+    let mut cur = 0;
+    loop {
+        cur = ks.walk(cur, 7, now, |r| {
+            if let weft_kv::log::RecordRef::Set {
+                key,
+                value,
+                expire_at_ms,
+            } = r
+            {
+                out.push((key.to_vec(), value.to_vec(), expire_at_ms));
+            }
+        });
+        if cur == 0 {
+            break;
+        }
+    }
+    out.sort();
+    out
+}

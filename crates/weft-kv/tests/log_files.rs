@@ -1,0 +1,733 @@
+//! The shard log's files: recovery (torn tails at every byte offset, corruption in the
+//! middle), `check --repair`, the data directory's lock and manifest, compaction's
+//! publish and abort, write errors (ENOSPC on a tiny tmpfs, when root), and the writer
+//! on a green thread and on a plain thread.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use weft_kv::log::{
+    check, encode, recover, DataDir, LogWriter, Record, RecoverError, Rewriter, ShardState,
+    HEADER_LEN,
+};
+
+fn set(key: &str, value: &[u8]) -> Record {
+    Record::Set {
+        key: key.as_bytes().to_vec(),
+        value: value.to_vec(),
+        expire_at_ms: None,
+    }
+}
+
+/// A few records of various kinds and sizes.
+fn sample() -> Vec<Record> {
+    vec![
+        set("a", b"1"),
+        set("bb", &[7u8; 40]),
+        Record::Expire {
+            key: b"a".to_vec(),
+            at_ms: Some(1_700_000_000_000),
+        },
+        Record::Del {
+            key: b"bb".to_vec(),
+        },
+        Record::Flush,
+        set("last", b"the end"),
+    ]
+}
+
+/// A whole log's bytes for `recs`, and each frame's end offset.
+fn log_bytes(recs: &[Record]) -> (Vec<u8>, Vec<usize>) {
+    let mut out = weft_kv::log::header::header().to_vec();
+    let mut ends = Vec::new();
+    for r in recs {
+        encode(&r.as_ref(), &mut out);
+        ends.push(out.len());
+    }
+    (out, ends)
+}
+
+fn recover_all(path: &Path) -> Result<(Vec<Record>, weft_kv::log::Recovered), RecoverError> {
+    let mut got = Vec::new();
+    let r = recover(path, |rec| got.push(rec))?;
+    Ok((got, r))
+}
+
+#[test]
+fn torn_at_every_byte_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let recs = sample();
+    let (bytes, ends) = log_bytes(&recs);
+    for cut in 0..=bytes.len() {
+        fs::write(&path, &bytes[..cut]).unwrap();
+        let (got, r) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        if cut < HEADER_LEN {
+            // A header cut short: a creation that did not finish; written anew.
+            assert!(r.created, "cut at {cut}");
+            assert!(got.is_empty());
+            assert_eq!(fs::read(&path).unwrap(), &bytes[..HEADER_LEN]);
+            continue;
+        }
+        let whole = ends.iter().filter(|&&e| e <= cut).count();
+        let good_end = if whole == 0 {
+            HEADER_LEN
+        } else {
+            ends[whole - 1]
+        };
+        assert_eq!(got, &recs[..whole], "cut at {cut}");
+        assert_eq!(r.records, whole as u64);
+        assert_eq!(r.bytes, good_end as u64, "cut at {cut}");
+        assert_eq!(r.torn_bytes, (cut - good_end) as u64, "cut at {cut}");
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            &bytes[..good_end],
+            "cut at {cut}: file after"
+        );
+        // A second recovery is clean.
+        let (again, r2) = recover_all(&path).unwrap();
+        assert_eq!(again, &recs[..whole]);
+        assert_eq!(r2.torn_bytes, 0);
+        assert_eq!(r2.bytes, good_end as u64);
+    }
+}
+
+#[test]
+fn missing_log_is_created_with_a_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let (got, r) = recover_all(&path).unwrap();
+    assert!(got.is_empty() && r.created);
+    assert_eq!(fs::read(&path).unwrap(), weft_kv::log::header::header());
+    let (_, r) = recover_all(&path).unwrap();
+    assert!(!r.created && r.bytes == HEADER_LEN as u64 && r.torn_bytes == 0);
+}
+
+#[test]
+fn flipped_bit_in_a_middle_frame_is_corruption_and_the_file_is_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let recs = sample();
+    let (bytes, ends) = log_bytes(&recs);
+    // Every byte of the second frame, length and checksum fields included.
+    let (start, end) = (ends[0], ends[1]);
+    for i in start..end {
+        for bit in [0x01u8, 0x10, 0x80] {
+            let mut bad = bytes.clone();
+            bad[i] ^= bit;
+            fs::write(&path, &bad).unwrap();
+            match recover_all(&path) {
+                Err(RecoverError::Corrupt {
+                    offset,
+                    next_valid,
+                    path: p,
+                    ..
+                }) => {
+                    assert_eq!(offset, start as u64, "flip {bit:#x} at {i}");
+                    assert!(next_valid > offset);
+                    assert_eq!(p, path);
+                }
+                Err(e) => panic!("flip {bit:#x} at {i}: {e}"),
+                Ok((_, r)) => panic!("flip {bit:#x} at {i}: recovered {r:?}"),
+            }
+            assert_eq!(
+                fs::read(&path).unwrap(),
+                bad,
+                "flip at {i}: the file was changed"
+            );
+        }
+    }
+    // The message names file and offset and says what to do.
+    let mut bad = bytes.clone();
+    bad[start + 10] ^= 0x04;
+    fs::write(&path, &bad).unwrap();
+    let msg = recover_all(&path).unwrap_err().to_string();
+    assert!(msg.contains("shard-000.log"), "{msg}");
+    assert!(msg.contains(&format!("offset {start}")), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "weft kv check --repair --dir {}",
+            dir.path().display()
+        )),
+        "{msg}"
+    );
+}
+
+#[test]
+fn flipped_bit_in_the_last_frame_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let recs = sample();
+    let (bytes, ends) = log_bytes(&recs);
+    let start = ends[ends.len() - 2];
+    for i in start..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x20;
+        fs::write(&path, &bad).unwrap();
+        let (got, r) = recover_all(&path).unwrap_or_else(|e| panic!("flip at {i}: {e}"));
+        assert_eq!(got, &recs[..recs.len() - 1], "flip at {i}");
+        assert_eq!(r.bytes, start as u64);
+        assert_eq!(r.torn_bytes, (bytes.len() - start) as u64);
+        assert_eq!(fs::read(&path).unwrap(), &bytes[..start]);
+    }
+}
+
+#[test]
+fn a_length_past_the_end_is_torn_only_when_nothing_valid_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let recs = sample();
+    let (bytes, ends) = log_bytes(&recs);
+    // In the middle: the length now points far past the end of the file.
+    let mut bad = bytes.clone();
+    bad[ends[1] + 2] ^= 0x01; // +65536
+    fs::write(&path, &bad).unwrap();
+    match recover_all(&path) {
+        Err(RecoverError::Corrupt { offset, .. }) => assert_eq!(offset, ends[1] as u64),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fs::read(&path).unwrap(), bad);
+    // In the last frame: torn.
+    let last = ends[ends.len() - 2];
+    let mut bad = bytes.clone();
+    bad[last + 2] ^= 0x01;
+    fs::write(&path, &bad).unwrap();
+    let (got, r) = recover_all(&path).unwrap();
+    assert_eq!(got.len(), recs.len() - 1);
+    assert_eq!(r.torn_bytes, (bytes.len() - last) as u64);
+}
+
+#[test]
+fn zeros_after_the_last_frame_are_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let (mut bytes, ends) = log_bytes(&sample());
+    bytes.extend_from_slice(&[0u8; 4096]);
+    fs::write(&path, &bytes).unwrap();
+    let (got, r) = recover_all(&path).unwrap();
+    assert_eq!(got, sample());
+    assert_eq!(
+        (r.bytes, r.torn_bytes),
+        (*ends.last().unwrap() as u64, 4096)
+    );
+}
+
+#[test]
+fn bad_header_is_an_error_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let (mut bytes, _) = log_bytes(&sample());
+    bytes[2] = b'X';
+    fs::write(&path, &bytes).unwrap();
+    let e = recover_all(&path).unwrap_err();
+    assert!(matches!(e, RecoverError::Header { .. }), "{e}");
+    assert!(e.to_string().contains("not a weft-kv log"), "{e}");
+    assert_eq!(fs::read(&path).unwrap(), bytes);
+    fs::write(&path, b"some text file that is not a log at all").unwrap();
+    assert!(matches!(
+        recover_all(&path),
+        Err(RecoverError::Header { .. })
+    ));
+}
+
+#[test]
+fn big_log_streams_through_the_window() {
+    // Records larger than the reader's chunk, and many small ones across chunk edges.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let mut recs = Vec::new();
+    for i in 0..3000 {
+        recs.push(set(&format!("k{i}"), &vec![(i % 256) as u8; i % 300]));
+    }
+    recs.push(set("huge", &vec![9u8; 700 * 1024]));
+    recs.push(set("after", b"x"));
+    let (bytes, _) = log_bytes(&recs);
+    fs::write(&path, &bytes).unwrap();
+    let (got, r) = recover_all(&path).unwrap();
+    assert_eq!(got, recs);
+    assert_eq!(r.bytes, bytes.len() as u64);
+}
+
+fn write_shard(dir: &Path, shard: usize, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(format!("shard-{shard:03}.log"));
+    fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn check_reports_and_repair_cuts_keeping_a_backup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    drop(DataDir::open(&dir, 3).unwrap());
+    let recs = sample();
+    let (bytes, ends) = log_bytes(&recs);
+    write_shard(&dir, 0, &bytes);
+    let mut corrupt = bytes.clone();
+    corrupt[ends[1] + 9] ^= 0x02;
+    let p1 = write_shard(&dir, 1, &corrupt);
+    let mut torn = bytes.clone();
+    torn.truncate(bytes.len() - 3);
+    write_shard(&dir, 2, &torn);
+
+    let report = check(&dir, false).unwrap();
+    assert_eq!(report.shards[0].state, ShardState::Ok);
+    assert_eq!(report.shards[0].records, recs.len() as u64);
+    match &report.shards[1].state {
+        ShardState::Corrupt {
+            offset, lost_bytes, ..
+        } => {
+            assert_eq!(*offset, ends[1] as u64);
+            assert_eq!(*lost_bytes, (bytes.len() - ends[1]) as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(report.shards[1].records, 2);
+    let last = ends[ends.len() - 2] as u64;
+    assert_eq!(
+        report.shards[2].state,
+        ShardState::TornTail {
+            offset: last,
+            bytes: bytes.len() as u64 - 3 - last
+        }
+    );
+    assert!(!report.usable() && !report.clean());
+    let text = report.to_string();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.contains("shard-000.log: ok, 6 records"), "{text}");
+    assert!(
+        text.contains(&format!("shard-001.log: corrupt at offset {}", ends[1])),
+        "{text}"
+    );
+    assert!(text.contains("--repair"), "{text}");
+    // Nothing changed without --repair.
+    assert_eq!(fs::read(&p1).unwrap(), corrupt);
+
+    let report = check(&dir, true).unwrap();
+    assert!(report.usable());
+    let rep = report.shards[1].repair.as_ref().expect("shard 1 repaired");
+    assert_eq!(rep.cut_at, ends[1] as u64);
+    assert_eq!(rep.bytes_cut, (bytes.len() - ends[1]) as u64);
+    assert_eq!(
+        fs::read(&rep.backup).unwrap(),
+        corrupt,
+        "the backup is the damaged file"
+    );
+    assert!(rep
+        .backup
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("shard-001.log.corrupt-"));
+    assert_eq!(fs::read(&p1).unwrap(), &bytes[..ends[1]]);
+    assert!(report.shards[0].repair.is_none());
+    assert!(report.to_string().contains("backup in"), "{report}");
+    let (got, r) = recover_all(&p1).unwrap();
+    assert_eq!(got, &recs[..2]);
+    assert_eq!(r.torn_bytes, 0);
+    assert!(check(&dir, false).unwrap().clean());
+}
+
+#[test]
+fn check_refuses_while_the_directory_is_in_use_and_without_a_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let held = DataDir::open(tmp.path(), 1).unwrap();
+    let e = check(tmp.path(), true).unwrap_err().to_string();
+    assert!(e.contains("in use by another weft-kv process"), "{e}");
+    drop(held);
+    assert!(check(tmp.path(), false).is_ok());
+    let empty = tempfile::tempdir().unwrap();
+    let e = check(empty.path(), false).unwrap_err().to_string();
+    assert!(e.contains("not a weft-kv data directory"), "{e}");
+    assert!(!empty.path().join("weft-kv.meta").exists());
+}
+
+#[test]
+fn lock_excludes_a_second_open_in_this_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let a = DataDir::open(&dir, 2).unwrap();
+    let e = DataDir::open(&dir, 2).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!(
+            "data directory {} is in use by another weft-kv process",
+            dir.display()
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("pid {}", std::process::id())),
+        "{msg}"
+    );
+    assert!(msg.contains("choose another --dir"), "{msg}");
+    drop(a);
+    DataDir::open(&dir, 2).expect("free again after drop");
+}
+
+const CHILD_ENV: &str = "WEFT_KV_LOG_TEST_LOCK_CHILD";
+
+/// Helper for `lock_excludes_another_process`: does nothing unless that test starts
+/// this binary as its child with the directory in the environment.
+#[test]
+fn lock_child_helper() {
+    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let _d = DataDir::open(Path::new(&dir), 2).unwrap();
+    // Straight to the descriptor: the test harness may capture `println!`.
+    let mut out = std::io::stdout();
+    writeln!(out, "locked {}", std::process::id()).unwrap();
+    out.flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap(); // hold until the parent says so
+}
+
+#[test]
+fn lock_excludes_another_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    /// Kills the child if the test fails before letting it go (else it waits forever).
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let mut child = Reap(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "lock_child_helper",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let pid = loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child ended without locking"
+        );
+        // The harness may have written "test lock_child_helper ... " before it.
+        if let Some((_, p)) = line.trim().split_once("locked ") {
+            break p.to_string();
+        }
+    };
+    assert_eq!(pid, child.id().to_string());
+    let msg = DataDir::open(&dir, 2).unwrap_err().to_string();
+    assert!(
+        msg.contains("is in use by another weft-kv process"),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("(pid {pid})")), "{msg}");
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    DataDir::open(&dir, 2).expect("free once the child exited");
+}
+
+#[test]
+fn manifest_fixes_the_shard_count_and_bad_ones_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a/b");
+    let d = DataDir::open(&dir, 3).unwrap();
+    assert_eq!(d.shards(), 3);
+    assert_eq!(d.log_path(2), dir.join("shard-002.log"));
+    assert_eq!(d.path(), dir);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    drop(d);
+    assert_eq!(
+        DataDir::open(&dir, 8).unwrap().shards(),
+        3,
+        "the manifest's count wins"
+    );
+
+    let meta = dir.join("weft-kv.meta");
+    fs::write(&meta, "format 7\nshards 3\n").unwrap();
+    let e = DataDir::open(&dir, 3).unwrap_err().to_string();
+    assert!(e.contains("format 7 is not known"), "{e}");
+    fs::write(&meta, b"\x00\x01garbage").unwrap();
+    let e = DataDir::open(&dir, 3).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    assert!(e.to_string().contains("weft-kv.meta"), "{e}");
+    fs::write(&meta, "format 1\n").unwrap();
+    assert!(DataDir::open(&dir, 3)
+        .unwrap_err()
+        .to_string()
+        .contains("no `shards` line"));
+    let fresh = tmp.path().join("zero");
+    assert!(DataDir::open(&fresh, 0).is_err());
+}
+
+fn frames(recs: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in recs {
+        encode(&r.as_ref(), &mut out);
+    }
+    out
+}
+
+#[test]
+fn rewrite_publishes_and_aborts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = DataDir::open(tmp.path(), 2).unwrap();
+    let log = d.log_path(1);
+    recover(&log, |_| {}).unwrap();
+    let mut w = LogWriter::open(&log).unwrap();
+    w.write(
+        &frames(&[set("a", b"1"), set("a", b"2"), set("b", b"3")]),
+        true,
+    )
+    .unwrap();
+    let old = fs::read(&log).unwrap();
+
+    // Abort: the temporary file goes, the log stays.
+    let mut rw = Rewriter::create(&d, 1).unwrap();
+    rw.append(&frames(&[set("zzz", b"never")])).unwrap();
+    assert!(d.rewrite_path(1).exists());
+    rw.abort();
+    assert!(!d.rewrite_path(1).exists());
+    assert_eq!(fs::read(&log).unwrap(), old);
+
+    // Publish: the compacted records, then what the new writer appends.
+    let mut rw = Rewriter::create(&d, 1).unwrap();
+    rw.append(&frames(&[set("a", b"2")])).unwrap();
+    rw.append(&frames(&[set("b", b"3")])).unwrap();
+    let mut w2 = rw.finish().unwrap();
+    assert!(!d.rewrite_path(1).exists());
+    w2.write(&frames(&[Record::Del { key: b"a".to_vec() }]), true)
+        .unwrap();
+    assert_eq!(w2.len(), fs::metadata(&log).unwrap().len());
+    let mut got = Vec::new();
+    let r = recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            set("a", b"2"),
+            set("b", b"3"),
+            Record::Del { key: b"a".to_vec() }
+        ]
+    );
+    assert_eq!(r.torn_bytes, 0);
+
+    // A big rewrite (past the 1 MiB buffer).
+    let many: Vec<Record> = (0..5000)
+        .map(|i| set(&format!("key{i}"), &[b'v'; 300]))
+        .collect();
+    let mut rw = Rewriter::create(&d, 0).unwrap();
+    for r in &many {
+        rw.append(&frames(std::slice::from_ref(r))).unwrap();
+    }
+    rw.finish().unwrap();
+    let mut got = Vec::new();
+    recover(&d.log_path(0), |rec| got.push(rec)).unwrap();
+    assert_eq!(got, many);
+    assert!(
+        Rewriter::create(&d, 2).is_err(),
+        "shard 2 of 2 does not exist"
+    );
+}
+
+#[test]
+fn leftover_rewrite_is_removed_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    drop(DataDir::open(tmp.path(), 2).unwrap());
+    let left = tmp.path().join("shard-001.log.rewrite");
+    fs::write(&left, b"half a compaction").unwrap();
+    let d = DataDir::open(tmp.path(), 2).unwrap();
+    assert!(!left.exists());
+    assert_eq!(d.leftovers_removed(), &[left]);
+}
+
+fn write_records(w: &mut LogWriter, from: usize, n: usize, sync: bool) -> Vec<Record> {
+    let mut recs = Vec::new();
+    for i in from..from + n {
+        let rec = set(&format!("k{i}"), format!("value {i}").as_bytes());
+        let mut buf = Vec::new();
+        encode(&rec.as_ref(), &mut buf);
+        let before = w.len();
+        w.write(&buf, sync).unwrap();
+        assert_eq!(w.len(), before + buf.len() as u64);
+        recs.push(rec);
+    }
+    recs
+}
+
+#[test]
+fn writer_on_a_plain_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("shard-000.log");
+    recover(&log, |_| {}).unwrap();
+    let mut w = LogWriter::open(&log).unwrap();
+    assert!(w.is_empty());
+    let mut recs = write_records(&mut w, 0, 20, true);
+    recs.extend(write_records(&mut w, 20, 20, false));
+    w.sync().unwrap();
+    w.write(b"", true).unwrap();
+    drop(w);
+    let mut got = Vec::new();
+    let r = recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(got, recs);
+    assert_eq!(r.torn_bytes, 0);
+    // Reopened, it appends after what is there.
+    let mut w = LogWriter::open(&log).unwrap();
+    assert_eq!(w.len(), r.bytes);
+    recs.extend(write_records(&mut w, 40, 1, true));
+    let mut got = Vec::new();
+    recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(got, recs);
+}
+
+#[test]
+fn writer_on_a_green_thread_uses_the_linked_syslet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("shard-000.log");
+    recover(&log, |_| {}).unwrap();
+    let rt = weft_runtime::Runtime::new().unwrap();
+    let log2 = log.clone();
+    let (recs, engine, before, after) = rt.block_on(move || {
+        let engine =
+            weft_runtime::syslet::engine_available() && weft_runtime::io_backend() == "io_uring";
+        let before = weft_runtime::syslet::engine_stats();
+        let mut w = LogWriter::open(&log2).unwrap();
+        let mut recs = write_records(&mut w, 0, 30, true);
+        recs.extend(write_records(&mut w, 30, 10, false));
+        w.sync().unwrap();
+        // A buffer of many records: one group commit.
+        let group: Vec<Record> = (40..140).map(|i| set(&format!("g{i}"), b"x")).collect();
+        w.write(&frames(&group), true).unwrap();
+        recs.extend(group);
+        (recs, engine, before, weft_runtime::syslet::engine_stats())
+    });
+    let mut got = Vec::new();
+    let r = recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(got, recs);
+    assert_eq!(r.torn_bytes, 0);
+    if engine {
+        // 31 syncing writes, each a chain of two linked requests (at least).
+        assert!(
+            after.chains >= before.chains + 31,
+            "{before:?} -> {after:?}"
+        );
+        assert!(after.sqes >= before.sqes + 62, "{before:?} -> {after:?}");
+    } else {
+        println!("no io_uring chain engine here: the syslet ran on cachemiss threads");
+    }
+}
+
+/// A tmpfs mounted for one test, unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: not root (mounting a tmpfs to fill needs it)");
+            return None;
+        }
+        fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            println!("skipped: mounting a tmpfs on {} failed", dir.display());
+            return None;
+        }
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Fills the file system with the writer until ENOSPC, checks the log holds only whole
+/// buffers, frees space, and checks writing resumes.
+fn enospc_round(mnt: &Path, sync: bool) {
+    let filler = mnt.join("filler");
+    fs::write(&filler, vec![1u8; 24 * 1024]).unwrap();
+    let log = mnt.join("shard-000.log");
+    recover(&log, |_| {}).unwrap();
+    let mut w = LogWriter::open(&log).unwrap();
+    let mut written = Vec::new();
+    let mut i = 0;
+    let err = loop {
+        // Buffers of 3 records, ~1.6 KiB: not a divisor of a page, so the last write
+        // ends partway.
+        let group: Vec<Record> = (0..3)
+            .map(|j| set(&format!("k{i}.{j}"), &vec![b'a' + (i % 26) as u8; 520]))
+            .collect();
+        let before = w.len();
+        match w.write(&frames(&group), sync) {
+            Ok(()) => written.extend(group),
+            Err(e) => {
+                assert_eq!(
+                    w.len(),
+                    before,
+                    "a failed write leaves the length as it was"
+                );
+                break e;
+            }
+        }
+        i += 1;
+        assert!(i < 1000, "the 64 KiB tmpfs never filled");
+    };
+    assert!(err.kind() == std::io::ErrorKind::StorageFull, "{err}");
+    assert!(err.to_string().contains("shard-000.log"), "{err}");
+    assert_eq!(
+        fs::metadata(&log).unwrap().len(),
+        w.len(),
+        "nothing of the failed buffer stays"
+    );
+    assert!(!written.is_empty());
+    drop(w);
+    let mut got = Vec::new();
+    let r = recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(r.torn_bytes, 0);
+    assert_eq!(got, written);
+
+    // Space returns: the next write goes through.
+    fs::remove_file(&filler).unwrap();
+    let mut w = LogWriter::open(&log).unwrap();
+    let more = vec![set("after", b"space returned")];
+    w.write(&frames(&more), sync).unwrap();
+    written.extend(more);
+    let mut got = Vec::new();
+    recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(got, written);
+    fs::remove_file(&log).unwrap();
+}
+
+#[test]
+fn enospc_leaves_only_whole_frames_and_writing_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(m) = Tmpfs::mount(&tmp.path().join("mnt"), "64k") else {
+        return;
+    };
+    enospc_round(&m.0, false);
+    enospc_round(&m.0, true);
+    // And on a green thread (the write+fsync syslet).
+    let rt = weft_runtime::Runtime::new().unwrap();
+    let dir = m.0.clone();
+    rt.block_on(move || enospc_round(&dir, true));
+    drop(rt);
+}
