@@ -23,6 +23,7 @@ mod echo;
 pub mod fibers;
 mod gopeer;
 mod ipc;
+mod kv;
 mod peers;
 pub mod runtime;
 mod syslets;
@@ -49,6 +50,10 @@ pub enum Suite {
     /// uncached (root: drop_caches), sync vs syslets on one worker and on every worker vs
     /// a hand-written io_uring loop, beside the seed's figures.
     Syslets,
+    /// weft-kv (issue 7) vs redis-server at the same durability: the seed's table (100,000
+    /// reads / writes / mixed over 1-10 client processes) and redis-benchmark (set, get;
+    /// TCP and Unix socket; with and without pipelining), beside the 1.5x target.
+    Kv,
 }
 
 impl Suite {
@@ -59,6 +64,7 @@ impl Suite {
             Suite::Runtime => "runtime",
             Suite::Ipc => "ipc",
             Suite::Syslets => "syslets",
+            Suite::Kv => "kv",
         }
     }
 }
@@ -76,6 +82,23 @@ pub enum WorkerJob {
         /// Total number of work units to run (at least 1).
         #[arg(long)]
         work: u64,
+    },
+    /// `bench kv`'s client: one connection, "ready", then (after a byte on stdin) OPS
+    /// commands one at a time, each reply checked.
+    #[command(name = "kv-client")]
+    KvClient {
+        /// The server's Unix socket.
+        #[arg(long)]
+        socket: std::path::PathBuf,
+        /// What to run.
+        #[arg(long, value_enum)]
+        op: kv::Op,
+        /// How many commands.
+        #[arg(long)]
+        ops: u64,
+        /// The seed of the random key sequence.
+        #[arg(long)]
+        seed: u64,
     },
 }
 
@@ -122,6 +145,7 @@ pub fn run(suite: Suite, opts: Options) -> Result<(), String> {
         Suite::Runtime => runtime::run(&opts, &mut rep),
         Suite::Ipc => ipc::run(&opts, &mut rep),
         Suite::Syslets => syslets::run(&opts, &mut rep),
+        Suite::Kv => kv::run(&opts, &mut rep),
     }
 }
 
@@ -129,6 +153,12 @@ pub fn run(suite: Suite, opts: Options) -> Result<(), String> {
 pub fn run_worker(job: WorkerJob) -> Result<(), String> {
     match job {
         WorkerJob::FibersSeed { fibers, work } => fibers::seed_worker_main(fibers, work),
+        WorkerJob::KvClient {
+            socket,
+            op,
+            ops,
+            seed,
+        } => kv::client_worker_main(&socket, op, ops, seed),
     }
 }
 
@@ -437,6 +467,7 @@ pub fn header_lines(suite: Suite, opts: &Options) -> Vec<String> {
         ),
         match suite {
             Suite::Syslets => syslets::method_line(opts),
+            Suite::Kv => kv::method_line(opts),
             _ => format!(
                 "method: per implementation the median of {} timed batches of ~{} ms, \
                  implementations taking turns batch by batch; impl / weft > 1 means weft is \

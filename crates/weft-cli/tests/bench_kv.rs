@@ -1,0 +1,63 @@
+//! `weft bench kv --quick --json` runs to the end against the real weft-kv and a
+//! redis-server and reports both sides of every row as JSON lines (servers started and
+//! stopped, client workers checking every reply, redis-benchmark's CSV). It is skipped,
+//! with a message, where redis-server or redis-benchmark is missing.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+fn on_path(name: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| d.join(name).is_file())
+}
+
+#[test]
+fn bench_kv_quick_json_has_both_impls_on_every_row() {
+    if !on_path("redis-server") || !on_path("redis-benchmark") {
+        eprintln!("skipped: redis-server and redis-benchmark are needed (Debian: redis-server, redis-tools)");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "kv", "--quick", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "weft bench kv failed ({}):\n{stderr}",
+        out.status
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut rows: BTreeSet<(String, String, String)> = BTreeSet::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["suite"], "kv", "{line}");
+        assert!(v["value"].as_f64().unwrap() > 0.0, "{line}");
+        let s = |k: &str| v[k].as_str().unwrap().to_string();
+        rows.insert((s("name"), s("impl"), s("unit")));
+    }
+    let mut expected = BTreeSet::new();
+    for imp in ["weft", "redis-server"] {
+        for op in ["read", "write", "mixed"] {
+            for procs in [1, 2, 4, 6, 8, 10] {
+                expected.insert((format!("seed/{op}/{procs}proc"), imp.into(), "ms".into()));
+            }
+        }
+        for conn in ["tcp", "unix"] {
+            for p in [1, 16] {
+                for test in ["set", "get"] {
+                    let name = format!("redis-benchmark/{conn}/P{p}/{test}");
+                    expected.insert((format!("{name}/rps"), imp.into(), "req/s".into()));
+                    expected.insert((format!("{name}/p50"), imp.into(), "ms".into()));
+                    expected.insert((format!("{name}/p99"), imp.into(), "ms".into()));
+                }
+            }
+        }
+    }
+    assert_eq!(rows, expected);
+    assert_eq!(
+        text.lines().count(),
+        expected.len(),
+        "one line per measurement"
+    );
+}
