@@ -84,7 +84,10 @@ fn a_reader_racing_a_switching_thread_never_sees_a_torn_slot() {
     setup();
     let stop = Arc::new(AtomicBool::new(false));
     let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (s2, ids2) = (stop.clone(), ids.clone());
+    // Round trips so far: the reader goes on until the race has had 100,000 chances
+    // (1.5 s natively; much longer under qemu or on a loaded machine).
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (s2, ids2, done2) = (stop.clone(), ids.clone(), done.clone());
     let switcher = std::thread::spawn(move || {
         let main = Arc::new(convert_thread().unwrap());
         let back = main.clone();
@@ -97,6 +100,9 @@ fn a_reader_racing_a_switching_thread_never_sees_a_torn_slot() {
         while !s2.load(Relaxed) {
             f.switch_to().unwrap();
             n += 1;
+            if n % 1024 == 0 {
+                done2.store(n, Relaxed);
+            }
         }
         n
     });
@@ -106,7 +112,9 @@ fn a_reader_racing_a_switching_thread_never_sees_a_torn_slot() {
     let ids = ids.lock().unwrap().clone();
     let t0 = std::time::Instant::now();
     let (mut reads, mut last, mut unreadable) = (0u64, [0u64; 2], 0u64);
-    while t0.elapsed() < std::time::Duration::from_millis(1500) {
+    while t0.elapsed() < std::time::Duration::from_millis(1500)
+        || (done.load(Relaxed) < 100_000 && t0.elapsed() < std::time::Duration::from_secs(60))
+    {
         let snap = introspect::read(0).unwrap();
         if snap.unreadable > 0 {
             // The writer was descheduled mid-update for longer than the reader's
