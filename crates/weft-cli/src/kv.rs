@@ -145,7 +145,7 @@ pub struct ServeArgs {
     /// 512mb].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_bulk: Option<u64>,
-    /// Worker threads, each owning a shard of the keys; 0: one per CPU [default: 0].
+    /// Worker threads, each owning a shard of the keys; 0: half the CPUs, at least one, leaving cores for the clients (docs/kv.md) [default: 0].
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
 }

@@ -67,7 +67,8 @@ pub struct Config {
     pub max_clients: usize,
     /// The largest bulk string a request may carry (Redis's proto-max-bulk-len).
     pub max_bulk: usize,
-    /// Worker threads (0: one per CPU).
+    /// Worker threads (0: half the CPUs, at least one: the clients of a local store
+    /// run on the same machine; see `serve`).
     pub workers: usize,
 }
 

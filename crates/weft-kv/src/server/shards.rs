@@ -266,6 +266,9 @@ impl Shards {
         let policy = || self.settings.fsync();
         let mut last_sync = Instant::now();
         let mut unsynced = false;
+        // The buffer of the last write, cleared: handed back to the shard for the next
+        // records, so appending does not regrow a fresh vector after every write.
+        let mut spare: Vec<u8> = Vec::new();
         loop {
             {
                 let mut g = sh.kick_m.lock();
@@ -281,8 +284,18 @@ impl Shards {
             if let Some(rw) = sh.switch.lock().unwrap().take() {
                 self.publish_rewrite(s, rw, &mut writer);
             }
+            // Let the connections already made ready (their requests arrived with the
+            // one that kicked us) run their commands first: one write then covers
+            // them all (a larger group commit, fewer writes and wake-ups).
+            weft_runtime::yield_now();
             let asked = sh.fsync_asked.load(Acquire);
-            let (buf, end) = sh.cell.run(|st| st.take_log());
+            let (buf, end) = sh.cell.run(|st| {
+                st.kicked = false;
+                (
+                    std::mem::replace(&mut st.log, std::mem::take(&mut spare)),
+                    st.appended,
+                )
+            });
             let must_sync = asked > sh.fsync_done.load(Relaxed)
                 || (policy() == Fsync::EverySec
                     && unsynced
@@ -299,6 +312,10 @@ impl Shards {
                         }
                         self.set_error(s, None);
                         sh.durable.store(end, Release);
+                        if buf.capacity() <= 1 << 20 {
+                            spare = buf;
+                            spare.clear();
+                        }
                     }
                     Err(e) => {
                         sh.cell.run(|st| st.put_back(buf));

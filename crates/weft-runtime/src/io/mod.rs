@@ -64,7 +64,7 @@ use std::cell::UnsafeCell;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering::*};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -494,6 +494,8 @@ pub(crate) struct FdInner {
     fd: RawFd,
     /// Set once this descriptor has O_NONBLOCK (threads backend sockets).
     nonblocking: AtomicBool,
+    /// How many recvs in a row had to wait for bytes (io_uring sockets: [`recv`]).
+    recv_waits: AtomicU32,
     /// Its registration with the threads backend's poller, once it needed one.
     reg: OnceLock<Option<threads::Registration>>,
 }
@@ -504,6 +506,7 @@ impl Fd {
         Fd(Arc::new(FdInner {
             fd,
             nonblocking: AtomicBool::new(nonblocking),
+            recv_waits: AtomicU32::new(0),
             reg: OnceLock::new(),
         }))
     }
@@ -659,7 +662,7 @@ pub(crate) fn write(fd: &Fd, buf: &[u8], off: Option<u64>) -> io::Result<usize> 
         None,
     )?;
     let r = done.result();
-    bufs::give(done.data.buf);
+    bufs::give_copy(done.data.buf);
     r
 }
 
@@ -889,6 +892,38 @@ fn uring_sock_result(done: &Done, deadline: Option<Instant>) -> io::Result<usize
     done.result()
 }
 
+/// How many socket calls in a row a worker may complete without parking (the
+/// nonblocking fast path of [`recv`] and [`send`]) before it lets its other green
+/// threads run: a peer that always has bytes ready must not starve them.
+const FAST_IO_BUDGET: u32 = 32;
+
+/// A socket whose recvs keep waiting tries the nonblocking call once every this many.
+const RECV_RETRY: u32 = 8;
+
+thread_local! {
+    static FAST_IO: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
+/// A socket call tried without waiting on an io_uring worker: `Some` with its result,
+/// `None` when it said EAGAIN (the caller then goes through the ring). Every
+/// [`FAST_IO_BUDGET`] successes in a row the caller yields first.
+fn try_now(op: impl FnMut() -> isize) -> Option<io::Result<usize>> {
+    crate::worker::preemption_point();
+    let r = sys_retry(op);
+    if r == -(libc::EAGAIN as i64) {
+        FAST_IO.with(|c| c.set(0));
+        return None;
+    }
+    if FAST_IO.with(|c| {
+        let n = c.get() + 1;
+        c.set(if n >= FAST_IO_BUDGET { 0 } else { n });
+        n >= FAST_IO_BUDGET
+    }) {
+        worker::yield_now();
+    }
+    Some(cvt(r))
+}
+
 /// recv(2) into `buf`.
 pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
     let len = buf.len().min(MAX_IO);
@@ -905,6 +940,22 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
             sys_retry(|| unsafe { libc::recv(raw, p.cast(), len, fl) })
         });
     }
+    // The nonblocking call first: when the bytes are there already (a busy peer, a
+    // pipeline) it saves the ring's round trip and a park; on EAGAIN the ring waits.
+    // A socket whose last recv had to wait (request and reply, one at a time) skips
+    // the attempt, which would only say EAGAIN, except every few calls.
+    let hint = &fd.0.recv_waits;
+    let waits = hint.load(Relaxed);
+    if waits == 0 || waits.is_multiple_of(RECV_RETRY) {
+        if let Some(r) = try_now(|| {
+            // SAFETY: `buf` is `len` writable bytes of the caller's.
+            unsafe { libc::recv(fd.raw(), buf.as_mut_ptr().cast(), len, libc::MSG_DONTWAIT) }
+        }) {
+            hint.store(0, Relaxed);
+            return r;
+        }
+    }
+    hint.store(waits.wrapping_add(1).max(1), Relaxed);
     loop {
         let data = OpData {
             fd: fd.raw(),
@@ -931,6 +982,10 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
             continue;
         }
         let n = uring_sock_result(&done, deadline)?;
+        if n == len {
+            // A full buffer: more is probably there already.
+            hint.store(0, Relaxed);
+        }
         buf[..n].copy_from_slice(&done.data.buf[..n]);
         bufs::give(done.data.buf);
         return Ok(n);
@@ -952,6 +1007,21 @@ pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result
             // SAFETY: `p` points to `len` readable bytes of the caller's buffer.
             sys_retry(|| unsafe { libc::send(raw, p.cast(), len, fl) })
         });
+    }
+    // The nonblocking call first: a socket's send buffer almost always has room, and
+    // then the ring's round trip and a park are saved; on EAGAIN the ring waits.
+    if let Some(r) = try_now(|| {
+        // SAFETY: `buf` is `len` readable bytes of the caller's.
+        unsafe {
+            libc::send(
+                fd.raw(),
+                buf.as_ptr().cast(),
+                len,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        }
+    }) {
+        return r;
     }
     loop {
         let data = OpData {
@@ -980,7 +1050,7 @@ pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result
             continue;
         }
         let r = uring_sock_result(&done, deadline);
-        bufs::give(done.data.buf);
+        bufs::give_copy(done.data.buf);
         return r;
     }
 }
@@ -1130,18 +1200,28 @@ pub(crate) fn connect(fd: &Fd, addr: SockAddr, deadline: Option<Instant>) -> io:
 mod bufs {
     use std::cell::RefCell;
 
-    /// Buffers kept per OS thread, and the largest kept.
-    const KEEP: usize = 4;
+    /// Bytes of buffers kept per OS thread and kind, and the largest buffer kept. A
+    /// worker with many connections has as many recvs in flight, each holding a
+    /// buffer: a budget of a few buffers would free and allocate (zeroed) one per
+    /// recv as they come and go.
+    const KEEP_BYTES: usize = 1 << 20;
     const MAX: usize = 256 << 10;
 
     thread_local! {
-        static CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+        /// Buffers that operations fill (reads, recvs): their length stays what it
+        /// was, so reusing one for the same size zeroes nothing.
+        static FILL: RefCell<Cache> = const { RefCell::new(Cache::new()) };
+        /// Buffers that carry a copy (writes, sends): refilled by copying, never
+        /// zeroed. Kept apart from `FILL`, whose length a short copy would cut (the
+        /// next 16 KiB recv would then zero 16 KiB again).
+        static COPY: RefCell<Cache> = const { RefCell::new(Cache::new()) };
     }
 
-    /// A buffer of `len` bytes (zeroed when new; a reused one holds old bytes, which
-    /// the operation overwrites and nobody reads).
+    /// A buffer of `len` bytes for an operation to fill (zeroed where it was never
+    /// used; a reused one holds old bytes, which the operation overwrites and nobody
+    /// reads). Give it back with [`give`].
     pub(super) fn take(len: usize) -> Vec<u8> {
-        match CACHE.with(|c| c.borrow_mut().pop()) {
+        match FILL.with(|c| c.borrow_mut().pop()) {
             Some(mut v) => {
                 v.resize(len, 0);
                 v
@@ -1150,22 +1230,57 @@ mod bufs {
         }
     }
 
-    /// A buffer holding a copy of `src`.
+    /// A buffer holding a copy of `src`. Give it back with [`give_copy`].
     pub(super) fn copy(src: &[u8]) -> Vec<u8> {
-        let mut v = take(src.len());
-        v.copy_from_slice(src);
-        v
+        match COPY.with(|c| c.borrow_mut().pop()) {
+            Some(mut v) => {
+                v.clear();
+                v.extend_from_slice(src);
+                v
+            }
+            None => src.to_vec(),
+        }
     }
 
-    /// Gives a buffer back for reuse.
-    pub(super) fn give(v: Vec<u8>) {
+    /// Kept buffers and their total capacity.
+    struct Cache {
+        list: Vec<Vec<u8>>,
+        bytes: usize,
+    }
+
+    impl Cache {
+        const fn new() -> Cache {
+            Cache {
+                list: Vec::new(),
+                bytes: 0,
+            }
+        }
+        fn pop(&mut self) -> Option<Vec<u8>> {
+            let v = self.list.pop()?;
+            self.bytes -= v.capacity();
+            Some(v)
+        }
+    }
+
+    fn keep(cache: &'static std::thread::LocalKey<RefCell<Cache>>, v: Vec<u8>) {
         if v.capacity() <= MAX {
-            CACHE.with(|c| {
+            cache.with(|c| {
                 let mut c = c.borrow_mut();
-                if c.len() < KEEP {
-                    c.push(v);
+                if c.bytes + v.capacity() <= KEEP_BYTES {
+                    c.bytes += v.capacity();
+                    c.list.push(v);
                 }
             });
         }
+    }
+
+    /// Gives a buffer from [`take`] back for reuse.
+    pub(super) fn give(v: Vec<u8>) {
+        keep(&FILL, v);
+    }
+
+    /// Gives a buffer from [`copy`] back for reuse.
+    pub(super) fn give_copy(v: Vec<u8>) {
+        keep(&COPY, v);
     }
 }

@@ -91,10 +91,23 @@ fn is_busy(e: &io::Error) -> bool {
 impl Ring {
     /// A ring whose completions ring `wake_fd`.
     pub(crate) fn new(wake_fd: RawFd) -> io::Result<Ring> {
+        // Cooperative task running (5.19+): completions are posted when the worker
+        // next enters the kernel (it does constantly while busy, and its sleep is
+        // interrupted) instead of by an inter-processor interrupt into whatever it is
+        // running. The flag tells `submit_pending` when such work waits. Older kernels
+        // refuse the flags: the plain ring then.
         let ring = IoUring::builder()
             .setup_cqsize(CQ_ENTRIES)
             .setup_clamp()
-            .build(SQ_ENTRIES)?;
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(SQ_ENTRIES)
+            .or_else(|_| {
+                IoUring::builder()
+                    .setup_cqsize(CQ_ENTRIES)
+                    .setup_clamp()
+                    .build(SQ_ENTRIES)
+            })?;
         ring.submitter().register_eventfd(wake_fd)?;
         Ok(Ring {
             ring: ManuallyDrop::new(RefCell::new(ring)),
@@ -173,7 +186,9 @@ impl Ring {
     /// Submits what is queued, if anything.
     fn submit_pending(&self) {
         let mut ring = self.ring.borrow_mut();
-        if ring.submission().is_empty() {
+        // Completions whose task work waits for us (the ring was set up for
+        // cooperative task running) also need the syscall.
+        if ring.submission().is_empty() && !ring.submission().taskrun() {
             return;
         }
         // An error (EBUSY: completions to reap first) leaves the entries queued for the
