@@ -100,7 +100,7 @@ fn a_reader_racing_a_switching_thread_never_sees_a_torn_slot() {
         while !s2.load(Relaxed) {
             f.switch_to().unwrap();
             n += 1;
-            if n % 1024 == 0 {
+            if n.is_multiple_of(1024) {
                 done2.store(n, Relaxed);
             }
         }
