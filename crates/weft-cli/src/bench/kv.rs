@@ -44,7 +44,6 @@ use super::{median, Measurement, Options, Reporter};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -463,7 +462,7 @@ pub fn client_worker_main(socket: &Path, op: Op, ops: u64, seed: u64) -> Result<
             conn.queue(&[b"GET", key.as_bytes()]);
             conn.flush()?;
             match conn.read_reply()? {
-                Resp::Bulk(Some(v)) if v == value.as_bytes() => {}
+                Reply::Bulk(v) if v == value.as_bytes() => {}
                 other => {
                     return Err(format!(
                         "GET {key} answered {other:?}, expected {value:?} (every key was set to \
@@ -910,7 +909,7 @@ impl Server {
                     c.flush()?;
                     c.read_reply()
                 }) {
-                    Ok(Resp::Simple(s)) if s == "PONG" => return Ok(()),
+                    Ok(Reply::Simple(s)) if s == "PONG" => return Ok(()),
                     Ok(other) => last = format!("PING answered {other:?}"),
                     Err(e) => last = e,
                 }
@@ -1002,133 +1001,50 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 }
 
 // ---------------------------------------------------------------------------
-// A minimal RESP2 client: commands as arrays of bulk strings, replies read back.
+// The bench's connection: weft-kv's blocking client over a Unix socket, with the
+// bench's error texts.
 
-/// A RESP reply.
-#[derive(Debug, PartialEq)]
-enum Resp {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Resp>>),
-}
+use weft_kv::client::{Addr, Client};
+use weft_kv::resp::Reply;
 
-/// One connection over a Unix socket, with a write buffer for queued commands.
-struct Conn {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    out: Vec<u8>,
-}
+/// One connection over a Unix socket.
+struct Conn(Client);
 
 impl Conn {
     fn connect(socket: &Path) -> Result<Conn, String> {
-        let stream = UnixStream::connect(socket)
-            .map_err(|e| format!("cannot connect to {}: {e}", socket.display()))?;
-        stream
-            .set_read_timeout(Some(CLIENT_TIMEOUT))
+        let c = Client::connect(&Addr::Unix(socket.to_path_buf())).map_err(|e| e.to_string())?;
+        c.set_timeout(Some(CLIENT_TIMEOUT))
             .map_err(|e| format!("cannot set a read timeout: {e}"))?;
-        let writer = stream
-            .try_clone()
-            .map_err(|e| format!("cannot duplicate the connection: {e}"))?;
-        Ok(Conn {
-            reader: BufReader::with_capacity(64 * 1024, stream),
-            writer,
-            out: Vec::with_capacity(4096),
-        })
+        Ok(Conn(c))
     }
 
     /// Appends one command to the write buffer.
     fn queue(&mut self, args: &[&[u8]]) {
-        encode_command(&mut self.out, args);
+        self.0.send(args);
     }
 
     /// Writes the queued commands.
     fn flush(&mut self) -> Result<(), String> {
-        let r = self.writer.write_all(&self.out);
-        self.out.clear();
-        r.map_err(|e| format!("cannot send to the server: {e}"))
+        self.0
+            .flush()
+            .map_err(|e| format!("cannot send to the server: {e}"))
     }
 
     fn expect_ok(&mut self) -> Result<(), String> {
         match self.read_reply()? {
-            Resp::Simple(s) if s == "OK" => Ok(()),
+            Reply::Simple(s) if s == "OK" => Ok(()),
             other => Err(format!("SET answered {other:?}, expected +OK")),
         }
     }
 
-    fn read_reply(&mut self) -> Result<Resp, String> {
-        read_resp(&mut self.reader).map_err(|e| match e.kind() {
+    fn read_reply(&mut self) -> Result<Reply, String> {
+        self.0.read_reply().map_err(|e| match e.kind() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
                 "no reply from the server within {} s (stuck?)",
                 CLIENT_TIMEOUT.as_secs()
             ),
             _ => format!("reading a reply: {e}"),
         })
-    }
-}
-
-/// `args` as a RESP array of bulk strings.
-fn encode_command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// Reads one RESP2 reply (and RESP3's `_` null).
-fn read_resp(r: &mut impl BufRead) -> std::io::Result<Resp> {
-    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
-    let mut line = Vec::new();
-    r.read_until(b'\n', &mut line)?;
-    if line.is_empty() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "the server closed the connection",
-        ));
-    }
-    if !line.ends_with(b"\r\n") {
-        return Err(bad(format!(
-            "reply line without CRLF: {:?}",
-            String::from_utf8_lossy(&line)
-        )));
-    }
-    let body = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
-    let int = |s: &str| {
-        s.parse::<i64>()
-            .map_err(|_| bad(format!("bad length or integer {s:?}")))
-    };
-    match line[0] {
-        b'+' => Ok(Resp::Simple(body)),
-        b'-' => Ok(Resp::Error(body)),
-        b':' => Ok(Resp::Int(int(&body)?)),
-        b'_' => Ok(Resp::Bulk(None)),
-        b'$' => {
-            let n = int(&body)?;
-            if n < 0 {
-                return Ok(Resp::Bulk(None));
-            }
-            let mut buf = vec![0; n as usize + 2];
-            r.read_exact(&mut buf)?;
-            if !buf.ends_with(b"\r\n") {
-                return Err(bad("bulk string not followed by CRLF".to_string()));
-            }
-            buf.truncate(n as usize);
-            Ok(Resp::Bulk(Some(buf)))
-        }
-        b'*' => {
-            let n = int(&body)?;
-            if n < 0 {
-                return Ok(Resp::Array(None));
-            }
-            let items = (0..n)
-                .map(|_| read_resp(r))
-                .collect::<std::io::Result<_>>()?;
-            Ok(Resp::Array(Some(items)))
-        }
-        c => Err(bad(format!("unknown reply type byte {:?}", c as char))),
     }
 }
 
@@ -1167,31 +1083,6 @@ mod tests {
         let err = parse_rb_csv("\"SET\",\"56022.41\"\n").unwrap_err();
         assert!(err.contains("no \"test\" column"), "{err}");
         assert!(parse_rb_csv("").is_err());
-    }
-
-    #[test]
-    fn resp_round_trip_of_the_reply_types() {
-        let mut out = Vec::new();
-        encode_command(&mut out, &[b"SET", b"k", b"v\r\n"]);
-        assert_eq!(out, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n");
-        let input = b"+OK\r\n-ERR no\r\n:42\r\n$3\r\na\r\n\r\n$-1\r\n_\r\n*2\r\n:1\r\n$0\r\n\r\n";
-        let mut r = &input[..];
-        assert_eq!(read_resp(&mut r).unwrap(), Resp::Simple("OK".into()));
-        assert_eq!(read_resp(&mut r).unwrap(), Resp::Error("ERR no".into()));
-        assert_eq!(read_resp(&mut r).unwrap(), Resp::Int(42));
-        assert_eq!(
-            read_resp(&mut r).unwrap(),
-            Resp::Bulk(Some(b"a\r\n".to_vec()))
-        );
-        assert_eq!(read_resp(&mut r).unwrap(), Resp::Bulk(None));
-        assert_eq!(read_resp(&mut r).unwrap(), Resp::Bulk(None));
-        assert_eq!(
-            read_resp(&mut r).unwrap(),
-            Resp::Array(Some(vec![Resp::Int(1), Resp::Bulk(Some(Vec::new()))]))
-        );
-        assert!(read_resp(&mut r).is_err(), "end of input");
-        assert!(read_resp(&mut &b"+OK\n"[..]).is_err(), "no CRLF");
-        assert!(read_resp(&mut &b"$5\r\nab\r\n"[..]).is_err(), "short bulk");
     }
 
     #[test]
