@@ -6,8 +6,8 @@ so these tests run against weft-kv only and are skipped for `KV_TARGET=redis`.
 - **ENOSPC** (root only: it mounts a 2 MiB tmpfs as the data directory): with
   `--fsync always`, a filler file leaves little space; writes go on until one gets
   `MISCONF` naming the cause; while full, reads answer the value or `MISCONF` (reads
-  of keys untouched by the failed writes should just work: a strict xfail records that
-  they do not yet) and bigger writes are refused with `MISCONF`; once the filler is deleted, writes succeed again without a restart; after
+  of keys untouched by the failed writes just work: a read waits only for the records
+  of what it read) and bigger writes are refused with `MISCONF`; once the filler is deleted, writes succeed again without a restart; after
   SHUTDOWN and a restart every write that got OK is there, and each write that got
   MISCONF (whose outcome the design leaves unknown) is absent or holds its value.
 - **Compaction**: BGREWRITEAOF while 4 clients write; the log shrinks (many
@@ -183,9 +183,6 @@ def test_enospc_refuses_writes_then_resumes(tmpfs_server):
     assert s.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="known weft-kv limitation: a read waits for its shard's whole "
-                   "log (not its key's last record) to be written, so while a shard cannot write, "
-                   "reads of every key in it get MISCONF (Redis serves reads under MISCONF)")
 def test_enospc_reads_of_untouched_keys_still_work(tmpfs_server):
     s = tmpfs_server
     c = s.client(no_retry=True)

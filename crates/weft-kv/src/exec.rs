@@ -77,7 +77,7 @@ pub fn run_keyed(
                 return Some(r);
             }
             let now = now_ms();
-            let (reply, lsn) = set.with(s, |sh| (sh.run(f, args, now).0, sh.appended));
+            let (reply, lsn) = set.with(s, |sh| sh.run(f, args, now));
             acks.note(s, lsn);
             Some(reply)
         }
@@ -111,7 +111,7 @@ fn run_split(
     let now = now_ms();
     let mut replies = Vec::with_capacity(parts.len());
     for p in &parts {
-        let (reply, lsn) = set.with(p.shard, |sh| (sh.run(f, &p.args, now).0, sh.appended));
+        let (reply, lsn) = set.with(p.shard, |sh| sh.run(f, &p.args, now));
         acks.note(p.shard, lsn);
         replies.push(reply);
     }
@@ -145,9 +145,15 @@ pub fn run_common(
                 Reply::Bulk(d.subsec_micros().to_string().into_bytes()),
             ])
         }
+        // Whole-keyspace reads show every key's state: they wait for each shard's
+        // whole log.
         "dbsize" => Reply::Int(
             (0..set.count())
-                .map(|s| set.with(s, |sh| sh.ks.len()))
+                .map(|s| {
+                    let (n, lsn) = set.with(s, |sh| (sh.ks.len(), sh.appended));
+                    acks.note(s, lsn);
+                    n
+                })
                 .sum::<usize>() as i64,
         ),
         "keys" => {
@@ -155,11 +161,13 @@ pub fn run_common(
             let pat = &args[1];
             let mut all = Vec::new();
             for s in 0..set.count() {
-                all.extend(set.with(s, |sh| sh.ks.keys(pat, now)));
+                let (keys, lsn) = set.with(s, |sh| (sh.ks.keys(pat, now), sh.appended));
+                acks.note(s, lsn);
+                all.extend(keys);
             }
             Reply::Array(all.into_iter().map(Reply::Bulk).collect())
         }
-        "scan" => scan(set, args),
+        "scan" => scan(set, args, acks),
         "flushdb" | "flushall" => {
             if args.len() > 2
                 || (args.len() == 2 && !eq(&args[1], "async") && !eq(&args[1], "sync"))
@@ -189,7 +197,7 @@ const SHARD_SHIFT: u32 = 56;
 
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: the cursor's top 8 bits
 /// name the shard, the rest is that shard's own cursor; shards are walked in order.
-fn scan(set: &impl ShardSet, args: &[Vec<u8>]) -> Reply {
+fn scan(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
     let Some(cursor) = std::str::from_utf8(&args[1])
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
@@ -228,9 +236,11 @@ fn scan(set: &impl ShardSet, args: &[Vec<u8>]) -> Reply {
     let mut keys = Vec::new();
     let now = now_ms();
     while shard < set.count() && keys.len() < count {
-        let (next, found) = set.with(shard, |sh| {
-            sh.ks.scan(inner, count - keys.len(), pattern, now)
+        let (next, found, lsn) = set.with(shard, |sh| {
+            let (next, found) = sh.ks.scan(inner, count - keys.len(), pattern, now);
+            (next, found, sh.appended)
         });
+        acks.note(shard, lsn);
         if only_strings {
             keys.extend(found);
         }

@@ -5,7 +5,8 @@
 //! Log sequence numbers (LSNs) count the bytes of records a shard has ever produced
 //! (not file offsets: compaction replaces the file but the count goes on). A command
 //! that changed something notes `appended` after it ran; it is acknowledged once the
-//! writer has reported that LSN written (and fsynced, under `fsync always`).
+//! writer has reported that LSN written (and fsynced, under `fsync always`). A command
+//! that logged nothing waits only for the records of what it read (`Shard::run`).
 
 use crate::commands::{self, Command, Ctx, Exec, ShardFn};
 use crate::keyspace::Keyspace;
@@ -39,9 +40,14 @@ impl Shard {
     }
 
     /// Runs shard function `f` with `args`; keeps `appended` and the rewrite tail up to
-    /// date. Returns the reply and whether anything was logged.
-    pub fn run(&mut self, f: ShardFn, args: &[Vec<u8>], now_ms: u64) -> (Reply, bool) {
+    /// date. Returns the reply and the LSN that must be written before the reply may be
+    /// sent (0: nothing to wait for): the end of the log if the command logged
+    /// something, else the stamp of the newest state it read (see the keyspace's
+    /// "durability stamps"), so a read of a key untouched since its records were
+    /// written does not wait for other keys' records.
+    pub fn run(&mut self, f: ShardFn, args: &[Vec<u8>], now_ms: u64) -> (Reply, u64) {
         let before = self.log.len();
+        self.ks.begin(self.appended + 1);
         let reply = {
             let mut ctx = Ctx {
                 now_ms,
@@ -50,7 +56,14 @@ impl Shard {
             };
             f(&mut self.ks, args, &mut ctx)
         };
-        (reply, self.note_logged(before))
+        let need = if self.note_logged(before) {
+            self.appended
+        } else {
+            // Nothing logged: the newest state read (never past the log's end: a stamp
+            // of this very command, noted by a change that logged nothing, is moot).
+            self.ks.seen().min(self.appended)
+        };
+        (reply, need)
     }
 
     /// Accounts for records appended to `log` since it was `before` bytes long.

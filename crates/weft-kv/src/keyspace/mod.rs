@@ -32,6 +32,23 @@
 //! up to date by every primitive that changes a key. It approximates what the heap
 //! holds (B-tree slots, allocation headers) without asking the allocator.
 //!
+//! # Durability stamps (what a reply must wait for)
+//! A reply may only show state whose log records are written (under `fsync always`:
+//! on disk), or a crash could take back what a client was shown. Rather than wait for
+//! the shard's whole log, a command waits for the records of what it read or wrote:
+//! the shard calls [`Keyspace::begin`] with the command's *stamp* (its LSN before the
+//! command, plus 1) before running it, every entry keeps the stamp of the command that
+//! last changed it, and the keyspace keeps the highest stamp of any removal (a missing
+//! key's state is "removed by some command", or never existed). Each read notes the
+//! stamp of what it looked at: the entry's, or for a missing key the last removal's.
+//! [`Keyspace::seen`] is the highest noted. Since the log writer only ever reports LSNs
+//! at command boundaries, "written up to at least stamp s" means "written up to the
+//! end of the command of stamp s". A key untouched since its records were written
+//! answers at once, even while the shard cannot write its log (disk full). Entries
+//! replayed at start-up carry stamp 0 (written). Whole-keyspace reads ([`Keyspace::len`],
+//! [`Keyspace::keys`], [`Keyspace::scan`]) note nothing: their callers wait for the
+//! whole log.
+//!
 //! # Full-state records
 //! The keyspace does not log by itself: commands append records describing the
 //! key's whole new state (see [`crate::log`]); [`Keyspace::apply`] replays them and
@@ -39,7 +56,8 @@
 
 pub mod glob;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::Cell;
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
 use std::ops::Bound;
 
@@ -61,6 +79,8 @@ pub const PER_EXPIRE_OVERHEAD: u64 = 32;
 pub struct Entry {
     value: Vec<u8>,
     expire_at_ms: Option<u64>,
+    /// The stamp of the command that last changed it (see the module doc).
+    stamp: u64,
 }
 
 impl Entry {
@@ -150,6 +170,12 @@ pub struct Keyspace {
     len: usize,
     expires_count: usize,
     memory: u64,
+    /// The running command's stamp (module doc: durability stamps).
+    stamp: u64,
+    /// The highest stamp the running command has read.
+    seen: Cell<u64>,
+    /// The highest stamp of any key removal (logged, or an expired key dropped).
+    removed: u64,
 }
 
 impl Keyspace {
@@ -163,7 +189,36 @@ impl Keyspace {
             len: 0,
             expires_count: 0,
             memory: 0,
+            stamp: 0,
+            seen: Cell::new(0),
+            removed: 0,
         }
+    }
+
+    /// A command with durability stamp `stamp` starts (module doc): what it changes
+    /// carries `stamp`, and [`Keyspace::seen`] starts again from 0.
+    pub fn begin(&mut self, stamp: u64) {
+        self.stamp = stamp;
+        self.seen.set(0);
+    }
+
+    /// The highest stamp the command since [`Keyspace::begin`] has read or written
+    /// (0: only state that was already written).
+    pub fn seen(&self) -> u64 {
+        self.seen.get()
+    }
+
+    #[inline]
+    fn saw(&self, stamp: u64) {
+        if stamp > self.seen.get() {
+            self.seen.set(stamp);
+        }
+    }
+
+    /// Notes what a lookup of a key found: the entry, or a missing key.
+    #[inline]
+    fn saw_entry(&self, e: Option<&Entry>) {
+        self.saw(e.map_or(self.removed, |e| e.stamp));
     }
 
     /// The 56-bit hash that orders `key` (and is its cursor position).
@@ -197,7 +252,9 @@ impl Keyspace {
 
     /// The live entry of `key` without removing an expired one (for `&self` readers).
     pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        let e = self.map.get(&self.hash(key))?.find(key)?;
+        let e = self.map.get(&self.hash(key)).and_then(|b| b.find(key));
+        self.saw_entry(e);
+        let e = e?;
         (!e.expired(now_ms)).then_some(e)
     }
 
@@ -205,12 +262,19 @@ impl Keyspace {
     /// answered.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let h = self.hash(key);
-        let expired = self.map.get(&h)?.find(key)?.expired(now_ms);
-        if expired {
+        let found = self.map.get(&h).and_then(|b| b.find(key));
+        self.saw_entry(found);
+        let e: *const Entry = found?;
+        // SAFETY: `e` points into the map, which is not touched between the search and
+        // this read (today's borrow checker cannot see that returning the reference on
+        // one branch and mutating the map on the other is fine: NLL problem case 3).
+        if unsafe { &*e }.expired(now_ms) {
             self.remove_hashed(h, key);
             return None;
         }
-        self.map.get(&h)?.find(key)
+        // SAFETY: as above; the returned reference borrows `self` mutably, so the map
+        // cannot change while it lives.
+        Some(unsafe { &*e })
     }
 
     /// Whether `key` exists (live) at `now_ms`; removes it if expired.
@@ -226,17 +290,17 @@ impl Keyspace {
         let new = Entry {
             value,
             expire_at_ms,
+            stamp: self.stamp,
         };
+        self.saw(self.stamp);
         let add = slot_memory(key.len(), &new);
-        let bucket = match self.map.get_mut(&h) {
-            None => {
-                self.map.insert(
-                    h,
-                    Bucket {
-                        first: (key.into(), new),
-                        rest: Vec::new(),
-                    },
-                );
+        // One search of the tree, new key or not (start-up replays millions of sets).
+        let bucket = match self.map.entry(h) {
+            btree_map::Entry::Vacant(v) => {
+                v.insert(Bucket {
+                    first: (key.into(), new),
+                    rest: Vec::new(),
+                });
                 self.len += 1;
                 self.memory += add;
                 if let Some(at) = expire_at_ms {
@@ -245,7 +309,7 @@ impl Keyspace {
                 }
                 return;
             }
-            Some(b) => b,
+            btree_map::Entry::Occupied(o) => o.into_mut(),
         };
         let old_expire = match bucket.find_mut(key) {
             Some(e) => {
@@ -281,8 +345,17 @@ impl Keyspace {
     pub fn remove(&mut self, key: &[u8], now_ms: u64) -> bool {
         let h = self.hash(key);
         match self.remove_hashed(h, key) {
-            Some(e) => !e.expired(now_ms),
-            None => false,
+            Some(e) if !e.expired(now_ms) => {
+                // A live key removed: the command logs it.
+                self.removed = self.removed.max(self.stamp);
+                self.saw(self.stamp);
+                true
+            }
+            Some(_) => false, // an expired one: `remove_hashed` noted its stamp
+            None => {
+                self.saw(self.removed);
+                false
+            }
         }
     }
 
@@ -290,12 +363,15 @@ impl Keyspace {
     pub fn set_expire(&mut self, key: &[u8], at_ms: Option<u64>, now_ms: u64) -> bool {
         let h = self.hash(key);
         let Some(e) = self.map.get_mut(&h).and_then(|b| b.find_mut(key)) else {
+            self.saw(self.removed);
             return false;
         };
         if e.expired(now_ms) {
             self.remove_hashed(h, key);
             return false;
         }
+        e.stamp = self.stamp;
+        self.seen.set(self.seen.get().max(self.stamp)); // (`saw`, field by field: `e` borrows the map)
         let old = std::mem::replace(&mut e.expire_at_ms, at_ms);
         if old == at_ms {
             return true;
@@ -330,11 +406,16 @@ impl Keyspace {
         f: impl FnOnce(&mut Vec<u8>) -> R,
     ) -> Option<R> {
         let h = self.hash(key);
-        let e = self.map.get_mut(&h).and_then(|b| b.find_mut(key))?;
+        let Some(e) = self.map.get_mut(&h).and_then(|b| b.find_mut(key)) else {
+            self.saw(self.removed);
+            return None;
+        };
         if e.expired(now_ms) {
             self.remove_hashed(h, key);
             return None;
         }
+        e.stamp = self.stamp;
+        self.seen.set(self.seen.get().max(self.stamp)); // (`saw`, field by field: `e` borrows the map)
         let before = e.value.len() as u64;
         let r = f(&mut e.value);
         self.memory = self.memory - before + e.value.len() as u64;
@@ -349,6 +430,10 @@ impl Keyspace {
         };
         self.len -= 1;
         self.memory -= slot_memory(k.len(), &e);
+        // The key is gone: its absence shows the state its last change made (an expiry
+        // time, for a key dropped as expired; a logged removal also notes its own).
+        self.removed = self.removed.max(e.stamp);
+        self.saw(e.stamp);
         if let Some(at) = e.expire_at_ms {
             self.expires_count -= 1;
             self.unindex(h, at);
@@ -406,6 +491,8 @@ impl Keyspace {
     }
 
     fn clear(&mut self) {
+        self.removed = self.removed.max(self.stamp);
+        self.saw(self.stamp);
         self.map.clear();
         self.expires.clear();
         self.len = 0;
@@ -604,5 +691,60 @@ mod tests {
         assert_eq!(ks.expire_cycle(u64::MAX, usize::MAX), left);
         assert_eq!(ks.expires_count(), 0);
         assert_eq!(ks.len(), model.values().filter(|e| e.1.is_none()).count());
+    }
+
+    /// Durability stamps: each read notes the stamp of the state it saw, each change
+    /// the running command's stamp; a missing key shows the last removal's.
+    #[test]
+    fn reads_note_the_stamp_of_what_they_saw() {
+        let mut ks = Keyspace::new();
+        ks.set(b"old", b"v".to_vec(), None); // replayed at start-up: stamp 0
+        ks.begin(5);
+        ks.set(b"a", b"1".to_vec(), None);
+        assert_eq!(ks.seen(), 5);
+        ks.begin(9);
+        ks.set(b"b", b"2".to_vec(), Some(1_000));
+        ks.begin(10);
+        assert!(ks.get(b"old", 0).is_some());
+        assert_eq!(ks.seen(), 0, "recovered state is written");
+        assert!(ks.get(b"a", 0).is_some());
+        assert_eq!(ks.seen(), 5);
+        assert!(ks.peek(b"nothing", 0).is_none());
+        assert_eq!(
+            ks.seen(),
+            5,
+            "nothing removed yet: a missing key needs nothing"
+        );
+        ks.begin(12);
+        assert!(ks.remove(b"a", 0));
+        assert_eq!(ks.seen(), 12);
+        ks.begin(20);
+        assert!(ks.get(b"a", 0).is_none());
+        assert_eq!(ks.seen(), 12, "a missing key shows the last removal");
+        // An expired key dropped on read shows the change that set its expiry.
+        ks.begin(30);
+        assert!(ks.remove(b"old", 0));
+        ks.begin(40);
+        assert!(ks.get(b"b", 2_000).is_none());
+        assert_eq!(
+            ks.seen(),
+            9,
+            "b's answer comes from its own expiry (stamp 9)"
+        );
+        ks.begin(41);
+        assert_eq!(ks.update(b"zz", 0, |v| v.len()), None);
+        assert_eq!(ks.seen(), 30, "a missing key shows the last removal");
+        ks.set(b"c", b"3".to_vec(), None);
+        ks.begin(50);
+        assert!(ks.set_expire(b"c", Some(5_000), 0));
+        assert_eq!(ks.seen(), 50);
+        ks.begin(60);
+        assert_eq!(ks.peek(b"c", 0).map(|e| e.stamp), Some(50));
+        assert_eq!(ks.seen(), 50);
+        ks.begin(70);
+        ks.clear();
+        ks.begin(80);
+        assert!(ks.peek(b"c", 0).is_none());
+        assert_eq!(ks.seen(), 70, "a flush is a removal of every key");
     }
 }

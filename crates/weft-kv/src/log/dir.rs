@@ -50,6 +50,17 @@ pub struct DataDir {
     leftovers: Vec<PathBuf>,
 }
 
+impl Drop for DataDir {
+    /// Unlocks explicitly rather than by closing the file: a `flock` belongs to the open
+    /// file description, which a child process forked meanwhile (between its fork and
+    /// its exec) shares, so closing our descriptor alone could leave the directory
+    /// locked for a moment after we are done with it.
+    fn drop(&mut self) {
+        // SAFETY: `flock` on a descriptor this struct owns; no memory is involved.
+        unsafe { libc::flock(self._lock.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
 fn err(kind: io::ErrorKind, msg: String) -> io::Error {
     io::Error::new(kind, msg)
 }

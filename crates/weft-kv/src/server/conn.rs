@@ -193,7 +193,7 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch) {
                     replies[slot] = Some(r);
                 } else if me == Some(shards.owner(s)) {
                     let now = now_ms();
-                    let (r, lsn) = shards.with(s, |sh| (sh.run(f, &args, now).0, sh.appended));
+                    let (r, lsn) = shards.with(s, |sh| sh.run(f, &args, now));
                     acks.note(s, lsn);
                     replies[slot] = Some(r);
                 } else {
@@ -252,11 +252,16 @@ fn run_pending(
         let now = now_ms();
         let batch = std::mem::take(list);
         let (out, lsn) = server.shards.with(s, move |sh| {
+            let mut need = 0;
             let out: Vec<(usize, Reply)> = batch
                 .into_iter()
-                .map(|p| (p.slot, sh.run(p.f, &p.args, now).0))
+                .map(|p| {
+                    let (r, lsn) = sh.run(p.f, &p.args, now);
+                    need = need.max(lsn);
+                    (p.slot, r)
+                })
                 .collect();
-            (out, sh.appended)
+            (out, need)
         });
         acks.note(s, lsn);
         for (slot, r) in out {
