@@ -17,9 +17,8 @@
 
 use crate::msgbox;
 use crate::shim::CachePadded;
-use crate::task::{JoinHandle, Outcome, Task};
+use crate::task::{JoinHandle, Outcome, Task, MAX_WORKERS};
 use crate::worker::{self, Shared, Worker, WorkerShared};
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -110,6 +109,12 @@ impl Builder {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "a runtime needs at least one worker (Builder::workers(0) was given)",
+            ));
+        }
+        if n > MAX_WORKERS {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a runtime has at most {MAX_WORKERS} workers ({n} were asked for)"),
             ));
         }
         let endpoints = msgbox::matrix::<worker::Mail>(n, 1024)?;
@@ -342,20 +347,24 @@ fn try_spawn_in<T: Send + 'static>(
     // task's never-run fiber): it finds itself as the worker's current thread.
     let stack_size = opts.stack_size.unwrap_or(shared.config.stack_size);
     let fiber = RawFiber::spawn(stack_size, move || {
-        worker::task_started();
-        let out: Outcome = if worker::starting_cancelled() {
+        // The thread's entry of its worker's live list, in this base frame until exit.
+        let node = worker::LiveNode::new();
+        // SAFETY: `node` is not moved before `exit_current`, which never returns.
+        unsafe { worker::task_started(&node) };
+        let out: Outcome<T> = if worker::starting_cancelled() {
             // Shut down before it ran: its closure is dropped here, in its own green
             // context (a destructor may park), and its join reports `Shutdown`.
             let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
             Err(Box::new(worker::Shutdown))
         } else {
-            catch_unwind(AssertUnwindSafe(f)).map(|v| Box::new(v) as Box<dyn Any + Send>)
+            catch_unwind(AssertUnwindSafe(f))
         };
         // The join completes first: `ipc::exited` relies on that order.
         worker::complete_current(out);
         crate::ipc::exited();
-        // SAFETY: everything this frame owned has been moved or dropped.
-        unsafe { worker::exit_current() }
+        // SAFETY: everything this frame owned has been moved or dropped; `node` is the
+        // entry given to `task_started`.
+        unsafe { worker::exit_current(&node) }
     })
     .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()))?;
     let task = Arc::new(Task::new(shared, opts.preemptible, to.is_some()));
@@ -426,7 +435,7 @@ impl ThreadBuilder {
         self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::io::Result<JoinHandle<T>> {
-        try_spawn_in(&current_shared(), None, &self, f)
+        with_current_shared(|s| try_spawn_in(s, None, &self, f))
     }
     /// Spawns on worker `worker` of the caller's runtime, like [`spawn_on`].
     ///
@@ -451,6 +460,23 @@ impl ThreadBuilder {
     }
 }
 
+/// Runs `f` with the caller's runtime, borrowed from its worker (no reference-count
+/// traffic: a spawn's hot path).
+///
+/// # Panics
+/// Outside a runtime's worker.
+fn with_current_shared<R>(f: impl FnOnce(&Arc<Shared>) -> R) -> R {
+    let w = worker::current();
+    assert!(
+        !w.is_null(),
+        "weft_runtime::spawn called outside a runtime's worker: use Runtime::spawn (or call it from a green thread)"
+    );
+    // SAFETY: the thread word is this thread's live worker, and the worker (with its
+    // `shared`) outlives every green thread that runs on it, so the borrow is valid for
+    // the call even if `f` switches (a spawn's preemption point).
+    f(unsafe { &(*w).shared })
+}
+
 fn current_shared() -> Arc<Shared> {
     let w = worker::current();
     assert!(
@@ -466,7 +492,7 @@ fn current_shared() -> Arc<Shared> {
 /// # Panics
 /// When called outside a green thread or worker of a runtime.
 pub fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-    spawn_in(&current_shared(), None, f)
+    with_current_shared(|s| spawn_in(s, None, f))
 }
 
 /// Starts a green thread on worker `worker` of the caller's runtime.

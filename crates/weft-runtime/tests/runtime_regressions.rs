@@ -311,3 +311,82 @@ fn a_thread_mostly_in_libc_yields_at_its_next_runtime_call() {
         "the other thread waited {waited:?}: the flag was never honoured"
     );
 }
+
+/// The join word (`task/mod.rs`): a thread's outcome is handed over as one tagged
+/// pointer. Every outcome is dropped exactly once, whether the handle joins it, is
+/// dropped before the thread ends (the thread drops it) or after (the handle drops it);
+/// results of any alignment and size come back intact; a joiner outside the runtime and
+/// one inside both get theirs; panics keep their payload.
+#[test]
+fn join_outcomes_are_delivered_or_dropped_exactly_once() {
+    let _g = serial();
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    struct Counted(u64);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, SeqCst);
+        }
+    }
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    DROPS.store(0, SeqCst);
+    // Joined from outside the runtime (an OS thread waits).
+    let h = rt.spawn(|| Counted(7));
+    let c = h.join().unwrap();
+    assert_eq!(c.0, 7);
+    drop(c);
+    assert_eq!(DROPS.load(SeqCst), 1);
+    // Detached before the thread ends: the thread drops its own result.
+    let gate = Arc::new(AtomicBool::new(false));
+    let g2 = gate.clone();
+    let h = rt.spawn(move || {
+        while !g2.load(SeqCst) {
+            weft_runtime::yield_now();
+        }
+        Counted(1)
+    });
+    drop(h);
+    gate.store(true, SeqCst);
+    let t0 = Instant::now();
+    while DROPS.load(SeqCst) < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "a detached result was not dropped"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Detached after the thread ended: the handle drops it.
+    let h = rt.spawn(|| Counted(2));
+    while !h.is_finished() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(DROPS.load(SeqCst), 2);
+    drop(h);
+    assert_eq!(DROPS.load(SeqCst), 3);
+    // Inside the runtime: many joiners, odd alignments and sizes, panics.
+    let sum = rt.block_on(|| {
+        let small: Vec<_> = (0..200u8).map(|i| spawn(move || i)).collect();
+        let big: Vec<_> = (0..50u64)
+            .map(|i| spawn_on((i % 2) as usize, move || [i; 128]))
+            .collect();
+        let n = std::hint::black_box(42);
+        let p = spawn(move || -> u8 { panic!("boom {n}") });
+        let e = p.join().unwrap_err();
+        assert_eq!(
+            e.downcast_ref::<String>().map(String::as_str),
+            Some("boom 42")
+        );
+        let mut sum = 0u64;
+        for h in small {
+            sum += u64::from(h.join().unwrap());
+        }
+        for (i, h) in big.into_iter().enumerate() {
+            let a = h.join().unwrap();
+            assert!(a.iter().all(|&v| v == i as u64));
+            sum += a[127];
+        }
+        sum
+    });
+    assert_eq!(sum, (0..200u64).sum::<u64>() + (0..50u64).sum::<u64>());
+    drop(rt);
+    assert_eq!(DROPS.load(SeqCst), 3);
+}

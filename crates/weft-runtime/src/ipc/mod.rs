@@ -413,7 +413,7 @@ pub(crate) fn never_ran(task: &Task) {
 
 struct WorkerEnv {
     w: *mut Worker,
-    /// Collect the first thread woken as the one to switch to (see `park_handoff`).
+    /// Collect the first thread woken as the one to switch to (see `park_ipc`).
     collect: bool,
     handoff: Option<Arc<Task>>,
 }
@@ -446,10 +446,14 @@ impl Env for WorkerEnv {
         if unsafe { worker::is_running(self.w, t) } {
             return;
         }
-        // SAFETY: the identity holds a count on its task.
+        // SAFETY: `self.w` is this thread's worker. A thread parked in IPC here left its
+        // running count in the worker's slot: it is moved, not counted again. Else the
+        // identity holds a count on its task, which is alive.
         let task = unsafe {
-            Arc::increment_strong_count(t);
-            Arc::from_raw(t)
+            worker::take_ipc_parked(self.w, t).unwrap_or_else(|| {
+                Arc::increment_strong_count(t);
+                Arc::from_raw(t)
+            })
         };
         if self.collect && self.handoff.is_none() {
             if task.park.unpark() {
@@ -470,7 +474,7 @@ pub(crate) fn on_mail(w: *mut Worker, req: Req) {
 
 /// The running green thread's worker and identity. The identity is borrowed from the
 /// thread's task (no reference count taken: it lives until the thread itself exits).
-#[inline]
+#[inline(always)]
 fn caller(stage: Stage) -> Result<(*mut Worker, ManuallyDrop<Arc<Ipc>>), IpcError> {
     let w = worker::current();
     let t = if w.is_null() {
@@ -486,12 +490,19 @@ fn caller(stage: Stage) -> Result<(*mut Worker, ManuallyDrop<Arc<Ipc>>), IpcErro
     let task = unsafe { &*t };
     let mut p = task.ipc.load(Acquire);
     if p.is_null() {
-        drop(ipc_of(&worker::current_task().expect("running")));
-        p = task.ipc.load(Acquire);
+        p = first_use(task);
     }
     // SAFETY: the task's own count keeps its identity alive until the thread exits,
     // and the thread is running this call; ManuallyDrop never gives the count back.
     Ok((w, ManuallyDrop::new(unsafe { Arc::from_raw(p) })))
+}
+
+/// The running thread's first IPC: makes its identity; returns the task's pointer to it.
+#[cold]
+#[inline(never)]
+fn first_use(task: &Task) -> *mut Ipc {
+    drop(ipc_of(&worker::current_task().expect("running")));
+    task.ipc.load(Acquire)
 }
 
 /// Checks that `to` may be a partner of `me` and has started (waiting for it to start,
@@ -534,13 +545,10 @@ fn kind_of(f: Fail) -> ErrorKind {
 }
 
 /// Runs one operation of `me` to its end: `start` begins it, then the thread parks
-/// until the outcome is in, cancelling at the deadline or when aborted.
+/// until the outcome is in, cancelling at the deadline or when aborted. The outcome is
+/// then `me`'s to take (`protocol::finish`, `finish_reply`).
 #[inline]
-fn run(
-    me: &Arc<Ipc>,
-    deadline: Option<Instant>,
-    start: impl FnOnce(&mut WorkerEnv),
-) -> protocol::Finished {
+fn run(me: &Arc<Ipc>, deadline: Option<Instant>, start: impl FnOnce(&mut WorkerEnv)) {
     let w = worker::current();
     // SAFETY: `w` is this thread's worker (the caller is a green thread); protocol
     // steps run at runtime depth (never switched out by the preemption signal) and
@@ -561,7 +569,7 @@ fn run(
                 if let Some(h) = handoff {
                     worker::push_ready(h);
                 }
-                return protocol::finish(me);
+                return;
             }
             Next::Aborted => Some(Fail::Cancelled),
             Next::Wait if !first && deadline.is_some_and(|d| Instant::now() >= d) => {
@@ -580,7 +588,7 @@ fn run(
             continue;
         }
         let d = if step == Next::Wait { deadline } else { None };
-        worker::park_handoff(handoff.take(), d);
+        worker::park_ipc(handoff.take(), d);
     }
 }
 
@@ -615,8 +623,8 @@ pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
 #[inline]
 pub fn call(to: &Tid, msg: Message, timeout: Timeout) -> Result<Message, IpcError> {
     let (zero, deadline) = deadline_of(timeout);
-    transfer(to, msg, zero, deadline, Then::Partner)
-        .map(|r| r.expect("a call receives its reply").1)
+    let me = start_transfer(to, msg, zero, deadline, Then::Partner)?;
+    protocol::finish_reply(&me).map_err(failed)
 }
 
 #[inline]
@@ -627,6 +635,22 @@ fn transfer(
     deadline: Option<Instant>,
     then: Then,
 ) -> Result<Option<(Tid, Message)>, IpcError> {
+    let me = start_transfer(to, msg, zero, deadline, then)?;
+    protocol::finish(&me)
+        .map(|r| r.map(|(t, m)| (Tid(t), m)))
+        .map_err(failed)
+}
+
+/// Runs a send of the caller to `to` (turning into `then` once delivered) to its end;
+/// returns the caller's identity, whose outcome is to be taken.
+#[inline]
+fn start_transfer(
+    to: &Tid,
+    msg: Message,
+    zero: bool,
+    deadline: Option<Instant>,
+    then: Then,
+) -> Result<ManuallyDrop<Arc<Ipc>>, IpcError> {
     let (w, me) = match caller(Stage::Send) {
         Ok(x) => x,
         Err(e) => {
@@ -641,9 +665,8 @@ fn transfer(
     }
     run(&me, deadline, |env| {
         protocol::begin_send_then(env, &me, &to.0, msg, then, zero)
-    })
-    .map(|r| r.map(|(t, m)| (Tid(t), m)))
-    .map_err(failed)
+    });
+    Ok(me)
 }
 
 /// Receives a message from `from` (None: from anyone), waiting at most `timeout`.
@@ -660,12 +683,13 @@ pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), I
     let from = from.map(|f| &f.0);
     run(&me, deadline, |env| {
         protocol::begin_receive(env, &me, from, zero)
-    })
-    .map(|r| {
-        let (t, m) = r.expect("a receive has a message");
-        (Tid(t), m)
-    })
-    .map_err(failed)
+    });
+    protocol::finish(&me)
+        .map(|r| {
+            let (t, m) = r.expect("a receive has a message");
+            (Tid(t), m)
+        })
+        .map_err(failed)
 }
 
 /// The server loop's step: replies to `client` with timeout zero (a caller is always

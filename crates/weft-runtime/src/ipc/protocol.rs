@@ -228,6 +228,15 @@ struct Local {
     /// told `Gone` if it exits. At most one entry per thread; stale entries are
     /// harmless (the operation number no longer matches).
     watchers: Vec<(Arc<Ipc>, u32)>,
+    /// A count on some identity that an operation of this thread no longer needs (the
+    /// partner of a reply and wait once its reply is delivered), kept to be reused
+    /// when the next one names the same thread (`share`) instead of being dropped and
+    /// counted again: a server's reply hands its client's count over to the next
+    /// request's sender field, a client's call keeps its server as `partner` for the
+    /// next call. Each of those is a locked read-modify-write saved per operation. It
+    /// keeps at most one other identity (not its thread's stack) alive until replaced,
+    /// or until this thread exits.
+    spare: Option<Arc<Ipc>>,
 }
 
 /// A request between workers (see the table in the module comment).
@@ -282,21 +291,25 @@ impl Ipc {
                 rbuf: None,
                 senders: VecDeque::new(),
                 watchers: Vec::new(),
+                spare: None,
             }),
         }
     }
 
     /// The thread's id.
+    #[inline]
     pub fn id(&self) -> u64 {
         self.id
     }
 
     /// The environment's handle on the thread.
+    #[inline]
     pub fn host_ptr(&self) -> *const () {
         self.host.ptr
     }
 
     /// The worker that owns the thread (NO_WORKER before it starts).
+    #[inline]
     pub fn worker(&self) -> usize {
         (self.host.worker)(self.host.ptr)
     }
@@ -307,6 +320,7 @@ impl Ipc {
     }
 
     /// Whether the thread has exited.
+    #[inline]
     pub fn is_dead(&self) -> bool {
         self.dead.load(Acquire)
     }
@@ -318,6 +332,7 @@ impl Ipc {
     /// alive (the handlers below take it for a few statements and never call out while
     /// holding it).
     #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
     unsafe fn st(&self) -> &mut Local {
         // SAFETY: per the contract.
         self.st.with_mut(|p| unsafe { &mut *p })
@@ -329,6 +344,7 @@ impl Ipc {
     /// The caller is the owner (no send in flight) or the partner's worker (a send in
     /// flight); the reference is the only one alive.
     #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
     unsafe fn out(&self) -> &mut Out {
         // SAFETY: per the contract.
         self.out.with_mut(|p| unsafe { &mut *p })
@@ -359,6 +375,7 @@ fn route<E: Env>(env: &mut E, target: &Ipc, req: Req) {
 
 /// Gives `who` (a sender, or a receiver told `Gone`) the answer `op` about its
 /// operation `seq`: directly if it lives here, else through the boxes.
+#[inline]
 fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
     let w = who.worker();
     if w == env.here() {
@@ -394,6 +411,7 @@ fn handle_ref<E: Env>(env: &mut E, who: &Arc<Ipc>, peer: Option<&Arc<Ipc>>, seq:
 }
 
 /// Whether `st` waits to receive from `sender`.
+#[inline]
 fn accepts(st: &Local, sender: &Arc<Ipc>) -> bool {
     match st.phase {
         Phase::Receiving { any: true } => true,
@@ -407,6 +425,7 @@ fn accepts(st: &Local, sender: &Arc<Ipc>) -> bool {
 /// Moves `sender`'s message to `receiver` (on the receiver's worker), completing the
 /// receiver's receive, and answers the sender `Delivered` (unless the send is a call). `wake_receiver` is false
 /// when the receiver is the running thread itself.
+#[inline]
 fn deliver<E: Env>(
     env: &mut E,
     receiver: &Arc<Ipc>,
@@ -429,7 +448,7 @@ fn deliver<E: Env>(
         // A closed receive knows its sender (its partner): no second count on it.
         let from = match st.phase {
             Phase::Receiving { any: false } => None,
-            _ => Some(sender.clone()),
+            _ => Some(share(&mut st.spare, sender)),
         };
         st.rbuf = Some((from, msg));
         st.phase = Phase::Idle;
@@ -452,6 +471,7 @@ fn deliver<E: Env>(
 }
 
 /// Adds (or renews) `who`'s entry in a watcher list.
+#[inline]
 fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
     match st
         .watchers
@@ -464,16 +484,60 @@ fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
     }
 }
 
-/// Takes `who`'s entry out of a watcher list: the number of the operation it watched
-/// with (for a caller: its call), if it had one.
-fn remove_watcher(st: &mut Local, who: &Arc<Ipc>) -> Option<u32> {
+/// Takes `who`'s entry out of a watcher list: its count on `who` and the number of the
+/// operation it watched with (for a caller: its call), if it had one.
+#[inline]
+fn remove_watcher(st: &mut Local, who: &Arc<Ipc>) -> Option<(Arc<Ipc>, u32)> {
     let i = st.watchers.iter().rposition(|(x, _)| Arc::ptr_eq(x, who))?;
-    Some(st.watchers.swap_remove(i).1)
+    Some(st.watchers.swap_remove(i))
+}
+
+/// A count on `who`: the spare one if it is `who`'s (see `Local::spare`), else a new one.
+#[inline]
+fn share(spare: &mut Option<Arc<Ipc>>, who: &Arc<Ipc>) -> Arc<Ipc> {
+    match spare.take() {
+        Some(s) if Arc::ptr_eq(&s, who) => s,
+        s => {
+            *spare = s;
+            who.clone()
+        }
+    }
+}
+
+/// Keeps `x`, a count this thread's operation no longer needs, as the spare.
+#[inline]
+fn retire(spare: &mut Option<Arc<Ipc>>, x: Option<Arc<Ipc>>) {
+    if x.is_some() {
+        *spare = x;
+    }
+}
+
+/// Makes `to` the partner of the operation starting in `st`: the count already there
+/// (kept from the last operation, see `finish_reply`) or `given` (a count the caller
+/// has on `to`) or the spare are reused before a new count is taken.
+#[inline]
+fn set_partner(st: &mut Local, to: Option<&Arc<Ipc>>, given: Option<Arc<Ipc>>) {
+    let Some(to) = to else {
+        let old = st.partner.take();
+        retire(&mut st.spare, old);
+        return;
+    };
+    if st.partner.as_ref().is_some_and(|p| Arc::ptr_eq(p, to)) {
+        retire(&mut st.spare, given);
+        return;
+    }
+    let new = match given {
+        Some(g) => g,
+        None => share(&mut st.spare, to),
+    };
+    let old = st.partner.replace(new);
+    retire(&mut st.spare, old);
 }
 
 /// Whether `st` is a call to `sender` whose request `sender` received (operation
 /// `reply_to`): a call is receiving from its server from its delivery on, though its
 /// phase says Sending until the reply comes (the delivery is not acknowledged).
+#[inline]
 fn awaits_reply(st: &Local, sender: &Arc<Ipc>, reply_to: Option<u32>) -> bool {
     matches!(st.phase, Phase::Sending)
         && st.then == Then::Partner
@@ -482,6 +546,7 @@ fn awaits_reply(st: &Local, sender: &Arc<Ipc>, reply_to: Option<u32>) -> bool {
 }
 
 /// Takes the first sender `st` accepts out of its queue.
+#[inline]
 fn take_waiting_sender(st: &mut Local) -> Option<(Arc<Ipc>, u32)> {
     let i = match st.phase {
         Phase::Receiving { any: true } => (!st.senders.is_empty()).then_some(0),
@@ -494,6 +559,7 @@ fn take_waiting_sender(st: &mut Local) -> Option<(Arc<Ipc>, u32)> {
     st.senders.remove(i?)
 }
 
+#[inline]
 fn on_send<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32) {
     if receiver.is_dead() {
         return answer(env, sender, seq, Op::Dead);
@@ -571,6 +637,7 @@ fn on_abort<E: Env>(env: &mut E, who: &Ipc) {
     }
 }
 
+#[inline]
 fn on_send_done<E: Env>(env: &mut E, sender: &Arc<Ipc>, seq: u32, op: Op) {
     if sender.is_dead() {
         return;
@@ -591,7 +658,7 @@ fn on_send_done<E: Env>(env: &mut E, sender: &Arc<Ipc>, seq: u32, op: Op) {
                     any: st.then == Then::Any,
                 };
                 if st.then == Then::Any {
-                    st.partner = None;
+                    set_partner(st, None, None);
                 }
                 let w = take_waiting_sender(st);
                 (false, w)
@@ -602,7 +669,7 @@ fn on_send_done<E: Env>(env: &mut E, sender: &Arc<Ipc>, seq: u32, op: Op) {
                 st.phase = Phase::Idle;
                 st.outcome = Some(Err((st.why, Stage::Receive)));
                 if st.then == Then::Any {
-                    st.partner = None; // as for a receive from anyone that fails
+                    set_partner(st, None, None); // as for a receive from anyone that fails
                 }
                 (true, None)
             }
@@ -717,14 +784,18 @@ pub fn begin_send_then<E: Env>(
         debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
         st.seq = st.seq.wrapping_add(1);
         st.phase = Phase::Sending;
-        st.partner = Some(to.clone());
         st.then = then;
         st.abort = false;
         st.outcome = None;
         st.rbuf = None;
         // Sending to a thread ends our part in its receive, if it was waiting for us
-        // (and answers its call, if it is one).
-        let reply_to = remove_watcher(st, to);
+        // (and answers its call, if it is one); the watcher entry's count on it serves
+        // as the partner's.
+        let (given, reply_to) = match remove_watcher(st, to) {
+            Some((x, n)) => (Some(x), Some(n)),
+            None => (None, None),
+        };
+        set_partner(st, Some(to), given);
         (st.seq, reply_to)
     };
     let (seq, reply_to) = seq;
@@ -770,7 +841,7 @@ pub fn begin_receive<E: Env>(env: &mut E, me: &Arc<Ipc>, from: Option<&Arc<Ipc>>
         st.abort = false;
         st.outcome = None;
         st.rbuf = None;
-        st.partner = from.cloned();
+        set_partner(st, from, None);
         st.phase = Phase::Receiving {
             any: from.is_none(),
         };
@@ -908,13 +979,35 @@ pub fn finish(me: &Ipc) -> Finished {
     let partner = st.partner.take();
     let unsent = o.msg.take();
     match outcome {
-        Ok(()) => Ok(st.rbuf.take().map(|(from, m)| {
-            (
-                from.or(partner).expect("a closed receive has its partner"),
-                m,
-            )
+        Ok(()) => Ok(st.rbuf.take().map(|(from, m)| match from {
+            Some(from) => {
+                retire(&mut st.spare, partner);
+                (from, m)
+            }
+            None => (partner.expect("a closed receive has its partner"), m),
         })),
         Err((why, stage)) => Err((why, stage, partner, unsent)),
+    }
+}
+
+/// What a finished call gave: the reply, or as [`Finished`]'s failure.
+pub type FinishedCall = Result<Message, (Fail, Stage, Option<Arc<Ipc>>, Option<Message>)>;
+
+/// As [`finish`], for a call (a send that turned into a receive from its partner),
+/// whose caller wants the reply only: the partner's count stays in `me` (as the
+/// partner of the next call to the same thread, see `set_partner`) instead of being
+/// handed out and dropped.
+#[inline]
+pub fn finish_reply(me: &Ipc) -> FinishedCall {
+    // SAFETY: as in `finish`.
+    let (st, o) = unsafe { (me.st(), me.out()) };
+    match st.outcome.take().expect("finish after Done") {
+        Ok(()) => {
+            let (from, m) = st.rbuf.take().expect("a call receives its reply");
+            debug_assert!(from.is_none(), "a call receives from its partner");
+            Ok(m)
+        }
+        Err((why, stage)) => Err((why, stage, st.partner.take(), o.msg.take())),
     }
 }
 
@@ -945,6 +1038,7 @@ pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
         // SAFETY: `me` runs here (its last act).
         let st = unsafe { me.st() };
         st.rbuf = None;
+        st.spare = None;
         let partner = st.partner.take(); // (no cycle of identities outlives the thread)
         let pending = match st.phase {
             // Unwound out of a send (runtime shutdown): leave no entry behind here.

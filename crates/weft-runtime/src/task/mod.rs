@@ -4,19 +4,47 @@
 //! `Task` record shared (through `Arc`) by everything that may need to find it: the
 //! run queue it waits in, a mutex's or channel's list of waiters, its timers, its join
 //! handle. The fiber holds the stack and registers; the record holds what the
-//! scheduler needs: the park word (`state.rs`), the worker that owns it, and the links
-//! of its worker's list of live threads.
+//! scheduler needs: the park word (`state.rs`), the worker that owns it, and its join
+//! word.
+//!
+//! ## Size
+//!
+//! The record is one allocation per green thread that outlives the thread's stack (a
+//! join handle or a waker may hold it after the thread has ended), so it is kept to 40
+//! bytes: with `Arc`'s two counts that is a 56-byte allocation, the allocator's 64-byte
+//! class (1,000,000 parked threads then fit in 4 GiB: a stack page, a registry slot
+//! and this). What does not have to outlive the stack lives on it: the links of the
+//! worker's list of live threads are a [`LiveNode`](crate::worker::LiveNode) in the
+//! thread's base frame, and the closure sits at the top of the stack (the fiber core).
+//! The small fields are packed: the park word and the flags are a byte each, the owner
+//! 16 bits (so a runtime has at most 65,534 workers), the timer sequence 32 bits.
 //!
 //! Ownership of the fiber: a task's fiber is switched to only by the worker that owns
 //! the task (the one it first ran on), and it frees itself as it ends
 //! (`RawFiber::exit_to`). A task that never ran is freed by whoever drops its last
 //! queue entry (`Drop for Task` deletes the unstarted fiber).
+//!
+//! ## The join word
+//!
+//! [`JoinCell`] is one word: `PENDING` (0); `WAITING` with a pointer to the joiner's
+//! [`Unparker`](crate::park::Unparker), which lives on the joiner's own stack while it
+//! waits; `OK` or `ERR` with a thin pointer to the outcome (`Box<Aligned<T>>`, which
+//! allocates nothing for a `()` result, or `Box<Box<dyn Any + Send>>` for a panic);
+//! `DETACHED` (the handle was dropped first); `GONE` (the outcome was taken or
+//! dropped). The tags sit in the low three bits (both pointers are 8-aligned). The
+//! thread completes by a CAS from `PENDING`, or, from `WAITING`, by moving the
+//! joiner's unparker out of its slot *before* storing the outcome (the joiner leaves,
+//! freeing the slot, only once it sees the outcome), then unparking it. The handle,
+//! which knows `T`, decodes or drops the outcome; if it was dropped first, the thread
+//! drops its own outcome.
 
 pub mod state;
 
+use crate::park::Unparker;
 use crate::worker::{self, Shared};
-use core::cell::{Cell, UnsafeCell};
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering::*};
+use core::cell::Cell;
+use core::mem::ManuallyDrop;
+use core::sync::atomic::{AtomicPtr, AtomicU16, AtomicU8, AtomicUsize, Ordering, Ordering::*};
 
 use state::ParkState;
 use std::any::Any;
@@ -26,33 +54,37 @@ use weft_fiber::raw::RawFiber;
 /// `Task::owner` before the task has run on any worker.
 pub(crate) const NO_OWNER: usize = usize::MAX;
 
-/// The scheduler's record of one green thread.
+/// The most workers a runtime may have (`Task::owner` is 16 bits, `u16::MAX` is none).
+pub(crate) const MAX_WORKERS: usize = u16::MAX as usize - 1;
+
+/// The worker that owns a task, in 16 bits; reads as a `usize` ([`NO_OWNER`] for none).
+pub(crate) struct Owner(AtomicU16);
+
+impl Owner {
+    #[inline]
+    pub(crate) fn load(&self, o: Ordering) -> usize {
+        match self.0.load(o) {
+            u16::MAX => NO_OWNER,
+            v => v as usize,
+        }
+    }
+    #[inline]
+    pub(crate) fn store(&self, w: usize, o: Ordering) {
+        debug_assert!(w <= MAX_WORKERS);
+        self.0.store(w as u16, o)
+    }
+}
+
+const STARTED: u8 = 1;
+const CANCELLED: u8 = 2;
+const UNWINDING: u8 = 4;
+const PREEMPTIBLE: u8 = 8;
+const PINNED: u8 = 16;
+
+/// The scheduler's record of one green thread (40 bytes: see the module comment).
 pub(crate) struct Task {
     /// The fiber; set once, right after creation, before the task is queued.
     pub fiber: Cell<Option<RawFiber>>,
-    /// The park word.
-    pub park: ParkState,
-    /// The worker that runs it (fixed at its first run; changed only by an explicit
-    /// move), or NO_OWNER before.
-    pub owner: AtomicUsize,
-    /// Set once the fiber has started: an unstarted task may be stolen, a started one
-    /// stays on its worker.
-    pub started: AtomicBool,
-    /// Set when the runtime shuts down while this thread is parked: its park returns
-    /// with a shutdown unwind.
-    pub cancelled: AtomicBool,
-    /// The sequence number of the timer that may wake it (0: none), for lazy timer
-    /// cancellation. Touched only by the owning worker.
-    pub timer_seq: Cell<u64>,
-    /// The worker's intrusive list of live started tasks (owner worker only).
-    pub live_prev: Cell<*const Task>,
-    pub live_next: Cell<*const Task>,
-    /// Set once the shutdown unwind has been raised in this thread (it is raised once).
-    pub unwinding: Cell<bool>,
-    /// Whether the preemption signal may switch this thread out.
-    pub preemptible: bool,
-    /// Placed on a worker by `spawn_on`: never stolen, even before it runs.
-    pub pinned: bool,
     /// What its join handle waits on and takes.
     pub join: JoinCell,
     /// Its IPC identity (`ipc/`), made on first use: an `Arc::into_raw`, or null. The
@@ -62,7 +94,27 @@ pub(crate) struct Task {
     /// The runtime's `Shared`, as a pointer holding one strong count (given back in
     /// `Drop`): how a thread outside the runtime finds the owner's inbox.
     runtime: *const Shared,
+    /// The sequence number of the timer that may wake it (0: none), for lazy timer
+    /// cancellation. Touched only by the owning worker.
+    pub timer_seq: Cell<u32>,
+    /// The worker that runs it (fixed at its first run; changed only by an explicit
+    /// move), or NO_OWNER before.
+    pub owner: Owner,
+    /// The park word.
+    pub park: ParkState,
+    /// STARTED (the fiber has been switched to: an unstarted task may be stolen, a
+    /// started one stays on its worker), CANCELLED (the runtime shuts down: its park
+    /// returns with a shutdown unwind), UNWINDING (that unwind has been raised: it is
+    /// raised once), and the fixed PREEMPTIBLE (the preemption signal may switch it
+    /// out) and PINNED (placed on a worker by `spawn_on`: never stolen, even before it
+    /// runs). Written only by the thread that holds the task exclusively (the owner
+    /// worker, or whoever holds a never-run task), so a load and a store suffice;
+    /// read from anywhere.
+    flags: AtomicU8,
 }
+
+// One allocation of at most 56 bytes with `Arc`'s counts: see the module comment.
+const _: () = assert!(core::mem::size_of::<Task>() <= 40);
 
 // SAFETY: the Cells are touched only by the task's owning worker (its OS thread), or
 // before the task is published to any queue; everything else is atomic.
@@ -72,21 +124,16 @@ unsafe impl Sync for Task {}
 
 impl Task {
     pub(crate) fn new(shared: &Arc<Shared>, preemptible: bool, pinned: bool) -> Task {
+        let flags = if preemptible { PREEMPTIBLE } else { 0 } | if pinned { PINNED } else { 0 };
         Task {
             runtime: Arc::into_raw(shared.clone()),
             join: JoinCell::new(),
             ipc: AtomicPtr::new(core::ptr::null_mut()),
-            unwinding: Cell::new(false),
             fiber: Cell::new(None),
             park: ParkState::new(),
-            owner: AtomicUsize::new(NO_OWNER),
-            started: AtomicBool::new(false),
-            cancelled: AtomicBool::new(false),
+            owner: Owner(AtomicU16::new(u16::MAX)),
             timer_seq: Cell::new(0),
-            live_prev: Cell::new(core::ptr::null()),
-            live_next: Cell::new(core::ptr::null()),
-            preemptible,
-            pinned,
+            flags: AtomicU8::new(flags),
         }
     }
 
@@ -102,6 +149,56 @@ impl Task {
     pub(crate) fn raw(&self) -> RawFiber {
         self.fiber.get().expect("a queued task has its fiber")
     }
+
+    #[inline]
+    fn has(&self, f: u8, o: Ordering) -> bool {
+        self.flags.load(o) & f != 0
+    }
+
+    /// Sets flag `f`. The caller holds the task exclusively (module comment of
+    /// `flags`), so no other write can race with this load and store.
+    #[inline]
+    fn set(&self, f: u8, o: Ordering) {
+        self.flags.store(self.flags.load(Relaxed) | f, o);
+    }
+
+    /// Whether the fiber has been switched to.
+    #[inline]
+    pub(crate) fn started(&self) -> bool {
+        self.has(STARTED, Acquire)
+    }
+    /// Marks the task started (its owner worker, as it first switches to it).
+    #[inline]
+    pub(crate) fn set_started(&self) {
+        self.set(STARTED, Release);
+    }
+    /// Whether the runtime has cancelled this thread (shutdown).
+    #[inline]
+    pub(crate) fn cancelled(&self) -> bool {
+        self.has(CANCELLED, Relaxed)
+    }
+    /// Cancels the thread (its owner worker, or the holder of a never-run task).
+    #[inline]
+    pub(crate) fn set_cancelled(&self) {
+        self.set(CANCELLED, Relaxed);
+    }
+    /// Marks the shutdown unwind raised (the thread itself); returns whether it was.
+    #[inline]
+    pub(crate) fn replace_unwinding(&self) -> bool {
+        let was = self.has(UNWINDING, Relaxed);
+        self.set(UNWINDING, Relaxed);
+        was
+    }
+    /// Whether the preemption signal may switch this thread out.
+    #[inline]
+    pub(crate) fn preemptible(&self) -> bool {
+        self.has(PREEMPTIBLE, Relaxed)
+    }
+    /// Whether `spawn_on` placed it (never stolen).
+    #[inline]
+    pub(crate) fn pinned(&self) -> bool {
+        self.has(PINNED, Relaxed)
+    }
 }
 
 impl Task {
@@ -116,13 +213,13 @@ impl Task {
     /// worker that has ended): frees its fiber and closure, and completes its join with
     /// the [`Shutdown`](crate::Shutdown) payload.
     pub(crate) fn cancel_unstarted(&self) {
-        if !self.started.load(Acquire) {
+        if !self.started() {
             if let Some(f) = self.fiber.take() {
                 // SAFETY: a never-started fiber is not running; taking it out of the
                 // cell means nobody else will delete or run it.
                 unsafe { f.delete() };
                 crate::ipc::never_ran(self);
-                self.join.complete(Err(Box::new(worker::Shutdown)));
+                self.join.complete::<()>(Err(Box::new(worker::Shutdown)));
             }
         }
     }
@@ -131,7 +228,7 @@ impl Task {
 impl Drop for Task {
     fn drop(&mut self) {
         // A task that never started still owns its fiber (closure and stack).
-        if !*self.started.get_mut() {
+        if *self.flags.get_mut() & STARTED == 0 {
             if let Some(f) = self.fiber.get() {
                 // SAFETY: an unstarted fiber is not running and nothing else holds it:
                 // this was the last reference to its task.
@@ -154,80 +251,153 @@ pub(crate) fn unpark_owned(task: Arc<Task>) {
     worker::wake(task);
 }
 
-/// The result a green thread's closure produced (boxed: a `()` result allocates
-/// nothing), or its panic.
-pub(crate) type Outcome = Result<Box<dyn Any + Send + 'static>, Box<dyn Any + Send + 'static>>;
+/// A green thread's outcome as its closure left it: its value, or its panic.
+pub(crate) type Outcome<T> = Result<T, Box<dyn Any + Send + 'static>>;
 
-const PENDING: u32 = 0;
-const WAITING: u32 = 1;
-const DONE: u32 = 2;
+/// A result boxed with an alignment of at least 8, so the join word has room for its
+/// tag (a zero-sized result allocates nothing).
+#[repr(align(8))]
+struct Aligned<T>(T);
 
-/// The join half of a task: its outcome and who waits for it. Part of the task record
-/// itself (one allocation per green thread, not two).
-pub(crate) struct JoinCell {
-    state: AtomicU32,
-    result: UnsafeCell<Option<Outcome>>,
-    waiter: UnsafeCell<Option<crate::park::Unparker>>,
+const TAG: usize = 7;
+const PENDING: usize = 0;
+const WAITING: usize = 1;
+const OK: usize = 2;
+const ERR: usize = 3;
+const DETACHED: usize = 4;
+const GONE: usize = 5;
+
+#[inline]
+fn is_done(w: usize) -> bool {
+    matches!(w & TAG, OK | ERR | GONE)
 }
 
-// SAFETY: `result` is written by the task before DONE (Release) and read by the handle
-// after seeing DONE (Acquire); `waiter` is written by the handle before WAITING
-// (Release) and taken by the task after seeing WAITING (AcqRel swap).
-unsafe impl Sync for JoinCell {}
-// SAFETY: as above.
-unsafe impl Send for JoinCell {}
+/// The outcome as a tagged thin pointer.
+fn encode<T>(out: Outcome<T>) -> usize {
+    match out {
+        Ok(v) => Box::into_raw(Box::new(Aligned(v))) as usize | OK,
+        Err(p) => Box::into_raw(Box::new(p)) as usize | ERR,
+    }
+}
+
+/// The outcome back from its tagged pointer.
+///
+/// # Safety
+/// `w` is an `OK` or `ERR` word made by `encode::<T>`, decoded once.
+unsafe fn decode<T>(w: usize) -> Outcome<T> {
+    let p = w & !TAG;
+    // SAFETY: per the contract.
+    unsafe {
+        if w & TAG == OK {
+            Ok(Box::from_raw(p as *mut Aligned<T>).0)
+        } else {
+            Err(*Box::from_raw(p as *mut Box<dyn Any + Send + 'static>))
+        }
+    }
+}
+
+/// The join half of a task: one word (see the module comment). Part of the task record
+/// itself (one allocation per green thread, not two).
+pub(crate) struct JoinCell(AtomicUsize);
 
 impl JoinCell {
     pub(crate) fn new() -> Self {
-        JoinCell {
-            state: AtomicU32::new(PENDING),
-            result: UnsafeCell::new(None),
-            waiter: UnsafeCell::new(None),
-        }
+        JoinCell(AtomicUsize::new(PENDING))
     }
 
-    /// The task's side: stores the outcome and wakes a waiting joiner.
-    pub(crate) fn complete(&self, out: Outcome) {
-        // SAFETY: only the task writes `result`, once, before publishing DONE.
-        unsafe { *self.result.get() = Some(out) };
-        // SeqCst: ordered with the IPC identity's exit check (`ipc::exited`).
-        if self.state.swap(DONE, SeqCst) == WAITING {
-            // SAFETY: the joiner wrote `waiter` before its Release CAS to WAITING, which
-            // our AcqRel swap read; it never touches it again.
-            if let Some(w) = unsafe { (*self.waiter.get()).take() } {
-                w.unpark_owned();
+    /// The task's side: publishes the outcome and wakes a waiting joiner; if the handle
+    /// is gone, drops the outcome here. Called once.
+    pub(crate) fn complete<T>(&self, out: Outcome<T>) {
+        let enc = encode(out);
+        let mut cur = self.0.load(Acquire);
+        loop {
+            if cur == PENDING {
+                // SeqCst: ordered with the IPC identity's exit check (`ipc::exited`).
+                match self.0.compare_exchange(PENDING, enc, SeqCst, Acquire) {
+                    Ok(_) => return,
+                    Err(c) => cur = c,
+                }
+            } else if cur & TAG == WAITING {
+                // SAFETY: the joiner wrote its unparker before its Release CAS to
+                // WAITING (our Acquire read it) and keeps the slot, untouched, until it
+                // sees the outcome stored below: moving it out first is safe. Only we
+                // change the word from WAITING.
+                let u = unsafe { core::ptr::read((cur & !TAG) as *const Unparker) };
+                self.0.store(enc, SeqCst);
+                u.unpark_owned();
+                return;
+            } else {
+                debug_assert_eq!(cur, DETACHED, "a green thread completed twice");
+                self.0.store(GONE, SeqCst);
+                // SAFETY: made just above, never published.
+                drop(unsafe { decode::<T>(enc) });
+                return;
             }
         }
-    }
-
-    fn is_done(&self) -> bool {
-        self.state.load(Acquire) == DONE
     }
 
     /// `is_done` as a SeqCst load (for `ipc::ipc_of`'s check against `ipc::exited`).
     pub(crate) fn is_done_seqcst(&self) -> bool {
-        self.state.load(SeqCst) == DONE
+        is_done(self.0.load(SeqCst))
     }
 
     /// The handle's side: waits for the outcome (parking the green thread, or the OS
-    /// thread when called outside the runtime).
-    fn wait(&self) -> Outcome {
-        if !self.is_done() {
-            // SAFETY: only the handle writes `waiter`, before publishing WAITING.
-            unsafe { *self.waiter.get() = Some(crate::park::Unparker::current()) };
-            if self
-                .state
-                .compare_exchange(PENDING, WAITING, Release, Acquire)
-                .is_ok()
+    /// thread when called outside the runtime) and takes it.
+    fn wait<T>(&self) -> Outcome<T> {
+        let mut cur = self.0.load(Acquire);
+        if !is_done(cur) {
+            debug_assert_eq!(cur, PENDING);
+            // On this stack until the outcome is in; the task moves it out (see
+            // `complete`) once we have published it.
+            let slot = ManuallyDrop::new(Unparker::current());
+            let p = &*slot as *const Unparker as usize;
+            debug_assert_eq!(p & TAG, 0);
+            match self
+                .0
+                .compare_exchange(PENDING, p | WAITING, Release, Acquire)
             {
-                while !self.is_done() {
+                Ok(_) => loop {
+                    cur = self.0.load(Acquire);
+                    if is_done(cur) {
+                        break;
+                    }
                     crate::park::park();
+                },
+                Err(c) => {
+                    // Completed meanwhile: the slot was never published.
+                    drop(ManuallyDrop::into_inner(slot));
+                    cur = c;
                 }
             }
         }
-        // SAFETY: DONE was observed with Acquire; the task wrote the result before, and
-        // only the (single, owned) handle takes it.
-        unsafe { (*self.result.get()).take() }.expect("a finished green thread left its outcome")
+        debug_assert!(cur & TAG == OK || cur & TAG == ERR);
+        // Only the (single, owned) handle takes the outcome, and the task no longer
+        // writes the word once it is done.
+        self.0.store(GONE, Relaxed);
+        // SAFETY: an outcome word, seen with Acquire, taken once (now GONE).
+        unsafe { decode::<T>(cur) }
+    }
+
+    /// The handle is dropped: a pending outcome will be dropped by the task, a present
+    /// one is dropped here.
+    fn detach<T>(&self) {
+        let mut cur = self.0.load(Acquire);
+        loop {
+            match cur & TAG {
+                PENDING => match self.0.compare_exchange(PENDING, DETACHED, AcqRel, Acquire) {
+                    Ok(_) => return,
+                    Err(c) => cur = c,
+                },
+                OK | ERR => {
+                    self.0.store(GONE, Relaxed);
+                    // SAFETY: an outcome word made by the task with `encode::<T>` (the
+                    // handle's type), seen with Acquire, taken once (now GONE).
+                    drop(unsafe { decode::<T>(cur) });
+                    return;
+                }
+                _ => return, // GONE: taken by `join`
+            }
+        }
     }
 }
 
@@ -244,17 +414,20 @@ impl<T: 'static> JoinHandle<T> {
     /// `std::thread::JoinHandle::join` does. Parks only the calling green thread (or
     /// blocks the calling OS thread when called from outside the runtime).
     pub fn join(self) -> std::thread::Result<T> {
-        self.task.join.wait().map(|v| {
-            *v.downcast::<T>()
-                .expect("a green thread's result has its spawn's type")
-        })
+        self.task.join.wait::<T>()
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        self.task.join.detach::<T>();
     }
 }
 
 impl<T> JoinHandle<T> {
     /// True once the green thread has finished (returned or panicked).
     pub fn is_finished(&self) -> bool {
-        self.task.join.is_done()
+        is_done(self.task.join.0.load(Acquire))
     }
 
     /// The green thread's id: its fiber id, the one `weft ps` shows.

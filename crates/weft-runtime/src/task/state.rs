@@ -23,17 +23,20 @@
 //! the woken thread. This is std's futex parker with "go to sleep" replaced by "switch
 //! away" and "futex wake" by "put on the owner's run queue". The loom model is in
 //! `tests/loom_park.rs`.
+//!
+//! The word is one byte (it is part of every green thread's record, which is kept
+//! small: `task/mod.rs`); atomic `fetch_sub` wraps, so PARKED is `u8::MAX`.
 
-use crate::shim::AtomicUsize;
+use crate::shim::AtomicU8;
 use core::sync::atomic::Ordering::*;
 
-const EMPTY: usize = 0;
-const NOTIFIED: usize = 1;
-const PARKED: usize = usize::MAX; // EMPTY - 1
+const EMPTY: u8 = 0;
+const NOTIFIED: u8 = 1;
+const PARKED: u8 = u8::MAX; // EMPTY - 1 (wrapping)
 
 /// A green thread's park word (see the module comment).
 #[derive(Debug)]
-pub struct ParkState(AtomicUsize);
+pub struct ParkState(AtomicU8);
 
 impl Default for ParkState {
     fn default() -> Self {
@@ -44,7 +47,7 @@ impl Default for ParkState {
 impl ParkState {
     /// A word in the EMPTY state (running, no wake-up pending).
     pub fn new() -> Self {
-        ParkState(AtomicUsize::new(EMPTY))
+        ParkState(AtomicU8::new(EMPTY))
     }
 
     /// The thread is about to park: true if it must now switch away (no wake-up was

@@ -9,8 +9,9 @@
 //!   deque: idle workers may steal from it, and only from it);
 //! - its **timers** (`timers.rs`), its end of the **message-box matrix**
 //!   ([`crate::msgbox`]), and its I/O driver;
-//! - the **live list** of the started green threads it owns (for shutdown and `weft
-//!   ps`).
+//! - the **live list** of the started green threads it owns (for shutdown): its
+//!   entries ([`LiveNode`]) live in each thread's base frame, on the thread's own
+//!   stack, for as long as the thread runs, so they cost the heap nothing.
 //!
 //! Others reach a worker only through its message boxes (from workers) or its inbox
 //! (from any other thread), each followed by a ring of its doorbell.
@@ -22,6 +23,13 @@
 //! thread that yields or parks picks the next one itself ([`pick_next`]) and switches
 //! to it, so a yield is one context switch, not two. Only when nothing is runnable does
 //! a thread switch to the scheduler fiber, which polls, steals, and sleeps.
+//!
+//! The hot paths avoid work that is usually moot: a yield moves the running thread's
+//! reference into the run queue (no count change); a thread that starts and ends
+//! without switching is current without a count of its own (`current_borrowed`: the
+//! live list's entry holds it); the spawn deque is not popped while it is known empty
+//! (`spawnq_maybe`); the `next` slot is filled with a store when it is empty (thieves
+//! only empty it).
 //!
 //! Code that runs after a switch reaches its worker through [`current`], which reads
 //! the fiber core's never-cached thread word: never through a pointer kept from before
@@ -69,7 +77,7 @@ pub(crate) struct Spawned(Option<Arc<Task>>);
 
 impl Spawned {
     fn is_pinned(&self) -> bool {
-        self.0.as_ref().is_some_and(|t| t.pinned)
+        self.0.as_ref().is_some_and(|t| t.pinned())
     }
     fn take(mut self) -> Arc<Task> {
         self.0.take().expect("taken once")
@@ -122,7 +130,14 @@ impl NextSlot {
     }
     /// Puts `t` in the slot; returns what was there.
     pub(crate) fn put(&self, t: Arc<Task>) -> Option<Arc<Task>> {
-        let old = self.0.swap(Arc::into_raw(t).cast_mut(), AcqRel);
+        let new = Arc::into_raw(t).cast_mut();
+        if self.0.load(Relaxed).is_null() {
+            // Thieves only empty the slot: an empty slot stays empty until we fill it,
+            // so a store does (the Release pairs with the taker's AcqRel swap).
+            self.0.store(new, Release);
+            return None;
+        }
+        let old = self.0.swap(new, AcqRel);
         // SAFETY: a non-null pointer in the slot is an `Arc::into_raw` we own now.
         (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
     }
@@ -162,9 +177,15 @@ pub(crate) struct Shared {
 pub(crate) struct Worker {
     pub id: usize,
     pub shared: Arc<Shared>,
+    /// `&shared.workers[id]`, kept (the hot paths read it on every switch).
+    mine: *const WorkerShared,
     endpoint: Endpoint<Mail>,
     runq: VecDeque<Arc<Task>>,
     spawnq: crossbeam_deque::Worker<Arc<Task>>,
+    /// False only when `spawnq` is known empty: set by every push (only this worker
+    /// pushes), cleared by a pop that finds it empty (thieves only take). So the picks
+    /// of a worker with no never-run threads (a yield) skip the deque's pop.
+    spawnq_maybe: bool,
     pub(crate) timers: Timers,
     /// This worker's I/O (io_uring, or the thread fallback).
     pub(crate) io: crate::io::Driver,
@@ -172,8 +193,20 @@ pub(crate) struct Worker {
     sched: RawFiber,
     /// The green thread running now (None while the scheduler fiber runs).
     current: Option<Arc<Task>>,
+    /// Whether `current` holds no count of its own: a thread that has just started
+    /// moved the count its queue entry gave it into its live-list entry
+    /// ([`task_started`]), and until it first switches away (or exits) `current` is a
+    /// copy without a count. So a thread that starts and ends without switching (a
+    /// spawn + join) costs no reference-count traffic for being current.
+    current_borrowed: bool,
+    /// The running count of the green thread that parked in IPC here last, kept (not
+    /// dropped) for its waker on this worker ([`take_ipc_parked`]): a same-worker call
+    /// and reply then hand the two threads' counts over instead of taking and dropping
+    /// one per switch. Held only while that thread is parked: it takes its own back
+    /// when it resumes, if its waker did not ([`park_ipc`]).
+    ipc_parked: Option<Arc<Task>>,
     /// Head of the live list (each entry holds one strong count, from `Arc::into_raw`).
-    live_head: *const Task,
+    live_head: *const LiveNode,
     live: usize,
     picks: u32,
     /// Runtime depth: above 0 while runtime code runs on this worker, so the preemption
@@ -197,8 +230,8 @@ pub(crate) unsafe fn shared_of<'a>(w: *mut Worker) -> &'a Shared {
 /// As [`shared_of`].
 #[inline(always)]
 unsafe fn mine<'a>(w: *mut Worker) -> &'a WorkerShared {
-    // SAFETY: per the contract.
-    unsafe { &shared_of(w).workers[(*w).id] }
+    // SAFETY: per the contract; `mine` points into `shared`, which the worker keeps.
+    unsafe { &*(*w).mine }
 }
 
 /// The worker the calling OS thread runs, or null.
@@ -233,16 +266,21 @@ impl Worker {
         sched: RawFiber,
     ) -> std::io::Result<Worker> {
         let io = crate::io::Driver::new(endpoint.wake_fd(), shared.config.io_backend)?;
+        let mine: *const WorkerShared = &*shared.workers[id];
         Ok(Worker {
             id,
+            mine,
             shared,
             endpoint,
             runq: VecDeque::new(),
             spawnq,
+            spawnq_maybe: false,
             timers: Timers::default(),
             io,
             sched,
             current: None,
+            current_borrowed: false,
+            ipc_parked: None,
             live_head: core::ptr::null(),
             live: 0,
             picks: 0,
@@ -326,7 +364,7 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
             let me = (*w).id;
             let to = to.unwrap_or(me);
             preempt::enter(w);
-            if task.pinned && to == me {
+            if task.pinned() && to == me {
                 // Placed here by spawn_on: not stealable, so not in `next` or the deque.
                 (*w).runq.push_back(task);
             } else if to == me {
@@ -334,7 +372,7 @@ pub(crate) fn submit(shared: &Arc<Shared>, task: Arc<Task>, to: Option<usize>) {
                 // when never-run work piles up is a sleeping worker woken to steal it
                 // (and the monitor wakes one if this worker stays busy: monitor.rs).
                 if let Some(prev) = mine(w).next.put(task) {
-                    (*w).spawnq.push(prev);
+                    spawnq_push(w, prev);
                     wake_an_idle_worker(shared, me);
                 }
             } else {
@@ -361,47 +399,63 @@ fn wake_an_idle_worker(shared: &Shared, me: usize) {
     }
 }
 
-/// Starts a task on this worker if it has never run: it becomes owned here.
+/// Starts a task on this worker if it has never run: it becomes owned here. (It
+/// joins the live list as it starts running: [`task_started`].)
 ///
 /// # Safety
 /// `w` is this thread's worker.
 #[inline]
 unsafe fn adopt(w: *mut Worker, t: &Arc<Task>) {
-    // SAFETY: per the contract; the live list is this worker's alone.
+    // SAFETY: per the contract.
     unsafe {
-        if !t.started.load(Relaxed) {
-            t.started.store(true, Relaxed);
+        if !t.started() {
             t.owner.store((*w).id, Release);
-            let p = Arc::into_raw(t.clone());
-            (*p).live_next.set((*w).live_head);
-            (*p).live_prev.set(core::ptr::null());
-            if !(*w).live_head.is_null() {
-                (*(*w).live_head).live_prev.set(p);
-            }
-            (*w).live_head = p;
-            (*w).live += 1;
+            t.set_started();
         }
     }
 }
 
-/// Takes a finished task off its worker's live list, dropping the list's count.
+/// An entry of a worker's live list (the started green threads it owns). It lives in
+/// the thread's base frame (the fiber closure made in `runtime.rs`), from the thread's
+/// first instruction ([`task_started`]) to its exit ([`exit_current`]), so it costs
+/// no heap: its stack page is resident anyway. It holds one strong count on the task
+/// (a thread parked with no waker, say forever, stays findable for the shutdown).
+pub(crate) struct LiveNode {
+    prev: core::cell::Cell<*const LiveNode>,
+    next: core::cell::Cell<*const LiveNode>,
+    task: core::cell::Cell<*const Task>,
+}
+
+impl LiveNode {
+    /// An unlinked entry.
+    pub(crate) fn new() -> Self {
+        LiveNode {
+            prev: core::cell::Cell::new(core::ptr::null()),
+            next: core::cell::Cell::new(core::ptr::null()),
+            task: core::cell::Cell::new(core::ptr::null()),
+        }
+    }
+}
+
+/// Takes a finished thread's entry off its worker's live list, dropping the list's
+/// count on its task.
 ///
 /// # Safety
-/// `w` is this thread's worker and owns `t`.
-unsafe fn unlink(w: *mut Worker, t: &Task) {
+/// `w` is this thread's worker and `node` an entry of its live list.
+unsafe fn unlink(w: *mut Worker, node: &LiveNode) {
     // SAFETY: per the contract.
     unsafe {
-        let (p, n) = (t.live_prev.get(), t.live_next.get());
+        let (p, n) = (node.prev.get(), node.next.get());
         if p.is_null() {
             (*w).live_head = n;
         } else {
-            (*p).live_next.set(n);
+            (*p).next.set(n);
         }
         if !n.is_null() {
-            (*n).live_prev.set(p);
+            (*n).prev.set(p);
         }
         (*w).live -= 1;
-        drop(Arc::from_raw(t as *const Task));
+        drop(Arc::from_raw(node.task.get()));
     }
 }
 
@@ -413,7 +467,6 @@ unsafe fn poll_events(w: *mut Worker) {
     // SAFETY: per the contract. `poll`'s callback only pushes to this worker's queues.
     unsafe {
         let runq: *mut VecDeque<Arc<Task>> = &mut (*w).runq;
-        let spawnq: *const crossbeam_deque::Worker<Arc<Task>> = &(*w).spawnq;
         let deliver = |m: Mail| match m {
             Mail::Wake(t) => {
                 if t.park.unpark() {
@@ -422,7 +475,7 @@ unsafe fn poll_events(w: *mut Worker) {
             }
             // Placed here by spawn_on: not stealable, so not in the deque.
             Mail::Spawn(t) if t.is_pinned() => (*runq).push_back(t.take()),
-            Mail::Spawn(t) => (*spawnq).push(t.take()),
+            Mail::Spawn(t) => spawnq_push(w, t.take()),
             Mail::Ipc(r) => crate::ipc::on_mail(w, r),
         };
         (*w).endpoint.poll(|_, m| deliver(m));
@@ -443,6 +496,7 @@ unsafe fn poll_events(w: *mut Worker) {
 ///
 /// # Safety
 /// `w` is this thread's worker.
+#[inline]
 unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
     // SAFETY: per the contract.
     unsafe {
@@ -451,8 +505,8 @@ unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
         // they are cancelled (their join handles report `Shutdown`). Such a thread
         // still starts, only to drop its closure in its own green context (where a
         // destructor may park) and exit: see `starting_cancelled`.
-        if !t.started.load(Relaxed) && shared_of(w).shutdown.load(Relaxed) {
-            t.cancelled.store(true, Relaxed);
+        if !t.started() && shared_of(w).shutdown.load(Relaxed) {
+            t.set_cancelled();
         }
         Some(t)
     }
@@ -476,21 +530,53 @@ unsafe fn pick_any(w: *mut Worker) -> Option<Arc<Task>> {
         // Never-run threads before woken ones (a yield lets new threads start), except
         // every SPAWNQ_EVERY-th pick, so a spawning loop cannot starve woken threads.
         if !picks.is_multiple_of(SPAWNQ_EVERY) {
-            if let Some(t) = (*w).spawnq.pop() {
+            if let Some(t) = spawnq_pop(w) {
                 return Some(t);
             }
         }
         if let Some(t) = (*w).runq.pop_front() {
             return Some(t);
         }
-        if let Some(t) = (*w).spawnq.pop() {
+        if let Some(t) = spawnq_pop(w) {
             return Some(t);
         }
         poll_events(w);
         if let Some(t) = (*w).runq.pop_front() {
             return Some(t);
         }
-        (*w).spawnq.pop()
+        spawnq_pop(w)
+    }
+}
+
+/// Queues a never-run task on this worker's spawn deque.
+///
+/// # Safety
+/// `w` is this thread's worker.
+#[inline]
+unsafe fn spawnq_push(w: *mut Worker, t: Arc<Task>) {
+    // SAFETY: per the contract.
+    unsafe {
+        (*w).spawnq.push(t);
+        (*w).spawnq_maybe = true;
+    }
+}
+
+/// Pops a never-run task from this worker's spawn deque, unless it is known empty.
+///
+/// # Safety
+/// `w` is this thread's worker.
+#[inline]
+unsafe fn spawnq_pop(w: *mut Worker) -> Option<Arc<Task>> {
+    // SAFETY: per the contract.
+    unsafe {
+        if !(*w).spawnq_maybe {
+            return None;
+        }
+        let t = (*w).spawnq.pop();
+        if t.is_none() {
+            (*w).spawnq_maybe = false;
+        }
+        t
     }
 }
 
@@ -516,7 +602,10 @@ unsafe fn make_current(w: *mut Worker, to: Option<Arc<Task>>) -> RawFiber {
         if sh.preempt_requested.load(Relaxed) {
             sh.preempt_requested.store(false, Relaxed); // a new slice begins
         }
-        (*w).current = to;
+        // The previous context has left `current` (switch_away_to, exit_current) or is
+        // the scheduler: nothing to drop.
+        debug_assert!((*w).current.is_none() && !(*w).current_borrowed);
+        core::ptr::write(&mut (*w).current, to);
         sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
         target
     }
@@ -549,7 +638,7 @@ unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
 /// Called on a green thread; `w` is this thread's worker.
 unsafe fn switch_away(w: *mut Worker, requeue: bool) {
     // SAFETY: per the contract.
-    unsafe { switch_away_to(w, requeue, None) }
+    unsafe { switch_away_to(w, requeue, None, false) }
 }
 
 /// As [`switch_away`], preferring `prefer` (a thread just woken on this worker, that the
@@ -558,9 +647,12 @@ unsafe fn switch_away(w: *mut Worker, requeue: bool) {
 /// it queues behind that work, so a pair of threads handing off to each other cannot
 /// starve the rest) or this pick is one where the worker looks at its mail and timers.
 ///
+/// `keep`: a park in IPC, whose count goes to the worker's `ipc_parked` slot instead of
+/// being dropped.
+///
 /// # Safety
 /// As [`switch_away`]; `prefer` is owned by `w`, started, and in no queue.
-unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>>) {
+unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>>, keep: bool) {
     // SAFETY: per the contract.
     unsafe {
         let me = (*w)
@@ -568,8 +660,16 @@ unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>
             .take()
             .expect("switch_away outside a green thread");
         let me_ptr = Arc::as_ptr(&me);
-        if requeue {
+        if core::mem::take(&mut (*w).current_borrowed) {
+            // `me` holds no count (the live list's entry does).
+            let me = core::mem::ManuallyDrop::new(me);
+            if requeue {
+                (*w).runq.push_back(Arc::clone(&me));
+            }
+        } else if requeue {
             (*w).runq.push_back(me); // moved: a yield costs no reference-count traffic
+        } else if keep {
+            (*w).ipc_parked = Some(me); // (the one there, if any, is dropped)
         } else {
             drop(me); // a waker or the live list keeps the task alive
         }
@@ -582,7 +682,10 @@ unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>
             if (*w).picks.is_multiple_of(POLL_EVERY) || (*w).endpoint.has_mail() {
                 poll_events(w);
             }
-            if (*w).runq.is_empty() && mine(w).next.is_empty() && (*w).spawnq.is_empty() {
+            if (*w).runq.is_empty()
+                && mine(w).next.is_empty()
+                && (!(*w).spawnq_maybe || (*w).spawnq.is_empty())
+            {
                 next = Some(p);
             } else {
                 (*w).runq.push_back(p);
@@ -644,27 +747,38 @@ pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
     if w.is_null() || unsafe { running_task(w) }.is_null() {
         return false;
     }
-    park_handoff(None, deadline);
+    park_inner(None, deadline, false);
     true
 }
 
-/// Parks the calling green thread (until `deadline` if given), handing its worker to
-/// `handoff` if given: a thread of this worker that the caller woke and took
-/// responsibility for scheduling (see [`switch_away_to`]). If the caller does not park
-/// after all (a wake-up was pending), `handoff` is queued and the caller goes on.
+/// Parks the calling green thread, waiting in IPC (until `deadline` if given), handing
+/// its worker to `handoff` if given: a thread of this worker that the caller woke and
+/// took responsibility for scheduling (see [`switch_away_to`]). If the caller does not
+/// park after all (a wake-up was pending), `handoff` is queued and the caller goes on.
+///
+/// While parked, the thread's running count is kept in the worker's `ipc_parked` slot
+/// for an IPC wake-up on this worker to take ([`take_ipc_parked`]); if it resumes
+/// otherwise (a timer, a wake-up from another worker, shutdown), it takes the count
+/// back itself.
 ///
 /// # Panics
 /// Outside a green thread.
-pub(crate) fn park_handoff(handoff: Option<Arc<Task>>, deadline: Option<Instant>) {
+#[inline]
+pub(crate) fn park_ipc(handoff: Option<Arc<Task>>, deadline: Option<Instant>) {
+    park_inner(handoff, deadline, true)
+}
+
+#[inline(always)]
+fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool) {
     let w = current();
     // SAFETY: a non-null thread word is this thread's worker; short accesses only. The
     // running task is borrowed through a pointer, not a counted clone (the worker's
     // `current`, then the waker's reference, keep it alive while it runs).
     unsafe {
         let me = running_task(w);
-        assert!(!me.is_null(), "park_handoff outside a green thread");
+        assert!(!me.is_null(), "park outside a green thread");
         let mut handoff = handoff;
-        if (*me).cancelled.load(Relaxed) {
+        if (*me).cancelled() {
             if let Some(h) = handoff.take() {
                 (*w).runq.push_back(h);
             }
@@ -676,12 +790,22 @@ pub(crate) fn park_handoff(handoff: Option<Arc<Task>>, deadline: Option<Instant>
                 let t = (*w).current.clone().expect("a green thread");
                 (*w).timers.add(d, t);
             }
-            switch_away_to(w, false, handoff);
+            switch_away_to(w, false, handoff, keep);
             let w = current();
             let me = running_task(w);
             (*me).park.park_end();
             if deadline.is_some() {
                 (*w).timers.cancel(&*me);
+            }
+            if keep
+                && (*w)
+                    .ipc_parked
+                    .as_ref()
+                    .is_some_and(|t| Arc::as_ptr(t) == me)
+            {
+                // Not woken through the slot: our count comes back (`current` holds
+                // the one we run with).
+                drop((*w).ipc_parked.take());
             }
             preempt::leave(w);
             check_cancelled(&*me);
@@ -690,6 +814,27 @@ pub(crate) fn park_handoff(handoff: Option<Arc<Task>>, deadline: Option<Instant>
                 (*w).runq.push_back(h);
             }
             preempt::leave(w);
+        }
+    }
+}
+
+/// The count the IPC-parked thread `t` left in worker `w`'s slot (see [`park_ipc`]), if
+/// it is the one there.
+///
+/// # Safety
+/// `w` is this thread's worker.
+#[inline]
+pub(crate) unsafe fn take_ipc_parked(w: *mut Worker, t: *const Task) -> Option<Arc<Task>> {
+    // SAFETY: per the contract; a short field access.
+    unsafe {
+        if (*w)
+            .ipc_parked
+            .as_ref()
+            .is_some_and(|x| Arc::as_ptr(x) == t)
+        {
+            (*w).ipc_parked.take()
+        } else {
+            None
         }
     }
 }
@@ -752,7 +897,7 @@ pub(crate) unsafe fn post_ipc(w: *mut Worker, to: usize, req: crate::ipc::protoc
 /// Raises the shutdown unwind once in a cancelled thread (not while it is already
 /// unwinding from it: destructors that park then just return).
 fn check_cancelled(me: &Task) {
-    if me.cancelled.load(Relaxed) && !me.unwinding.replace(true) {
+    if me.cancelled() && !me.replace_unwinding() {
         std::panic::resume_unwind(Box::new(Shutdown));
     }
 }
@@ -771,7 +916,12 @@ pub fn yield_now() {
             check_cancelled(me);
         }
         preempt::enter(w);
-        mine(w).preempt_requested.store(false, Relaxed);
+        // A yield ends the slice (read first: the line is not dirtied when the flag is
+        // clear, which it almost always is).
+        let sh = mine(w);
+        if sh.preempt_requested.load(Relaxed) {
+            sh.preempt_requested.store(false, Relaxed);
+        }
         switch_away(w, true);
         preempt::leave(current());
     }
@@ -804,24 +954,43 @@ pub(crate) fn starting_cancelled() -> bool {
     // SAFETY: called by a green thread on its worker.
     unsafe {
         let me = (*w).current.as_ref().expect("a green thread is running");
-        let c = me.cancelled.load(Relaxed);
+        let c = me.cancelled();
         if c {
-            me.unwinding.set(true);
+            me.replace_unwinding();
         }
         c
     }
 }
 
-/// Called first thing by a new green thread: it starts at runtime depth 1 (it was
-/// switched to by runtime code) and runs user code at depth 0.
-pub(crate) fn task_started() {
+/// Called first thing by a new green thread, with `node` in its base frame: the thread
+/// joins its worker's live list; it starts at runtime depth 1 (it was switched to by
+/// runtime code) and runs user code at depth 0.
+///
+/// # Safety
+/// `node` stays where it is, unmoved, until the thread passes it to [`exit_current`].
+pub(crate) unsafe fn task_started(node: &LiveNode) {
     let w = current();
-    // SAFETY: a green thread runs on its worker.
-    unsafe { preempt::leave(w) };
+    // SAFETY: a green thread runs on its worker, which owns it now (`adopt`); the live
+    // list is this worker's alone; `node` outlives its time on the list (contract).
+    unsafe {
+        // The count that made the task current (its queue entry's) becomes the live
+        // list's; `current` goes on without one until the thread first switches away.
+        let me = (*w).current.as_ref().expect("a green thread is running");
+        debug_assert!(!(*w).current_borrowed);
+        node.task.set(Arc::as_ptr(me));
+        (*w).current_borrowed = true;
+        node.next.set((*w).live_head);
+        if !(*w).live_head.is_null() {
+            (*(*w).live_head).prev.set(node);
+        }
+        (*w).live_head = node;
+        (*w).live += 1;
+        preempt::leave(w);
+    }
 }
 
 /// Publishes the running green thread's outcome to its join handle.
-pub(crate) fn complete_current(out: crate::task::Outcome) {
+pub(crate) fn complete_current<T>(out: crate::task::Outcome<T>) {
     let w = current();
     // SAFETY: called on a green thread; the task outlives this call (the live list).
     let me: *const Task = unsafe {
@@ -838,15 +1007,20 @@ pub(crate) fn complete_current(out: crate::task::Outcome) {
 /// Ends the running green thread: frees it as it leaves and runs the next one.
 ///
 /// # Safety
-/// Called at the very end of a task's fiber, with nothing left to drop on its stack.
-pub(crate) unsafe fn exit_current() -> ! {
+/// Called at the very end of a task's fiber, with nothing left to drop on its stack;
+/// `node` is the entry it passed to [`task_started`].
+pub(crate) unsafe fn exit_current(node: &LiveNode) -> ! {
     let w = current();
     // SAFETY: per the contract.
     unsafe {
         preempt::enter(w);
         let me = (*w).current.take().expect("exit outside a green thread");
-        unlink(w, &me);
-        drop(me);
+        if core::mem::take(&mut (*w).current_borrowed) {
+            core::mem::forget(me); // no count of its own
+        } else {
+            drop(me);
+        }
+        unlink(w, node);
         make_current(w, pick_next(w)).exit_to()
     }
 }
@@ -937,23 +1111,25 @@ unsafe fn shutdown_step(w: *mut Worker) -> bool {
     unsafe {
         // Never-run threads that arrived since the last pick: run them (they only
         // drop their closures and exit, `starting_cancelled`).
-        while let Some(t) = (*w).spawnq.pop() {
-            t.cancelled.store(true, Relaxed);
+        while let Some(t) = spawnq_pop(w) {
+            t.set_cancelled();
             (*w).runq.push_back(t);
         }
         if let Some(t) = mine(w).next.take() {
-            t.cancelled.store(true, Relaxed);
+            t.set_cancelled();
             (*w).runq.push_back(t);
         }
         (*w).timers.clear();
-        let mut p = (*w).live_head;
-        while !p.is_null() {
-            (*p).cancelled.store(true, Relaxed);
+        // The entries live on the threads' stacks, mapped while they are suspended.
+        let mut n = (*w).live_head;
+        while !n.is_null() {
+            let p = (*n).task.get();
+            (*p).set_cancelled();
             if (*p).park.take_parked() {
                 Arc::increment_strong_count(p);
                 (*w).runq.push_back(Arc::from_raw(p));
             }
-            p = (*p).live_next.get();
+            n = (*n).next.get();
         }
         if !(*w).runq.is_empty() {
             return false;

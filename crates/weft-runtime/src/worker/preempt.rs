@@ -210,7 +210,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         let Some(task) = (*w).current.as_ref() else {
             return;
         };
-        if !task.preemptible {
+        if !task.preemptible() {
             return;
         }
         let (pc, in_futex) = interrupted(ctx);

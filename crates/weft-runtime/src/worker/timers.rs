@@ -21,7 +21,7 @@ use std::time::Instant;
 
 struct Entry {
     deadline: Instant,
-    seq: u64,
+    seq: u32,
     task: Arc<Task>,
 }
 
@@ -47,7 +47,7 @@ impl Ord for Entry {
 #[derive(Default)]
 pub(crate) struct Timers {
     heap: BinaryHeap<Entry>,
-    next_seq: u64,
+    next_seq: u32,
     /// Cancelled entries still in the heap (an upper bound: some may have been
     /// dropped from the top already).
     stale: usize,
@@ -56,7 +56,10 @@ pub(crate) struct Timers {
 impl Timers {
     /// Wakes `task` at `deadline` (replacing any timer it had).
     pub(crate) fn add(&mut self, deadline: Instant, task: Arc<Task>) {
-        self.next_seq += 1;
+        // 32 bits (the task record is kept small), wrapping past 0. A stale entry could
+        // match again only after 2^32 timers on this worker while it stays in the heap:
+        // then its thread gets a spurious wake-up, which every park allows.
+        self.next_seq = self.next_seq.wrapping_add(1).max(1);
         let seq = self.next_seq;
         task.timer_seq.set(seq);
         self.heap.push(Entry {
