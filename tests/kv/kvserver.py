@@ -57,8 +57,12 @@ class Server:
     data directory, socket and port (what the crash test needs).
     """
 
-    def __init__(self, kind=None, *, fsync="always", requirepass=None, maxmemory=None, name="kv"):
+    def __init__(self, kind=None, *, fsync="always", requirepass=None, maxmemory=None, name="kv",
+                 weft_args=(), redis_args=()):
+        """`weft_args` / `redis_args`: extra options for weft-kv / redis-server (only
+        the ones for the server that runs are used)."""
         self.kind = kind or target()
+        self.extra = list(weft_args) if self.kind == "weft" else list(redis_args)
         self.fsync = fsync
         self.requirepass = requirepass
         self.maxmemory = maxmemory
@@ -88,7 +92,7 @@ class Server:
                 a += ["--maxmemory", str(self.maxmemory)]
             if os.environ.get("KV_WORKERS"):
                 a += ["--workers", os.environ["KV_WORKERS"]]
-            return a
+            return a + self.extra
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         a = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
              "--unixsocket", self.sock, "--unixsocketperm", "600",
@@ -101,7 +105,7 @@ class Server:
             a += ["--requirepass", self.requirepass]
         if self.maxmemory is not None:
             a += ["--maxmemory", str(self.maxmemory)]
-        return a
+        return a + self.extra
 
     # ---- life ------------------------------------------------------------------------
 

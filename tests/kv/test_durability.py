@@ -37,34 +37,9 @@ import time
 import pytest
 import redis
 
-from kvserver import Server, target
+from kvserver import target
 
 pytestmark = pytest.mark.skipif(target() != "weft", reason="weft-kv's log files and `weft kv check`: weft-kv only")
-
-
-class WeftServer(Server):
-    """A weft-kv server with extra command-line options."""
-
-    def __init__(self, extra=(), **kw):
-        super().__init__(**kw)
-        self.extra = list(extra)
-
-    def argv(self):
-        return super().argv() + self.extra
-
-
-@pytest.fixture
-def servers():
-    made = []
-
-    def make(**kw):
-        s = WeftServer(**kw)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.cleanup()
 
 
 def info(c, section="persistence"):
@@ -87,11 +62,11 @@ def weft(*args, timeout=60):
 
 
 @pytest.fixture
-def tmpfs_server(servers):
+def tmpfs_server(kv_factory):
     """A weft-kv server (`--fsync always`) whose data directory is a fresh 2 MiB tmpfs."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    s = servers(fsync="always", name="enospc")
+    s = kv_factory(fsync="always", name="enospc")
     os.makedirs(s.dir, mode=0o700)
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", s.dir],
                        capture_output=True, text=True)
@@ -234,8 +209,8 @@ def wait_rewrite_done(c, base_before, timeout=30):
     raise AssertionError(f"compaction did not finish within {timeout}s: {info(c)}")
 
 
-def test_bgrewriteaof_under_writers_then_kill9(servers):
-    s = servers(fsync="always", name="compact").start()
+def test_bgrewriteaof_under_writers_then_kill9(kv_factory):
+    s = kv_factory(fsync="always", name="compact").start()
     c = s.client(no_retry=True)
     # Many overwrites of a few keys: the log is mostly dead records.
     with c.pipeline(transaction=False) as p:
@@ -271,8 +246,8 @@ def test_bgrewriteaof_under_writers_then_kill9(servers):
     assert c.dbsize() == 4 * 50 + 1
 
 
-def test_automatic_compaction(servers):
-    s = servers(fsync="everysec", name="autocomp").start()
+def test_automatic_compaction(kv_factory):
+    s = kv_factory(fsync="everysec", name="autocomp").start()
     c = s.client(no_retry=True)
     assert c.config_set("auto-aof-rewrite-min-size", 100000)
     assert c.config_set("auto-aof-rewrite-percentage", 100)
@@ -304,8 +279,8 @@ def test_automatic_compaction(servers):
     assert c.dbsize() == 20
 
 
-def test_leftover_rewrite_file_removed_at_start(servers):
-    s = servers(fsync="always", name="leftover").start()
+def test_leftover_rewrite_file_removed_at_start(kv_factory):
+    s = kv_factory(fsync="always", name="leftover").start()
     c = s.client(no_retry=True)  # redis-py retries after SHUTDOWN closes, for seconds
     c.mset({f"l{i}": i for i in range(100)})
     shutdown(s, c)
@@ -326,10 +301,10 @@ def test_leftover_rewrite_file_removed_at_start(servers):
 N_REC = 400
 
 
-def one_shard_with_records(servers, name):
+def one_shard_with_records(kv_factory, name):
     """A stopped one-shard server whose log holds N_REC equal-size SET records
     `r0000`..`r0399`; returns (server, log path, header length, record size)."""
-    s = servers(fsync="always", name=name, extra=["--workers", "1"]).start()
+    s = kv_factory(fsync="always", name=name, weft_args=["--workers", "1"]).start()
     s.stop()
     logs = glob.glob(os.path.join(s.dir, "shard-*.log"))
     assert [os.path.basename(p) for p in logs] == ["shard-000.log"], logs
@@ -355,8 +330,8 @@ def expect_prefix(s, m):
     assert c.dbsize() == m
 
 
-def test_garbage_after_the_last_record_is_a_torn_tail(servers):
-    s, log, _, _ = one_shard_with_records(servers, "garbage")
+def test_garbage_after_the_last_record_is_a_torn_tail(kv_factory):
+    s, log, _, _ = one_shard_with_records(kv_factory, "garbage")
     size = os.path.getsize(log)
     with open(log, "ab") as f:
         f.write(bytes(range(7, 44)))  # 37 bytes that are no frame
@@ -369,8 +344,8 @@ def test_garbage_after_the_last_record_is_a_torn_tail(servers):
     expect_prefix(s, N_REC)
 
 
-def test_last_record_cut_short_is_a_torn_tail(servers):
-    s, log, _, rec = one_shard_with_records(servers, "cut")
+def test_last_record_cut_short_is_a_torn_tail(kv_factory):
+    s, log, _, rec = one_shard_with_records(kv_factory, "cut")
     size = os.path.getsize(log)
     os.truncate(log, size - 3)
     s.start()
@@ -385,8 +360,8 @@ def test_last_record_cut_short_is_a_torn_tail(servers):
     expect_prefix(s, N_REC)
 
 
-def test_flipped_byte_in_the_middle_stops_start_until_repaired(servers):
-    s, log, empty, rec = one_shard_with_records(servers, "flip")
+def test_flipped_byte_in_the_middle_stops_start_until_repaired(kv_factory):
+    s, log, empty, rec = one_shard_with_records(kv_factory, "flip")
     size = os.path.getsize(log)
     flip = empty + 150 * rec + rec // 2  # inside record 150's payload
     with open(log, "r+b") as f:

@@ -35,31 +35,6 @@ weft_only = pytest.mark.skipif(target() != "weft", reason="weft-kv's own behavio
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
 
 
-class LimitServer(Server):
-    """A server with extra options: `weft` for weft-kv, `redis` for redis-server."""
-
-    def __init__(self, weft=(), redis_args=(), **kw):
-        super().__init__(**kw)
-        self.extra = list(weft) if self.kind == "weft" else list(redis_args)
-
-    def argv(self):
-        return super().argv() + self.extra
-
-
-@pytest.fixture
-def servers():
-    made = []
-
-    def make(**kw):
-        s = LimitServer(**kw)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.cleanup()
-
-
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -85,9 +60,9 @@ def raw_command(sock, *args):
     return data
 
 
-def test_maxmemory_oom_then_del_frees(servers):
+def test_maxmemory_oom_then_del_frees(kv_factory):
     # redis-server uses about 1 MB before any key: it gets a little more room.
-    s = servers(maxmemory="1mb" if target() == "weft" else "4mb", fsync="everysec", name="oom").start()
+    s = kv_factory(maxmemory="1mb" if target() == "weft" else "4mb", fsync="everysec", name="oom").start()
     c = s.client(no_retry=True)
     value = b"m" * 10_000
     written = []
@@ -119,8 +94,8 @@ def test_maxmemory_oom_then_del_frees(servers):
     assert c.set("big:0", value) is True
 
 
-def test_max_clients(servers):
-    s = servers(weft=["--max-clients", "5"], redis_args=["--maxclients", "5"], name="maxcl").start()
+def test_max_clients(kv_factory):
+    s = kv_factory(weft_args=["--max-clients", "5"], redis_args=["--maxclients", "5"], name="maxcl").start()
     # The readiness probe's connections may take a moment to be counted as closed.
     time.sleep(0.2)
     conns = []
@@ -167,12 +142,12 @@ def test_max_clients(servers):
         sk.close()
 
 
-def test_huge_multibulk_header_allocates_nothing(servers):
+def test_huge_multibulk_header_allocates_nothing(kv_factory):
     """`*2000000` is above weft-kv's argument limit (1,048,576, `Limits::max_args`): it
     is refused with a protocol error and that connection closed (redis-server, whose
     limit is higher, waits for the arguments). `*1000000` is under it: the server waits
     for the arguments, reserving room for a few only. Neither grows VmRSS by 50 MB."""
-    s = servers(name="hugeargs").start()
+    s = kv_factory(name="hugeargs").start()
     pid = s.proc.pid
     c = s.client()
     c.set("k", "v")
@@ -210,8 +185,8 @@ def test_huge_multibulk_header_allocates_nothing(servers):
 
 
 @weft_only
-def test_select_other_db_is_refused(servers):
-    s = servers(name="select").start()
+def test_select_other_db_is_refused(kv_factory):
+    s = kv_factory(name="select").start()
     with s.raw() as sk:
         assert raw_command(sk, "SELECT", "0") == b"+OK\r\n"
         assert raw_command(sk, "SELECT", "1") == b"-ERR DB index is out of range\r\n"
@@ -220,8 +195,8 @@ def test_select_other_db_is_refused(servers):
 
 
 @weft_only
-def test_data_dir_in_use_names_the_pid(servers):
-    s = servers(name="inuse").start()
+def test_data_dir_in_use_names_the_pid(kv_factory):
+    s = kv_factory(name="inuse").start()
     s.client().set("k", "v")
     other = Server(name="inuse2")
     try:

@@ -147,6 +147,14 @@ impl Bucket {
     }
 }
 
+/// Raises `seen` to `stamp` if it is lower.
+#[inline]
+fn raise(seen: &Cell<u64>, stamp: u64) {
+    if stamp > seen.get() {
+        seen.set(stamp);
+    }
+}
+
 fn slot_memory(key_len: usize, e: &Entry) -> u64 {
     key_len as u64
         + e.value.len() as u64
@@ -210,9 +218,7 @@ impl Keyspace {
 
     #[inline]
     fn saw(&self, stamp: u64) {
-        if stamp > self.seen.get() {
-            self.seen.set(stamp);
-        }
+        raise(&self.seen, stamp);
     }
 
     /// Notes what a lookup of a key found: the entry, or a missing key.
@@ -371,7 +377,7 @@ impl Keyspace {
             return false;
         }
         e.stamp = self.stamp;
-        self.seen.set(self.seen.get().max(self.stamp)); // (`saw`, field by field: `e` borrows the map)
+        raise(&self.seen, self.stamp); // (not `saw`: `e` borrows the map)
         let old = std::mem::replace(&mut e.expire_at_ms, at_ms);
         if old == at_ms {
             return true;
@@ -415,7 +421,7 @@ impl Keyspace {
             return None;
         }
         e.stamp = self.stamp;
-        self.seen.set(self.seen.get().max(self.stamp)); // (`saw`, field by field: `e` borrows the map)
+        raise(&self.seen, self.stamp); // (not `saw`: `e` borrows the map)
         let before = e.value.len() as u64;
         let r = f(&mut e.value);
         self.memory = self.memory - before + e.value.len() as u64;

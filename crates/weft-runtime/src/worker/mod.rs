@@ -797,15 +797,10 @@ fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool)
             if deadline.is_some() {
                 (*w).timers.cancel(&*me);
             }
-            if keep
-                && (*w)
-                    .ipc_parked
-                    .as_ref()
-                    .is_some_and(|t| Arc::as_ptr(t) == me)
-            {
+            if keep {
                 // Not woken through the slot: our count comes back (`current` holds
                 // the one we run with).
-                drop((*w).ipc_parked.take());
+                drop(take_ipc_parked(w, me));
             }
             preempt::leave(w);
             check_cancelled(&*me);
