@@ -14,7 +14,7 @@
 
 use crate::commands::{self, Exec};
 use crate::exec::{self, Acks, ShardSet};
-use crate::keyspace::Keyspace;
+use crate::keyspace::{Keyspace, Replay};
 use crate::log::{self, DataDir, LogWriter};
 use crate::resp::Reply;
 use crate::server::Fsync;
@@ -71,8 +71,10 @@ impl Store {
         for s in 0..dd.shards() {
             let path = dd.log_path(s);
             let mut ks = Keyspace::new();
-            log::recover(&path, |r| ks.apply(r.as_ref(), now))
+            let mut replay = Replay::new(&mut ks, now);
+            log::recover(&path, |r| replay.push(r))
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            replay.finish();
             let writer = LogWriter::open(&path)?;
             shards.push(Mutex::new(StoreShard {
                 shard: Shard::new(ks),

@@ -55,14 +55,16 @@
 //! [`Keyspace::walk`] produces them for compaction.
 
 pub mod glob;
+mod replay;
 
 use std::cell::Cell;
 use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
 use std::ops::Bound;
 
-use crate::log::RecordRef;
+use crate::log::{Record, RecordRef};
 pub use glob::glob_match;
+pub use replay::{Replay, BATCH};
 
 /// Hashes are kept below this (56 bits), so cursors are too.
 pub const HASH_LIMIT: u64 = 1 << 56;
@@ -292,14 +294,26 @@ impl Keyspace {
     /// previous value and expiry. An expiry already passed is stored as given (the key
     /// then behaves as absent); commands remove the key instead.
     pub fn set(&mut self, key: &[u8], value: Vec<u8>, expire_at_ms: Option<u64>) {
-        let h = self.hash(key);
+        self.set_hashed(self.hash(key), key, value, expire_at_ms)
+    }
+
+    /// [`Keyspace::set`] with the key's hash already computed; `key` is borrowed or
+    /// owned (replay moves the decoded key in; a borrowed one is copied only if new).
+    fn set_hashed<K: AsRef<[u8]> + Into<Box<[u8]>>>(
+        &mut self,
+        h: u64,
+        key: K,
+        value: Vec<u8>,
+        expire_at_ms: Option<u64>,
+    ) {
+        let key_len = key.as_ref().len();
         let new = Entry {
             value,
             expire_at_ms,
             stamp: self.stamp,
         };
         self.saw(self.stamp);
-        let add = slot_memory(key.len(), &new);
+        let add = slot_memory(key_len, &new);
         // One search of the tree, new key or not (start-up replays millions of sets).
         let bucket = match self.map.entry(h) {
             btree_map::Entry::Vacant(v) => {
@@ -317,10 +331,10 @@ impl Keyspace {
             }
             btree_map::Entry::Occupied(o) => o.into_mut(),
         };
-        let old_expire = match bucket.find_mut(key) {
+        let old_expire = match bucket.find_mut(key.as_ref()) {
             Some(e) => {
                 let old = std::mem::replace(e, new);
-                self.memory -= slot_memory(key.len(), &old);
+                self.memory -= slot_memory(key_len, &old);
                 if old.expire_at_ms.is_some() {
                     self.expires_count -= 1;
                 }
@@ -349,7 +363,11 @@ impl Keyspace {
     /// Removes `key`: whether a live key was removed (an expired one is removed too,
     /// answering `false`).
     pub fn remove(&mut self, key: &[u8], now_ms: u64) -> bool {
-        let h = self.hash(key);
+        self.remove_live(self.hash(key), key, now_ms)
+    }
+
+    /// [`Keyspace::remove`] with the key's hash already computed.
+    fn remove_live(&mut self, h: u64, key: &[u8], now_ms: u64) -> bool {
         match self.remove_hashed(h, key) {
             Some(e) if !e.expired(now_ms) => {
                 // A live key removed: the command logs it.
@@ -367,7 +385,11 @@ impl Keyspace {
 
     /// Sets or clears the expiry of a live `key`: whether the key exists.
     pub fn set_expire(&mut self, key: &[u8], at_ms: Option<u64>, now_ms: u64) -> bool {
-        let h = self.hash(key);
+        self.set_expire_hashed(self.hash(key), key, at_ms, now_ms)
+    }
+
+    /// [`Keyspace::set_expire`] with the key's hash already computed.
+    fn set_expire_hashed(&mut self, h: u64, key: &[u8], at_ms: Option<u64>, now_ms: u64) -> bool {
         let Some(e) = self.map.get_mut(&h).and_then(|b| b.find_mut(key)) else {
             self.saw(self.removed);
             return false;
@@ -464,29 +486,38 @@ impl Keyspace {
     /// Replays one log record (recovery); `now_ms` drops keys already expired (a Set
     /// or Expire whose time has passed deletes the key).
     pub fn apply(&mut self, rec: RecordRef<'_>, now_ms: u64) {
+        let rec = rec.to_record();
+        let h = rec.key().map_or(0, |k| self.hash(k));
+        self.apply_hashed(h, rec, now_ms)
+    }
+
+    /// [`Keyspace::apply`] of a record whose key hashes to `h` (any value for Flush);
+    /// its key and value move into the keyspace.
+    fn apply_hashed(&mut self, h: u64, rec: Record, now_ms: u64) {
+        let passed = |at: Option<u64>| matches!(at, Some(at) if at <= now_ms);
         match rec {
-            RecordRef::Set {
+            Record::Set {
                 key,
                 value,
                 expire_at_ms,
             } => {
-                if matches!(expire_at_ms, Some(at) if at <= now_ms) {
-                    self.remove(key, now_ms);
+                if passed(expire_at_ms) {
+                    self.remove_live(h, &key, now_ms);
                 } else {
-                    self.set(key, value.to_vec(), expire_at_ms);
+                    self.set_hashed(h, key, value, expire_at_ms);
                 }
             }
-            RecordRef::Del { key } => {
-                self.remove(key, now_ms);
+            Record::Del { key } => {
+                self.remove_live(h, &key, now_ms);
             }
-            RecordRef::Expire { key, at_ms } => {
-                if matches!(at_ms, Some(at) if at <= now_ms) {
-                    self.remove(key, now_ms);
+            Record::Expire { key, at_ms } => {
+                if passed(at_ms) {
+                    self.remove_live(h, &key, now_ms);
                 } else {
-                    self.set_expire(key, at_ms, now_ms);
+                    self.set_expire_hashed(h, &key, at_ms, now_ms);
                 }
             }
-            RecordRef::Flush => self.clear(),
+            Record::Flush => self.clear(),
         }
     }
 

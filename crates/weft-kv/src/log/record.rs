@@ -44,7 +44,38 @@ pub enum Record {
     Flush,
 }
 
+impl RecordRef<'_> {
+    /// An owned copy.
+    pub fn to_record(&self) -> Record {
+        match *self {
+            RecordRef::Set {
+                key,
+                value,
+                expire_at_ms,
+            } => Record::Set {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                expire_at_ms,
+            },
+            RecordRef::Del { key } => Record::Del { key: key.to_vec() },
+            RecordRef::Expire { key, at_ms } => Record::Expire {
+                key: key.to_vec(),
+                at_ms,
+            },
+            RecordRef::Flush => Record::Flush,
+        }
+    }
+}
+
 impl Record {
+    /// The key it is about (none for Flush).
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Record::Set { key, .. } | Record::Del { key } | Record::Expire { key, .. } => Some(key),
+            Record::Flush => None,
+        }
+    }
+
     /// This record, borrowed.
     pub fn as_ref(&self) -> RecordRef<'_> {
         match self {

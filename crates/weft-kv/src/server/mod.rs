@@ -23,7 +23,7 @@ pub mod shards;
 
 pub use config::{Config, Fsync};
 
-use crate::keyspace::Keyspace;
+use crate::keyspace::{Keyspace, Replay};
 use crate::log::{self, DataDir, LogWriter};
 use shards::Shards;
 use std::io;
@@ -379,8 +379,10 @@ fn recover_all(dir: &DataDir) -> io::Result<Vec<(Keyspace, u64, LogWriter)>> {
                 let path = dir.log_path(s);
                 scope.spawn(move || -> io::Result<(Keyspace, u64, LogWriter)> {
                     let mut ks = Keyspace::new();
-                    let rec = log::recover(&path, |r| ks.apply(r.as_ref(), now))
+                    let mut replay = Replay::new(&mut ks, now);
+                    let rec = log::recover(&path, |r| replay.push(r))
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    replay.finish();
                     if rec.torn_bytes > 0 {
                         eprintln!(
                             "weft-kv: {}: cut a torn tail of {} bytes at offset {} (a write the crash interrupted; it was never acknowledged)",

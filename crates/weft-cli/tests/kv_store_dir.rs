@@ -1,0 +1,170 @@
+//! The embedded store and the server share one data directory format: what `weft kv
+//! serve` wrote, `weft_kv::store::Store::open` reads, and the other way round. Each
+//! direction goes through real processes: the server is the `weft` binary, stopped with
+//! SHUTDOWN (which writes and fsyncs its logs) before the store opens the directory
+//! (the directory's lock keeps the two from using it at once: checked too).
+//!
+//! The server runs 2 workers, so the directory has 2 shards: the store must find every
+//! key in the shard the server put it in, and the server every key the store wrote.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weft_kv::client::{Addr, Client};
+use weft_kv::resp::Reply;
+use weft_kv::store::{SetOutcome, Store};
+
+const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+
+/// A `weft kv serve` on `dir`, Unix socket only, killed if still running when dropped.
+struct Server {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, socket: &Path) -> Server {
+        let child = Command::new(WEFT)
+            .args(["kv", "serve", "--port", "0", "--workers", "2", "--dir"])
+            .arg(dir)
+            .arg("--socket")
+            .arg(socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start weft kv serve");
+        let s = Server {
+            child,
+            socket: socket.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while s.client().is_err() {
+            assert!(Instant::now() < deadline, "weft kv serve did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    fn client(&self) -> std::io::Result<Client> {
+        Client::connect(&Addr::Unix(self.socket.clone()))
+    }
+
+    /// SHUTDOWN, then waits for the process to exit with status 0.
+    fn shutdown(mut self) {
+        let mut c = self.client().unwrap();
+        // The server exits without replying (as Redis does): the error is expected.
+        let _ = c.command(&[b"SHUTDOWN"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "weft kv serve exited with {st}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "weft kv serve did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(c: &mut Client, args: &[&str]) -> Reply {
+    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+    c.command(&a).unwrap()
+}
+
+fn ok() -> Reply {
+    Reply::Simple("OK".into())
+}
+
+#[test]
+fn a_directory_written_by_the_server_opens_in_the_store_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let socket = tmp.path().join("kv.sock");
+
+    // 1. The server writes: 200 keys, every third overwritten, every tenth deleted,
+    // one with a TTL, one counter.
+    let srv = Server::start(&dir, &socket);
+    let mut c = srv.client().unwrap();
+    for i in 0..200 {
+        assert_eq!(
+            run(&mut c, &["SET", &format!("k{i}"), &format!("v{i}")]),
+            ok()
+        );
+    }
+    for i in (0..200).step_by(3) {
+        assert_eq!(
+            run(&mut c, &["SET", &format!("k{i}"), &format!("w{i}")]),
+            ok()
+        );
+    }
+    for i in (0..200).step_by(10) {
+        assert_eq!(run(&mut c, &["DEL", &format!("k{i}")]), Reply::Int(1));
+    }
+    assert_eq!(run(&mut c, &["SET", "ttl", "x", "EX", "1000"]), ok());
+    assert_eq!(run(&mut c, &["INCRBY", "counter", "41"]), Reply::Int(41));
+    assert_eq!(run(&mut c, &["DBSIZE"]), Reply::Int(180 + 2));
+
+    // While the server runs, the store cannot open the directory, and says why.
+    let err = match Store::open(&dir) {
+        Ok(_) => panic!("Store::open succeeded on a directory a server is using"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("in use"),
+        "the refusal should say the directory is in use: {err}"
+    );
+    drop(c);
+    srv.shutdown();
+
+    // 2. The store reads exactly what the server acknowledged.
+    let store = Store::open(&dir).unwrap();
+    assert_eq!(store.len(), 182);
+    for i in 0..200 {
+        let want = match i {
+            _ if i % 10 == 0 => None,
+            _ if i % 3 == 0 => Some(format!("w{i}").into_bytes()),
+            _ => Some(format!("v{i}").into_bytes()),
+        };
+        assert_eq!(store.get(format!("k{i}").as_bytes()).unwrap(), want, "k{i}");
+    }
+    match store.exec(&[b"TTL", b"ttl"]) {
+        Reply::Int(t) => assert!((990..=1000).contains(&t), "TTL of ttl: {t}"),
+        r => panic!("TTL ttl: {r:?}"),
+    }
+    assert_eq!(store.get(b"counter").unwrap(), Some(b"41".to_vec()));
+
+    // 3. The store writes; the server, started again on the directory, sees it.
+    assert_eq!(
+        store.set(b"k1", b"from-store").unwrap(),
+        SetOutcome::Updated
+    );
+    assert_eq!(store.set(b"new", b"n").unwrap(), SetOutcome::Created);
+    assert!(store.del(b"k2").unwrap());
+    assert_eq!(store.exec(&[b"INCR", b"counter"]), Reply::Int(42));
+    drop(store);
+
+    let srv = Server::start(&dir, &socket);
+    let mut c = srv.client().unwrap();
+    assert_eq!(
+        run(&mut c, &["GET", "k1"]),
+        Reply::Bulk(b"from-store".to_vec())
+    );
+    assert_eq!(run(&mut c, &["GET", "new"]), Reply::Bulk(b"n".to_vec()));
+    assert_eq!(run(&mut c, &["GET", "k2"]), Reply::Nil);
+    assert_eq!(run(&mut c, &["GET", "k3"]), Reply::Bulk(b"w3".to_vec()));
+    assert_eq!(
+        run(&mut c, &["GET", "counter"]),
+        Reply::Bulk(b"42".to_vec())
+    );
+    assert_eq!(run(&mut c, &["DBSIZE"]), Reply::Int(182));
+    drop(c);
+    srv.shutdown();
+}
