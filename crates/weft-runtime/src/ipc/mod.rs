@@ -439,6 +439,7 @@ impl Env for WorkerEnv {
         unsafe { worker::post_ipc(self.w, to, req) }
     }
 
+    #[inline(always)]
     fn wake(&mut self, who: &Ipc) {
         let t = who.host_ptr() as *const Task;
         // SAFETY: as above. The running thread needs no wake-up: it is in its IPC call
@@ -663,8 +664,11 @@ fn start_transfer(
     if let Err(k) = check_partner(w, &me, to, zero, deadline) {
         return Err(error(k, Stage::Send, Some(to.id()), Some(msg)));
     }
+    // The message goes to its place once, here; the receiver's worker moves it from
+    // there into the receiver's buffer.
+    protocol::put_message(&me, msg);
     run(&me, deadline, |env| {
-        protocol::begin_send_then(env, &me, &to.0, msg, then, zero)
+        protocol::begin_sending(env, &me, &to.0, then, zero)
     });
     Ok(me)
 }

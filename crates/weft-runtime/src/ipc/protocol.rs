@@ -141,7 +141,8 @@ pub trait Env {
 pub struct Host {
     /// The environment's handle on the thread (the runtime's task record).
     pub ptr: *const (),
-    /// The thread's worker, or NO_WORKER before it has started.
+    /// The thread's worker, or NO_WORKER before it has started. Once it has answered
+    /// a worker, the answer must never change (the identity keeps it: `Ipc::worker`).
     pub worker: fn(*const ()) -> usize,
     /// Gives back the reference `ptr` holds (called once, from `Drop`), with the id.
     pub release: fn(*const (), u64),
@@ -154,6 +155,12 @@ pub struct Ipc {
     host: Host,
     /// Set by the owner worker when the thread exits; read by anyone as a hint.
     dead: AtomicBool,
+    /// `host.worker`'s answer once it is not NO_WORKER: a started thread never changes
+    /// worker, so the answer is final and every IPC step reads it here instead of
+    /// asking the host (an indirect call and a pointer chase, several per operation).
+    /// A plain atomic even under loom: a pure cache of the host's value, it orders
+    /// nothing (the requests travel through the message boxes).
+    worker: core::sync::atomic::AtomicUsize,
     /// The outgoing half of the current send (read by the partner's worker while the
     /// send is in flight).
     out: UnsafeCell<Out>,
@@ -274,6 +281,7 @@ impl Ipc {
             id,
             host,
             dead: AtomicBool::new(false),
+            worker: core::sync::atomic::AtomicUsize::new(NO_WORKER),
             out: UnsafeCell::new(Out {
                 msg: None,
                 reply_to: None,
@@ -309,9 +317,24 @@ impl Ipc {
     }
 
     /// The worker that owns the thread (NO_WORKER before it starts).
-    #[inline]
+    #[inline(always)]
     pub fn worker(&self) -> usize {
-        (self.host.worker)(self.host.ptr)
+        let w = self.worker.load(Relaxed);
+        if w != NO_WORKER {
+            return w;
+        }
+        self.worker_slow()
+    }
+
+    /// Asks the host, and keeps a final answer (see `Ipc::worker`, the field).
+    #[cold]
+    #[inline(never)]
+    fn worker_slow(&self) -> usize {
+        let w = (self.host.worker)(self.host.ptr);
+        if w != NO_WORKER {
+            self.worker.store(w, Relaxed);
+        }
+        w
     }
 
     /// Marks a new identity dead (made for a thread that has already exited).
@@ -375,11 +398,16 @@ fn route<E: Env>(env: &mut E, target: &Ipc, req: Req) {
 
 /// Gives `who` (a sender, or a receiver told `Gone`) the answer `op` about its
 /// operation `seq`: directly if it lives here, else through the boxes.
-#[inline]
+#[inline(always)]
 fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
     let w = who.worker();
     if w == env.here() {
-        handle_ref(env, who, None, seq, op)
+        if op == Op::Delivered {
+            // (A local reply's acknowledgement, on every round trip: no dispatch.)
+            on_send_done(env, who, seq, op)
+        } else {
+            handle_ref(env, who, None, seq, op)
+        }
     } else {
         env.post(
             w,
@@ -514,14 +542,26 @@ fn retire(spare: &mut Option<Arc<Ipc>>, x: Option<Arc<Ipc>>) {
 
 /// Makes `to` the partner of the operation starting in `st`: the count already there
 /// (kept from the last operation, see `finish_reply`) or `given` (a count the caller
-/// has on `to`) or the spare are reused before a new count is taken.
-#[inline]
+/// has on `to`) or the spare are reused before a new count is taken. The common cases
+/// (no partner from now on; the same partner again; a given count where there was
+/// none, as a server's reply) are decided here, inline; the rest is out of line.
+#[inline(always)]
 fn set_partner(st: &mut Local, to: Option<&Arc<Ipc>>, given: Option<Arc<Ipc>>) {
     let Some(to) = to else {
-        let old = st.partner.take();
-        retire(&mut st.spare, old);
+        if let Some(old) = st.partner.take() {
+            st.spare = Some(old);
+        }
         return;
     };
+    match (&st.partner, given) {
+        (Some(p), None) if Arc::ptr_eq(p, to) => {}
+        (None, Some(g)) => st.partner = Some(g),
+        (_, given) => set_partner_slow(st, to, given),
+    }
+}
+
+#[inline(never)]
+fn set_partner_slow(st: &mut Local, to: &Arc<Ipc>, given: Option<Arc<Ipc>>) {
     if st.partner.as_ref().is_some_and(|p| Arc::ptr_eq(p, to)) {
         retire(&mut st.spare, given);
         return;
@@ -545,9 +585,18 @@ fn awaits_reply(st: &Local, sender: &Arc<Ipc>, reply_to: Option<u32>) -> bool {
         && st.partner.as_ref().is_some_and(|p| Arc::ptr_eq(p, sender))
 }
 
-/// Takes the first sender `st` accepts out of its queue.
-#[inline]
+/// Takes the first sender `st` accepts out of its queue (an empty queue, the common
+/// case, is seen inline).
+#[inline(always)]
 fn take_waiting_sender(st: &mut Local) -> Option<(Arc<Ipc>, u32)> {
+    if st.senders.is_empty() {
+        return None;
+    }
+    take_queued_sender(st)
+}
+
+#[inline(never)]
+fn take_queued_sender(st: &mut Local) -> Option<(Arc<Ipc>, u32)> {
     let i = match st.phase {
         Phase::Receiving { any: true } => (!st.senders.is_empty()).then_some(0),
         Phase::Receiving { any: false } => {
@@ -778,7 +827,26 @@ pub fn begin_send_then<E: Env>(
     then: Then,
     zero: bool,
 ) {
-    let seq = {
+    put_message(me, msg);
+    begin_sending(env, me, to, then, zero)
+}
+
+/// Puts `msg` in `me`'s outgoing half, where the send [`begin_sending`] starts next
+/// takes it from (the receiver's worker moves it straight into the receiver's buffer):
+/// the message is written once on the sender's side, not handed down the call chain.
+/// Called by the running thread `me` between operations (its `out` is its own then).
+#[inline(always)]
+pub fn put_message(me: &Ipc, msg: Message) {
+    // SAFETY: `me` runs here, so its state is owned here (a read for the check).
+    debug_assert!(matches!(unsafe { me.st() }.phase, Phase::Idle));
+    // SAFETY: `me` runs here and has no send in flight: `out` is ours.
+    unsafe { me.out() }.msg = Some(msg);
+}
+
+/// As [`begin_send_then`], for a message already put in place by [`put_message`].
+#[inline(always)]
+pub fn begin_sending<E: Env>(env: &mut E, me: &Arc<Ipc>, to: &Arc<Ipc>, then: Then, zero: bool) {
+    let (seq, reply_to) = {
         // SAFETY: `me` runs here, so its state is owned here.
         let st = unsafe { me.st() };
         debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
@@ -798,11 +866,9 @@ pub fn begin_send_then<E: Env>(
         set_partner(st, Some(to), given);
         (st.seq, reply_to)
     };
-    let (seq, reply_to) = seq;
     {
         // SAFETY: no send of ours is in flight: `out` is ours.
         let o = unsafe { me.out() };
-        o.msg = Some(msg);
         o.reply_to = reply_to;
         o.watch = then == Then::Partner;
         o.zero = zero;
