@@ -33,6 +33,14 @@
 //!
 //! JSON: name `cached` or `uncached`, value the median time per file (ns).
 //!
+//! Diagnostics: with `WEFT_BENCH_TRACE=1` in the environment, every timed pass also
+//! prints to stderr the process's CPU time and, per group of threads (by name), their
+//! time on a CPU and waiting for one (schedstat); every syslets submitter prints when it
+//! had submitted everything, its first completion, its end, how often it waited, and the
+//! engine's counters (cumulative); the raw loop prints when its first chain was done.
+//! Nothing of this changes what is measured (it is read outside the timed part, or
+//! once per completion already taken).
+//!
 //! Targets (the issue): cached, syslets on one worker no slower than sync, and at least
 //! 1.3x faster than sync on every worker; uncached, at least 2.5x faster than sync and
 //! within 10% of the raw io_uring version. The seed's async-test: cached 31.6 ms sync vs
@@ -557,7 +565,47 @@ fn measure(
                 drop_caches()?;
                 run(&files.warm, false).map_err(|e| format!("{} (warm-up): {e}", c.name))?;
             }
+            let trace = std::env::var_os("WEFT_BENCH_TRACE").is_some();
+            let (cpu0, by0) = if trace {
+                (cpu_time(), cpu_by_thread())
+            } else {
+                (0.0, Default::default())
+            };
             let p = run(&files.main, true).map_err(|e| format!("{}: {e}", c.name))?;
+            if trace {
+                eprintln!(
+                    "trace: {} {} pass {:.2} ms, process CPU {:.2} ms",
+                    c.name,
+                    if uncached { "uncached" } else { "cached" },
+                    p.took.as_secs_f64() * 1e3,
+                    (cpu_time() - cpu0) * 1e3
+                );
+                let by1 = cpu_by_thread();
+                let mut groups: Vec<(String, f64, f64, usize)> = Vec::new();
+                for (tid, (name, (ns, wait))) in &by1 {
+                    let (ns0, wait0) = by0.get(tid).map_or((0, 0), |x| x.1);
+                    let (d, w) = (ns - ns0, wait - wait0);
+                    if d == 0 {
+                        continue;
+                    }
+                    let g = name
+                        .trim_end_matches(|c: char| c.is_ascii_digit())
+                        .to_string();
+                    match groups.iter_mut().find(|x| x.0 == g) {
+                        Some(x) => {
+                            x.1 += d as f64 / 1e6;
+                            x.2 += w as f64 / 1e6;
+                            x.3 += 1
+                        }
+                        None => groups.push((g, d as f64 / 1e6, w as f64 / 1e6, 1)),
+                    }
+                }
+                let parts: Vec<String> = groups
+                    .iter()
+                    .map(|(g, ms, w, n)| format!("{g}x{n} {ms:.2} (runnable {w:.2})"))
+                    .collect();
+                eprintln!("trace:   threads {}", parts.join(", "));
+            }
             samples[i].push(p.took);
             asyncs[i] += p.went_async;
         }
@@ -593,6 +641,40 @@ fn measure(
             },
         })
         .collect())
+}
+
+/// This process's CPU time so far (user + system, every thread, io-wq's included), s.
+fn cpu_time() -> f64 {
+    // SAFETY: a zeroed rusage is valid; the call fills it.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-parameter.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(r.ru_utime) + tv(r.ru_stime)
+}
+
+/// Per thread of this process: (name, ns on a CPU so far) from schedstat.
+fn cpu_by_thread() -> std::collections::HashMap<String, (String, (u64, u64))> {
+    let mut m = std::collections::HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return m;
+    };
+    for e in dir.flatten() {
+        let p = e.path();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(p.join("schedstat"))
+            .ok()
+            .and_then(|s| {
+                let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+                Some((f.next()??, f.next()??))
+            })
+            .unwrap_or((0, 0));
+        m.insert(
+            e.file_name().to_string_lossy().into_owned(),
+            (name.trim().to_string(), ns),
+        );
+    }
+    m
 }
 
 fn median_of(rows: &[Row], name: &str) -> Option<f64> {
@@ -990,6 +1072,8 @@ fn submit(progs: Vec<Program>, l: Layout) -> Result<Submitted, String> {
         }
     };
     let start = Instant::now();
+    let mut first_done: Option<Instant> = None;
+    let mut waits = 0usize;
     for mut p in progs {
         p.set(l.fd, -1);
         p.set(l.n, -1);
@@ -1001,18 +1085,34 @@ fn submit(progs: Vec<Program>, l: Layout) -> Result<Submitted, String> {
             }
         }
         while let Some(c) = ctx.take() {
+            first_done.get_or_insert_with(Instant::now);
             pending -= 1;
             finish(c, &mut back);
         }
     }
+    let submitted = Instant::now();
     while pending > 0 {
         ctx.wait(1, None);
+        waits += 1;
         while let Some(c) = ctx.take() {
+            first_done.get_or_insert_with(Instant::now);
             pending -= 1;
             finish(c, &mut back);
         }
     }
     let end = Instant::now();
+    if std::env::var_os("WEFT_BENCH_TRACE").is_some() {
+        let ms = |t: Instant| (t - start).as_secs_f64() * 1e3;
+        eprintln!(
+            "trace: {} programs: submitted at {:.2} ms, first completion {:.2} ms, end {:.2} ms, {} waits, {:?}",
+            back.len(),
+            ms(submitted),
+            first_done.map_or(f64::NAN, ms),
+            ms(end),
+            waits,
+            weft_runtime::syslet::engine_stats()
+        );
+    }
     match err {
         Some(e) => Err(e),
         None => Ok(Submitted {
@@ -1124,6 +1224,8 @@ impl RawUring {
         let (mut next, mut finished, mut bytes) = (0usize, 0usize, 0u64);
         let mut err: Option<String> = None;
         let mut file = vec![0usize; IN_FLIGHT];
+        let mut first_done: Option<Instant> = None;
+        let mut enters = 0usize;
         let t = Instant::now();
         for (slot, f) in file.iter_mut().enumerate().take(depth) {
             self.push(slot, &set.paths[next])?;
@@ -1131,6 +1233,7 @@ impl RawUring {
             next += 1;
         }
         while finished < n {
+            enters += 1;
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
@@ -1155,6 +1258,7 @@ impl RawUring {
                 self.seen[slot] += 1;
                 if self.seen[slot] == 3 {
                     self.seen[slot] = 0;
+                    first_done.get_or_insert_with(Instant::now);
                     finished += 1;
                     self.freed.push(slot);
                 }
@@ -1169,6 +1273,13 @@ impl RawUring {
             }
         }
         let took = t.elapsed();
+        if std::env::var_os("WEFT_BENCH_TRACE").is_some() {
+            eprintln!(
+                "trace: raw {n} files: first chain done at {:.2} ms, end {:.2} ms, {enters} waits",
+                first_done.map_or(f64::NAN, |f| (f - t).as_secs_f64() * 1e3),
+                took.as_secs_f64() * 1e3
+            );
+        }
         if let Some(e) = err {
             return Err(e);
         }

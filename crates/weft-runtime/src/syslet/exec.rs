@@ -16,13 +16,29 @@
 //! | class `Inline` (never blocks) | inline |
 //! | class `NoWait`, the non-blocking attempt succeeds | inline |
 //! | class `NoWait`, the attempt says it would block | cachemiss thread, from this atom on |
+//! | `open`/`openat` while the context's lookups keep missing (below), not a probe | cachemiss thread, from this atom on, without the attempt |
 //! | class `Blocking` (no way to try), or flag `SYSLET_ASYNC` | cachemiss thread, from this atom on |
 //! | flag `SYSLET_SYNC` | where it is (blocking the caller if it must: on a green thread through `blocking`, so the worker goes on) |
 //! | any atom after the first that went to a cachemiss thread | that cachemiss thread |
 //!
 //! On the io_uring backend, "cachemiss thread" above reads "the io_uring chain engine
 //! (`uring.rs`)", which runs what io_uring can do as linked chains and hands the rest to
-//! a cachemiss thread ([`offload`]); both end through [`finish`].
+//! a cachemiss thread ([`offload`]); both end by posting the completion ([`finish`]; the
+//! engine wakes each ring's waiters once per batch of completions).
+//!
+//! **Lookups that keep missing are not tried.** A path lookup that misses the dentry
+//! cache (`openat` with `RESOLVE_CACHED` saying `EAGAIN`) costs the submitter 3-4.5 us
+//! (measured, uncached directory), as much as a whole cached open+read+close, and the
+//! engine's `OPENAT` (or the cachemiss thread) walks the path again anyway: on cold
+//! directories that doubled the submitter's work. So each
+//! [`Context`](super::Context) counts its consecutive lookup misses ([`Lookups`]); after
+//! [`MISS_STREAK`] of them an `open`/`openat` atom (one that would be tried with
+//! `RESOLVE_CACHED`: no `O_CREAT`, `O_TRUNC`, `O_TMPFILE`; not `SYSLET_SYNC`) is
+//! handed on without the attempt, as if it had said "would block", except every
+//! [`PROBE_EVERY`]-th one, which is still tried: a probe that hits (the names are
+//! cached again) ends the streak. The results are the same either way; only where the
+//! atom runs differs (at most `PROBE_EVERY - 1` syslets in a row go asynchronous that
+//! could have finished inline).
 //!
 //! An inline run also gives up after [`INLINE_BUDGET`] atoms (a loop over cached data
 //! would otherwise keep the submitter forever): the rest goes to a cachemiss thread.
@@ -34,7 +50,7 @@
 use super::atom::{self, SysletUatom, SYSLET_ASYNC, SYSLET_NO_COMPLETE, SYSLET_SYNC};
 use super::ring::{Completion, Ring};
 use super::{fault, sys};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, Once};
 
 /// How many times (a millisecond apart) a cancel interrupts the thread running the
@@ -43,6 +59,47 @@ const CANCEL_RESENDS: u32 = 50;
 
 /// How many atoms an inline run executes before the rest goes to a cachemiss thread.
 pub const INLINE_BUDGET: u32 = 256;
+
+/// Consecutive lookup misses after which lookups are no longer tried inline.
+pub const MISS_STREAK: u32 = 8;
+/// While lookups are not tried, one in this many still is (a probe).
+pub const PROBE_EVERY: u32 = 16;
+
+/// A context's record of its path lookups: how many missed in a row (see the module
+/// docs), and how many were skipped since the last probe.
+#[derive(Default)]
+pub(crate) struct Lookups {
+    misses: AtomicU32,
+    skipped: AtomicU32,
+}
+
+impl Lookups {
+    /// Whether to skip the inline attempt of a lookup (the streak is on and this is not
+    /// a probe).
+    fn skip(&self) -> bool {
+        if self.misses.load(Relaxed) < MISS_STREAK {
+            return false;
+        }
+        let n = self.skipped.fetch_add(1, Relaxed) + 1;
+        if n >= PROBE_EVERY {
+            self.skipped.store(0, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn record(&self, missed: bool) {
+        if missed {
+            let m = self.misses.load(Relaxed);
+            if m < MISS_STREAK {
+                self.misses.store(m + 1, Relaxed);
+            }
+        } else if self.misses.load(Relaxed) != 0 {
+            self.misses.store(0, Relaxed);
+            self.skipped.store(0, Relaxed);
+        }
+    }
+}
 
 /// One syslet in flight: its id, its cancel flag, and the cachemiss thread running it.
 pub(crate) struct Job {
@@ -159,7 +216,7 @@ pub(crate) fn load(at: *mut SysletUatom) -> Result<(SysletUatom, [u64; 6]), ()> 
 /// # Safety
 /// The syslet's memory is the submitter's, valid while it runs (the executor's
 /// contract); bad pointers are caught (EFAULT).
-unsafe fn run(job: &Job, mut at: *mut SysletUatom, mode: Mode) -> Ran {
+unsafe fn run(job: &Job, mut at: *mut SysletUatom, mode: Mode, lookups: Option<&Lookups>) -> Ran {
     let mut budget = INLINE_BUDGET;
     loop {
         if job.cancelled() {
@@ -200,6 +257,10 @@ unsafe fn run(job: &Job, mut at: *mut SysletUatom, mode: Mode) -> Ran {
                         break r;
                     },
                     Mode::Try => {
+                        let lookup = lookups.filter(|_| i.attempt_is_lookup(&args));
+                        if !sync && lookup.is_some_and(|l| l.skip()) {
+                            return Ran::Offload(at);
+                        }
                         let tried = match i.class {
                             // SAFETY: as above.
                             sys::Class::Inline => Some(unsafe { sys::run_blocking(a.nr, args) }),
@@ -207,6 +268,9 @@ unsafe fn run(job: &Job, mut at: *mut SysletUatom, mode: Mode) -> Ran {
                             sys::Class::NoWait => unsafe { sys::try_nowait(a.nr, args) },
                             _ => None,
                         };
+                        if let Some(l) = lookup {
+                            l.record(tried.is_none());
+                        }
                         match tried {
                             Some(r) => r,
                             None if sync => run_sync(a.nr, args),
@@ -267,6 +331,7 @@ pub(crate) struct GoAsync {
 pub(crate) unsafe fn start(
     id: u64,
     first: *mut SysletUatom,
+    lookups: &Lookups,
     go_async: impl FnOnce(&Arc<Job>) -> GoAsync,
 ) -> Option<(*mut SysletUatom, i64)> {
     // The inline run needs no shared record (nobody can cancel a syslet that has no
@@ -276,7 +341,7 @@ pub(crate) unsafe fn start(
     // allocation, no lock and no reference count.
     let inline = Job::new(id);
     // SAFETY: per the contract.
-    match unsafe { run(&inline, first, Mode::Try) } {
+    match unsafe { run(&inline, first, Mode::Try, Some(lookups)) } {
         Ran::Done { atom, ret, .. } => Some((atom, ret)),
         Ran::Offload(at) => {
             let job = Arc::new(inline);
@@ -316,7 +381,7 @@ pub(crate) unsafe fn offload(
         *job.thread.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(unsafe { libc::pthread_self() });
         // SAFETY: per the contract.
-        let r = unsafe { run(&job, at.0, Mode::Block) };
+        let r = unsafe { run(&job, at.0, Mode::Block, None) };
         *job.thread.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let Ran::Done {
             atom,
@@ -355,3 +420,32 @@ pub(crate) struct SendPtr(pub(crate) *mut SysletUatom);
 // SAFETY: the atom memory is the submitter's, valid until completion (the contract);
 // only the thread running the syslet touches it from here on.
 unsafe impl Send for SendPtr {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_skip_after_a_miss_streak_probe_and_reset() {
+        let l = Lookups::default();
+        // Below the streak: always tried.
+        for _ in 0..MISS_STREAK {
+            assert!(!l.skip());
+            l.record(true);
+        }
+        // On the streak: skipped, except one in PROBE_EVERY.
+        let tried: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| !l.skip()).collect();
+        let probes: Vec<usize> = (0..tried.len()).filter(|&i| tried[i]).collect();
+        assert_eq!(
+            probes,
+            vec![PROBE_EVERY as usize - 1, 2 * PROBE_EVERY as usize - 1]
+        );
+        // A probe that misses keeps the streak; one that hits ends it.
+        l.record(true);
+        assert!(l.skip());
+        l.record(false);
+        for _ in 0..3 * PROBE_EVERY {
+            assert!(!l.skip());
+        }
+    }
+}

@@ -124,6 +124,8 @@ struct Inner {
     jobs: Mutex<HashMap<u64, InFlight>>,
     /// Whether offloaded syslets may run on the io_uring chain engine (`uring.rs`).
     uring: std::sync::atomic::AtomicBool,
+    /// Its path lookups' misses (`exec.rs`: lookups that keep missing are not tried).
+    lookups: exec::Lookups,
 }
 
 /// A syslet in flight, and its program if it was submitted from Rust.
@@ -179,6 +181,7 @@ impl Context {
                 next_id: AtomicU64::new(1),
                 jobs: Mutex::new(HashMap::new()),
                 uring: std::sync::atomic::AtomicBool::new(uring::wanted()),
+                lookups: exec::Lookups::default(),
             }),
         }
     }
@@ -259,7 +262,7 @@ impl Context {
             }
         };
         // SAFETY: per the contract.
-        match unsafe { exec::start(id, first, go_async) } {
+        match unsafe { exec::start(id, first, &self.inner.lookups, go_async) } {
             Some((atom, ret)) => Ok((atom, ret, program.0.take())),
             None => Err(Handle(id)),
         }

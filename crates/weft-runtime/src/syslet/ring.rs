@@ -57,12 +57,20 @@ impl Ring {
 
     /// Adds a completion (never drops it) and wakes the waiters.
     pub(crate) fn push(&self, c: Completion) {
+        self.add(c, true);
+        self.wake();
+    }
+
+    /// Adds a completion without waking the waiters: the caller calls [`wake`](Self::wake)
+    /// soon (the io_uring engine wakes each ring once per batch of completions).
+    pub(crate) fn push_quiet(&self, c: Completion) {
         self.add(c, true)
     }
 
     /// Puts back a completion that was taken out (not counted as an overflow).
     pub(crate) fn push_back(&self, c: Completion) {
-        self.add(c, false)
+        self.add(c, false);
+        self.wake();
     }
 
     /// `fresh`: a new completion, which goes behind any in the overflow list and counts
@@ -77,8 +85,11 @@ impl Ring {
                 self.overflowed.fetch_add(1, Relaxed);
             }
         }
-        // Waiters check under this lock (see `wait`): taking it after the push means
-        // none can miss it.
+    }
+
+    /// Wakes the waiters. Waiters check under this lock (see `wait`): taking it after
+    /// a push means none can miss that completion.
+    pub(crate) fn wake(&self) {
         let ws = core::mem::take(&mut *lock(&self.waiters));
         for w in ws {
             w.unpark_owned();

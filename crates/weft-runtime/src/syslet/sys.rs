@@ -86,6 +86,21 @@ pub(crate) struct SysInfo {
     attempt: Attempt,
 }
 
+impl SysInfo {
+    /// Whether the non-blocking attempt with these arguments is a path lookup in the
+    /// dentry cache (`open`, `openat` without `O_CREAT`/`O_TRUNC`/`O_TMPFILE`, as
+    /// `openat2` with `RESOLVE_CACHED`): an attempt that costs microseconds when it
+    /// misses.
+    pub(crate) fn attempt_is_lookup(&self, a: &[u64; 6]) -> bool {
+        match self.attempt {
+            #[cfg(target_arch = "x86_64")]
+            Attempt::Open => (a[1] as u32 as u64) & NOT_CACHED == 0,
+            Attempt::OpenAt => (a[2] as u32 as u64) & NOT_CACHED == 0,
+            _ => false,
+        }
+    }
+}
+
 /// The non-blocking form of a `NoWait` call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attempt {

@@ -9,7 +9,9 @@
 //! cachemiss thread (`exec::offload`) for atoms io_uring cannot do, or by posting the
 //! completion. New work and cancels come through a queue and an eventfd on which the
 //! engine keeps a READ request (written only when the queue was empty: the engine takes
-//! the whole queue at each wake-up). The ring is made on the engine thread, with
+//! the whole queue at each wake-up). Completions are pushed to their rings as syslets
+//! end, and each ring's waiters are woken once per batch of CQEs reaped (after the
+//! batch), not once per completion. The ring is made on the engine thread, with
 //! `SINGLE_ISSUER | DEFER_TASKRUN` when the kernel has them, and io-wq may use up to
 //! 64 workers for bounded work (`WEFT_SYSLET_URING_WORKERS` overrides: the blocking part
 //! of uncached opens runs there).
@@ -50,9 +52,12 @@
 //!
 //! Arguments are read (through `fault.rs`) when the chain is built, just before it is
 //! submitted; a bad pointer cuts the chain before that atom, which then ends the syslet
-//! with `-EFAULT` as in the executor. `SYSLET_ASYNC` sets `IOSQE_ASYNC`. A middle atom
-//! with `SYSLET_NO_COMPLETE`, no `ret_ptr` and no stop condition (its result is never
-//! looked at) gets `IOSQE_CQE_SKIP_SUCCESS`.
+//! with `-EFAULT` as in the executor. `SYSLET_ASYNC` sets `IOSQE_ASYNC`, and so does
+//! being an `openat` the submitter handed over (the first atom of the syslet's first
+//! chain: its `RESOLVE_CACHED` attempt just missed, or was skipped for a miss streak,
+//! so io_uring's own non-blocking attempt, on the engine thread, would only miss again:
+//! it goes straight to io-wq). A middle atom with `SYSLET_NO_COMPLETE`, no `ret_ptr`
+//! and no stop condition (its result is never looked at) gets `IOSQE_CQE_SKIP_SUCCESS`.
 //!
 //! **The descriptor of a direct `openat`**: the slot lives in the engine's ring, never in
 //! the process's descriptor table; the variable the `openat` writes receives the slot's
@@ -75,7 +80,7 @@
 
 use super::atom::{self, *};
 use super::exec::{self, Job, SilentEnd};
-use super::ring::Ring;
+use super::ring::{Completion, Ring};
 use super::{fault, sys};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::HashMap;
@@ -117,9 +122,13 @@ pub struct EngineStats {
     pub direct: u64,
     /// Atoms submitted with `IOSQE_CQE_SKIP_SUCCESS`.
     pub skip_success: u64,
+    /// Times the engine thread waited in `io_uring_enter`.
+    pub waits: u64,
+    /// Wake-ups through the eventfd (new work or cancels).
+    pub wakeups: u64,
 }
 
-static STATS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static STATS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 
 fn count(i: usize, n: u64) {
     STATS[i].fetch_add(n, Relaxed);
@@ -135,6 +144,8 @@ pub fn engine_stats() -> EngineStats {
         offloaded: g(3),
         direct: g(4),
         skip_success: g(5),
+        waits: g(6),
+        wakeups: g(7),
     }
 }
 
@@ -254,6 +265,7 @@ fn start_engine() -> std::io::Result<Engine> {
                 wake_buf: Box::new(0),
                 wake_fd,
                 skip,
+                to_wake: Vec::new(),
             };
             st.run(e);
         })?;
@@ -339,6 +351,8 @@ struct Link {
     slot: Option<u32>,
     kind: LinkKind,
     skip: bool,
+    /// Submitted with `IOSQE_ASYNC` (see `build`'s `punt`).
+    punt: bool,
 }
 
 struct Chain {
@@ -358,6 +372,9 @@ struct State {
     wake_buf: Box<u64>,
     wake_fd: i32,
     skip: bool,
+    /// Rings that got completions since the engine last woke their waiters (once per
+    /// batch of CQEs, not once per completion).
+    to_wake: Vec<Arc<Ring>>,
 }
 
 fn neg(e: i32) -> i64 {
@@ -532,6 +549,7 @@ impl State {
         self.arm_wake();
         let mut cqes = Vec::new();
         loop {
+            count(6, 1);
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(err) if matches!(err.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
@@ -548,6 +566,7 @@ impl State {
             );
             for &(ud, res) in &cqes {
                 if ud == WAKE {
+                    count(7, 1);
                     let msgs = std::mem::take(&mut *lock(&e.queue));
                     self.arm_wake();
                     for m in msgs {
@@ -566,6 +585,9 @@ impl State {
                 } else if ud != 0 {
                     self.on_cqe(ud, res);
                 }
+            }
+            for r in self.to_wake.drain(..) {
+                r.wake();
             }
         }
     }
@@ -597,9 +619,22 @@ impl State {
         self.push(&[e]);
     }
 
+    /// Ends the syslet of `t`, as `exec::finish`, except that the ring's waiters are
+    /// woken at the end of the current batch of CQEs.
     fn end(&mut self, t: Task, atom: *mut SysletUatom, ret: i64, complete: bool) {
         t.job.engine.store(0, SeqCst);
-        exec::finish(&t.job, &t.ring, t.silent_end, atom, ret, complete);
+        if complete {
+            t.ring.push_quiet(Completion {
+                atom,
+                ret,
+                id: t.job.id,
+            });
+            if !self.to_wake.iter().any(|r| Arc::ptr_eq(r, &t.ring)) {
+                self.to_wake.push(t.ring);
+            }
+        } else {
+            (t.silent_end)(t.job.id);
+        }
     }
 
     /// Goes on with the syslet of `t` from `at`: chains, atoms that never block, or a
@@ -616,7 +651,11 @@ impl State {
             let info = sys::info(a.nr);
             let inline_class = info.is_some_and(|i| i.class == sys::Class::Inline);
             if !inline_class && maps(a.nr, &args) {
-                let links = self.build(at, a, args);
+                // An openat the submitter did not run inline: its RESOLVE_CACHED attempt
+                // just missed (or was skipped for a miss streak), so io_uring's own
+                // non-blocking attempt would miss again, on the engine thread.
+                let punt = fresh && nr_is(a.nr, libc::SYS_openat);
+                let links = self.build(at, a, args, punt);
                 if !links.is_empty() {
                     return self.submit_chain(t, links);
                 }
@@ -658,7 +697,14 @@ impl State {
     }
 
     /// The chain from `at` (whose atom maps): see the module's rules.
-    fn build(&mut self, at: *mut SysletUatom, a: SysletUatom, args: [u64; 6]) -> Vec<Link> {
+    /// `punt`: the first atom goes with `IOSQE_ASYNC` (straight to io-wq).
+    fn build(
+        &mut self,
+        at: *mut SysletUatom,
+        a: SysletUatom,
+        args: [u64; 6],
+        punt: bool,
+    ) -> Vec<Link> {
         let mut links: Vec<Link> = Vec::new();
         let (mut cur, mut ca, mut cargs) = (at, a, args);
         loop {
@@ -740,6 +786,7 @@ impl State {
                 slot: None,
                 kind,
                 skip: false,
+                punt: punt && links.is_empty(),
             });
             if !ok || kind == LinkKind::End || links.len() >= MAX_CHAIN {
                 break;
@@ -916,7 +963,7 @@ impl State {
                 _ => squeue::Flags::IO_LINK,
             };
         }
-        if l.atom.flags & SYSLET_ASYNC != 0 {
+        if l.atom.flags & SYSLET_ASYNC != 0 || l.punt {
             f |= squeue::Flags::ASYNC;
         }
         if l.skip {
