@@ -60,6 +60,7 @@ mod replay;
 use std::cell::Cell;
 use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
+use std::num::NonZeroU64;
 use std::ops::Bound;
 
 use crate::log::{Record, RecordRef};
@@ -80,7 +81,9 @@ pub const PER_EXPIRE_OVERHEAD: u64 = 32;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     value: Vec<u8>,
-    expire_at_ms: Option<u64>,
+    /// The absolute expiry time (Unix ms); 8 bytes thanks to the niche (a time of 0,
+    /// long passed, is kept as 1: both mean "expired").
+    expire: Option<NonZeroU64>,
     /// The stamp of the command that last changed it (see the module doc).
     stamp: u64,
 }
@@ -92,32 +95,54 @@ impl Entry {
     }
 
     /// The absolute expiry time (Unix ms), if any.
+    #[inline]
     pub fn expire_at_ms(&self) -> Option<u64> {
-        self.expire_at_ms
+        self.expire.map(NonZeroU64::get)
     }
 
     /// Whether the entry has expired at `now_ms` (an expiry at `now_ms` has passed,
     /// as in Redis).
     #[inline]
     fn expired(&self, now_ms: u64) -> bool {
-        matches!(self.expire_at_ms, Some(at) if at <= now_ms)
+        matches!(self.expire_at_ms(), Some(at) if at <= now_ms)
     }
 }
 
 type Slot = (Box<[u8]>, Entry);
 
-/// The keys sharing one hash: one inline, the others (rare) in `rest`.
-struct Bucket {
-    first: Slot,
-    rest: Vec<Slot>,
+/// The expiry as stored: 0 (long passed) is kept as 1, so that it fits the niche.
+#[inline]
+fn expiry(at_ms: Option<u64>) -> Option<NonZeroU64> {
+    at_ms.map(|t| NonZeroU64::new(t.max(1)).expect("at least 1"))
 }
 
+/// The keys sharing one hash: one inline, the others (rare) in `rest`, which is one
+/// pointer (allocated only for a collision) so that a bucket, which the B-tree holds
+/// inline, stays 64 bytes.
+struct Bucket {
+    first: Slot,
+    // One word instead of a Vec's three; the extra allocation happens only on a collision.
+    #[allow(clippy::box_collection)]
+    rest: Option<Box<Vec<Slot>>>,
+}
+
+// The B-tree's nodes hold buckets inline: their size is most of a key's memory.
+const _: () = assert!(core::mem::size_of::<Bucket>() <= 64);
+
 impl Bucket {
+    fn new(first: Slot) -> Bucket {
+        Bucket { first, rest: None }
+    }
+
+    fn rest(&self) -> &[Slot] {
+        self.rest.as_deref().map_or(&[], |v| v.as_slice())
+    }
+
     fn find(&self, key: &[u8]) -> Option<&Entry> {
         if &*self.first.0 == key {
             return Some(&self.first.1);
         }
-        self.rest.iter().find(|s| &*s.0 == key).map(|s| &s.1)
+        self.rest().iter().find(|s| &*s.0 == key).map(|s| &s.1)
     }
 
     fn find_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
@@ -125,27 +150,37 @@ impl Bucket {
             return Some(&mut self.first.1);
         }
         self.rest
+            .as_deref_mut()?
             .iter_mut()
             .find(|s| &*s.0 == key)
             .map(|s| &mut s.1)
     }
 
+    fn push(&mut self, slot: Slot) {
+        self.rest.get_or_insert_with(Default::default).push(slot);
+    }
+
     fn slots(&self) -> impl Iterator<Item = &Slot> {
-        std::iter::once(&self.first).chain(self.rest.iter())
+        std::iter::once(&self.first).chain(self.rest().iter())
     }
 
     /// Removes `key`'s slot; `Err(())` when the bucket is left empty (then the
     /// caller drops the bucket, whose `first` is the removed slot).
     fn remove(&mut self, key: &[u8]) -> Option<Result<Slot, ()>> {
-        if &*self.first.0 == key {
-            match self.rest.pop() {
-                Some(last) => Some(Ok(std::mem::replace(&mut self.first, last))),
-                None => Some(Err(())),
+        let removed = if &*self.first.0 == key {
+            match self.rest.as_deref_mut().and_then(|r| r.pop()) {
+                Some(last) => Ok(std::mem::replace(&mut self.first, last)),
+                None => return Some(Err(())),
             }
         } else {
-            let i = self.rest.iter().position(|s| &*s.0 == key)?;
-            Some(Ok(self.rest.swap_remove(i)))
+            let rest = self.rest.as_deref_mut()?;
+            let i = rest.iter().position(|s| &*s.0 == key)?;
+            Ok(rest.swap_remove(i))
+        };
+        if self.rest.as_deref().is_some_and(|r| r.is_empty()) {
+            self.rest = None;
         }
+        Some(removed)
     }
 }
 
@@ -161,7 +196,7 @@ fn slot_memory(key_len: usize, e: &Entry) -> u64 {
     key_len as u64
         + e.value.len() as u64
         + PER_KEY_OVERHEAD
-        + if e.expire_at_ms.is_some() {
+        + if e.expire.is_some() {
             PER_EXPIRE_OVERHEAD
         } else {
             0
@@ -307,9 +342,10 @@ impl Keyspace {
         expire_at_ms: Option<u64>,
     ) {
         let key_len = key.as_ref().len();
+        let expire_at_ms = expiry(expire_at_ms).map(NonZeroU64::get);
         let new = Entry {
             value,
-            expire_at_ms,
+            expire: expiry(expire_at_ms),
             stamp: self.stamp,
         };
         self.saw(self.stamp);
@@ -317,10 +353,7 @@ impl Keyspace {
         // One search of the tree, new key or not (start-up replays millions of sets).
         let bucket = match self.map.entry(h) {
             btree_map::Entry::Vacant(v) => {
-                v.insert(Bucket {
-                    first: (key.into(), new),
-                    rest: Vec::new(),
-                });
+                v.insert(Bucket::new((key.into(), new)));
                 self.len += 1;
                 self.memory += add;
                 if let Some(at) = expire_at_ms {
@@ -335,13 +368,13 @@ impl Keyspace {
             Some(e) => {
                 let old = std::mem::replace(e, new);
                 self.memory -= slot_memory(key_len, &old);
-                if old.expire_at_ms.is_some() {
+                if old.expire.is_some() {
                     self.expires_count -= 1;
                 }
-                old.expire_at_ms
+                old.expire_at_ms()
             }
             None => {
-                bucket.rest.push((key.into(), new));
+                bucket.push((key.into(), new));
                 self.len += 1;
                 None
             }
@@ -400,7 +433,8 @@ impl Keyspace {
         }
         e.stamp = self.stamp;
         raise(&self.seen, self.stamp); // (not `saw`: `e` borrows the map)
-        let old = std::mem::replace(&mut e.expire_at_ms, at_ms);
+        let at_ms = expiry(at_ms).map(NonZeroU64::get);
+        let old = std::mem::replace(&mut e.expire, expiry(at_ms)).map(NonZeroU64::get);
         if old == at_ms {
             return true;
         }
@@ -462,7 +496,7 @@ impl Keyspace {
         // time, for a key dropped as expired; a logged removal also notes its own).
         self.removed = self.removed.max(e.stamp);
         self.saw(e.stamp);
-        if let Some(at) = e.expire_at_ms {
+        if let Some(at) = e.expire_at_ms() {
             self.expires_count -= 1;
             self.unindex(h, at);
         }
@@ -475,7 +509,7 @@ impl Keyspace {
         let shared = self
             .map
             .get(&h)
-            .is_some_and(|b| b.slots().any(|s| s.1.expire_at_ms == Some(at)));
+            .is_some_and(|b| b.slots().any(|s| s.1.expire_at_ms() == Some(at)));
         if !shared {
             self.expires.remove(&(at, h));
         }
@@ -553,7 +587,7 @@ impl Keyspace {
             let keys: Vec<Box<[u8]>> = match self.map.get(&h) {
                 Some(b) => b
                     .slots()
-                    .filter(|s| s.1.expire_at_ms == Some(at))
+                    .filter(|s| s.1.expire_at_ms() == Some(at))
                     .map(|s| s.0.clone())
                     .collect(),
                 None => Vec::new(),
@@ -615,7 +649,7 @@ impl Keyspace {
                 f(RecordRef::Set {
                     key: k,
                     value: &e.value,
-                    expire_at_ms: e.expire_at_ms,
+                    expire_at_ms: e.expire_at_ms(),
                 });
             }
         })

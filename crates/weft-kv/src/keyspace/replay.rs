@@ -83,7 +83,7 @@ mod tests {
             .map
             .values()
             .flat_map(|b| b.slots())
-            .map(|(k, e)| (k.to_vec(), e.value.clone(), e.expire_at_ms))
+            .map(|(k, e)| (k.to_vec(), e.value.clone(), e.expire_at_ms()))
             .collect();
         v.sort();
         v
