@@ -72,7 +72,7 @@ impl Store {
             let path = dd.log_path(s);
             let mut ks = Keyspace::new();
             let mut replay = Replay::new(&mut ks, now);
-            log::recover(&path, |r| replay.push(r))
+            log::recover_refs(&path, |r| replay.push(r))
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
             replay.finish();
             let writer = LogWriter::open(&path)?;

@@ -55,6 +55,7 @@
 //! [`Keyspace::walk`] produces them for compaction.
 
 pub mod glob;
+mod key;
 mod replay;
 
 use std::cell::Cell;
@@ -63,7 +64,7 @@ use std::hash::BuildHasher;
 use std::num::NonZeroU64;
 use std::ops::Bound;
 
-use crate::log::{Record, RecordRef};
+use crate::log::RecordRef;
 pub use glob::glob_match;
 pub use replay::{Replay, BATCH};
 
@@ -108,7 +109,9 @@ impl Entry {
     }
 }
 
-type Slot = (Box<[u8]>, Entry);
+use key::Key;
+
+type Slot = (Key, Entry);
 
 /// The expiry as stored: 0 (long passed) is kept as 1, so that it fits the niche.
 #[inline]
@@ -118,7 +121,7 @@ fn expiry(at_ms: Option<u64>) -> Option<NonZeroU64> {
 
 /// The keys sharing one hash: one inline, the others (rare) in `rest`, which is one
 /// pointer (allocated only for a collision) so that a bucket, which the B-tree holds
-/// inline, stays 64 bytes.
+/// inline, stays 72 bytes.
 struct Bucket {
     first: Slot,
     // One word instead of a Vec's three; the extra allocation happens only on a collision.
@@ -127,7 +130,7 @@ struct Bucket {
 }
 
 // The B-tree's nodes hold buckets inline: their size is most of a key's memory.
-const _: () = assert!(core::mem::size_of::<Bucket>() <= 64);
+const _: () = assert!(core::mem::size_of::<Bucket>() <= 72);
 
 impl Bucket {
     fn new(first: Slot) -> Bucket {
@@ -181,6 +184,69 @@ impl Bucket {
             self.rest = None;
         }
         Some(removed)
+    }
+}
+
+/// A log record to replay, with its value owned and its key borrowed (`&[u8]`) or
+/// already in the keyspace's form ([`Key`], as replay keeps it while it sorts).
+enum Op<K> {
+    Set {
+        key: K,
+        value: Vec<u8>,
+        expire_at_ms: Option<u64>,
+    },
+    Del {
+        key: K,
+    },
+    Expire {
+        key: K,
+        at_ms: Option<u64>,
+    },
+    Flush,
+}
+
+impl<'a> Op<&'a [u8]> {
+    fn from_record(rec: RecordRef<'a>) -> Self {
+        match rec {
+            RecordRef::Set {
+                key,
+                value,
+                expire_at_ms,
+            } => Op::Set {
+                key,
+                value: value.to_vec(),
+                expire_at_ms,
+            },
+            RecordRef::Del { key } => Op::Del { key },
+            RecordRef::Expire { key, at_ms } => Op::Expire { key, at_ms },
+            RecordRef::Flush => Op::Flush,
+        }
+    }
+}
+
+impl<K> Op<K> {
+    fn key(&self) -> Option<&K> {
+        match self {
+            Op::Set { key, .. } | Op::Del { key } | Op::Expire { key, .. } => Some(key),
+            Op::Flush => None,
+        }
+    }
+
+    fn map_key<L>(self, f: impl FnOnce(K) -> L) -> Op<L> {
+        match self {
+            Op::Set {
+                key,
+                value,
+                expire_at_ms,
+            } => Op::Set {
+                key: f(key),
+                value,
+                expire_at_ms,
+            },
+            Op::Del { key } => Op::Del { key: f(key) },
+            Op::Expire { key, at_ms } => Op::Expire { key: f(key), at_ms },
+            Op::Flush => Op::Flush,
+        }
     }
 }
 
@@ -334,7 +400,7 @@ impl Keyspace {
 
     /// [`Keyspace::set`] with the key's hash already computed; `key` is borrowed or
     /// owned (replay moves the decoded key in; a borrowed one is copied only if new).
-    fn set_hashed<K: AsRef<[u8]> + Into<Box<[u8]>>>(
+    fn set_hashed<K: AsRef<[u8]> + Into<Key>>(
         &mut self,
         h: u64,
         key: K,
@@ -520,38 +586,38 @@ impl Keyspace {
     /// Replays one log record (recovery); `now_ms` drops keys already expired (a Set
     /// or Expire whose time has passed deletes the key).
     pub fn apply(&mut self, rec: RecordRef<'_>, now_ms: u64) {
-        let rec = rec.to_record();
-        let h = rec.key().map_or(0, |k| self.hash(k));
-        self.apply_hashed(h, rec, now_ms)
+        let op = Op::from_record(rec);
+        let h = op.key().map_or(0, |k| self.hash(k));
+        self.apply_hashed(h, op, now_ms)
     }
 
     /// [`Keyspace::apply`] of a record whose key hashes to `h` (any value for Flush);
-    /// its key and value move into the keyspace.
-    fn apply_hashed(&mut self, h: u64, rec: Record, now_ms: u64) {
+    /// its value (and its key, if owned) move into the keyspace.
+    fn apply_hashed<K: AsRef<[u8]> + Into<Key>>(&mut self, h: u64, op: Op<K>, now_ms: u64) {
         let passed = |at: Option<u64>| matches!(at, Some(at) if at <= now_ms);
-        match rec {
-            Record::Set {
+        match op {
+            Op::Set {
                 key,
                 value,
                 expire_at_ms,
             } => {
                 if passed(expire_at_ms) {
-                    self.remove_live(h, &key, now_ms);
+                    self.remove_live(h, key.as_ref(), now_ms);
                 } else {
                     self.set_hashed(h, key, value, expire_at_ms);
                 }
             }
-            Record::Del { key } => {
-                self.remove_live(h, &key, now_ms);
+            Op::Del { key } => {
+                self.remove_live(h, key.as_ref(), now_ms);
             }
-            Record::Expire { key, at_ms } => {
+            Op::Expire { key, at_ms } => {
                 if passed(at_ms) {
-                    self.remove_live(h, &key, now_ms);
+                    self.remove_live(h, key.as_ref(), now_ms);
                 } else {
-                    self.set_expire_hashed(h, &key, at_ms, now_ms);
+                    self.set_expire_hashed(h, key.as_ref(), at_ms, now_ms);
                 }
             }
-            Record::Flush => self.clear(),
+            Op::Flush => self.clear(),
         }
     }
 
@@ -584,7 +650,7 @@ impl Keyspace {
             }
             self.expires.remove(&(at, h));
             // Every key of the bucket expiring at `at` goes (normally just one).
-            let keys: Vec<Box<[u8]>> = match self.map.get(&h) {
+            let keys: Vec<Key> = match self.map.get(&h) {
                 Some(b) => b
                     .slots()
                     .filter(|s| s.1.expire_at_ms() == Some(at))

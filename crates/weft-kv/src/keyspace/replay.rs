@@ -12,23 +12,25 @@
 //! applied first. The result is exactly the keyspace that applying the records one
 //! by one gives (tested below, with hash collisions forced).
 //!
-//! The owned key and value that recovery decoded move into the keyspace; nothing is
-//! copied again.
+//! Records come borrowed from recovery's read buffer: a batched record holds its value
+//! in a new allocation, which moves into the keyspace, and its key in the keyspace's
+//! own form ([`Key`]: a short key inline, so no allocation at all).
 
-use super::Keyspace;
-use crate::log::Record;
+use super::{Key, Keyspace, Op};
+use crate::log::RecordRef;
 
 /// Records gathered before a batch is sorted and applied: enough that consecutive
 /// inserts of a batch land a few keys apart even in a tree of tens of millions. The
-/// batch costs 72 bytes a record (the hash and the record; its key and value are
-/// allocations the keyspace keeps), 72 MiB at most, returned once replay ends.
+/// batch costs about 80 bytes a record (the hash, the key, the value's pointer, the
+/// expiry; the value is an allocation the keyspace keeps), 80 MiB at most, returned
+/// once replay ends.
 pub const BATCH: usize = 1 << 20;
 
 /// Replays a log into a keyspace; [`Replay::finish`] applies what is still gathered.
 pub struct Replay<'a> {
     ks: &'a mut Keyspace,
     now_ms: u64,
-    batch: Vec<(u64, Record)>,
+    batch: Vec<(u64, Op<Key>)>,
 }
 
 impl<'a> Replay<'a> {
@@ -43,11 +45,12 @@ impl<'a> Replay<'a> {
     }
 
     /// The next record of the log.
-    pub fn push(&mut self, rec: Record) {
-        match rec.key() {
+    pub fn push(&mut self, rec: RecordRef<'_>) {
+        let op = Op::from_record(rec);
+        match op.key() {
             Some(k) => {
                 let h = self.ks.hash(k);
-                self.batch.push((h, rec));
+                self.batch.push((h, op.map_key(Key::from)));
                 if self.batch.len() == BATCH {
                     self.apply_batch();
                 }
@@ -55,7 +58,7 @@ impl<'a> Replay<'a> {
             None => {
                 // Flush: after everything before it.
                 self.apply_batch();
-                self.ks.apply_hashed(0, rec, self.now_ms);
+                self.ks.apply_hashed(0, op, self.now_ms);
             }
         }
     }
@@ -77,6 +80,7 @@ impl<'a> Replay<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::Record;
 
     fn dump(ks: &Keyspace) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
         let mut v: Vec<_> = ks
@@ -136,8 +140,8 @@ mod tests {
             }
             let mut batched = narrow;
             let mut rp = Replay::new(&mut batched, now);
-            for r in recs {
-                rp.push(r);
+            for r in &recs {
+                rp.push(r.as_ref());
             }
             rp.finish();
             assert_eq!(dump(&batched), dump(&one), "round {round}");

@@ -189,9 +189,9 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
     }
-    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
+        self.take(n)
     }
     fn opt(&mut self) -> Result<Option<u64>, DecodeError> {
         match self.u8()? {
@@ -204,6 +204,11 @@ impl<'a> Reader<'a> {
 
 /// Decodes the frame at the start of `buf`: the record and the frame's length.
 pub fn decode(buf: &[u8]) -> Result<(Record, usize), DecodeError> {
+    decode_ref(buf).map(|(r, n)| (r.to_record(), n))
+}
+
+/// [`decode`], the record borrowing from `buf`.
+pub fn decode_ref(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> {
     if buf.len() < FRAME_HEADER {
         return Err(DecodeError::Truncated);
     }
@@ -217,17 +222,17 @@ pub fn decode(buf: &[u8]) -> Result<(Record, usize), DecodeError> {
     }
     let mut r = Reader(payload);
     let rec = match r.u8()? {
-        1 => Record::Set {
+        1 => RecordRef::Set {
             key: r.bytes()?,
             value: r.bytes()?,
             expire_at_ms: r.opt()?,
         },
-        2 => Record::Del { key: r.bytes()? },
-        3 => Record::Expire {
+        2 => RecordRef::Del { key: r.bytes()? },
+        3 => RecordRef::Expire {
             key: r.bytes()?,
             at_ms: r.opt()?,
         },
-        4 => Record::Flush,
+        4 => RecordRef::Flush,
         _ => return Err(DecodeError::Malformed),
     };
     if !r.0.is_empty() {

@@ -27,7 +27,7 @@
 
 use super::dir::create_log;
 use super::header::{self, HeaderCheck, HEADER_LEN};
-use super::record::{decode, DecodeError, Record, FRAME_HEADER};
+use super::record::{decode, decode_ref, DecodeError, Record, RecordRef, FRAME_HEADER};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -134,6 +134,15 @@ impl From<RecoverError> for io::Error {
 /// it did. Uses blocking std I/O: run it before serving, or inside
 /// `weft_runtime::blocking` on a green thread.
 pub fn recover(path: &Path, mut apply: impl FnMut(Record)) -> Result<Recovered, RecoverError> {
+    recover_refs(path, |r| apply(r.to_record()))
+}
+
+/// [`recover`], each record handed over borrowed from the read buffer (start-up's
+/// replay copies only what it keeps).
+pub fn recover_refs(
+    path: &Path,
+    mut apply: impl FnMut(RecordRef<'_>),
+) -> Result<Recovered, RecoverError> {
     let io_err = |error: io::Error| RecoverError::Io {
         path: path.to_path_buf(),
         error,
@@ -246,7 +255,7 @@ pub(crate) enum Scan {
 }
 
 /// Reads `file` from the start, handing each good record to `apply`. Changes nothing.
-pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(Record)) -> io::Result<Scan> {
+pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(RecordRef<'_>)) -> io::Result<Scan> {
     let mut w = Window::new(file)?;
     let first = w.get(0, HEADER_LEN)?;
     match header::check(first) {
@@ -280,7 +289,10 @@ pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(Record)) -> io::Result<Sca
 }
 
 /// Decodes the frame at `pos`.
-fn frame_at(w: &mut Window<'_>, pos: u64) -> io::Result<Result<(Record, usize), BadFrame>> {
+fn frame_at<'w>(
+    w: &'w mut Window<'_>,
+    pos: u64,
+) -> io::Result<Result<(RecordRef<'w>, usize), BadFrame>> {
     let head = w.get(pos, FRAME_HEADER)?;
     if head.len() < FRAME_HEADER {
         return Ok(Err(BadFrame::Decode(DecodeError::Truncated)));
@@ -290,7 +302,7 @@ fn frame_at(w: &mut Window<'_>, pos: u64) -> io::Result<Result<(Record, usize), 
         return Ok(Err(BadFrame::TooLong(len)));
     }
     let buf = w.get(pos, FRAME_HEADER + len as usize)?;
-    Ok(decode(buf).map_err(BadFrame::Decode))
+    Ok(decode_ref(buf).map_err(BadFrame::Decode))
 }
 
 /// The first offset at or after `from` where a whole frame decodes to a record.

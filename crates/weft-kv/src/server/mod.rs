@@ -380,7 +380,7 @@ fn recover_all(dir: &DataDir) -> io::Result<Vec<(Keyspace, u64, LogWriter)>> {
                 scope.spawn(move || -> io::Result<(Keyspace, u64, LogWriter)> {
                     let mut ks = Keyspace::new();
                     let mut replay = Replay::new(&mut ks, now);
-                    let rec = log::recover(&path, |r| replay.push(r))
+                    let rec = log::recover_refs(&path, |r| replay.push(r))
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
                     replay.finish();
                     if rec.torn_bytes > 0 {
