@@ -316,6 +316,20 @@ fn too_big_lines() {
         feed(limits, &[&at], false),
         (vec![vec![vec![b'a'; 100]]], None)
     );
+    // ... also when its `\r` and `\n` arrive in different reads (cargo fuzz found this
+    // refused); one more byte before the `\r` is too big, however it arrives.
+    let mut at_cr = vec![b'a'; 100];
+    at_cr.push(b'\r');
+    assert_eq!(
+        feed(limits, &[&at_cr, b"\n"], false),
+        (vec![vec![vec![b'a'; 100]]], None)
+    );
+    let mut over_cr = vec![b'a'; 101];
+    over_cr.push(b'\r');
+    assert_eq!(
+        feed(limits, &[&over_cr], false),
+        (vec![], Some(err("Protocol error: too big inline request")))
+    );
     // A line past the limit is refused even when its newline came in the same read.
     let mut over = vec![b'a'; 101];
     over.push(b'\n');
