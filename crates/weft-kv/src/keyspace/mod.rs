@@ -392,14 +392,14 @@ impl Keyspace {
     }
 
     /// Sets `key` to `value` expiring at `expire_at_ms` (or never), replacing any
-    /// previous value and expiry. An expiry already passed is stored as given (the key
-    /// then behaves as absent); commands remove the key instead.
+    /// previous value and expiry. An expiry already passed is stored (a time of 0 as 1,
+    /// see [`expiry`]; the key then behaves as absent); commands remove the key instead.
     pub fn set(&mut self, key: &[u8], value: Vec<u8>, expire_at_ms: Option<u64>) {
         self.set_hashed(self.hash(key), key, value, expire_at_ms)
     }
 
-    /// [`Keyspace::set`] with the key's hash already computed; `key` is borrowed or
-    /// owned (replay moves the decoded key in; a borrowed one is copied only if new).
+    /// [`Keyspace::set`] with the key's hash already computed; `key` is borrowed (copied
+    /// only if new) or already a [`Key`] (replay's, moved in).
     fn set_hashed<K: AsRef<[u8]> + Into<Key>>(
         &mut self,
         h: u64,
@@ -408,10 +408,11 @@ impl Keyspace {
         expire_at_ms: Option<u64>,
     ) {
         let key_len = key.as_ref().len();
-        let expire_at_ms = expiry(expire_at_ms).map(NonZeroU64::get);
+        let expire = expiry(expire_at_ms);
+        let expire_at_ms = expire.map(NonZeroU64::get);
         let new = Entry {
             value,
-            expire: expiry(expire_at_ms),
+            expire,
             stamp: self.stamp,
         };
         self.saw(self.stamp);
@@ -499,8 +500,9 @@ impl Keyspace {
         }
         e.stamp = self.stamp;
         raise(&self.seen, self.stamp); // (not `saw`: `e` borrows the map)
-        let at_ms = expiry(at_ms).map(NonZeroU64::get);
-        let old = std::mem::replace(&mut e.expire, expiry(at_ms)).map(NonZeroU64::get);
+        let expire = expiry(at_ms);
+        let at_ms = expire.map(NonZeroU64::get);
+        let old = std::mem::replace(&mut e.expire, expire).map(NonZeroU64::get);
         if old == at_ms {
             return true;
         }

@@ -68,14 +68,6 @@ impl RecordRef<'_> {
 }
 
 impl Record {
-    /// The key it is about (none for Flush).
-    pub fn key(&self) -> Option<&[u8]> {
-        match self {
-            Record::Set { key, .. } | Record::Del { key } | Record::Expire { key, .. } => Some(key),
-            Record::Flush => None,
-        }
-    }
-
     /// This record, borrowed.
     pub fn as_ref(&self) -> RecordRef<'_> {
         match self {

@@ -27,7 +27,7 @@
 
 use super::dir::create_log;
 use super::header::{self, HeaderCheck, HEADER_LEN};
-use super::record::{decode, decode_ref, DecodeError, Record, RecordRef, FRAME_HEADER};
+use super::record::{decode_ref, DecodeError, Record, RecordRef, FRAME_HEADER};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -314,7 +314,7 @@ fn find_valid(w: &mut Window<'_>, from: u64) -> io::Result<Option<u64>> {
         // Only a frame that fits in the file can be a valid one.
         if len > 0 && len <= MAX_PAYLOAD as u64 && pos + FRAME_HEADER as u64 + len <= w.file_len {
             let buf = w.get(pos, FRAME_HEADER + len as usize)?;
-            if decode(buf).is_ok() {
+            if decode_ref(buf).is_ok() {
                 return Ok(Some(pos));
             }
         }

@@ -533,7 +533,7 @@ fn share(spare: &mut Option<Arc<Ipc>>, who: &Arc<Ipc>) -> Arc<Ipc> {
 }
 
 /// Keeps `x`, a count this thread's operation no longer needs, as the spare.
-#[inline]
+#[inline(always)]
 fn retire(spare: &mut Option<Arc<Ipc>>, x: Option<Arc<Ipc>>) {
     if x.is_some() {
         *spare = x;
@@ -548,9 +548,8 @@ fn retire(spare: &mut Option<Arc<Ipc>>, x: Option<Arc<Ipc>>) {
 #[inline(always)]
 fn set_partner(st: &mut Local, to: Option<&Arc<Ipc>>, given: Option<Arc<Ipc>>) {
     let Some(to) = to else {
-        if let Some(old) = st.partner.take() {
-            st.spare = Some(old);
-        }
+        let old = st.partner.take();
+        retire(&mut st.spare, old);
         return;
     };
     match (&st.partner, given) {

@@ -405,8 +405,23 @@ pub(crate) fn finish(
     ret: i64,
     complete: bool,
 ) {
+    if finish_quiet(job, ring, silent_end, atom, ret, complete) {
+        ring.wake();
+    }
+}
+
+/// [`finish`] without waking the ring's waiters: true if it posted a completion, and
+/// the caller must then call `ring.wake()` (the io_uring engine does, once per batch).
+pub(crate) fn finish_quiet(
+    job: &Job,
+    ring: &Ring,
+    silent_end: SilentEnd,
+    atom: *mut SysletUatom,
+    ret: i64,
+    complete: bool,
+) -> bool {
     if complete {
-        ring.push(Completion {
+        ring.push_quiet(Completion {
             atom,
             ret,
             id: job.id,
@@ -414,6 +429,7 @@ pub(crate) fn finish(
     } else {
         silent_end(job.id);
     }
+    complete
 }
 
 pub(crate) struct SendPtr(pub(crate) *mut SysletUatom);

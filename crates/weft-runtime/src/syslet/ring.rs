@@ -55,14 +55,9 @@ impl Ring {
         }
     }
 
-    /// Adds a completion (never drops it) and wakes the waiters.
-    pub(crate) fn push(&self, c: Completion) {
-        self.add(c, true);
-        self.wake();
-    }
-
-    /// Adds a completion without waking the waiters: the caller calls [`wake`](Self::wake)
-    /// soon (the io_uring engine wakes each ring once per batch of completions).
+    /// Adds a completion (never drops it) without waking the waiters: the caller calls
+    /// [`wake`](Self::wake) next (`exec::finish`), or once per batch of completions
+    /// (the io_uring engine).
     pub(crate) fn push_quiet(&self, c: Completion) {
         self.add(c, true)
     }

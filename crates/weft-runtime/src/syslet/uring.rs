@@ -80,7 +80,7 @@
 
 use super::atom::{self, *};
 use super::exec::{self, Job, SilentEnd};
-use super::ring::{Completion, Ring};
+use super::ring::Ring;
 use super::{fault, sys};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::HashMap;
@@ -623,17 +623,10 @@ impl State {
     /// woken at the end of the current batch of CQEs.
     fn end(&mut self, t: Task, atom: *mut SysletUatom, ret: i64, complete: bool) {
         t.job.engine.store(0, SeqCst);
-        if complete {
-            t.ring.push_quiet(Completion {
-                atom,
-                ret,
-                id: t.job.id,
-            });
-            if !self.to_wake.iter().any(|r| Arc::ptr_eq(r, &t.ring)) {
-                self.to_wake.push(t.ring);
-            }
-        } else {
-            (t.silent_end)(t.job.id);
+        if exec::finish_quiet(&t.job, &t.ring, t.silent_end, atom, ret, complete)
+            && !self.to_wake.iter().any(|r| Arc::ptr_eq(r, &t.ring))
+        {
+            self.to_wake.push(t.ring);
         }
     }
 
