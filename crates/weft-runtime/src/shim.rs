@@ -5,10 +5,14 @@
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(feature = "loom")]
+pub(crate) use loom::sync::atomic::fence;
+#[cfg(feature = "loom")]
 pub(crate) use loom::sync::Arc;
 
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::atomic::fence;
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::Arc;
 
@@ -30,6 +34,7 @@ pub(crate) use loom::cell::UnsafeCell;
 
 #[cfg(not(feature = "loom"))]
 #[derive(Debug)]
+#[repr(transparent)]
 pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
 
 #[cfg(not(feature = "loom"))]

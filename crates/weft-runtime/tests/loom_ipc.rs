@@ -54,6 +54,17 @@
 //! Preemption bound 2 (3 for the two smallest models, 1 for the three-worker one);
 //! `WEFT_LOOM_FULL=1` adds one.
 //!
+//! **Reaching the races.** A message is late in these models only when loom schedules
+//! its receiver late. The message boxes' doorbell uses sequentially consistent fences
+//! (`src/msgbox/park.rs`), which loom models as ordering every fence after all earlier
+//! ones, so a worker that has fenced sees every message sent before: it cannot read
+//! an older state of a box, as it could before those fences existed. Two races that
+//! relied on such a late view (a call queued and cancelled before its server
+//! receives; an abort that lands before the call starts) were then out of reach at
+//! any bound tried (up to 5); a one-turn `Pause` in the script of the side that must
+//! come second makes them ordinary interleavings again, and the models check that
+//! they are reached.
+//!
 //! A failure shows as an assertion with the execution's outcome and traces, or as
 //! loom's `deadlock` panic (a lost wake-up or request; the test binary then aborts).
 //! Each kind of check was seen to fail on a deliberately broken copy of the protocol:
@@ -840,7 +851,9 @@ fn delivery_races_the_senders_timeout() {
 /// (a)+(b) A call with a timeout against a server that receives (with a timeout) and
 /// replies with timeout zero: the call's timeout lands before the delivery, between
 /// delivery and reply, or after the reply. The reply is delivered exactly when the
-/// caller still waits for it, and refused (given back) when it gave up.
+/// caller still waits for it, and refused (given back) when it gave up. The server
+/// pauses one turn before it receives, so the call may also arrive, be queued and be
+/// cancelled before the server receives (see "Reaching the races" above).
 #[test]
 fn a_call_times_out_at_either_stage_while_the_server_replies() {
     let seen = explore(
@@ -851,6 +864,7 @@ fn a_call_times_out_at_either_stage_while_the_server_replies() {
                 (
                     1,
                     vec![
+                        Step::Pause(1),
                         receive(None, Some(2)),
                         Step::ReplyWait {
                             word: 20,
@@ -961,8 +975,8 @@ fn a_receive_times_out_while_a_zero_send_arrives() {
 
 /// (b) A call from worker 0 to a server on worker 1, and a thread on worker 1 that
 /// aborts the caller (`ipc::cancel`) at once; the server starts receiving a little
-/// later. The abort lands before the call starts (and is ignored), while it is in
-/// flight, queued, or awaiting its reply.
+/// later, and the caller calls after a one-turn pause. The abort lands before the call
+/// starts (and is ignored), while it is in flight, queued, or awaiting its reply.
 #[test]
 fn an_abort_races_a_call() {
     let seen = explore(
@@ -970,7 +984,7 @@ fn an_abort_races_a_call() {
             workers: 2,
             threads: vec![
                 // A timeout too, for when the abort lands before the call starts.
-                (0, vec![call(1, 10, Some(3))]),
+                (0, vec![Step::Pause(1), call(1, 10, Some(3))]),
                 (
                     1,
                     vec![

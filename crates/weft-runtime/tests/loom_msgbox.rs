@@ -5,6 +5,10 @@
 //! - a message sent while the receiver is going to sleep always wakes it (a lost
 //!   wake-up shows as a deadlock, which loom reports): the doorbell protocol of
 //!   `src/msgbox/park.rs`;
+//! - a sender whose doorbell bit is still set does not ring: a message sent while the
+//!   receiver clears that bit (its box went quiet), or while it goes to sleep with the
+//!   bit set, is still found (the fences of `park.rs`; built with `STICKY_POLLS` = 1,
+//!   so one empty poll clears a bit);
 //! - messages that overflow a full box arrive, in order, none lost or doubled;
 //! - two workers sending to each other at once both get their mail;
 //! - a wake-up without mail (shutdown) is not lost, whenever it comes.
@@ -85,5 +89,43 @@ fn two_workers_sending_to_each_other_both_get_their_mail() {
         b.send(0, 2);
         assert_eq!(receive(&mut b, 1), vec![(0, 1)]);
         assert_eq!(t.join().unwrap(), vec![(1, 2)]);
+    });
+}
+
+#[test]
+fn a_message_sent_while_its_bit_is_being_cleared_is_found() {
+    model(|| {
+        let mut e = matrix::<u32>(2, 4).unwrap();
+        let (mut a, mut b) = (e.remove(0), e.remove(0));
+        a.send(1, 1); // sets a's bit on b's doorbell
+        let sender = thread::spawn(move || {
+            a.send(1, 2); // may see the bit still set, and not ring
+            a
+        });
+        // b takes message 1; a poll that finds the box empty clears the bit (and looks
+        // again); then b sleeps until message 2 is there.
+        let mut got = Vec::new();
+        b.poll(|from, m| got.push((from, m)));
+        b.poll(|from, m| got.push((from, m)));
+        got.extend(receive(&mut b, 2 - got.len()));
+        assert_eq!(got, vec![(0, 1), (0, 2)]);
+        sender.join().unwrap();
+    });
+}
+
+#[test]
+fn a_sender_with_its_bit_set_still_wakes_a_receiver_going_to_sleep() {
+    model(|| {
+        let mut e = matrix::<u32>(2, 4).unwrap();
+        let (mut a, mut b) = (e.remove(0), e.remove(0));
+        a.send(1, 1);
+        assert_eq!(receive(&mut b, 1), vec![(0, 1)]); // the bit stays set (sticky)
+        let sender = thread::spawn(move || {
+            a.send(1, 2);
+            a.send(1, 3);
+            a
+        });
+        assert_eq!(receive(&mut b, 2), vec![(0, 2), (0, 3)]);
+        sender.join().unwrap();
     });
 }

@@ -7,8 +7,9 @@
 //!   * "raw-cacheline": the hardware floor, two pinned threads bouncing a value
 //!     through one cache line by spinning on it;
 //!   * "msgbox-spin" / "msgbox-wait": a message to the other worker through weft's
-//!     message-box matrix and a reply back, both sides polling (busy workers) or
-//!     calling `wait()` between messages (a short spin, then sleep on the doorbell);
+//!     message-box matrix and a reply back, both sides polling (busy workers: spin on
+//!     `has_mail()`, then `poll()`) or calling `wait()` between messages (a spin of up
+//!     to 20 us, then sleep on the doorbell);
 //!   * "mutex-condvar": the usual futex-based hand-off (std's Mutex and Condvar);
 //!   * "weft": green thread A on worker 0 unparks green thread B on worker 1 and parks;
 //!     B does the reverse (`Unparker`/`park`). Nothing else runs, so each worker goes
@@ -560,7 +561,9 @@ pub(super) fn raw_cacheline(pinned: bool, n: u64) -> Result<Duration, String> {
 }
 
 /// A message to the partner worker through the matrix and the reply back; both sides
-/// busy-poll, or sleep on their doorbell between messages.
+/// busy-poll (spin on `has_mail`, then `poll`, as a busy worker looks at every pick),
+/// or wait (`Endpoint::wait`: a short spin, then sleep on the doorbell) between
+/// messages.
 fn msgbox(pinned: bool, n: u64, sleep: bool) -> Result<Duration, String> {
     let mut e =
         matrix::<u64>(2, 64).map_err(|e| format!("cannot create the message boxes: {e}"))?;
@@ -579,7 +582,10 @@ fn msgbox(pinned: bool, n: u64, sleep: bool) -> Result<Duration, String> {
                 if sleep {
                     partner.wait(None);
                 } else {
-                    std::hint::spin_loop();
+                    // As a busy worker does between picks: look, poll when mail is there.
+                    while !partner.has_mail() && !stop.load(Relaxed) {
+                        std::hint::spin_loop();
+                    }
                 }
             }
         },
@@ -594,7 +600,9 @@ fn msgbox(pinned: bool, n: u64, sleep: bool) -> Result<Duration, String> {
                         if sleep {
                             me.wait(None);
                         } else {
-                            std::hint::spin_loop();
+                            while !me.has_mail() {
+                                std::hint::spin_loop();
+                            }
                         }
                     }
                 }

@@ -13,7 +13,8 @@
 //!   registered with the ring, so a completion wakes a sleeping worker. A green thread
 //!   pushes its SQE (no syscall) and parks; the SQ is submitted in batches by
 //!   [`Driver::poll`] (the worker's `poll_events`, which runs before every sleep and
-//!   every few dozen switches), by [`Driver::before_sleep`], or when the SQ is full.
+//!   every few dozen switches), by [`Driver::submit`] before the worker sleeps, or when
+//!   the SQ is full.
 //! - **threads** (`threads.rs`): file operations are plain blocking syscalls on a pool
 //!   of small-stack OS threads (grown on demand up to a limit, idle threads exit); the
 //!   pool thread makes the call and unparks the green thread. Socket operations are not
@@ -184,13 +185,19 @@ impl Driver {
         self.ring.as_ref().map_or(0, |r| r.poll())
     }
 
-    /// Called just before the worker sleeps on its eventfd: submits what is queued (so
-    /// its completions will ring that eventfd) and, if completions are already waiting,
-    /// rings it so the sleep returns at once.
-    pub(crate) fn before_sleep(&self) {
+    /// Submits what is queued: called before the worker spins and sleeps on its
+    /// eventfd, which the completions of what is submitted write.
+    pub(crate) fn submit(&self) {
         if let Some(r) = &self.ring {
-            r.before_sleep();
+            r.submit();
         }
+    }
+
+    /// Whether completions wait to be reaped by [`Driver::poll`] (the threads backend
+    /// has none: its completions arrive as wake-up mail).
+    #[inline]
+    pub(crate) fn has_completions(&self) -> bool {
+        self.ring.as_ref().is_some_and(|r| r.has_completions())
     }
 }
 

@@ -2,12 +2,14 @@
 //!
 //! - **Wake-ups.** The worker's doorbell eventfd is registered with the ring
 //!   (`IORING_REGISTER_EVENTFD`): every completion makes it readable, so a worker
-//!   sleeping in `poll()` on it wakes. [`Ring::before_sleep`] also rings it itself when
-//!   completions are already waiting, so none sits unreaped through a sleep.
+//!   sleeping in `poll()` on it wakes. A worker about to sleep first submits
+//!   ([`Ring::submit`]) and spins a little, watching [`Ring::has_completions`] (the CQ,
+//!   and the flag that says completions wait for a syscall to run their task work), so
+//!   none sits unreaped through a sleep.
 //! - **Batching.** [`Ring::push`] only writes SQEs into the shared SQ; the syscall
 //!   (`io_uring_enter`) happens in [`Ring::poll`] (the worker's `poll_events`, run before
-//!   each sleep and every few dozen switches), in [`Ring::before_sleep`], or when the SQ
-//!   is full. A burst of green threads that each start one operation costs one syscall.
+//!   each sleep and every few dozen switches), in [`Ring::submit`] before a sleep, or
+//!   when the SQ is full. A burst of green threads that each start one operation costs one syscall.
 //! - **Completions.** An entry's `user_data` is an `Arc<Slot>` turned into a raw
 //!   pointer (one count, held by the ring); 0 marks entries nobody waits for (closes,
 //!   cancels, linked timeouts). Reaping first copies the CQEs out under the ring's
@@ -81,7 +83,6 @@ pub(crate) struct Ring {
     ring: ManuallyDrop<RefCell<IoUring>>,
     /// Operations pushed with a slot whose completion has not been reaped.
     inflight: Cell<usize>,
-    wake_fd: RawFd,
 }
 
 fn is_busy(e: &io::Error) -> bool {
@@ -112,7 +113,6 @@ impl Ring {
         Ok(Ring {
             ring: ManuallyDrop::new(RefCell::new(ring)),
             inflight: Cell::new(0),
-            wake_fd,
         })
     }
 
@@ -229,17 +229,19 @@ impl Ring {
         self.reap_and_complete()
     }
 
-    /// Submits what is queued; if completions already wait, rings the eventfd so the
-    /// coming sleep returns at once.
-    pub(crate) fn before_sleep(&self) {
+    /// Submits what is queued (before the worker sleeps: the completions of what is
+    /// submitted write its eventfd).
+    pub(crate) fn submit(&self) {
         self.submit_pending();
-        let waiting = !self.ring.borrow_mut().completion().is_empty();
-        if waiting {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes to the worker's eventfd, which outlives the ring's
-            // registration.
-            unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
-        }
+    }
+
+    /// Whether completions wait to be reaped: CQEs in the ring, or (the ring runs task
+    /// work cooperatively) completions whose task work waits for our next syscall. A
+    /// few loads: cheap enough for a spinning worker to ask each turn.
+    #[inline]
+    pub(crate) fn has_completions(&self) -> bool {
+        let mut ring = self.ring.borrow_mut();
+        !ring.completion().is_empty() || ring.submission().taskrun()
     }
 }
 

@@ -5,10 +5,14 @@
 //! only consumer of its column, which is what makes each box single-producer
 //! single-consumer.
 //!
-//! Finding mail: after pushing into box `(from, to)` the sender rings `to`'s doorbell
-//! (`park.rs`); the receiver takes the doorbell's bits and drains just the boxes of the
-//! senders they name. A message pushed after the take rings the bell again, so nothing
-//! is missed; a bell rung for a box already drained costs one empty look.
+//! Finding mail: after pushing into box `(from, to)` the sender notifies `to`'s doorbell
+//! (`park.rs`), which makes sure `from`'s bit is set there (usually it already is: the
+//! bits are sticky, so a busy pair of workers exchanges messages without writing the
+//! doorbell at all). The receiver looks at the boxes of the senders whose bits are set:
+//! one load of each box's next slot ([`Endpoint::has_mail`]), and it drains those that
+//! have mail ([`Endpoint::poll`]). A bit whose boxes stay empty for
+//! [`STICKY_POLLS`](super::park::STICKY_POLLS) polls is cleared, and the boxes looked at
+//! once more after the clear, so nothing sent meanwhile is missed.
 //!
 //! Sending never blocks and never drops: if a box is full, the message waits in the
 //! sender's own overflow list for that destination (in order, behind nothing newer) and
@@ -17,15 +21,68 @@
 //! boxes, as the seed's processors keep serving incoming requests while they wait on
 //! their own: two workers filling each other's boxes cannot deadlock.
 
-use super::park::{Doorbell, CLASSES};
+use super::park::{Doorbell, CLASSES, CLASS_BITS, STICKY_POLLS, WOKEN};
 use super::spsc::Spsc;
 use crate::shim::{Arc, CachePadded};
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// How many times an idle worker looks at its doorbell before it goes to sleep (once
-/// under loom, whose state space each spin multiplies).
-pub const SPIN_BEFORE_SLEEP: u32 = if cfg!(feature = "loom") { 1 } else { 200 };
+/// How long an idle worker keeps looking for mail before it goes to sleep.
+///
+/// Waking a sleeping worker costs a system call on the sender's side and, on the
+/// sleeper's, a return from the kernel's idle path: tens of microseconds on a virtual
+/// machine, where the wake-up is an inter-processor interrupt through the hypervisor
+/// (a futex round trip takes 50-70 us on the 2-vCPU VMs of docs/benchmarks.md). A
+/// partner that answers within this window (a cross-worker IPC call, a ping-pong)
+/// is seen without either cost. The price is at most this much CPU each time a worker
+/// runs out of work; a worker idle for longer sleeps. (The window was 200 spins
+/// before: 2.4 us on an Intel VM whose `pause` takes 11 ns, shorter than a busy
+/// cross-worker round trip there, so such round trips kept paying the wake-up.)
+pub const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(20);
+
+/// A bounded busy-wait: true from [`Spin::go_on`] until [`SPIN_BEFORE_SLEEP`] has
+/// passed (or `limit`, if shorter). It reads the clock once every 16 turns; under
+/// loom, whose state space each turn multiplies, it allows one turn.
+pub struct Spin {
+    start: Option<std::time::Instant>,
+    limit: Duration,
+    turns: u32,
+}
+
+impl Spin {
+    /// A spin of at most [`SPIN_BEFORE_SLEEP`], or `limit` if shorter (a timer due
+    /// sooner, say).
+    pub fn new(limit: Option<Duration>) -> Spin {
+        Spin {
+            start: None,
+            limit: limit.map_or(SPIN_BEFORE_SLEEP, |l| l.min(SPIN_BEFORE_SLEEP)),
+            turns: 0,
+        }
+    }
+
+    /// Pauses the CPU briefly; false once the spin's time is up.
+    #[inline]
+    pub fn go_on(&mut self) -> bool {
+        self.turns += 1;
+        if cfg!(feature = "loom") {
+            if self.turns > 1 {
+                return false;
+            }
+            crate::shim::spin_hint();
+            return true;
+        }
+        if self.turns % 16 == 1 {
+            let now = std::time::Instant::now();
+            match self.start {
+                None => self.start = Some(now),
+                Some(s) if now.duration_since(s) >= self.limit => return false,
+                Some(_) => {}
+            }
+        }
+        crate::shim::spin_hint();
+        true
+    }
+}
 
 /// How long a worker whose messages wait for room in a full box sleeps at most before
 /// it tries again.
@@ -46,6 +103,8 @@ pub struct Endpoint<T> {
     /// Messages waiting for room, per destination.
     overflow: Vec<VecDeque<T>>,
     overflowing: usize,
+    /// Per doorbell class: how many polls in a row found its boxes empty.
+    idle_polls: [u8; CLASSES],
 }
 
 /// Builds the matrix for `workers` workers, with boxes of `capacity` messages, and
@@ -70,6 +129,7 @@ pub fn matrix<T: Send>(workers: usize, capacity: usize) -> std::io::Result<Vec<E
             m: m.clone(),
             overflow: (0..workers).map(|_| VecDeque::new()).collect(),
             overflowing: 0,
+            idle_polls: [0; CLASSES],
         })
         .collect())
 }
@@ -95,7 +155,7 @@ impl<T: Send> Endpoint<T> {
         if self.overflow[to].is_empty() {
             // SAFETY: this endpoint is the only producer of row `self.id`.
             match unsafe { self.m.boxes[self.id * self.m.n + to].push(msg) } {
-                Ok(()) => return self.m.doorbells[to].ring(self.id),
+                Ok(()) => return self.m.doorbells[to].notify(self.id),
                 Err(msg) => self.overflow[to].push_back(msg),
             }
         } else {
@@ -133,7 +193,7 @@ impl<T: Send> Endpoint<T> {
             }
         }
         if moved {
-            self.m.doorbells[to].ring(self.id);
+            self.m.doorbells[to].notify(self.id);
         }
     }
 
@@ -146,44 +206,105 @@ impl<T: Send> Endpoint<T> {
     /// sender. Returns how many there were.
     pub fn poll(&mut self, mut f: impl FnMut(usize, T)) -> usize {
         self.flush();
+        let bell = &self.m.doorbells[self.id];
+        let bits = bell.bits();
+        if bits & WOKEN != 0 {
+            bell.clear(WOKEN);
+        }
         let mut n = 0;
-        let mut classes = self.m.doorbells[self.id].take();
+        let mut quiet = 0u64;
+        let mut classes = bits & CLASS_BITS;
         while classes != 0 {
             let class = classes.trailing_zeros() as usize;
             classes &= classes - 1;
-            for from in (class..self.m.n).step_by(CLASSES) {
-                let b = &self.m.boxes[from * self.m.n + self.id];
-                // SAFETY: this endpoint is the only consumer of column `self.id`.
-                while let Some(msg) = unsafe { b.pop() } {
-                    f(from, msg);
-                    n += 1;
+            let got = self.drain_class(class, &mut f);
+            n += got;
+            let idle = &mut self.idle_polls[class];
+            if got > 0 {
+                *idle = 0;
+            } else {
+                *idle += 1;
+                if *idle >= STICKY_POLLS {
+                    *idle = 0;
+                    quiet |= 1 << class;
                 }
+            }
+        }
+        if quiet != 0 {
+            // Clear the bits of classes that went quiet, then look at their boxes once
+            // more: a sender that saw its bit still set before the clear did not ring,
+            // and its message is found here (park.rs: no lost mail).
+            self.m.doorbells[self.id].clear(quiet);
+            while quiet != 0 {
+                let class = quiet.trailing_zeros() as usize;
+                quiet &= quiet - 1;
+                n += self.drain_class(class, &mut f);
             }
         }
         n
     }
 
+    /// Drains the boxes of the senders of doorbell class `class`; how many messages.
+    fn drain_class(&self, class: usize, f: &mut impl FnMut(usize, T)) -> usize {
+        let mut n = 0;
+        for from in (class..self.m.n).step_by(CLASSES) {
+            let b = &self.m.boxes[from * self.m.n + self.id];
+            // SAFETY: this endpoint is the only consumer of column `self.id`.
+            while let Some(msg) = unsafe { b.pop() } {
+                f(from, msg);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether a box of a sender class in `classes` has a message for this worker.
+    fn mail_in(&self, mut classes: u64) -> bool {
+        while classes != 0 {
+            let class = classes.trailing_zeros() as usize;
+            classes &= classes - 1;
+            for from in (class..self.m.n).step_by(CLASSES) {
+                // SAFETY: this endpoint is the only consumer of column `self.id`.
+                if unsafe { self.m.boxes[from * self.m.n + self.id].is_ready() } {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     /// Waits until mail may have arrived or `timeout` passes (None: forever): a short
-    /// spin on the doorbell, then sleep. Returns at once if mail is waiting, or if it
-    /// could move some of this endpoint's own waiting messages (the caller's loop then
-    /// looks again); while some still wait for room it sleeps at most [`ROOM_RETRY`].
+    /// spin looking for mail ([`SPIN_BEFORE_SLEEP`]), then sleep. Returns at once if
+    /// mail is waiting, or if it could move some of this endpoint's own waiting
+    /// messages (the caller's loop then looks again); while some still wait for room it
+    /// sleeps at most [`ROOM_RETRY`].
     pub fn wait(&mut self, timeout: Option<Duration>) {
+        self.wait_or(timeout, || false)
+    }
+
+    /// As [`Endpoint::wait`], also ending the spin when `ready()` says the caller has
+    /// other work (I/O completions, say: whatever ends the sleep must then also write
+    /// this endpoint's eventfd, [`Endpoint::wake_fd`]).
+    pub fn wait_or(&mut self, timeout: Option<Duration>, mut ready: impl FnMut() -> bool) {
         let pending = self.overflowing;
         if pending > 0 && (!self.flush() || self.overflowing < pending) {
             return;
         }
-        for _ in 0..SPIN_BEFORE_SLEEP {
-            if self.m.doorbells[self.id].rung() {
+        let mut spin = Spin::new(timeout);
+        loop {
+            if self.has_mail() || ready() {
                 return;
             }
-            crate::shim::spin_hint();
+            if !spin.go_on() {
+                break;
+            }
         }
         let timeout = if self.overflowing > 0 {
             Some(timeout.map_or(ROOM_RETRY, |t| t.min(ROOM_RETRY)))
         } else {
             timeout
         };
-        self.m.doorbells[self.id].sleep(timeout);
+        self.m.doorbells[self.id].sleep(timeout, |classes| self.mail_in(classes));
     }
 
     /// A handle that threads outside the matrix (a blocking pool, a plain thread that
@@ -192,11 +313,14 @@ impl<T: Send> Endpoint<T> {
         Remote { m: self.m.clone() }
     }
 
-    /// Whether a sender has rung this worker's doorbell since it last polled (one load:
-    /// cheap enough for a scheduler to ask at every switch).
+    /// Whether mail is waiting: a box of a sender whose doorbell bit is set has a
+    /// message, or a wake-up without mail came (a load of the doorbell and one of the
+    /// next slot of each box it names: cheap enough for a scheduler to ask at every
+    /// switch).
     #[inline]
     pub fn has_mail(&self) -> bool {
-        self.m.doorbells[self.id].rung()
+        let bits = self.m.doorbells[self.id].bits();
+        bits & WOKEN != 0 || (bits & CLASS_BITS != 0 && self.mail_in(bits & CLASS_BITS))
     }
 
     /// The eventfd this worker sleeps on, for an event loop that waits on it instead.

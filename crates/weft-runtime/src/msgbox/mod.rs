@@ -13,4 +13,4 @@ mod matrix;
 mod park;
 mod spsc;
 
-pub use matrix::{matrix, Endpoint, Remote, ROOM_RETRY, SPIN_BEFORE_SLEEP};
+pub use matrix::{matrix, Endpoint, Remote, Spin, ROOM_RETRY, SPIN_BEFORE_SLEEP};

@@ -1,27 +1,41 @@
-//! A worker's doorbell, and sleeping on it without losing a wake-up.
+//! A worker's doorbell: which boxes to look at, and sleeping without losing a wake-up.
 //!
-//! The doorbell is one 64-bit word per receiver. Bits 0..62 say which senders have
-//! mail: sender `s` sets bit `s % 62`, so a bit stands for a class of senders and the
-//! receiver looks at the boxes of every sender in a class it finds set (an empty box
-//! costs one look). Bit 62, [`WOKEN`], is a wake-up without mail (shutdown); bit 63,
-//! [`SLEEPING`], says the receiver sleeps or is about to.
+//! The doorbell is one 64-bit word per receiver. Bits 0..62 say which senders' boxes
+//! the receiver must look at: sender `s` owns bit `s % 62` (with more than 62 workers a
+//! bit stands for a class of senders, and the receiver looks at every box of a class it
+//! finds set: an empty box costs one look). Bit 62, [`WOKEN`], is a wake-up without mail
+//! (shutdown, the inbox); bit 63, [`SLEEPING`], says the receiver sleeps or is about to.
 //!
-//! Everything a sender and a sleeping receiver do to each other is a read-modify-write
-//! of this one word, so their steps are totally ordered and no wake-up can slip between
-//! them:
+//! **Sticky bits.** A class bit is not cleared when the receiver drains the box: it
+//! stays set while the sender keeps sending, and the receiver looks at the boxes of the
+//! set classes (one load of each box's next slot, `spsc.rs`) whenever it checks for
+//! mail. A sender whose bit is already set (and the receiver awake) therefore writes
+//! nothing but its box: the doorbell's line stays shared in both caches, and a message
+//! costs the one cache line of its slot. The receiver clears a bit only after the
+//! class's boxes were found empty at [`STICKY_POLLS`] polls in a row.
 //!
-//! - the receiver sets `SLEEPING` with `fetch_or`; if the old value had mail bits it
-//!   clears the bit again and does not sleep;
-//! - a sender sets its mail bit (or `WOKEN`) with `fetch_or`; if the old value had
-//!   `SLEEPING` it clears it (`fetch_and`, so only one sender does) and notifies.
+//! **No lost mail, no lost wake-up.** Two store-then-load races are closed with
+//! sequentially consistent fences (Dekker's pattern; loom checks it with the real
+//! code, `tests/loom_msgbox.rs`):
 //!
-//! Either the receiver's `fetch_or` comes first, and the sender sees `SLEEPING` and
-//! wakes it, or the sender's comes first, and the receiver sees the mail and stays up.
-//! The wake-up itself is an eventfd: level-triggered, so a notification that lands
-//! before the receiver blocks is not lost, and the same descriptor is what the worker's
-//! io_uring will wait on once workers have one.
+//! - a sender stores its message, fences, and loads the word ([`Doorbell::notify`]);
+//!   if its bit is clear or `SLEEPING` is set, it sets its bit with `fetch_or` (and if
+//!   that finds `SLEEPING`, clears it with `fetch_and`, so only one sender does, and
+//!   writes the eventfd);
+//! - the receiver clearing a bit ([`Doorbell::clear`]) does the `fetch_and`, fences,
+//!   and then looks at the class's boxes once more; going to sleep
+//!   ([`Doorbell::sleep`]) it sets `SLEEPING` with `fetch_or`, fences, and looks at the
+//!   boxes of every class set in the word it replaced.
+//!
+//! Either the sender's fence comes first in the fences' total order, and the
+//! receiver's look after its own fence sees the message; or the receiver's comes
+//! first, and the sender's load sees the cleared bit or `SLEEPING`, and rings. A bit
+//! the sender saw set may have been cleared only by a clear whose look comes after,
+//! and that look finds the message. The wake-up itself is an eventfd: level-triggered,
+//! so a notification that lands before the receiver blocks is not lost, and the same
+//! descriptor is what the worker's io_uring completions write to.
 
-use crate::shim::AtomicU64;
+use crate::shim::{fence, AtomicU64};
 use core::sync::atomic::Ordering::*;
 use std::time::Duration;
 
@@ -32,7 +46,10 @@ pub(crate) const SLEEPING: u64 = 1 << 63;
 pub(crate) const WOKEN: u64 = 1 << 62;
 /// How many sender classes the doorbell distinguishes (bits 0..62).
 pub(crate) const CLASSES: usize = 62;
-const CLASS_BITS: u64 = (1 << CLASSES) - 1;
+pub(crate) const CLASS_BITS: u64 = (1 << CLASSES) - 1;
+/// How many polls in a row must find a class's boxes empty before the receiver clears
+/// its bit (once under loom, so the models reach the clearing path quickly).
+pub(crate) const STICKY_POLLS: u8 = if cfg!(feature = "loom") { 1 } else { 64 };
 
 pub(crate) struct Doorbell {
     word: AtomicU64,
@@ -47,13 +64,27 @@ impl Doorbell {
         })
     }
 
-    /// Sender: says sender `from` has mail, and wakes the receiver if it sleeps.
-    pub(crate) fn ring(&self, from: usize) {
-        self.set(1 << (from % CLASSES));
+    /// The bit of sender `from`.
+    #[inline]
+    pub(crate) fn bit(from: usize) -> u64 {
+        1 << (from % CLASSES)
     }
 
-    /// Wakes the receiver without mail (for shutdown): it returns from its sleep, or
-    /// does not go to sleep, until it looks at its doorbell again.
+    /// Sender, after putting a message in its box: makes sure the receiver will look
+    /// at the box, and wakes it if it sleeps. Usually a fence and a load of a line both
+    /// sides only read.
+    #[inline]
+    pub(crate) fn notify(&self, from: usize) {
+        let bit = Self::bit(from);
+        fence(SeqCst);
+        let w = self.word.load(Relaxed);
+        if w & bit == 0 || w & SLEEPING != 0 {
+            self.set(bit);
+        }
+    }
+
+    /// Wakes the receiver without mail (for shutdown, the inbox): it returns from its
+    /// sleep, or does not go to sleep, until it looks at its doorbell again.
     pub(crate) fn wake_up(&self) {
         self.set(WOKEN);
     }
@@ -67,17 +98,17 @@ impl Doorbell {
         }
     }
 
-    /// Receiver: the classes of senders with mail, clearing them (and a `WOKEN`).
-    pub(crate) fn take(&self) -> u64 {
-        if self.word.load(Relaxed) & !SLEEPING == 0 {
-            return 0;
-        }
-        self.word.fetch_and(SLEEPING, Acquire) & CLASS_BITS
+    /// Receiver: the word as it stands (the classes to look at, and `WOKEN`).
+    #[inline]
+    pub(crate) fn bits(&self) -> u64 {
+        self.word.load(Acquire)
     }
 
-    /// Receiver: whether any sender has rung since the last `take`.
-    pub(crate) fn rung(&self) -> bool {
-        self.word.load(Acquire) & !SLEEPING != 0
+    /// Receiver: clears `bits` (classes whose boxes were found empty, or `WOKEN`). The
+    /// caller must then look at those classes' boxes once more (module comment).
+    pub(crate) fn clear(&self, bits: u64) {
+        self.word.fetch_and(!bits, AcqRel);
+        fence(SeqCst);
     }
 
     /// Whether the receiver sleeps or is about to (a hint for who to wake).
@@ -85,11 +116,13 @@ impl Doorbell {
         self.word.load(Relaxed) & SLEEPING != 0
     }
 
-    /// Receiver: sleeps until a sender rings, `wake_up` is called, or `timeout` passes;
-    /// returns at once if mail is already there.
-    pub(crate) fn sleep(&self, timeout: Option<Duration>) {
+    /// Receiver: sleeps until a sender rings, `wake_up` is called, or `timeout` passes,
+    /// unless `has_mail(classes)` finds a message in the boxes of `classes` (the word's
+    /// class bits at the moment `SLEEPING` was set), or `WOKEN` was set.
+    pub(crate) fn sleep(&self, timeout: Option<Duration>, has_mail: impl FnOnce(u64) -> bool) {
         let old = self.word.fetch_or(SLEEPING, AcqRel);
-        if old & !SLEEPING == 0 {
+        fence(SeqCst);
+        if old & WOKEN == 0 && !has_mail(old & CLASS_BITS) {
             self.wake.wait(timeout);
         }
         self.word.fetch_and(!SLEEPING, AcqRel);

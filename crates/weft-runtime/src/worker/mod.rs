@@ -709,24 +709,32 @@ unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>
 }
 
 /// Nothing is ready: before handing the worker to its scheduler fiber (two switches,
-/// then a sleep), watch the doorbell and inbox for a short while from the parking
-/// thread itself. A wake-up that arrives meanwhile (the reply of a cross-worker ping-
-/// pong, typically) is served at once, and if it is for the parking thread itself, it
-/// simply returns: no switch at all. (Seed 003's processors keep serving incoming
-/// requests while they wait for their own.)
+/// then a sleep), watch for mail, the inbox and I/O completions for a short while
+/// ([`SPIN_BEFORE_SLEEP`](crate::msgbox::SPIN_BEFORE_SLEEP)) from the parking thread
+/// itself. A wake-up that arrives meanwhile (the reply of a cross-worker ping-pong,
+/// typically) is served at once, and if it is for the parking thread itself, it simply
+/// returns: no switch at all. (Seed 003's processors keep serving incoming requests
+/// while they wait for their own.)
 ///
 /// # Safety
 /// `w` is this thread's worker.
 unsafe fn spin_for_mail(w: *mut Worker) -> Option<Arc<Task>> {
     // SAFETY: per the contract.
     unsafe {
-        for _ in 0..crate::msgbox::SPIN_BEFORE_SLEEP {
-            if (*w).endpoint.has_mail() || !mine(w).inbox.is_empty() {
+        let timeout = (*w)
+            .timers
+            .next_deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        let mut spin = crate::msgbox::Spin::new(timeout);
+        while spin.go_on() {
+            if (*w).endpoint.has_mail()
+                || !mine(w).inbox.is_empty()
+                || (*w).io.has_completions()
+            {
                 if let Some(t) = pick_next(w) {
                     return Some(t);
                 }
             }
-            core::hint::spin_loop();
         }
         None
     }
@@ -1093,9 +1101,11 @@ unsafe fn idle(w: *mut Worker) {
         if timeout == Some(std::time::Duration::ZERO) {
             return;
         }
-        let io: *mut crate::io::Driver = &mut (*w).io;
-        (*io).before_sleep();
-        (*w).endpoint.wait(timeout);
+        // Submit first: what completes then writes the eventfd the sleep waits on, and
+        // the spin before it watches the completion ring.
+        let io: *const crate::io::Driver = &(*w).io;
+        (*io).submit();
+        (*w).endpoint.wait_or(timeout, || (*io).has_completions());
     }
 }
 
