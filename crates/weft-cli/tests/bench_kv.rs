@@ -1,6 +1,7 @@
 //! `weft bench kv --quick --json` runs to the end against the real weft-kv and a
 //! redis-server and reports both sides of every row as JSON lines (servers started and
-//! stopped, client workers checking every reply, redis-benchmark's CSV). It is skipped,
+//! stopped, client workers checking every reply, redis-benchmark's CSV, how busy the
+//! client was). It is skipped,
 //! with a message, where redis-server or redis-benchmark is missing.
 
 use std::collections::BTreeSet;
@@ -45,6 +46,12 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
         }
         for conn in ["tcp", "unix"] {
             for p in [1, 16] {
+                // How busy the client was, as a share of one CPU.
+                expected.insert((
+                    format!("redis-benchmark/{conn}/P{p}/client-busy"),
+                    imp.into(),
+                    "%".into(),
+                ));
                 for test in ["set", "get"] {
                     let name = format!("redis-benchmark/{conn}/P{p}/{test}");
                     expected.insert((format!("{name}/rps"), imp.into(), "req/s".into()));

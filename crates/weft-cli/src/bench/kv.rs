@@ -36,7 +36,12 @@
 //!    alike; each figure is the median of 2 runs (1 with `--quick`). Reported: requests
 //!    per second and p50/p99 latency (redis 7's CSV columns), the throughput ratio
 //!    weft / redis and the p99 ratio weft / redis, and whether the row meets issue 7's
-//!    target: at least 1.5x redis-server's throughput with a p99 no higher.
+//!    target: at least 1.5x redis-server's throughput with a p99 no higher. Beside
+//!    each pair of rows, how busy the client was: redis-benchmark's CPU time (from
+//!    `getrusage(RUSAGE_CHILDREN)`) over its wall time. redis-benchmark runs on one
+//!    thread, so when it is above 85% of a CPU against both servers it is what limits
+//!    the row (without pipelining on a 2-CPU machine it is), and no server can show
+//!    more than its rate there.
 //!
 //! Units in JSON: the table cells in "ms", throughput in "req/s", latencies in "ms".
 
@@ -579,8 +584,10 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
     let mut verdicts = (0, 0);
     for transport in [Transport::Tcp, Transport::Unix] {
         for pipeline in [1, RB_PIPELINE] {
-            // samples[server] = runs of rows (SET, GET)
+            // samples[server] = runs of rows (SET, GET); busy[server] = the client's CPU
+            // time over its wall time, per run.
             let mut samples: Vec<Vec<Vec<RbRow>>> = vec![Vec::new(); servers.len()];
+            let mut busy: Vec<Vec<f64>> = vec![Vec::new(); servers.len()];
             for _ in 0..runs {
                 for (i, s) in servers.iter().enumerate() {
                     let mut cmd = Command::new(&rb);
@@ -599,7 +606,9 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
                         .arg("-P")
                         .arg(pipeline.to_string())
                         .arg("--csv");
+                    let (cpu0, t0) = (children_cpu(), Instant::now());
                     let text = run_to_end(cmd, "redis-benchmark")?;
+                    busy[i].push((children_cpu() - cpu0) / t0.elapsed().as_secs_f64());
                     let rows = parse_rb_csv(&text)
                         .map_err(|e| format!("redis-benchmark against {}: {e}", s.impl_name))?;
                     samples[i].push(rows);
@@ -669,6 +678,7 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
                 }
                 rep.line(line);
             }
+            client_busy(rep, &format!("redis-benchmark/{conn}/P{pipeline}"), servers, &mut busy);
         }
     }
     if verdicts.1 > 0 {
@@ -678,6 +688,47 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
         ));
     }
     Ok(())
+}
+
+/// Above this share of one CPU, the single-threaded redis-benchmark client is the
+/// bottleneck of a row: a faster server cannot make it send faster.
+const CLIENT_BOUND: f64 = 0.85;
+
+/// CPU seconds (user + system) used by this process's reaped children so far.
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage writes the struct we pass.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// Reports, for one transport and pipeline depth, the median share of a CPU that
+/// redis-benchmark (one thread) used against each server (JSON: `<name>/client-busy`,
+/// in %), and whether that makes the client the bottleneck of the rows.
+fn client_busy(rep: &mut Reporter, name: &str, servers: &[Server], busy: &mut [Vec<f64>]) {
+    let shares: Vec<f64> = busy.iter_mut().map(|b| median(b)).collect();
+    let mut line = String::from("        client (redis-benchmark, one thread) busy:");
+    for (s, b) in servers.iter().zip(&shares) {
+        line.push_str(&format!(" {} {:.0}%", s.impl_name, b * 100.0));
+        rep.emit(&Measurement {
+            suite: SUITE,
+            name: format!("{name}/client-busy"),
+            impl_name: s.impl_name.to_string(),
+            value: Some(b * 100.0),
+            unit: "%",
+            note: None,
+        });
+    }
+    line.push_str(" of a CPU");
+    if shares.iter().all(|&b| b >= CLIENT_BOUND) {
+        line.push_str(&format!(
+            ": above {:.0}% for every server, so the client bounds these rows",
+            CLIENT_BOUND * 100.0
+        ));
+    }
+    rep.line(line);
 }
 
 /// Runs `cmd` to its end (at most [`RUN_TIMEOUT`]) and returns its stdout; a failure
