@@ -289,6 +289,7 @@ fn bench_syslets_quick_json_reports_the_cached_rows() {
         ("cached", "sync"),
         ("cached", "syslets-1-worker"),
         ("cached", "syslets-all-workers"),
+        ("cached", "inline-floor"),
         ("cached", "io_uring-raw"),
     ];
     if !got.contains(&("cached", "io_uring-raw")) {
@@ -303,6 +304,10 @@ fn bench_syslets_quick_json_reports_the_cached_rows() {
     assert_eq!(got, expected, "table:\n{table}");
     assert!(
         table.contains("target: cached, syslets on one worker no slower than sync"),
+        "{table}"
+    );
+    assert!(
+        table.contains("floor: the inline path's own calls by hand (inline-floor) are"),
         "{table}"
     );
     assert!(table.contains("uncached: skipped with --quick"), "{table}");

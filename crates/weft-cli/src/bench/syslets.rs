@@ -1,5 +1,5 @@
 //! The `syslets` suite of `weft bench`: seed 001's async-test redone. open() + read() +
-//! close() of 1,000 small random files, cached and uncached, done four ways side by side
+//! close() of 1,000 small random files, cached and uncached, done five ways side by side
 //! in one run:
 //!
 //! * `sync`: a plain loop of `openat(O_RDONLY)`, `read(4 KiB)`, `close` on one OS thread.
@@ -9,6 +9,13 @@
 //!   every completion (inline `Done`s and ring completions).
 //! * `syslets-all-workers`: the files split over one submitting green thread per worker
 //!   (a runtime of one worker per CPU), each with its own `Context`.
+//! * `inline-floor`: what the opportunistic path itself costs, with no executor: per
+//!   file the very calls a syslet's inline run makes when nothing blocks,
+//!   `openat2(RESOLVE_CACHED)`, `preadv2(RWF_NOWAIT)` into a buffer of the file's own (as
+//!   each syslet has), `close`, made by hand in a plain loop (falling back to the
+//!   blocking call on `EAGAIN`, as the executor hands such an atom on). No syslet
+//!   executor can run the cached case faster than this on one thread; the gap between
+//!   it and `syslets-1-worker` is the executor's own cost.
 //! * `io_uring-raw`: a hand-written io_uring loop: per file an `IORING_OP_OPENAT` into a
 //!   direct descriptor slot, linked (`IOSQE_IO_LINK`) to a `READ` with `IOSQE_FIXED_FILE`
 //!   on that slot, hard-linked (`IOSQE_IO_HARDLINK`: a short read, the normal case for a
@@ -174,6 +181,13 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
             })),
         },
         Contender {
+            name: "inline-floor",
+            run: Ok(Box::new({
+                let mut bufs = vec![0u8; n * READ_LEN];
+                move |set: &Set, _| inline_floor_pass(set, &mut bufs)
+            })),
+        },
+        Contender {
             name: "io_uring-raw",
             run: uring.map(|mut u| Box::new(move |set: &Set, _| u.pass(set)) as PassFn<'_>),
         },
@@ -206,7 +220,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
         n,
         &cached,
     );
-    cached_targets(rep, &cached, workers);
+    cached_targets(rep, &cached, workers, n);
 
     // Uncached.
     let skip = if opts.quick {
@@ -755,7 +769,7 @@ fn ratio_target(rep: &mut Reporter, rows: &[Row], what: &str, name: &str, needed
     );
 }
 
-fn cached_targets(rep: &mut Reporter, rows: &[Row], workers: usize) {
+fn cached_targets(rep: &mut Reporter, rows: &[Row], workers: usize, files: usize) {
     ratio_target(
         rep,
         rows,
@@ -763,6 +777,19 @@ fn cached_targets(rep: &mut Reporter, rows: &[Row], workers: usize) {
         "syslets-1-worker",
         TARGET_CACHED_ONE,
     );
+    if let (Some(s), Some(f), Some(one)) = (
+        median_of(rows, "sync"),
+        median_of(rows, "inline-floor"),
+        median_of(rows, "syslets-1-worker"),
+    ) {
+        rep.line(format!(
+            "  floor: the inline path's own calls by hand (inline-floor) are {:.2}x sync, so \
+             no executor of that path reaches more on one thread here; syslets-1-worker \
+             spends {:.2} us a file more than them (the executor's own cost)",
+            s / f,
+            (one - f) * 1e6 / files as f64
+        ));
+    }
     ratio_target(
         rep,
         rows,
@@ -859,30 +886,107 @@ fn check_bytes(name: &str, got: u64, want: u64) -> Result<(), String> {
 
 fn sync_pass(set: &Set) -> Result<Pass, String> {
     let mut buf = [0u8; READ_LEN];
+    file_loop("sync", set, |_, p| {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::openat(libc::AT_FDCWD, p.as_ptr(), libc::O_RDONLY) };
+        let fd = opened(fd, p)?;
+        // SAFETY: a buffer of READ_LEN bytes; our descriptor.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), READ_LEN) };
+        read_and_closed(fd, n, p)
+    })
+}
+
+/// Times one pass of `one(index, path)` over the files of `set` (each returning the
+/// bytes it read), and checks the bytes add up.
+fn file_loop(
+    name: &str,
+    set: &Set,
+    mut one: impl FnMut(usize, &CStr) -> Result<u64, String>,
+) -> Result<Pass, String> {
     let mut bytes = 0u64;
     let t = Instant::now();
-    for p in &set.paths {
-        // SAFETY: a NUL-terminated path; a buffer of READ_LEN bytes; our descriptor.
-        let fd = unsafe { libc::openat(libc::AT_FDCWD, p.as_ptr(), libc::O_RDONLY) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(format!("open {}: {e}", p.to_string_lossy()));
-        }
-        // SAFETY: as above.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), READ_LEN) };
-        let e = (n < 0).then(std::io::Error::last_os_error);
-        // SAFETY: as above.
-        unsafe { libc::close(fd) };
-        if let Some(e) = e {
-            return Err(format!("read {}: {e}", p.to_string_lossy()));
-        }
-        bytes += n as u64;
+    for (i, p) in set.paths.iter().enumerate() {
+        bytes += one(i, p)?;
     }
     let took = t.elapsed();
-    check_bytes("sync", bytes, set.total)?;
+    check_bytes(name, bytes, set.total)?;
     Ok(Pass {
         took,
         went_async: 0,
+    })
+}
+
+/// `fd`, or the error of the open of `p` that returned it.
+fn opened(fd: i32, p: &CStr) -> Result<i32, String> {
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("open {}: {e}", p.to_string_lossy()));
+    }
+    Ok(fd)
+}
+
+/// Closes `fd` after a read of `p` that returned `n`: the bytes read, or its error.
+fn read_and_closed(fd: i32, n: isize, p: &CStr) -> Result<u64, String> {
+    let e = (n < 0).then(std::io::Error::last_os_error);
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+    match e {
+        Some(e) => Err(format!("read {}: {e}", p.to_string_lossy())),
+        None => Ok(n as u64),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1b. the inline path's own calls, by hand
+
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// openat2's flag: resolve the path from the dentry cache only, else fail with EAGAIN.
+const RESOLVE_CACHED: u64 = 0x20;
+
+/// One pass of the calls a syslet's inline run makes, without the executor: openat2
+/// with `RESOLVE_CACHED` (else a plain openat), preadv2 with `RWF_NOWAIT` (else a plain
+/// read) into the file's own slice of `bufs`, close.
+fn inline_floor_pass(set: &Set, bufs: &mut [u8]) -> Result<Pass, String> {
+    let how = OpenHow {
+        flags: libc::O_RDONLY as u64,
+        mode: 0,
+        resolve: RESOLVE_CACHED,
+    };
+    file_loop("inline-floor", set, |i, p| {
+        let buf = &mut bufs[i * READ_LEN..(i + 1) * READ_LEN];
+        // SAFETY: a NUL-terminated path and an open_how of the size we pass.
+        let mut fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                &how as *const OpenHow,
+                core::mem::size_of::<OpenHow>(),
+            )
+        } as i32;
+        if fd < 0 {
+            // SAFETY: a NUL-terminated path.
+            fd = unsafe { libc::openat(libc::AT_FDCWD, p.as_ptr(), libc::O_RDONLY) };
+        }
+        let fd = opened(fd, p)?;
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec over `buf`, which is ours; our descriptor.
+        let mut n = unsafe { libc::preadv2(fd, &iov, 1, -1, libc::RWF_NOWAIT) };
+        if n < 0 {
+            // SAFETY: as above.
+            n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        }
+        read_and_closed(fd, n, p)
     })
 }
 
