@@ -229,6 +229,38 @@ fn floating_point_control_state_is_per_fiber() {
     });
 }
 
+/// The switch skips reloading the control state when the two fibers' are equal: a
+/// difference in the x87 control word alone (MXCSR equal) must still be restored.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_x87_control_word_alone_is_per_fiber() {
+    fn x87() -> u16 {
+        let mut v = 0u16;
+        unsafe { std::arch::asm!("fnstcw [{}]", in(reg) &mut v) };
+        v
+    }
+    fn set_x87(v: u16) {
+        unsafe { std::arch::asm!("fldcw [{}]", in(reg) &v) };
+    }
+    const PC_MASK: u16 = 0x0300; // precision control
+    on_thread(|| {
+        let main = Arc::new(convert_thread().unwrap());
+        let back = main.clone();
+        let before = (x87(), fp_control());
+        let f = Fiber::new(move || {
+            set_x87(x87() & !PC_MASK); // single precision; MXCSR untouched
+            back.switch_to().unwrap();
+            assert_eq!(x87() & PC_MASK, 0, "the fiber's x87 precision survived");
+            back.switch_to().unwrap();
+        })
+        .unwrap();
+        f.switch_to().unwrap();
+        assert_eq!((x87(), fp_control()), before, "nothing leaked into main");
+        f.switch_to().unwrap();
+        assert_eq!((x87(), fp_control()), before);
+    });
+}
+
 #[cfg(target_arch = "x86_64")]
 fn fp_control() -> u32 {
     let mut v = 0u32;
