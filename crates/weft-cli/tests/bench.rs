@@ -290,6 +290,7 @@ fn bench_syslets_quick_json_reports_the_cached_rows() {
         ("cached", "syslets-1-worker"),
         ("cached", "syslets-all-workers"),
         ("cached", "inline-floor"),
+        ("cached", "inline-floor-all-threads"),
         ("cached", "io_uring-raw"),
     ];
     if !got.contains(&("cached", "io_uring-raw")) {

@@ -1,5 +1,5 @@
 //! The `syslets` suite of `weft bench`: seed 001's async-test redone. open() + read() +
-//! close() of 1,000 small random files, cached and uncached, done five ways side by side
+//! close() of 1,000 small random files, cached and uncached, done six ways side by side
 //! in one run:
 //!
 //! * `sync`: a plain loop of `openat(O_RDONLY)`, `read(4 KiB)`, `close` on one OS thread.
@@ -15,7 +15,11 @@
 //!   each syslet has), `close`, made by hand in a plain loop (falling back to the
 //!   blocking call on `EAGAIN`, as the executor hands such an atom on). No syslet
 //!   executor can run the cached case faster than this on one thread; the gap between
-//!   it and `syslets-1-worker` is the executor's own cost.
+//!   it and `syslets-1-worker` is the executor's own cost. `inline-floor-all-threads`:
+//!   the same calls with the files dealt out to one OS thread per CPU (started before
+//!   the timed part, spinning until it starts): how far the kernel lets this work
+//!   scale over the CPUs of one process (the descriptor table is shared), the ceiling
+//!   of `syslets-all-workers`.
 //! * `io_uring-raw`: a hand-written io_uring loop: per file an `IORING_OP_OPENAT` into a
 //!   direct descriptor slot, linked (`IOSQE_IO_LINK`) to a `READ` with `IOSQE_FIXED_FILE`
 //!   on that slot, hard-linked (`IOSQE_IO_HARDLINK`: a short read, the normal case for a
@@ -185,6 +189,13 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
             run: Ok(Box::new({
                 let mut bufs = vec![0u8; n * READ_LEN];
                 move |set: &Set, _| inline_floor_pass(set, &mut bufs)
+            })),
+        },
+        Contender {
+            name: "inline-floor-all-threads",
+            run: Ok(Box::new({
+                let mut bufs = vec![0u8; n * READ_LEN];
+                move |set: &Set, _| inline_floor_all_pass(set, &mut bufs, workers)
             })),
         },
         Contender {
@@ -713,7 +724,7 @@ fn print_case(rep: &mut Reporter, case: &str, what: &str, files: usize, rows: &[
     rep.line("");
     rep.line(format!("{case}: {what}"));
     rep.line(format!(
-        "  {:<22} {:>12} {:>23} {:>9} {:>11} {:>11}",
+        "  {:<24} {:>12} {:>23} {:>9} {:>11} {:>11}",
         "impl", "median pass", "min..max", "us/file", "sync / impl", "went async"
     ));
     for r in rows {
@@ -724,7 +735,7 @@ fn print_case(rep: &mut Reporter, case: &str, what: &str, files: usize, rows: &[
                     None => "-".into(),
                 };
                 rep.line(format!(
-                    "  {:<22} {:>12} {:>23} {:>9.2} {:>11} {:>11}",
+                    "  {:<24} {:>12} {:>23} {:>9.2} {:>11} {:>11}",
                     r.name,
                     fmt_time(m),
                     format!("{}..{}", fmt_time(r.min), fmt_time(r.max)),
@@ -735,7 +746,7 @@ fn print_case(rep: &mut Reporter, case: &str, what: &str, files: usize, rows: &[
                 ));
             }
             None => rep.line(format!(
-                "  {:<22} {:>12}   ({})",
+                "  {:<24} {:>12}   ({})",
                 r.name,
                 "-",
                 r.note.as_deref().unwrap_or("not measured")
@@ -797,6 +808,17 @@ fn cached_targets(rep: &mut Reporter, rows: &[Row], workers: usize, files: usize
         "syslets-all-workers",
         TARGET_CACHED_ALL,
     );
+    if let (Some(s), Some(f)) = (
+        median_of(rows, "sync"),
+        median_of(rows, "inline-floor-all-threads"),
+    ) {
+        rep.line(format!(
+            "  floor: the same calls on {workers} threads of this process \
+             (inline-floor-all-threads) are {:.2}x sync: what the kernel lets this work \
+             gain from more CPUs here",
+            s / f
+        ));
+    }
 }
 
 fn uncached_targets(rep: &mut Reporter, rows: &[Row]) {
@@ -950,43 +972,110 @@ struct OpenHow {
 /// openat2's flag: resolve the path from the dentry cache only, else fail with EAGAIN.
 const RESOLVE_CACHED: u64 = 0x20;
 
-/// One pass of the calls a syslet's inline run makes, without the executor: openat2
-/// with `RESOLVE_CACHED` (else a plain openat), preadv2 with `RWF_NOWAIT` (else a plain
-/// read) into the file's own slice of `bufs`, close.
+/// One pass of the calls a syslet's inline run makes, without the executor (see
+/// [`inline_calls`]), on this thread.
 fn inline_floor_pass(set: &Set, bufs: &mut [u8]) -> Result<Pass, String> {
+    file_loop("inline-floor", set, |i, p| {
+        inline_calls(p, &mut bufs[i * READ_LEN..(i + 1) * READ_LEN])
+    })
+}
+
+/// openat2 with `RESOLVE_CACHED` (else a plain openat), preadv2 with `RWF_NOWAIT` (else
+/// a plain read) into `buf`, close: what a syslet's inline run of this program makes
+/// when nothing blocks. Returns the bytes read.
+fn inline_calls(p: &CStr, buf: &mut [u8]) -> Result<u64, String> {
     let how = OpenHow {
         flags: libc::O_RDONLY as u64,
         mode: 0,
         resolve: RESOLVE_CACHED,
     };
-    file_loop("inline-floor", set, |i, p| {
-        let buf = &mut bufs[i * READ_LEN..(i + 1) * READ_LEN];
-        // SAFETY: a NUL-terminated path and an open_how of the size we pass.
-        let mut fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                libc::AT_FDCWD,
-                p.as_ptr(),
-                &how as *const OpenHow,
-                core::mem::size_of::<OpenHow>(),
-            )
-        } as i32;
-        if fd < 0 {
-            // SAFETY: a NUL-terminated path.
-            fd = unsafe { libc::openat(libc::AT_FDCWD, p.as_ptr(), libc::O_RDONLY) };
+    // SAFETY: a NUL-terminated path and an open_how of the size we pass.
+    let mut fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            &how as *const OpenHow,
+            core::mem::size_of::<OpenHow>(),
+        )
+    } as i32;
+    if fd < 0 {
+        // SAFETY: a NUL-terminated path.
+        fd = unsafe { libc::openat(libc::AT_FDCWD, p.as_ptr(), libc::O_RDONLY) };
+    }
+    let fd = opened(fd, p)?;
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec over `buf`, which is ours; our descriptor.
+    let mut n = unsafe { libc::preadv2(fd, &iov, 1, -1, libc::RWF_NOWAIT) };
+    if n < 0 {
+        // SAFETY: as above.
+        n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    }
+    read_and_closed(fd, n, p)
+}
+
+/// The same calls with the files dealt out to `threads` OS threads of this process
+/// (this one and `threads - 1` more, started for the pass, each spinning until the
+/// timed start so that neither their start nor a futex wake-up is in the time).
+fn inline_floor_all_pass(set: &Set, bufs: &mut [u8], threads: usize) -> Result<Pass, String> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+    let (ready, go, done) = (AtomicUsize::new(0), AtomicBool::new(false), AtomicUsize::new(0));
+    // Per thread, its files' (path, buffer) pairs.
+    let mut shares: Vec<Vec<(&CStr, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, (p, b)) in set.paths.iter().zip(bufs.chunks_mut(READ_LEN)).enumerate() {
+        shares[i % threads].push((p.as_c_str(), b));
+    }
+    let run = |share: Vec<(&CStr, &mut [u8])>| -> Result<u64, String> {
+        let mut bytes = 0;
+        for (p, b) in share {
+            bytes += inline_calls(p, b)?;
         }
-        let fd = opened(fd, p)?;
-        let iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: one iovec over `buf`, which is ours; our descriptor.
-        let mut n = unsafe { libc::preadv2(fd, &iov, 1, -1, libc::RWF_NOWAIT) };
-        if n < 0 {
-            // SAFETY: as above.
-            n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        Ok(bytes)
+    };
+    let mut shares = shares.into_iter();
+    let mine = shares.next().expect("at least one thread");
+    let (took, results) = std::thread::scope(|sc| {
+        let helpers: Vec<_> = shares
+            .map(|share| {
+                let (ready, go, done, run) = (&ready, &go, &done, &run);
+                sc.spawn(move || {
+                    ready.fetch_add(1, AcqRel);
+                    while !go.load(Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    let r = run(share);
+                    done.fetch_add(1, AcqRel);
+                    r
+                })
+            })
+            .collect();
+        while ready.load(Acquire) < threads - 1 {
+            std::hint::spin_loop();
         }
-        read_and_closed(fd, n, p)
+        let t = Instant::now();
+        go.store(true, Release);
+        let mut results = vec![run(mine)];
+        while done.load(Acquire) < threads - 1 {
+            std::hint::spin_loop();
+        }
+        let took = t.elapsed();
+        results.extend(helpers.into_iter().map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("an inline-floor thread panicked".to_string()))
+        }));
+        (took, results)
+    });
+    let mut bytes = 0;
+    for r in results {
+        bytes += r?;
+    }
+    check_bytes("inline-floor-all-threads", bytes, set.total)?;
+    Ok(Pass {
+        took,
+        went_async: 0,
     })
 }
 
