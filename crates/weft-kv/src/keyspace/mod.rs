@@ -394,8 +394,8 @@ impl Keyspace {
     /// Sets `key` to `value` expiring at `expire_at_ms` (or never), replacing any
     /// previous value and expiry. An expiry already passed is stored (a time of 0 as 1,
     /// see [`expiry`]; the key then behaves as absent); commands remove the key instead.
-    pub fn set(&mut self, key: &[u8], value: Vec<u8>, expire_at_ms: Option<u64>) {
-        self.set_hashed(self.hash(key), key, value, expire_at_ms)
+    pub fn set(&mut self, key: &[u8], value: &[u8], expire_at_ms: Option<u64>) {
+        self.set_hashed(self.hash(key), key, value.to_vec(), expire_at_ms)
     }
 
     /// [`Keyspace::set`] with the key's hash already computed; `key` is borrowed (copied
@@ -774,7 +774,7 @@ mod tests {
                     } else {
                         None
                     };
-                    ks.set(&key, vec![b'v'; rnd(5) as usize], at);
+                    ks.set(&key, &vec![b'v'; rnd(5) as usize], at);
                     model.insert(key.clone(), (vec![b'v'; 0], at));
                     let v = ks.peek(&key, 0).unwrap().value().to_vec();
                     model.get_mut(&key).unwrap().0 = v;
@@ -837,12 +837,12 @@ mod tests {
     #[test]
     fn reads_note_the_stamp_of_what_they_saw() {
         let mut ks = Keyspace::new();
-        ks.set(b"old", b"v".to_vec(), None); // replayed at start-up: stamp 0
+        ks.set(b"old", b"v", None); // replayed at start-up: stamp 0
         ks.begin(5);
-        ks.set(b"a", b"1".to_vec(), None);
+        ks.set(b"a", b"1", None);
         assert_eq!(ks.seen(), 5);
         ks.begin(9);
-        ks.set(b"b", b"2".to_vec(), Some(1_000));
+        ks.set(b"b", b"2", Some(1_000));
         ks.begin(10);
         assert!(ks.get(b"old", 0).is_some());
         assert_eq!(ks.seen(), 0, "recovered state is written");
@@ -873,7 +873,7 @@ mod tests {
         ks.begin(41);
         assert_eq!(ks.update(b"zz", 0, |v| v.len()), None);
         assert_eq!(ks.seen(), 30, "a missing key shows the last removal");
-        ks.set(b"c", b"3".to_vec(), None);
+        ks.set(b"c", b"3", None);
         ks.begin(50);
         assert!(ks.set_expire(b"c", Some(5_000), 0));
         assert_eq!(ks.seen(), 50);
