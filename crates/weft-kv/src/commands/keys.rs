@@ -90,7 +90,7 @@ fn expire_generic(
         Ok(f) => f,
         Err(e) => return e,
     };
-    let mut when = match arg_i64(&args[2]) {
+    let mut when = match arg_i64(args[2]) {
         Ok(w) => w,
         Err(e) => return e,
     };
@@ -158,7 +158,7 @@ pub fn pexpireat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply 
 /// left (`abs` false, never below 0) or the absolute time (`abs` true), in ms or in
 /// seconds rounded to the nearest (Redis's `(ms + 500) / 1000`).
 fn ttl_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, ms: bool, abs: bool) -> Reply {
-    let Some(e) = ks.get(&args[1], ctx.now_ms) else {
+    let Some(e) = ks.get(args[1], ctx.now_ms) else {
         return Reply::Int(-2);
     };
     let Some(at) = e.expire_at_ms() else {
@@ -209,7 +209,7 @@ pub fn persist(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// TYPE key: `string`, or `none` for a missing key.
 pub fn type_(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Simple(
-        if ks.contains(&args[1], ctx.now_ms) {
+        if ks.contains(args[1], ctx.now_ms) {
             "string"
         } else {
             "none"

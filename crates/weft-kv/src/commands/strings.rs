@@ -177,10 +177,10 @@ pub fn setnx(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    if ks.contains(&args[1], ctx.now_ms) {
+    if ks.contains(args[1], ctx.now_ms) {
         return Reply::Int(0);
     }
-    store(ks, &args[1], args[2], None, ctx);
+    store(ks, args[1], args[2], None, ctx);
     Reply::Int(1)
 }
 
@@ -188,9 +188,9 @@ fn setex_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, secs: boo
     if ctx.over_memory {
         return OOM;
     }
-    match expire_at(args, &args[2], secs, false, ctx.now_ms) {
+    match expire_at(args, args[2], secs, false, ctx.now_ms) {
         Ok(at) => {
-            store(ks, &args[1], args[3], Some(at), ctx);
+            store(ks, args[1], args[3], Some(at), ctx);
             Reply::OK
         }
         Err(e) => e,
@@ -214,9 +214,9 @@ pub fn getset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return OOM;
     }
     let reply = ks
-        .get(&args[1], ctx.now_ms)
+        .get(args[1], ctx.now_ms)
         .map_or(Reply::Nil, |e| Reply::bulk(e.value()));
-    store(ks, &args[1], args[2], None, ctx);
+    store(ks, args[1], args[2], None, ctx);
     reply
 }
 
@@ -298,7 +298,7 @@ pub fn mset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return OOM;
     }
     for kv in args[1..].chunks_exact(2) {
-        store(ks, &kv[0], kv[1], None, ctx);
+        store(ks, kv[0], kv[1], None, ctx);
     }
     Reply::OK
 }
@@ -327,19 +327,19 @@ fn incr_by(ks: &mut Keyspace, key: &[u8], by: i64, ctx: &mut Ctx<'_>) -> Reply {
 
 /// INCR key: see [`incr_by`].
 pub fn incr(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    incr_by(ks, &args[1], 1, ctx)
+    incr_by(ks, args[1], 1, ctx)
 }
 
 /// DECR key: see [`incr_by`].
 pub fn decr(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    incr_by(ks, &args[1], -1, ctx)
+    incr_by(ks, args[1], -1, ctx)
 }
 
 /// INCRBY key increment: see [`incr_by`]; a bad increment is `ERR value is not an
 /// integer or out of range`.
 pub fn incrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    match arg_i64(&args[2]) {
-        Ok(by) => incr_by(ks, &args[1], by, ctx),
+    match arg_i64(args[2]) {
+        Ok(by) => incr_by(ks, args[1], by, ctx),
         Err(e) => e,
     }
 }
@@ -347,9 +347,9 @@ pub fn incrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// DECRBY key decrement: see [`incr_by`]; a decrement of i64::MIN cannot be negated:
 /// `ERR decrement would overflow` (Redis 7.0's words).
 pub fn decrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    match arg_i64(&args[2]) {
+    match arg_i64(args[2]) {
         Ok(i64::MIN) => Reply::err("ERR decrement would overflow"),
-        Ok(by) => incr_by(ks, &args[1], -by, ctx),
+        Ok(by) => incr_by(ks, args[1], -by, ctx),
         Err(e) => e,
     }
 }
@@ -423,7 +423,7 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Repl
         },
         None => (0.0, None),
     };
-    let Some(by) = parse_f64(&args[2]) else {
+    let Some(by) = parse_f64(args[2]) else {
         return NOT_FLOAT;
     };
     let new = old + by;
@@ -454,10 +454,16 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if len + more.len() as u64 > MAX_STRING {
         return TOO_LONG;
     }
-    let new_len = ks.update(key, ctx.now_ms, |v| {
-        v.extend_from_slice(more);
-        v.len()
-    });
+    let new_len = ks.update(
+        key,
+        ctx.now_ms,
+        |len| len + more.len(),
+        |v| {
+            let at = v.len() - more.len();
+            v[at..].copy_from_slice(more);
+            v.len()
+        },
+    );
     if !more.is_empty() {
         log_key(ks, key, ctx);
     }
@@ -467,7 +473,7 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// STRLEN key: the value's length, 0 if missing.
 pub fn strlen(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Int(
-        ks.get(&args[1], ctx.now_ms)
+        ks.get(args[1], ctx.now_ms)
             .map_or(0, |e| e.value().len() as i64),
     )
 }
@@ -477,11 +483,11 @@ pub fn strlen(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// range (or missing key) is the empty string. Both negative with start > end is
 /// empty (Redis 7.0's rule).
 pub fn getrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    let (mut start, mut end) = match (arg_i64(&args[2]), arg_i64(&args[3])) {
+    let (mut start, mut end) = match (arg_i64(args[2]), arg_i64(args[3])) {
         (Ok(s), Ok(e)) => (s, e),
         (Err(e), _) | (_, Err(e)) => return e,
     };
-    let Some(e) = ks.get(&args[1], ctx.now_ms) else {
+    let Some(e) = ks.get(args[1], ctx.now_ms) else {
         return Reply::Bulk(Vec::new());
     };
     let v = e.value();
@@ -514,7 +520,7 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    let offset = match arg_i64(&args[2]) {
+    let offset = match arg_i64(args[2]) {
         Ok(o) if o < 0 => return Reply::err("ERR offset is out of range"),
         Ok(o) => o as u64,
         Err(e) => return e,
@@ -527,21 +533,24 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if offset + val.len() as u64 > MAX_STRING {
         return TOO_LONG;
     }
-    let write = |v: &mut Vec<u8>| {
-        let end = offset as usize + val.len();
-        if v.len() < end {
-            v.resize(end, 0);
-        }
-        v[offset as usize..end].copy_from_slice(val);
-        v.len()
-    };
+    let end = offset as usize + val.len();
     let new_len = match cur {
-        Some(_) => ks.update(key, ctx.now_ms, write).unwrap_or(0),
+        Some(_) => ks
+            .update(
+                key,
+                ctx.now_ms,
+                |len| len.max(end),
+                |v| {
+                    v[offset as usize..end].copy_from_slice(val);
+                    v.len()
+                },
+            )
+            .unwrap_or(0),
         None => {
-            let mut v = Vec::new();
-            write(&mut v);
+            let mut v = vec![0; end];
+            v[offset as usize..].copy_from_slice(val);
             ks.set(key, &v, None);
-            offset as usize + val.len()
+            end
         }
     };
     log_key(ks, key, ctx);

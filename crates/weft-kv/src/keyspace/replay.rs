@@ -84,10 +84,9 @@ mod tests {
 
     fn dump(ks: &Keyspace) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
         let mut v: Vec<_> = ks
-            .map
-            .values()
-            .flat_map(|b| b.slots())
-            .map(|(k, e)| (k.to_vec(), e.value.clone(), e.expire_at_ms()))
+            .index
+            .iter_from(0)
+            .map(|(_, e)| (e.key().to_vec(), e.value().to_vec(), e.expire_at_ms()))
             .collect();
         v.sort();
         v
