@@ -21,12 +21,15 @@
 //! # Growth, a few entries at a time
 //! When an insert would take the load past 0.8, a table of twice as many slots starts
 //! (allocated zeroed: pages are only touched as they fill), and the old one is drained
-//! in hash order: entries whose hash is below `bound` live in the new table, the others
-//! in the old one. Each insert or removal moves the entries of a few slots (always every
-//! entry of one hash together, so `bound` stays a hash boundary); moved entries have
-//! hashes above everything in the new table, so they go at the end of their clusters
-//! without shifting. No operation waits for a whole rehash. Peak memory is the old
-//! table plus the new one (three times the old table's slots) while it drains.
+//! from its first slot on: each insert or removal moves the entries of a few old slots
+//! (`MIGRATE_STEP`) into the new table. Meanwhile new keys go into the new table, a
+//! lookup that misses there looks in the old one, and a walk merges the two tables'
+//! hash orders (each entry is in exactly one of them, and moving an entry does not
+//! change its hash, so a cursor means the same before and after). No operation waits
+//! for a whole rehash, and the old table only empties: it never fills past the load
+//! it had, whatever order keys arrive in (start-up inserts them sorted by hash). Peak
+//! memory is the old table plus the new one (three times the old table's slots)
+//! while it drains.
 //! Positions change as entries move, so a [`Pos`] is valid only until the next insert
 //! or removal.
 
@@ -182,11 +185,10 @@ pub struct Pos {
 
 /// The index: hash to entry, in hash order.
 pub struct Index {
-    /// The table (while growing, the new one: hashes below `bound`).
+    /// The table (while growing, the new one).
     new: Table,
-    /// While growing: the old table, hashes `>= bound`.
+    /// While growing: the old table, being drained.
     old: Option<Table>,
-    bound: u64,
     /// While growing: no entry of the old table is before this slot.
     drained: usize,
     len: usize,
@@ -198,7 +200,6 @@ impl Index {
         Index {
             new: Table::with_bits(MIN_BITS),
             old: None,
-            bound: 0,
             drained: 0,
             len: 0,
         }
@@ -210,20 +211,20 @@ impl Index {
         self.len
     }
 
-    /// The table holding hash `h` (and whether it is the old one).
+    /// The tables, the old one (while growing) last.
     #[inline]
-    fn table(&self, h: u64) -> (bool, &Table) {
-        match &self.old {
-            Some(old) if h >= self.bound => (true, old),
-            _ => (false, &self.new),
-        }
+    fn tables(&self) -> impl Iterator<Item = &Table> {
+        std::iter::once(&self.new).chain(self.old.as_ref())
     }
 
     /// Where `key` (hash `h`) is.
     #[inline]
     pub fn find(&self, h: u64, key: &[u8]) -> Option<Pos> {
-        let (old, t) = self.table(h);
-        t.find(h, key).map(|i| Pos { old, i })
+        if let Some(i) = self.new.find(h, key) {
+            return Some(Pos { old: false, i });
+        }
+        let i = self.old.as_ref()?.find(h, key)?;
+        Some(Pos { old: true, i })
     }
 
     fn table_of(&self, old: bool) -> &Table {
@@ -264,20 +265,32 @@ impl Index {
             }
             let bigger = Table::with_bits(self.new.bits + 1);
             self.old = Some(std::mem::replace(&mut self.new, bigger));
-            self.bound = 0;
             self.drained = 0;
         }
-        match &mut self.old {
-            Some(old) if h >= self.bound => {
-                let i = old.insert(h, e);
-                self.drained = self.drained.min(i);
-            }
-            _ => {
-                self.new.insert(h, e);
-            }
-        }
+        self.new.insert(h, e);
         self.len += 1;
         self.migrate(MIGRATE_STEP);
+    }
+
+    /// Makes room for `n` entries in all, at once (start-up, before a batch of keys
+    /// sorted by hash: inserted in that order into a table sized for fewer keys, they
+    /// would all pile into one cluster at its start, since the table's size follows the
+    /// count so far, not the hashes' range).
+    pub fn reserve(&mut self, n: usize) {
+        let mut bits = self.new.bits;
+        while n > (1usize << bits) / LOAD_DEN * LOAD_NUM && bits < 56 {
+            bits += 1;
+        }
+        if bits == self.new.bits {
+            return;
+        }
+        self.migrate(usize::MAX);
+        let mut old = std::mem::replace(&mut self.new, Table::with_bits(bits));
+        for s in old.slots.iter_mut() {
+            if let Some(e) = s.entry.take() {
+                self.new.insert(s.hash, e);
+            }
+        }
     }
 
     /// Removes the entry at `p`.
@@ -292,8 +305,8 @@ impl Index {
         e
     }
 
-    /// Moves entries from the old table to the new one, in hash order, examining about
-    /// `budget` old slots; drops the old table when it is empty.
+    /// Moves entries from the old table to the new one, from its first slot on,
+    /// examining about `budget` old slots; drops the old table when it is empty.
     fn migrate(&mut self, mut budget: usize) {
         let Some(old) = &mut self.old else {
             return;
@@ -309,42 +322,33 @@ impl Index {
                 self.drained += 1;
                 continue;
             }
-            // The first entry of the old table: the smallest hash there. Every entry
-            // of that hash moves (removing one shifts the next back into slot `i`).
+            // The first entry of the old table (removing it shifts the next ones of its
+            // cluster back into slot `i`).
             let h = slot.hash;
-            while matches!(old.slots.get(i), Some(s) if s.entry.is_some() && s.hash == h) {
-                let e = old.remove(i);
-                self.new.insert(h, e);
-            }
-            self.bound = h + 1;
+            let e = old.remove(i);
+            self.new.insert(h, e);
         }
     }
 
-    /// The entries whose hash is `h` (keys that collide), in the order they were
-    /// inserted.
+    /// The entries whose hash is `h` (keys that collide), in no particular order.
     pub fn with_hash(&self, h: u64) -> impl Iterator<Item = &Entry> {
-        self.table(h)
-            .1
-            .iter_from(h)
-            .take_while(move |&(g, _)| g == h)
-            .map(|(_, e)| e)
+        self.tables().flat_map(move |t| {
+            t.iter_from(h)
+                .take_while(move |&(g, _)| g == h)
+                .map(|(_, e)| e)
+        })
     }
 
-    /// Every entry with hash `>= from`, in hash order.
+    /// Every entry with hash `>= from`, in hash order (while growing, the two tables'
+    /// orders merged).
     pub fn iter_from(&self, from: u64) -> impl Iterator<Item = (u64, &Entry)> {
-        let (below, above) = match &self.old {
-            Some(old) => (Some(self.bound), Some(old)),
-            None => (None, None),
-        };
-        // The new table up to `bound` (everything when not growing), then the old one.
-        let first = self
-            .new
-            .iter_from(from)
-            .take_while(move |&(h, _)| below.is_none_or(|b| h < b));
-        let second = above
-            .into_iter()
-            .flat_map(move |old| old.iter_from(from.max(self.bound)));
-        first.chain(second)
+        let mut a = self.new.iter_from(from).peekable();
+        let mut b = self.old.iter().flat_map(move |t| t.iter_from(from)).peekable();
+        std::iter::from_fn(move || match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if y.0 < x.0 => b.next(),
+            (Some(_), _) => a.next(),
+            (None, _) => b.next(),
+        })
     }
 
     /// Removes every entry (and returns to the smallest table).
@@ -355,9 +359,10 @@ impl Index {
     /// Starts loading the slot where `h` would be (a hint for a lookup soon after).
     #[inline]
     pub fn prefetch(&self, h: u64) {
-        let t = self.table(h).1;
-        if let Some(s) = t.slots.get(t.home(h)) {
-            super::prefetch(s as *const Slot as *const u8);
+        for t in self.tables() {
+            if let Some(s) = t.slots.get(t.home(h)) {
+                super::prefetch(s as *const Slot as *const u8);
+            }
         }
     }
 
@@ -365,14 +370,16 @@ impl Index {
     /// cache by now (after [`Index::prefetch`]).
     #[inline]
     pub fn prefetch_entry(&self, h: u64) {
-        let t = self.table(h).1;
-        if let Some(Slot {
-            hash,
-            entry: Some(e),
-        }) = t.slots.get(t.seek(h))
-        {
-            if *hash == h {
-                super::prefetch(e.as_ptr());
+        for t in self.tables() {
+            if let Some(Slot {
+                hash,
+                entry: Some(e),
+            }) = t.slots.get(t.seek(h))
+            {
+                if *hash == h {
+                    super::prefetch(e.as_ptr());
+                    return;
+                }
             }
         }
     }
@@ -381,19 +388,7 @@ impl Index {
     fn check(&self) {
         // Every table is sorted, every entry at or after its home with no gap between.
         let mut n = 0;
-        for (t, lo, hi) in [
-            (
-                Some(&self.new),
-                0,
-                if self.old.is_some() {
-                    self.bound
-                } else {
-                    u64::MAX
-                },
-            ),
-            (self.old.as_ref(), self.bound, u64::MAX),
-        ] {
-            let Some(t) = t else { continue };
+        for t in self.tables() {
             let mut last = 0;
             let mut empty = None; // the last empty slot seen
             for (i, s) in t.slots.iter().enumerate() {
@@ -404,7 +399,6 @@ impl Index {
                 n += 1;
                 assert!(s.hash >= last, "sorted");
                 last = s.hash;
-                assert!(s.hash >= lo && s.hash < hi, "in the right table");
                 let home = t.home(s.hash);
                 assert!(home <= i);
                 assert!(empty.is_none_or(|j| j < home), "no gap");

@@ -281,6 +281,11 @@ impl Keyspace {
         self.index.prefetch_entry(h);
     }
 
+    /// Makes room for `more` keys beyond those there now, at once (start-up replay).
+    fn reserve(&mut self, more: usize) {
+        self.index.reserve(self.len() + more);
+    }
+
     /// The live entry of `key` without removing an expired one (for `&self` readers).
     pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let e = self

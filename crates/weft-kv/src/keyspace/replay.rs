@@ -1,14 +1,13 @@
 //! Start-up replay of a shard's log: the records applied in batches sorted by key hash.
 //!
 //! Applying millions of records in log order inserts keys at random places of the
-//! B-tree (the tree is ordered by a keyed hash): nearly every insert misses the cache
-//! on each level on its way down. A 10-million-key start-up spent 62% of its time
-//! there. But the records of *different* keys commute (each touches one key's entry,
+//! index (it is ordered by a keyed hash): nearly every insert misses the cache. (With
+//! the former B-tree, a 10-million-key start-up spent 62% of its time there.) But the records of *different* keys commute (each touches one key's entry,
 //! the counters are sums, the expiry index is per key), and a *stable* sort by hash
 //! keeps the records of one key, and of one hash bucket, in log order. So
 //! [`Replay`] gathers up to [`BATCH`] records, sorts them by hash and applies them in
-//! that order: consecutive inserts walk neighbouring paths of the tree, which stay in
-//! the cache. A Flush record (every key gone) is a barrier: the batch before it is
+//! that order: consecutive inserts touch neighbouring slots of the index, which stay
+//! in the cache. The index is first grown to hold the whole batch. A Flush record (every key gone) is a barrier: the batch before it is
 //! applied first. The result is exactly the keyspace that applying the records one
 //! by one gives (tested below, with hash collisions forced).
 //!
@@ -71,6 +70,9 @@ impl<'a> Replay<'a> {
     fn apply_batch(&mut self) {
         // Stable: one key's records stay in log order.
         self.batch.sort_by_key(|&(h, _)| h);
+        // Room for every key of the batch first: keys inserted in hash order into a
+        // table sized for fewer would pile up at its start (index.rs, `reserve`).
+        self.ks.reserve(self.batch.len());
         for (h, rec) in self.batch.drain(..) {
             self.ks.apply_hashed(h, rec, self.now_ms);
         }
