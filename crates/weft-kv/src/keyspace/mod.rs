@@ -1,22 +1,27 @@
 //! One shard's keys: the values, their expiry times and the memory they take.
 //!
 //! # Structure
-//! Keys live in a `BTreeMap<u64, Bucket>` ordered by a 56-bit keyed hash of the key
-//! (SipHash with a per-process random key, std's `RandomState`: an attacker who picks
-//! keys cannot aim them at one bucket). A [`Bucket`] holds the entries whose keys share
-//! a hash: one inline, the rare others (two keys collide with probability ≈ n²/2⁵⁷)
-//! in a vector that allocates only when used. A lookup hashes the key once and walks
-//! one B-tree path (logarithmic, cache-friendly nodes of several hashes each).
+//! Every key is ordered by a 56-bit keyed hash (SipHash with a per-process random key,
+//! std's `RandomState`: an attacker who picks keys cannot aim them at one place).
+//! - The index ([`index`]) maps hashes to entries and keeps them **in hash order**: an
+//!   open-addressing table with linear probing whose home slot is the hash's top bits
+//!   and whose clusters are kept sorted by hash, grown by doubling a few slots per
+//!   insert or removal. A lookup reads its home slot and the few after it (one or two
+//!   cache lines), then the entry. Keys whose hashes are equal (probability ≈ n²/2⁵⁷)
+//!   sit side by side, compared by key.
+//! - Each key is one allocation ([`Entry`]: stamp, expiry, key, value).
 //!
 //! # The cursor (SCAN and compaction)
-//! A cursor is a position in hash order: "every bucket whose hash is ≥ cursor is still
+//! A cursor is a position in hash order: "every key whose hash is ≥ cursor is still
 //! to be visited". 0 starts a walk, and a returned 0 ends it. Since a key's hash never
 //! changes and a walk only moves forward, every key present for the whole walk is
 //! returned (at least once: exactly once in fact, unless it is removed and added
-//! again), whatever else is inserted or removed between calls, and nothing rehashes.
-//! Hashes are below 2⁵⁶ so that the server can put a shard index in a cursor's top
-//! 8 bits. The next cursor is the hash of the next bucket, which is never 0 (hash 0
-//! can only be the first bucket), so 0 unambiguously means done.
+//! again), whatever else is inserted or removed between calls. The index's growth
+//! moves entries between tables but never changes their hashes, and a walk merges the
+//! tables in hash order, so growth is invisible to a cursor. Hashes are below 2⁵⁶ so
+//! that the server can put a shard index in a cursor's top 8 bits. A step visits
+//! whole hashes (all keys of one hash together); the next cursor is the next hash,
+//! which is never 0 (hash 0 can only come first), so 0 unambiguously means done.
 //!
 //! # Expiry
 //! Each key has an optional absolute expiry time in Unix milliseconds. Expiry is lazy
@@ -30,7 +35,7 @@
 //! [`Keyspace::used_memory`] is the sum over keys of key length + value length +
 //! [`PER_KEY_OVERHEAD`] (+ [`PER_EXPIRE_OVERHEAD`] for a key with an expiry), kept
 //! up to date by every primitive that changes a key. It approximates what the heap
-//! holds (B-tree slots, allocation headers) without asking the allocator.
+//! holds (index slots, entry heads, allocation headers) without asking the allocator.
 //!
 //! # Durability stamps (what a reply must wait for)
 //! A reply may only show state whose log records are written (under `fsync always`:
