@@ -343,7 +343,11 @@ impl Index {
     /// orders merged).
     pub fn iter_from(&self, from: u64) -> impl Iterator<Item = (u64, &Entry)> {
         let mut a = self.new.iter_from(from).peekable();
-        let mut b = self.old.iter().flat_map(move |t| t.iter_from(from)).peekable();
+        let mut b = self
+            .old
+            .iter()
+            .flat_map(move |t| t.iter_from(from))
+            .peekable();
         std::iter::from_fn(move || match (a.peek(), b.peek()) {
             (Some(x), Some(y)) if y.0 < x.0 => b.next(),
             (Some(_), _) => a.next(),

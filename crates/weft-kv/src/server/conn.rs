@@ -219,18 +219,24 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8
     acks.lsn.clear();
     let mut quit_at = None;
     let mut in_order = true;
+    // One clock reading for the pipeline's commands on this worker (they run within
+    // microseconds of each other), and one update of the command counter.
+    let now = now_ms();
+    let mut ran = 0;
     for (slot, cmd) in cmds.iter().enumerate() {
         if quit_at.is_some() {
             break;
         }
-        server.commands.fetch_add(1, Relaxed);
+        ran += 1;
         argv.clear();
         match cmd {
             Cmd::Buf(from, to) => argv.extend(ranges[*from..*to].iter().map(|r| &rbuf[r.clone()])),
             Cmd::Owned(args) => argv.extend(args.iter().map(Vec::as_slice)),
         }
         let start = wbuf.len();
-        let reply = match run_command(server, conn, &argv, me, slot, pending, done, acks, wbuf) {
+        let reply = match run_command(
+            server, conn, &argv, me, now, slot, pending, done, acks, wbuf,
+        ) {
             Some(r) => r,
             None => {
                 // Gathered for another worker's shard: its reply comes later.
@@ -248,6 +254,7 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8
             error: reply.is_error(),
         });
     }
+    server.commands.fetch_add(ran, Relaxed);
     run_pending(server, conn.proto, pending, done, acks, wbuf);
     *spare = recycle(argv);
     cmds.clear();
@@ -370,6 +377,7 @@ fn run_command(
     conn: &mut Conn,
     args: &[&[u8]],
     me: Option<usize>,
+    now: u64,
     slot: usize,
     pending: &mut [Vec<Pending>],
     done: &mut [Option<Done>],
@@ -396,7 +404,6 @@ fn run_command(
             if let Some(r) = exec::precheck(&**shards, cmd, s) {
                 Some(r)
             } else if me == Some(shards.owner(s)) {
-                let now = now_ms();
                 let (r, lsn) = shards.with(s, |sh| sh.run(f, args, now, Some(wbuf)));
                 acks.note(s, lsn);
                 Some(r)
