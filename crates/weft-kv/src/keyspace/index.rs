@@ -570,4 +570,95 @@ mod tests {
             assert!(seen.values().all(|&n| n == 1));
         }
     }
+
+    /// One walk step as SCAN takes it: the keys of `per_step` hashes from `cursor`
+    /// (all keys of a hash together); the next cursor, or 0.
+    fn walk_step(ix: &Index, cursor: u64, per_step: usize, seen: &mut Vec<Vec<u8>>) -> u64 {
+        let mut it = ix.iter_from(cursor).peekable();
+        let mut hashes = 0;
+        while let Some((h, e)) = it.next() {
+            seen.push(e.key().to_vec());
+            match it.peek() {
+                Some(&(g, _)) if g == h => {}
+                Some(&(g, _)) => {
+                    hashes += 1;
+                    if hashes == per_step {
+                        return g;
+                    }
+                }
+                None => return 0,
+            }
+        }
+        0
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64),
+            ..Default::default()
+        })]
+
+        /// Random inserts, updates, removals and walk steps, over hashes narrowed to
+        /// force collisions (or not): the index agrees with a BTreeMap after every
+        /// operation (through growths, removals during growth included), and a walk
+        /// returns every key present from its start to its end exactly once.
+        #[test]
+        fn random_operations_and_walks_agree_with_a_model(
+            ops in proptest::collection::vec((0u8..8, 0u64..600), 1..2500),
+            mask in proptest::prop_oneof![
+                proptest::strategy::Just(0u64),
+                proptest::strategy::Just(0xfu64),
+                proptest::strategy::Just(0x3ffu64),
+                proptest::strategy::Just((1u64 << 56) - 1),
+            ],
+            per_step in 1usize..8,
+        ) {
+            let hash = |k: u64| (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 8) & mask;
+            let mut ix = Index::new();
+            let mut model = Model::new();
+            // The walk: its cursor, the keys present at its start and never removed
+            // since, and what it returned.
+            let mut cursor = 0u64;
+            let mut stable: Vec<Vec<u8>> = Vec::new();
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            for (i, &(op, k)) in ops.iter().enumerate() {
+                let key = format!("k{k}").into_bytes();
+                let h = hash(k);
+                match op {
+                    0..=3 => {
+                        let v = format!("v{i}").into_bytes();
+                        match ix.find(h, &key) {
+                            Some(p) => ix.at_mut(p).set_value(&v),
+                            None => ix.insert(h, Entry::new(&key, &v, None, 0)),
+                        }
+                        model.insert((h, key), v);
+                    }
+                    4 | 5 => {
+                        let p = ix.find(h, &key);
+                        proptest::prop_assert_eq!(p.is_some(), model.remove(&(h, key.clone())).is_some());
+                        if let Some(p) = p {
+                            let e = ix.remove(p);
+                            proptest::prop_assert_eq!(e.key(), key.as_slice());
+                        }
+                        stable.retain(|s| *s != key);
+                    }
+                    _ => {
+                        if cursor == 0 && seen.is_empty() {
+                            stable = model.keys().map(|(_, k)| k.clone()).collect();
+                        }
+                        cursor = walk_step(&ix, cursor, per_step, &mut seen);
+                        if cursor == 0 {
+                            for s in &stable {
+                                let n = seen.iter().filter(|x| *x == s).count();
+                                proptest::prop_assert_eq!(n, 1, "{:?} returned {} times", s, n);
+                            }
+                            seen.clear();
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(ix.len(), model.len());
+            }
+            same(&ix, &model);
+        }
+    }
 }
