@@ -355,6 +355,28 @@ impl Index {
         })
     }
 
+    /// Calls `f` with the entries of `n` hashes from hash `cursor` on (all entries of a
+    /// hash together), in hash order; answers the next hash, or 0 when there is none.
+    /// (The keyspace's SCAN and compaction steps.)
+    pub fn visit(&self, cursor: u64, n: usize, mut f: impl FnMut(&Entry)) -> u64 {
+        let mut it = self.iter_from(cursor).peekable();
+        let mut hashes = 0;
+        while let Some((h, e)) = it.next() {
+            f(e);
+            match it.peek() {
+                Some(&(g, _)) if g == h => {}
+                Some(&(g, _)) => {
+                    hashes += 1;
+                    if hashes == n {
+                        return g;
+                    }
+                }
+                None => return 0,
+            }
+        }
+        0
+    }
+
     /// Removes every entry (and returns to the smallest table).
     pub fn clear(&mut self) {
         *self = Index::new();
@@ -521,24 +543,9 @@ mod tests {
             let per_step = if mask < 0x100 { 2 } else { 50 };
             loop {
                 // One step: a few hashes' worth from the cursor (with narrow hashes, few).
-                let mut it = ix.iter_from(cursor).peekable();
-                let mut buckets = 0;
-                let mut next = 0;
-                while let Some((h, e)) = it.next() {
+                let next = ix.visit(cursor, per_step, |e| {
                     *seen.entry(e.key().to_vec()).or_default() += 1;
-                    match it.peek() {
-                        Some(&(g, _)) if g == h => {}
-                        Some(&(g, _)) => {
-                            buckets += 1;
-                            if buckets == per_step {
-                                next = g;
-                                break;
-                            }
-                        }
-                        None => break,
-                    }
-                }
-                drop(it);
+                });
                 // Between steps: inserts (forcing growth) and removals of other keys.
                 for _ in 0..10 {
                     let k = next_churn;
@@ -569,27 +576,6 @@ mod tests {
             }
             assert!(seen.values().all(|&n| n == 1));
         }
-    }
-
-    /// One walk step as SCAN takes it: the keys of `per_step` hashes from `cursor`
-    /// (all keys of a hash together); the next cursor, or 0.
-    fn walk_step(ix: &Index, cursor: u64, per_step: usize, seen: &mut Vec<Vec<u8>>) -> u64 {
-        let mut it = ix.iter_from(cursor).peekable();
-        let mut hashes = 0;
-        while let Some((h, e)) = it.next() {
-            seen.push(e.key().to_vec());
-            match it.peek() {
-                Some(&(g, _)) if g == h => {}
-                Some(&(g, _)) => {
-                    hashes += 1;
-                    if hashes == per_step {
-                        return g;
-                    }
-                }
-                None => return 0,
-            }
-        }
-        0
     }
 
     proptest::proptest! {
@@ -646,7 +632,7 @@ mod tests {
                         if cursor == 0 && seen.is_empty() {
                             stable = model.keys().map(|(_, k)| k.clone()).collect();
                         }
-                        cursor = walk_step(&ix, cursor, per_step, &mut seen);
+                        cursor = ix.visit(cursor, per_step, |e| seen.push(e.key().to_vec()));
                         if cursor == 0 {
                             for s in &stable {
                                 let n = seen.iter().filter(|x| *x == s).count();

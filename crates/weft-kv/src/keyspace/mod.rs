@@ -633,26 +633,11 @@ impl Keyspace {
 
     /// Visits the keys of `n` hashes from hash `cursor` on (all keys of a hash
     /// together); the next hash, or 0.
-    fn visit(&self, cursor: u64, n: usize, mut f: impl FnMut(&Entry)) -> u64 {
+    fn visit(&self, cursor: u64, n: usize, f: impl FnMut(&Entry)) -> u64 {
         if cursor >= HASH_LIMIT {
             return 0;
         }
-        let mut it = self.index.iter_from(cursor).peekable();
-        let mut hashes = 0;
-        while let Some((h, e)) = it.next() {
-            f(e);
-            match it.peek() {
-                Some(&(g, _)) if g == h => {}
-                Some(&(g, _)) => {
-                    hashes += 1;
-                    if hashes == n {
-                        return g;
-                    }
-                }
-                None => return 0,
-            }
-        }
-        0
+        self.index.visit(cursor, n, f)
     }
 }
 
