@@ -47,6 +47,8 @@ struct Batch {
     done: Vec<Option<Done>>,
     /// Per shard, the commands gathered for another worker's shard.
     pending: Vec<Vec<Pending>>,
+    /// Their replies, by position, once run (encoded after the others).
+    late: Vec<(usize, Reply)>,
     /// What the replies wait for.
     acks: Acks,
     /// The replies, encoded.
@@ -109,6 +111,7 @@ where
         ranges: Vec::new(),
         done: Vec::new(),
         pending: (0..server.shards.count()).map(|_| Vec::new()).collect(),
+        late: Vec::new(),
         acks: Acks::default(),
         wbuf: Vec::with_capacity(16 << 10),
         argv: Vec::new(),
@@ -202,6 +205,7 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8
         ranges,
         done,
         pending,
+        late,
         acks,
         wbuf,
         argv: spare,
@@ -235,7 +239,7 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8
         }
         let start = wbuf.len();
         let reply = match run_command(
-            server, conn, &argv, me, now, slot, pending, done, acks, wbuf,
+            server, conn, &argv, me, now, slot, pending, late, acks, wbuf,
         ) {
             Some(r) => r,
             None => {
@@ -255,7 +259,17 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8
         });
     }
     server.commands.fetch_add(ran, Relaxed);
-    run_pending(server, conn.proto, pending, done, acks, wbuf);
+    run_pending(server, pending, late, acks);
+    // The replies of other workers' shards, after the others (`done` has the order).
+    for (slot, r) in late.drain(..) {
+        let start = wbuf.len();
+        r.encode(conn.proto, wbuf);
+        done[slot] = Some(Done {
+            start,
+            end: wbuf.len(),
+            error: r.is_error(),
+        });
+    }
     *spare = recycle(argv);
     cmds.clear();
     ranges.clear();
@@ -287,15 +301,14 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8
         }
     }
 }
-/// Runs the commands gathered for other workers' shards (one IPC call per shard) and
-/// appends their replies to `wbuf`, noting where each is in `done`.
+
+/// Runs the commands gathered for other workers' shards (one IPC call per shard);
+/// their replies go to `late`.
 fn run_pending(
     server: &Arc<Server>,
-    proto: u8,
     pending: &mut [Vec<Pending>],
-    done: &mut [Option<Done>],
+    late: &mut Vec<(usize, Reply)>,
     acks: &mut Acks,
-    wbuf: &mut Vec<u8>,
 ) {
     for (s, list) in pending.iter_mut().enumerate() {
         if list.is_empty() {
@@ -316,15 +329,7 @@ fn run_pending(
             (out, need)
         });
         acks.note(s, lsn);
-        for (slot, r) in out {
-            let start = wbuf.len();
-            r.encode(proto, wbuf);
-            done[slot] = Some(Done {
-                start,
-                end: wbuf.len(),
-                error: r.is_error(),
-            });
-        }
+        late.extend(out);
     }
 }
 
@@ -380,7 +385,7 @@ fn run_command(
     now: u64,
     slot: usize,
     pending: &mut [Vec<Pending>],
-    done: &mut [Option<Done>],
+    late: &mut Vec<(usize, Reply)>,
     acks: &mut Acks,
     wbuf: &mut Vec<u8>,
 ) -> Option<Reply> {
@@ -414,7 +419,7 @@ fn run_command(
             }
         }
         _ => {
-            run_pending(server, conn.proto, pending, done, acks, wbuf);
+            run_pending(server, pending, late, acks);
             let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
             Some(run_other(server, conn, cmd, &args, acks))
         }
