@@ -232,8 +232,7 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
             return Err(format!(
                 "--max-bulk {n} is too large: at most {} (4gb - 1), a key's entry keeps lengths in 32 bits",
                 u32::MAX
-            )
-            .into());
+            ));
         }
         config.max_bulk = usize::try_from(n).map_err(|_| format!("--max-bulk {n} is too large"))?;
     }
