@@ -48,7 +48,10 @@ fn layout(key_len: usize, value_len: usize) -> Layout {
     Layout::from_size_align(HEAD + key_len + capacity(value_len), 8).expect("entry size")
 }
 
-/// One key's entry (owned: dropping it frees the allocation).
+/// One key's entry (owned: dropping it frees the allocation). Transparent over a
+/// non-null pointer, so `Option<Entry>` is one word and all-zero bytes are `None` (the
+/// index allocates its tables zeroed).
+#[repr(transparent)]
 pub struct Entry(NonNull<Head>);
 
 // SAFETY: an Entry owns its allocation alone (as a Box does) and has no interior

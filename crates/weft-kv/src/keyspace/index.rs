@@ -67,9 +67,10 @@ impl Table {
         let n = homes + 32 + homes / 64;
         let layout = std::alloc::Layout::array::<Slot>(n).expect("table size");
         // SAFETY: the layout is not empty; all-zero bytes are a valid Slot (hash 0,
-        // entry None: `Option<Entry>` uses the pointer's niche), so the Vec built over
-        // the zeroed allocation has `n` initialized elements, with the capacity and
-        // alignment it was allocated with. (Zeroed memory comes from fresh pages for a
+        // entry None: Entry is a repr(transparent) NonNull, so `Option<Entry>` is None
+        // when null), so the Vec built over the zeroed allocation has `n` initialized
+        // elements, with the capacity and alignment it was allocated with by the
+        // global allocator, as a Vec's own. (Zeroed memory comes from fresh pages for a
         // large table: nothing is touched until used.)
         let slots = unsafe {
             let p = std::alloc::alloc_zeroed(layout) as *mut Slot;
