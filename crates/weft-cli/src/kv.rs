@@ -141,8 +141,8 @@ pub struct ServeArgs {
     /// The most client connections at once [default: 10000].
     #[arg(long, value_name = "N")]
     max_clients: Option<usize>,
-    /// The largest string a request may carry, refused before it is read [default:
-    /// 512mb].
+    /// The largest string a request may carry, refused before it is read (at most
+    /// 4gb - 1: a key's entry keeps lengths in 32 bits) [default: 512mb].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_bulk: Option<u64>,
     /// Worker threads, each owning a shard of the keys; 0: half the CPUs, at least one, leaving cores for the clients (docs/kv.md) [default: 0].
@@ -228,6 +228,12 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
         config.max_clients = n;
     }
     if let Some(n) = a.max_bulk {
+        if n > u64::from(u32::MAX) {
+            return Err(format!(
+                "--max-bulk {n} is too large: at most {} (4gb - 1), a key's entry keeps lengths in 32 bits",
+                u32::MAX
+            ));
+        }
         config.max_bulk = usize::try_from(n).map_err(|_| format!("--max-bulk {n} is too large"))?;
     }
     if let Some(n) = a.workers {

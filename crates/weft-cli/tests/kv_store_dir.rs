@@ -168,3 +168,64 @@ fn a_directory_written_by_the_server_opens_in_the_store_and_back() {
     drop(c);
     srv.shutdown();
 }
+
+/// One pipeline whose commands go to both workers' shards, with commands that are
+/// barriers (ECHO, MGET) and inline commands between them: every reply comes back
+/// once, in command order (replies of the other worker's shard arrive after later
+/// ones were encoded, and are put back in place).
+#[test]
+fn a_pipeline_across_both_workers_answers_in_order() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = Server::start(&tmp.path().join("data"), &tmp.path().join("kv.sock"));
+    let mut req = Vec::new();
+    let mut want = Vec::new();
+    let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
+    for i in 0..40 {
+        let (k, v) = (format!("key{i}"), format!("value-{i}"));
+        req.extend(format!("*3\r\n$3\r\nSET\r\n{}{}", bulk(&k), bulk(&v)).bytes());
+        want.extend(b"+OK\r\n");
+    }
+    for i in 0..40 {
+        let k = format!("key{i}");
+        req.extend(format!("*2\r\n$3\r\nGET\r\n{}", bulk(&k)).bytes());
+        want.extend(bulk(&format!("value-{i}")).bytes());
+        match i % 7 {
+            3 => {
+                req.extend(b"ECHO hi\r\n");
+                want.extend(bulk("hi").bytes());
+            }
+            5 => {
+                let j = (i + 17) % 40;
+                req.extend(
+                    format!(
+                        "*3\r\n$4\r\nMGET\r\n{}{}",
+                        bulk(&k),
+                        bulk(&format!("key{j}"))
+                    )
+                    .bytes(),
+                );
+                want.extend(
+                    format!(
+                        "*2\r\n{}{}",
+                        bulk(&format!("value-{i}")),
+                        bulk(&format!("value-{j}"))
+                    )
+                    .bytes(),
+                );
+            }
+            _ => {}
+        }
+    }
+    let mut s = std::os::unix::net::UnixStream::connect(&srv.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&req).unwrap();
+    let mut got = vec![0; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want)
+    );
+    drop(s);
+    srv.shutdown();
+}

@@ -7,7 +7,7 @@
 //! own worker (directly when the caller is there, through weft IPC when not); the
 //! store takes the shard's lock.
 
-use crate::commands::{flags, Command, Exec, Merge, OOM};
+use crate::commands::{borrow_args, flags, Command, Exec, Merge, OOM};
 use crate::resp::Reply;
 use crate::route::{self, Part};
 use crate::shard::{now_ms, Shard};
@@ -77,7 +77,8 @@ pub fn run_keyed(
                 return Some(r);
             }
             let now = now_ms();
-            let (reply, lsn) = set.with(s, |sh| sh.run(f, args, now));
+            let argv = borrow_args(args);
+            let (reply, lsn) = set.with(s, |sh| sh.run(f, &argv, now, None));
             acks.note(s, lsn);
             Some(reply)
         }
@@ -111,7 +112,8 @@ fn run_split(
     let now = now_ms();
     let mut replies = Vec::with_capacity(parts.len());
     for p in &parts {
-        let (reply, lsn) = set.with(p.shard, |sh| sh.run(f, &p.args, now));
+        let argv = borrow_args(&p.args);
+        let (reply, lsn) = set.with(p.shard, |sh| sh.run(f, &argv, now, None));
         acks.note(p.shard, lsn);
         replies.push(reply);
     }

@@ -21,12 +21,12 @@ pub fn shard_of(key: &[u8], shards: usize) -> usize {
 /// The shard of a single-key command (its `first_key` argument); `None` if the
 /// command names no key there.
 #[inline]
-pub fn shard_of_command(cmd: &Command, args: &[Vec<u8>], shards: usize) -> Option<usize> {
+pub fn shard_of_command<A: AsRef<[u8]>>(cmd: &Command, args: &[A], shards: usize) -> Option<usize> {
     let i = cmd.first_key;
     if i <= 0 {
         return None;
     }
-    args.get(i as usize).map(|k| shard_of(k, shards))
+    args.get(i as usize).map(|k| shard_of(k.as_ref(), shards))
 }
 
 /// One shard's part of a split command.

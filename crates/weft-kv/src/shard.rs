@@ -45,14 +45,22 @@ impl Shard {
     /// something, else the stamp of the newest state it read (see the keyspace's
     /// "durability stamps"), so a read of a key untouched since its records were
     /// written does not wait for other keys' records.
-    pub fn run(&mut self, f: ShardFn, args: &[Vec<u8>], now_ms: u64) -> (Reply, u64) {
+    ///
+    /// `out`: the connection's output buffer, if the caller encodes replies in order
+    /// as commands run (see [`Ctx::out`]).
+    pub fn run(
+        &mut self,
+        f: ShardFn,
+        args: &[&[u8]],
+        now_ms: u64,
+        out: Option<&mut Vec<u8>>,
+    ) -> (Reply, u64) {
         let before = self.log.len();
         self.ks.begin(self.appended + 1);
         let reply = {
             let mut ctx = Ctx {
-                now_ms,
-                log: &mut self.log,
-                over_memory: false,
+                out,
+                ..Ctx::new(now_ms, &mut self.log)
             };
             f(&mut self.ks, args, &mut ctx)
         };

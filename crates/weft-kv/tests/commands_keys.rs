@@ -134,9 +134,9 @@ fn expire_family() {
 fn expire_cycle_removes_earliest_first_and_keeps_counts() {
     let mut ks = Keyspace::new();
     for i in 0..100u64 {
-        ks.set(format!("k{i}").as_bytes(), b"v".to_vec(), Some(1000 + i));
+        ks.set(format!("k{i}").as_bytes(), b"v", Some(1000 + i));
     }
-    ks.set(b"forever", b"v".to_vec(), None);
+    ks.set(b"forever", b"v", None);
     assert_eq!(ks.expires_count(), 100);
     assert_eq!(ks.expire_cycle(999, 1000), 0);
     assert_eq!(ks.expire_cycle(1049, 10), 10);
@@ -158,8 +158,8 @@ fn expire_cycle_removes_earliest_first_and_keeps_counts() {
         [b"forever".to_vec(), b"k98".to_vec()].into_iter().collect()
     );
     // overwriting without expiry clears the index entry
-    ks.set(b"x", b"v".to_vec(), Some(10));
-    ks.set(b"x", b"w".to_vec(), None);
+    ks.set(b"x", b"v", Some(10));
+    ks.set(b"x", b"w", None);
     assert_eq!(ks.expire_cycle(u64::MAX, 1000), 0);
     assert_eq!(ks.expires_count(), 0);
 }
@@ -202,9 +202,9 @@ fn memory_accounting_is_incremental() {
 fn keys_and_scan_patterns() {
     let mut ks = Keyspace::new();
     for k in ["user:1", "user:2", "item:1", "", "u"] {
-        ks.set(k.as_bytes(), b"v".to_vec(), None);
+        ks.set(k.as_bytes(), b"v", None);
     }
-    ks.set(b"user:gone", b"v".to_vec(), Some(5));
+    ks.set(b"user:gone", b"v", Some(5));
     let sorted = |mut v: Vec<Vec<u8>>| {
         v.sort();
         v
@@ -258,7 +258,7 @@ proptest! {
         let mut ks = Keyspace::new();
         let name = |i: u16| format!("key:{i}").into_bytes();
         for &i in &initial {
-            ks.set(&name(i), b"v".to_vec(), None);
+            ks.set(&name(i), b"v", None);
         }
         let mut throughout: BTreeSet<u16> = initial.clone();
         let mut seen = BTreeSet::new();
@@ -268,7 +268,7 @@ proptest! {
         loop {
             let step = match ops.next() {
                 Some(Op::Insert(i)) => {
-                    ks.set(&name(i), b"v".to_vec(), None);
+                    ks.set(&name(i), b"v", None);
                     continue;
                 }
                 Some(Op::Remove(i)) => {

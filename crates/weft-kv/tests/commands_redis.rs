@@ -114,9 +114,10 @@ fn ours(ks: &mut Keyspace, args: &[Vec<u8>]) -> Reply {
         now_ms: now,
         log: &mut log,
         over_memory: false,
+        out: None,
     };
     match cmd.exec {
-        Exec::Shard(f) | Exec::Split(f, _) => f(ks, args, &mut ctx),
+        Exec::Shard(f) | Exec::Split(f, _) => f(ks, &commands::borrow_args(args), &mut ctx),
         Exec::Server => panic!("not a shard command"),
     }
 }

@@ -9,7 +9,7 @@
 //! runs in a few seconds in debug builds).
 
 use proptest::prelude::*;
-use weft_kv::resp::{Limits, Parser, ProtocolError};
+use weft_kv::resp::{Limits, Parsed, Parser, ProtocolError};
 
 type Args = Vec<Vec<u8>>;
 
@@ -30,14 +30,45 @@ fn feed(
     chunks: &[&[u8]],
     drop_skipped: bool,
 ) -> (Vec<Args>, Option<ProtocolError>) {
+    let owned = feed_with(limits, chunks, drop_skipped, false);
+    // The server's path (arguments borrowed when a command is whole) agrees.
+    let borrowed = feed_with(limits, chunks, drop_skipped, true);
+    assert_eq!(owned, borrowed, "parse_borrowed differs from parse");
+    owned
+}
+
+fn feed_with(
+    limits: Limits,
+    chunks: &[&[u8]],
+    drop_skipped: bool,
+    borrowed: bool,
+) -> (Vec<Args>, Option<ProtocolError>) {
     let mut parser = Parser::new(limits);
+    let mut ranges = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut start = 0;
     let mut commands = Vec::new();
     for chunk in chunks {
         buf.extend_from_slice(chunk);
         loop {
-            match parser.parse(&buf[start..]) {
+            let parsed = if borrowed {
+                ranges.clear();
+                parser.parse_borrowed(&buf[start..], &mut ranges).map(|p| {
+                    p.map(|p| match p {
+                        Parsed::Borrowed(n) => (
+                            ranges
+                                .iter()
+                                .map(|r| buf[start..][r.clone()].to_vec())
+                                .collect(),
+                            n,
+                        ),
+                        Parsed::Owned(args, n) => (args, n),
+                    })
+                })
+            } else {
+                parser.parse(&buf[start..])
+            };
+            match parsed {
                 Ok(Some((cmd, n))) => {
                     assert!(
                         n > 0 && n <= buf.len() - start,

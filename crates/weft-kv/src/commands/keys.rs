@@ -12,7 +12,7 @@ use crate::resp::Reply;
 
 /// DEL key... (and UNLINK): the number of keys removed. (Split by shard; the parts'
 /// counts are summed.)
-pub fn del(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn del(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let mut n = 0;
     for key in &args[1..] {
         if ks.remove(key, ctx.now_ms) {
@@ -25,7 +25,7 @@ pub fn del(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
 
 /// EXISTS key... (and TOUCH): the number of keys that exist; a key named twice is
 /// counted twice (as Redis does).
-pub fn exists(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn exists(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Int(
         args[1..]
             .iter()
@@ -41,7 +41,7 @@ const LT: u8 = 8;
 
 /// The NX/XX/GT/LT options of the EXPIRE family (Redis's
 /// `parseExtendedExpireArgumentsOrReply`, with its error texts).
-fn expire_flags(args: &[Vec<u8>]) -> Result<u8, Reply> {
+fn expire_flags(args: &[&[u8]]) -> Result<u8, Reply> {
     let mut f = 0;
     for opt in &args[3..] {
         f |= match opt.to_ascii_lowercase().as_slice() {
@@ -81,7 +81,7 @@ fn expire_flags(args: &[Vec<u8>]) -> Result<u8, Reply> {
 /// - A time at or before now deletes the key (logged `Del`), answering 1.
 fn expire_generic(
     ks: &mut Keyspace,
-    args: &[Vec<u8>],
+    args: &[&[u8]],
     ctx: &mut Ctx<'_>,
     basetime: i64,
     secs: bool,
@@ -90,7 +90,7 @@ fn expire_generic(
         Ok(f) => f,
         Err(e) => return e,
     };
-    let mut when = match arg_i64(&args[2]) {
+    let mut when = match arg_i64(args[2]) {
         Ok(w) => w,
         Err(e) => return e,
     };
@@ -133,38 +133,32 @@ fn expire_generic(
 }
 
 /// EXPIRE key seconds [NX|XX|GT|LT]: see [`expire_generic`].
-pub fn expire(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn expire(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let now = ctx.now_ms as i64;
     expire_generic(ks, args, ctx, now, true)
 }
 
 /// PEXPIRE key milliseconds [NX|XX|GT|LT]: see [`expire_generic`].
-pub fn pexpire(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn pexpire(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let now = ctx.now_ms as i64;
     expire_generic(ks, args, ctx, now, false)
 }
 
 /// EXPIREAT key unix-seconds [NX|XX|GT|LT]: see [`expire_generic`].
-pub fn expireat(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn expireat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     expire_generic(ks, args, ctx, 0, true)
 }
 
 /// PEXPIREAT key unix-ms [NX|XX|GT|LT]: see [`expire_generic`].
-pub fn pexpireat(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn pexpireat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     expire_generic(ks, args, ctx, 0, false)
 }
 
 /// TTL and its variants: -2 for a missing key, -1 for no expiry, otherwise the time
 /// left (`abs` false, never below 0) or the absolute time (`abs` true), in ms or in
 /// seconds rounded to the nearest (Redis's `(ms + 500) / 1000`).
-fn ttl_generic(
-    ks: &mut Keyspace,
-    args: &[Vec<u8>],
-    ctx: &mut Ctx<'_>,
-    ms: bool,
-    abs: bool,
-) -> Reply {
-    let Some(e) = ks.get(&args[1], ctx.now_ms) else {
+fn ttl_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, ms: bool, abs: bool) -> Reply {
+    let Some(e) = ks.get(args[1], ctx.now_ms) else {
         return Reply::Int(-2);
     };
     let Some(at) = e.expire_at_ms() else {
@@ -179,28 +173,28 @@ fn ttl_generic(
 }
 
 /// TTL key: seconds left, rounded; -1 no expiry; -2 missing.
-pub fn ttl(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn ttl(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     ttl_generic(ks, args, ctx, false, false)
 }
 
 /// PTTL key: milliseconds left; -1 no expiry; -2 missing.
-pub fn pttl(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn pttl(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     ttl_generic(ks, args, ctx, true, false)
 }
 
 /// EXPIRETIME key: the absolute expiry in Unix seconds (rounded); -1; -2.
-pub fn expiretime(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn expiretime(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     ttl_generic(ks, args, ctx, false, true)
 }
 
 /// PEXPIRETIME key: the absolute expiry in Unix ms; -1; -2.
-pub fn pexpiretime(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn pexpiretime(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     ttl_generic(ks, args, ctx, true, true)
 }
 
 /// PERSIST key: 1 if an expiry was removed (logged `Expire None`), 0 if the key is
 /// missing or has none.
-pub fn persist(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn persist(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let key = &args[1];
     match ks.get(key, ctx.now_ms) {
         Some(e) if e.expire_at_ms().is_some() => {
@@ -213,9 +207,9 @@ pub fn persist(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply 
 }
 
 /// TYPE key: `string`, or `none` for a missing key.
-pub fn type_(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn type_(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Simple(
-        if ks.contains(&args[1], ctx.now_ms) {
+        if ks.contains(args[1], ctx.now_ms) {
             "string"
         } else {
             "none"

@@ -31,13 +31,48 @@ pub struct Ctx<'a> {
     /// The shard is over its memory limit: commands that may grow memory answer
     /// [`OOM`] instead of running (deletions still run).
     pub over_memory: bool,
+    /// The connection's output buffer, when the caller encodes replies in order as
+    /// the commands run (the server's own worker): a command may write its reply
+    /// there itself ([`Ctx::bulk`]) instead of building an owned [`Reply`].
+    pub out: Option<&'a mut Vec<u8>>,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context without an output buffer (replies are built as values).
+    pub fn new(now_ms: u64, log: &'a mut Vec<u8>) -> Ctx<'a> {
+        Ctx {
+            now_ms,
+            log,
+            over_memory: false,
+            out: None,
+        }
+    }
+
+    /// The reply "bulk string `bytes`": encoded straight into the output buffer if
+    /// there is one (no copy into a reply value first), else as a [`Reply::Bulk`].
+    #[inline]
+    pub fn bulk(&mut self, bytes: &[u8]) -> Reply {
+        match self.out.as_deref_mut() {
+            Some(out) => {
+                crate::resp::reply::bulk(bytes, out);
+                Reply::Written
+            }
+            None => Reply::bulk(bytes),
+        }
+    }
 }
 
 /// The reply to a command that may grow memory when the store is over its limit.
 pub const OOM: Reply = Reply::err("OOM command not allowed when used memory > 'maxmemory'.");
 
-/// A shard command: runs on `ks` with the full argument list (`args[0]` is the name).
-pub type ShardFn = fn(&mut Keyspace, &[Vec<u8>], &mut Ctx<'_>) -> Reply;
+/// A shard command: runs on `ks` with the full argument list (`args[0]` is the name),
+/// borrowed (from the connection's read buffer, on the server's fast path).
+pub type ShardFn = fn(&mut Keyspace, &[&[u8]], &mut Ctx<'_>) -> Reply;
+
+/// An owned argument list borrowed as a shard command takes it.
+pub fn borrow_args(args: &[Vec<u8>]) -> Vec<&[u8]> {
+    args.iter().map(Vec::as_slice).collect()
+}
 
 /// How a command runs.
 #[derive(Clone, Copy)]
@@ -108,10 +143,10 @@ pub const TOO_LONG: Reply =
     Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
 
 /// `ERR invalid expire time in 'set' command` (the command named in lower case).
-pub fn invalid_expire(args: &[Vec<u8>]) -> Reply {
+pub fn invalid_expire(args: &[&[u8]]) -> Reply {
     Reply::error(format!(
         "ERR invalid expire time in '{}' command",
-        String::from_utf8_lossy(&args[0]).to_ascii_lowercase()
+        String::from_utf8_lossy(args[0]).to_ascii_lowercase()
     ))
 }
 
@@ -344,7 +379,7 @@ pub fn table() -> &'static [Command] {
 
 /// Checks `args` against `cmd`'s arity: the standard
 /// `ERR wrong number of arguments for 'get' command` otherwise.
-pub fn check_arity(cmd: &Command, args: &[Vec<u8>]) -> Result<(), Reply> {
+pub fn check_arity<A>(cmd: &Command, args: &[A]) -> Result<(), Reply> {
     let n = args.len() as i64;
     let a = cmd.arity as i64;
     if (a > 0 && n != a) || (a < 0 && n < -a) {
@@ -362,14 +397,15 @@ pub fn check_arity(cmd: &Command, args: &[Vec<u8>]) -> Result<(), Reply> {
 /// As Redis does, the name and arguments are cut to 128 bytes each, at most as many
 /// arguments are quoted as fit in 128 bytes, and CR/LF (which cannot appear in an
 /// error line) become spaces.
-pub fn unknown(args: &[Vec<u8>]) -> Reply {
+pub fn unknown<A: AsRef<[u8]>>(args: &[A]) -> Reply {
     fn show(b: &[u8]) -> String {
         let b = &b[..b.len().min(128)];
         String::from_utf8_lossy(b).replace(['\r', '\n'], " ")
     }
-    let name = args.first().map_or(String::new(), |a| show(a));
+    let name = args.first().map_or(String::new(), |a| show(a.as_ref()));
     let mut rest = String::new();
     for a in args.iter().skip(1) {
+        let a = a.as_ref();
         if rest.len() >= 128 {
             break;
         }

@@ -29,7 +29,7 @@ pub(crate) fn log_key(ks: &Keyspace, key: &[u8], ctx: &mut Ctx<'_>) {
 
 /// Stores `value` in `key` with the absolute expiry `at` and logs it; an expiry
 /// already passed removes the key instead (logged as `Del` if the key existed).
-fn store(ks: &mut Keyspace, key: &[u8], value: Vec<u8>, at: Option<u64>, ctx: &mut Ctx<'_>) {
+fn store(ks: &mut Keyspace, key: &[u8], value: &[u8], at: Option<u64>, ctx: &mut Ctx<'_>) {
     if matches!(at, Some(t) if t <= ctx.now_ms) {
         if ks.remove(key, ctx.now_ms) {
             encode(&RecordRef::Del { key }, ctx.log);
@@ -39,7 +39,7 @@ fn store(ks: &mut Keyspace, key: &[u8], value: Vec<u8>, at: Option<u64>, ctx: &m
     encode(
         &RecordRef::Set {
             key,
-            value: &value,
+            value,
             expire_at_ms: at,
         },
         ctx.log,
@@ -48,9 +48,9 @@ fn store(ks: &mut Keyspace, key: &[u8], value: Vec<u8>, at: Option<u64>, ctx: &m
 }
 
 /// GET key: the value, or nil.
-pub fn get(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
-    match ks.get(&args[1], ctx.now_ms) {
-        Some(e) => Reply::bulk(e.value()),
+pub fn get(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    match ks.get(args[1], ctx.now_ms) {
+        Some(e) => ctx.bulk(e.value()),
         None => Reply::Nil,
     }
 }
@@ -71,12 +71,12 @@ struct Opts<'a> {
 /// KEEPTTL) are allowed, otherwise GETEX's (PERSIST). As in Redis, a repeated
 /// EX/PX/... overrides the earlier one, while mixing different kinds, or NX with
 /// XX, is a syntax error.
-fn parse_opts(args: &[Vec<u8>], from: usize, set: bool) -> Result<Opts<'_>, Reply> {
+fn parse_opts<'a>(args: &[&'a [u8]], from: usize, set: bool) -> Result<Opts<'a>, Reply> {
     let mut o = Opts::default();
     let mut j = from;
     while j < args.len() {
-        let opt = args[j].as_slice();
-        let next = args.get(j + 1).map(|v| v.as_slice());
+        let opt = args[j];
+        let next = args.get(j + 1).copied();
         let is = |s: &str| opt.eq_ignore_ascii_case(s.as_bytes());
         let exp_kind = o.expire.map(|(_, secs, abs)| (secs, abs));
         if is("nx") && !o.xx && set {
@@ -115,13 +115,7 @@ fn parse_opts(args: &[Vec<u8>], from: usize, set: bool) -> Result<Opts<'_>, Repl
 /// Turns an EX/PX/EXAT/PXAT argument into an absolute Unix time in ms (Redis's
 /// `getExpireMillisecondsOrReply`): not an integer → `ERR value is not an integer or
 /// out of range`; ≤ 0 or overflowing → `ERR invalid expire time in '<cmd>' command`.
-fn expire_at(
-    args: &[Vec<u8>],
-    arg: &[u8],
-    secs: bool,
-    abs: bool,
-    now_ms: u64,
-) -> Result<u64, Reply> {
+fn expire_at(args: &[&[u8]], arg: &[u8], secs: bool, abs: bool, now_ms: u64) -> Result<u64, Reply> {
     let v = arg_i64(arg)?;
     if v <= 0 || (secs && v > i64::MAX / 1000) {
         return Err(invalid_expire(args));
@@ -146,7 +140,7 @@ fn expire_at(
 /// - GET answers the old value (or nil) instead of OK, also when NX/XX stopped it.
 /// - Errors (checked before anything changes): syntax, expire time not an integer,
 ///   ≤ 0 or overflowing (`ERR invalid expire time in 'set' command`).
-pub fn set(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn set(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
@@ -174,29 +168,29 @@ pub fn set(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
         return if o.get { reply } else { Reply::Nil };
     }
     let at = if o.keepttl { old_expire } else { at };
-    store(ks, key, args[2].clone(), at, ctx);
+    store(ks, key, args[2], at, ctx);
     reply
 }
 
 /// SETNX key value: 1 if the key was set, 0 (nothing changes) if it existed.
-pub fn setnx(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn setnx(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    if ks.contains(&args[1], ctx.now_ms) {
+    if ks.contains(args[1], ctx.now_ms) {
         return Reply::Int(0);
     }
-    store(ks, &args[1], args[2].clone(), None, ctx);
+    store(ks, args[1], args[2], None, ctx);
     Reply::Int(1)
 }
 
-fn setex_generic(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>, secs: bool) -> Reply {
+fn setex_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, secs: bool) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    match expire_at(args, &args[2], secs, false, ctx.now_ms) {
+    match expire_at(args, args[2], secs, false, ctx.now_ms) {
         Ok(at) => {
-            store(ks, &args[1], args[3].clone(), Some(at), ctx);
+            store(ks, args[1], args[3], Some(at), ctx);
             Reply::OK
         }
         Err(e) => e,
@@ -205,29 +199,29 @@ fn setex_generic(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>, secs: b
 
 /// SETEX key seconds value: SET with EX. `seconds` ≤ 0: `ERR invalid expire time in
 /// 'setex' command`.
-pub fn setex(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn setex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     setex_generic(ks, args, ctx, true)
 }
 
 /// PSETEX key milliseconds value: SET with PX.
-pub fn psetex(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn psetex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     setex_generic(ks, args, ctx, false)
 }
 
 /// GETSET key value: the old value (or nil); the key now holds `value` with no expiry.
-pub fn getset(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn getset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
     let reply = ks
-        .get(&args[1], ctx.now_ms)
+        .get(args[1], ctx.now_ms)
         .map_or(Reply::Nil, |e| Reply::bulk(e.value()));
-    store(ks, &args[1], args[2].clone(), None, ctx);
+    store(ks, args[1], args[2], None, ctx);
     reply
 }
 
 /// GETDEL key: the value (or nil), and the key is removed.
-pub fn getdel(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn getdel(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let key = &args[1];
     let Some(e) = ks.get(key, ctx.now_ms) else {
         return Reply::Nil;
@@ -243,7 +237,7 @@ pub fn getdel(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
 ///
 /// As Redis 7.0: a missing key answers nil before the expire time is validated; an
 /// EXAT/PXAT time already passed removes the key (after answering its value).
-pub fn getex(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn getex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let o = match parse_opts(args, 2, false) {
         Ok(o) => o,
         Err(e) => return e,
@@ -281,7 +275,7 @@ pub fn getex(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
 
 /// MGET key...: one element per key, the value or nil. (Split by shard: the server
 /// puts the parts back in the keys' order.)
-pub fn mget(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn mget(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Array(
         args[1..]
             .iter()
@@ -296,7 +290,7 @@ pub fn mget(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
 /// MSET key value [key value...]: sets each key (no expiry). An odd number of
 /// arguments after the name: `ERR wrong number of arguments for 'mset' command`.
 /// A key given twice ends with its last value.
-pub fn mset(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn mset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if args.len().is_multiple_of(2) {
         return Reply::err("ERR wrong number of arguments for 'mset' command");
     }
@@ -304,7 +298,7 @@ pub fn mset(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
         return OOM;
     }
     for kv in args[1..].chunks_exact(2) {
-        store(ks, &kv[0], kv[1].clone(), None, ctx);
+        store(ks, kv[0], kv[1], None, ctx);
     }
     Reply::OK
 }
@@ -327,35 +321,35 @@ fn incr_by(ks: &mut Keyspace, key: &[u8], by: i64, ctx: &mut Ctx<'_>) -> Reply {
     let Some(new) = old.checked_add(by) else {
         return Reply::err("ERR increment or decrement would overflow");
     };
-    store(ks, key, new.to_string().into_bytes(), at, ctx);
+    store(ks, key, new.to_string().as_bytes(), at, ctx);
     Reply::Int(new)
 }
 
 /// INCR key: see [`incr_by`].
-pub fn incr(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
-    incr_by(ks, &args[1], 1, ctx)
+pub fn incr(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    incr_by(ks, args[1], 1, ctx)
 }
 
 /// DECR key: see [`incr_by`].
-pub fn decr(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
-    incr_by(ks, &args[1], -1, ctx)
+pub fn decr(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    incr_by(ks, args[1], -1, ctx)
 }
 
 /// INCRBY key increment: see [`incr_by`]; a bad increment is `ERR value is not an
 /// integer or out of range`.
-pub fn incrby(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
-    match arg_i64(&args[2]) {
-        Ok(by) => incr_by(ks, &args[1], by, ctx),
+pub fn incrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    match arg_i64(args[2]) {
+        Ok(by) => incr_by(ks, args[1], by, ctx),
         Err(e) => e,
     }
 }
 
 /// DECRBY key decrement: see [`incr_by`]; a decrement of i64::MIN cannot be negated:
 /// `ERR decrement would overflow` (Redis 7.0's words).
-pub fn decrby(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
-    match arg_i64(&args[2]) {
+pub fn decrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    match arg_i64(args[2]) {
         Ok(i64::MIN) => Reply::err("ERR decrement would overflow"),
-        Ok(by) => incr_by(ks, &args[1], -by, ctx),
+        Ok(by) => incr_by(ks, args[1], -by, ctx),
         Err(e) => e,
     }
 }
@@ -417,7 +411,7 @@ pub fn format_float(v: f64) -> String {
 /// as a bulk string. A value or increment that is not a float: `ERR value is not a
 /// valid float`; a NaN or infinite result: `ERR increment would produce NaN or
 /// Infinity`. The stored text is the answered text.
-pub fn incrbyfloat(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
@@ -429,7 +423,7 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Re
         },
         None => (0.0, None),
     };
-    let Some(by) = parse_f64(&args[2]) else {
+    let Some(by) = parse_f64(args[2]) else {
         return NOT_FLOAT;
     };
     let new = old + by;
@@ -437,7 +431,7 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Re
         return Reply::err("ERR increment would produce NaN or Infinity");
     }
     let text = format_float(new).into_bytes();
-    store(ks, key, text.clone(), at, ctx);
+    store(ks, key, &text, at, ctx);
     Reply::Bulk(text)
 }
 
@@ -445,14 +439,14 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Re
 /// answers the new length. Past 512 MB: `ERR string exceeds maximum allowed size
 /// (proto-max-bulk-len)` and nothing changes. Appending to a missing key creates
 /// it even with an empty value (as Redis does).
-pub fn append(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
     let (key, more) = (&args[1], &args[2]);
     let len = match ks.get(key, ctx.now_ms) {
         None => {
-            store(ks, key, more.clone(), None, ctx);
+            store(ks, key, more, None, ctx);
             return Reply::Int(more.len() as i64);
         }
         Some(e) => e.value().len() as u64,
@@ -460,10 +454,16 @@ pub fn append(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
     if len + more.len() as u64 > MAX_STRING {
         return TOO_LONG;
     }
-    let new_len = ks.update(key, ctx.now_ms, |v| {
-        v.extend_from_slice(more);
-        v.len()
-    });
+    let new_len = ks.update(
+        key,
+        ctx.now_ms,
+        |len| len + more.len(),
+        |v| {
+            let at = v.len() - more.len();
+            v[at..].copy_from_slice(more);
+            v.len()
+        },
+    );
     if !more.is_empty() {
         log_key(ks, key, ctx);
     }
@@ -471,9 +471,9 @@ pub fn append(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
 }
 
 /// STRLEN key: the value's length, 0 if missing.
-pub fn strlen(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn strlen(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Int(
-        ks.get(&args[1], ctx.now_ms)
+        ks.get(args[1], ctx.now_ms)
             .map_or(0, |e| e.value().len() as i64),
     )
 }
@@ -482,12 +482,12 @@ pub fn strlen(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
 /// negative indexes count from the end; out of range indexes are clamped; an empty
 /// range (or missing key) is the empty string. Both negative with start > end is
 /// empty (Redis 7.0's rule).
-pub fn getrange(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
-    let (mut start, mut end) = match (arg_i64(&args[2]), arg_i64(&args[3])) {
+pub fn getrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    let (mut start, mut end) = match (arg_i64(args[2]), arg_i64(args[3])) {
         (Ok(s), Ok(e)) => (s, e),
         (Err(e), _) | (_, Err(e)) => return e,
     };
-    let Some(e) = ks.get(&args[1], ctx.now_ms) else {
+    let Some(e) = ks.get(args[1], ctx.now_ms) else {
         return Reply::Bulk(Vec::new());
     };
     let v = e.value();
@@ -516,11 +516,11 @@ pub fn getrange(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply
 /// answers the new length. A negative offset: `ERR offset is out of range`; past
 /// 512 MB: `ERR string exceeds maximum allowed size (proto-max-bulk-len)`. An empty
 /// value changes nothing (on a missing key: 0 and no key created).
-pub fn setrange(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply {
+pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    let offset = match arg_i64(&args[2]) {
+    let offset = match arg_i64(args[2]) {
         Ok(o) if o < 0 => return Reply::err("ERR offset is out of range"),
         Ok(o) => o as u64,
         Err(e) => return e,
@@ -533,21 +533,24 @@ pub fn setrange(ks: &mut Keyspace, args: &[Vec<u8>], ctx: &mut Ctx<'_>) -> Reply
     if offset + val.len() as u64 > MAX_STRING {
         return TOO_LONG;
     }
-    let write = |v: &mut Vec<u8>| {
-        let end = offset as usize + val.len();
-        if v.len() < end {
-            v.resize(end, 0);
-        }
-        v[offset as usize..end].copy_from_slice(val);
-        v.len()
-    };
+    let end = offset as usize + val.len();
     let new_len = match cur {
-        Some(_) => ks.update(key, ctx.now_ms, write).unwrap_or(0),
+        Some(_) => ks
+            .update(
+                key,
+                ctx.now_ms,
+                |len| len.max(end),
+                |v| {
+                    v[offset as usize..end].copy_from_slice(val);
+                    v.len()
+                },
+            )
+            .unwrap_or(0),
         None => {
-            let mut v = Vec::new();
-            write(&mut v);
-            ks.set(key, v, None);
-            offset as usize + val.len()
+            let mut v = vec![0; end];
+            v[offset as usize..].copy_from_slice(val);
+            ks.set(key, &v, None);
+            end
         }
     };
     log_key(ks, key, ctx);

@@ -1,10 +1,7 @@
-//! A key as the keyspace stores it: up to [`INLINE`] bytes inside the bucket itself,
-//! longer ones in their own allocation.
-//!
-//! A lookup compares the key it looks for with the stored one; a key in its own
-//! allocation costs a cache miss there, on top of the tree's, and an allocation per
-//! key. Most keys are short (`user:1000`, `key:000000012345`), so they are kept
-//! inline, beside the entry.
+//! A key as start-up replay holds it while it sorts a batch (the key of a `Del` or
+//! `Expire` record): up to [`INLINE`] bytes inline, longer ones in their own
+//! allocation. Most keys are short (`user:1000`, `key:000000012345`), so most records
+//! need no allocation for their key.
 
 use core::ops::Deref;
 

@@ -1,22 +1,27 @@
 //! One shard's keys: the values, their expiry times and the memory they take.
 //!
 //! # Structure
-//! Keys live in a `BTreeMap<u64, Bucket>` ordered by a 56-bit keyed hash of the key
-//! (SipHash with a per-process random key, std's `RandomState`: an attacker who picks
-//! keys cannot aim them at one bucket). A [`Bucket`] holds the entries whose keys share
-//! a hash: one inline, the rare others (two keys collide with probability ≈ n²/2⁵⁷)
-//! in a vector that allocates only when used. A lookup hashes the key once and walks
-//! one B-tree path (logarithmic, cache-friendly nodes of several hashes each).
+//! Every key is ordered by a 56-bit keyed hash (SipHash with a per-process random key,
+//! std's `RandomState`: an attacker who picks keys cannot aim them at one place).
+//! - The index ([`index`]) maps hashes to entries and keeps them **in hash order**: an
+//!   open-addressing table with linear probing whose home slot is the hash's top bits
+//!   and whose clusters are kept sorted by hash, grown by doubling a few slots per
+//!   insert or removal. A lookup reads its home slot and the few after it (one or two
+//!   cache lines), then the entry. Keys whose hashes are equal (probability ≈ n²/2⁵⁷)
+//!   sit side by side, compared by key.
+//! - Each key is one allocation ([`Entry`]: stamp, expiry, key, value).
 //!
 //! # The cursor (SCAN and compaction)
-//! A cursor is a position in hash order: "every bucket whose hash is ≥ cursor is still
+//! A cursor is a position in hash order: "every key whose hash is ≥ cursor is still
 //! to be visited". 0 starts a walk, and a returned 0 ends it. Since a key's hash never
 //! changes and a walk only moves forward, every key present for the whole walk is
 //! returned (at least once: exactly once in fact, unless it is removed and added
-//! again), whatever else is inserted or removed between calls, and nothing rehashes.
-//! Hashes are below 2⁵⁶ so that the server can put a shard index in a cursor's top
-//! 8 bits. The next cursor is the hash of the next bucket, which is never 0 (hash 0
-//! can only be the first bucket), so 0 unambiguously means done.
+//! again), whatever else is inserted or removed between calls. The index's growth
+//! moves entries between tables but never changes their hashes, and a walk merges the
+//! tables in hash order, so growth is invisible to a cursor. Hashes are below 2⁵⁶ so
+//! that the server can put a shard index in a cursor's top 8 bits. A step visits
+//! whole hashes (all keys of one hash together); the next cursor is the next hash,
+//! which is never 0 (hash 0 can only come first), so 0 unambiguously means done.
 //!
 //! # Expiry
 //! Each key has an optional absolute expiry time in Unix milliseconds. Expiry is lazy
@@ -30,7 +35,7 @@
 //! [`Keyspace::used_memory`] is the sum over keys of key length + value length +
 //! [`PER_KEY_OVERHEAD`] (+ [`PER_EXPIRE_OVERHEAD`] for a key with an expiry), kept
 //! up to date by every primitive that changes a key. It approximates what the heap
-//! holds (B-tree slots, allocation headers) without asking the allocator.
+//! holds (index slots, entry heads, allocation headers) without asking the allocator.
 //!
 //! # Durability stamps (what a reply must wait for)
 //! A reply may only show state whose log records are written (under `fsync always`:
@@ -54,15 +59,16 @@
 //! key's whole new state (see [`crate::log`]); [`Keyspace::apply`] replays them and
 //! [`Keyspace::walk`] produces them for compaction.
 
+mod entry;
 pub mod glob;
+mod index;
 mod key;
 mod replay;
 
 use std::cell::Cell;
-use std::collections::{btree_map, BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::num::NonZeroU64;
-use std::ops::Bound;
 
 use crate::log::RecordRef;
 pub use glob::glob_match;
@@ -71,36 +77,19 @@ pub use replay::{Replay, BATCH};
 /// Hashes are kept below this (56 bits), so cursors are too.
 pub const HASH_LIMIT: u64 = 1 << 56;
 
-/// Bytes counted per key on top of its key and value (B-tree slot, bucket, entry,
-/// allocation headers).
-pub const PER_KEY_OVERHEAD: u64 = 96;
+/// Bytes counted per key on top of its key and value: its index slot (16 bytes at a
+/// load between 0.4 and 0.8), its entry's head (24), the allocator's header and
+/// rounding.
+pub const PER_KEY_OVERHEAD: u64 = 64;
 
 /// Bytes counted per key that has an expiry time (its slot in the expiry index).
 pub const PER_EXPIRE_OVERHEAD: u64 = 32;
 
-/// One key's value and expiry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    value: Vec<u8>,
-    /// The absolute expiry time (Unix ms); 8 bytes thanks to the niche (a time of 0,
-    /// long passed, is kept as 1: both mean "expired").
-    expire: Option<NonZeroU64>,
-    /// The stamp of the command that last changed it (see the module doc).
-    stamp: u64,
-}
+pub use entry::Entry;
+use index::{Index, Pos};
+use key::Key;
 
 impl Entry {
-    /// The value.
-    pub fn value(&self) -> &[u8] {
-        &self.value
-    }
-
-    /// The absolute expiry time (Unix ms), if any.
-    #[inline]
-    pub fn expire_at_ms(&self) -> Option<u64> {
-        self.expire.map(NonZeroU64::get)
-    }
-
     /// Whether the entry has expired at `now_ms` (an expiry at `now_ms` has passed,
     /// as in Redis).
     #[inline]
@@ -109,92 +98,30 @@ impl Entry {
     }
 }
 
-use key::Key;
-
-type Slot = (Key, Entry);
-
 /// The expiry as stored: 0 (long passed) is kept as 1, so that it fits the niche.
 #[inline]
 fn expiry(at_ms: Option<u64>) -> Option<NonZeroU64> {
     at_ms.map(|t| NonZeroU64::new(t.max(1)).expect("at least 1"))
 }
 
-/// The keys sharing one hash: one inline, the others (rare) in `rest`, which is one
-/// pointer (allocated only for a collision) so that a bucket, which the B-tree holds
-/// inline, stays 72 bytes.
-struct Bucket {
-    first: Slot,
-    // One word instead of a Vec's three; the extra allocation happens only on a collision.
-    #[allow(clippy::box_collection)]
-    rest: Option<Box<Vec<Slot>>>,
-}
-
-// The B-tree's nodes hold buckets inline: their size is most of a key's memory.
-const _: () = assert!(core::mem::size_of::<Bucket>() <= 72);
-
-impl Bucket {
-    fn new(first: Slot) -> Bucket {
-        Bucket { first, rest: None }
-    }
-
-    fn rest(&self) -> &[Slot] {
-        self.rest.as_deref().map_or(&[], |v| v.as_slice())
-    }
-
-    fn find(&self, key: &[u8]) -> Option<&Entry> {
-        if &*self.first.0 == key {
-            return Some(&self.first.1);
-        }
-        self.rest().iter().find(|s| &*s.0 == key).map(|s| &s.1)
-    }
-
-    fn find_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        if &*self.first.0 == key {
-            return Some(&mut self.first.1);
-        }
-        self.rest
-            .as_deref_mut()?
-            .iter_mut()
-            .find(|s| &*s.0 == key)
-            .map(|s| &mut s.1)
-    }
-
-    fn push(&mut self, slot: Slot) {
-        self.rest.get_or_insert_with(Default::default).push(slot);
-    }
-
-    fn slots(&self) -> impl Iterator<Item = &Slot> {
-        std::iter::once(&self.first).chain(self.rest().iter())
-    }
-
-    /// Removes `key`'s slot; `Err(())` when the bucket is left empty (then the
-    /// caller drops the bucket, whose `first` is the removed slot).
-    fn remove(&mut self, key: &[u8]) -> Option<Result<Slot, ()>> {
-        let removed = if &*self.first.0 == key {
-            match self.rest.as_deref_mut().and_then(|r| r.pop()) {
-                Some(last) => Ok(std::mem::replace(&mut self.first, last)),
-                None => return Some(Err(())),
-            }
-        } else {
-            let rest = self.rest.as_deref_mut()?;
-            let i = rest.iter().position(|s| &*s.0 == key)?;
-            Ok(rest.swap_remove(i))
-        };
-        if self.rest.as_deref().is_some_and(|r| r.is_empty()) {
-            self.rest = None;
-        }
-        Some(removed)
-    }
+/// Starts loading the cache line at `p` (a hint; nothing on other architectures).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unused_unsafe)]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p as *const i8, core::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// A log record to replay, with its value owned and its key borrowed (`&[u8]`) or
 /// already in the keyspace's form ([`Key`], as replay keeps it while it sorts).
 enum Op<K> {
-    Set {
-        key: K,
-        value: Vec<u8>,
-        expire_at_ms: Option<u64>,
-    },
+    /// The key's new entry (key, value and expiry; its stamp is set when applied).
+    Set(Entry),
     Del {
         key: K,
     },
@@ -212,11 +139,7 @@ impl<'a> Op<&'a [u8]> {
                 key,
                 value,
                 expire_at_ms,
-            } => Op::Set {
-                key,
-                value: value.to_vec(),
-                expire_at_ms,
-            },
+            } => Op::Set(Entry::new(key, value, expiry(expire_at_ms), 0)),
             RecordRef::Del { key } => Op::Del { key },
             RecordRef::Expire { key, at_ms } => Op::Expire { key, at_ms },
             RecordRef::Flush => Op::Flush,
@@ -224,25 +147,18 @@ impl<'a> Op<&'a [u8]> {
     }
 }
 
-impl<K> Op<K> {
-    fn key(&self) -> Option<&K> {
+impl<K: AsRef<[u8]>> Op<K> {
+    fn key(&self) -> Option<&[u8]> {
         match self {
-            Op::Set { key, .. } | Op::Del { key } | Op::Expire { key, .. } => Some(key),
+            Op::Set(e) => Some(e.key()),
+            Op::Del { key } | Op::Expire { key, .. } => Some(key.as_ref()),
             Op::Flush => None,
         }
     }
 
     fn map_key<L>(self, f: impl FnOnce(K) -> L) -> Op<L> {
         match self {
-            Op::Set {
-                key,
-                value,
-                expire_at_ms,
-            } => Op::Set {
-                key: f(key),
-                value,
-                expire_at_ms,
-            },
+            Op::Set(e) => Op::Set(e),
             Op::Del { key } => Op::Del { key: f(key) },
             Op::Expire { key, at_ms } => Op::Expire { key: f(key), at_ms },
             Op::Flush => Op::Flush,
@@ -258,11 +174,11 @@ fn raise(seen: &Cell<u64>, stamp: u64) {
     }
 }
 
-fn slot_memory(key_len: usize, e: &Entry) -> u64 {
-    key_len as u64
-        + e.value.len() as u64
+fn slot_memory(e: &Entry) -> u64 {
+    e.key().len() as u64
+        + e.value().len() as u64
         + PER_KEY_OVERHEAD
-        + if e.expire.is_some() {
+        + if e.expire().is_some() {
             PER_EXPIRE_OVERHEAD
         } else {
             0
@@ -274,11 +190,10 @@ pub struct Keyspace {
     hasher: std::collections::hash_map::RandomState,
     /// `HASH_LIMIT - 1`; tests narrow it to force hash collisions.
     mask: u64,
-    map: BTreeMap<u64, Bucket>,
+    index: Index,
     /// `(expire_at_ms, hash)` for every key with an expiry (one entry for several
-    /// keys of one bucket with the same time).
+    /// keys of one hash with the same time).
     expires: BTreeSet<(u64, u64)>,
-    len: usize,
     expires_count: usize,
     memory: u64,
     /// The running command's stamp (module doc: durability stamps).
@@ -295,9 +210,8 @@ impl Keyspace {
         Keyspace {
             hasher: Default::default(),
             mask: HASH_LIMIT - 1,
-            map: BTreeMap::new(),
+            index: Index::new(),
             expires: BTreeSet::new(),
-            len: 0,
             expires_count: 0,
             memory: 0,
             stamp: 0,
@@ -327,7 +241,7 @@ impl Keyspace {
     /// Notes what a lookup of a key found: the entry, or a missing key.
     #[inline]
     fn saw_entry(&self, e: Option<&Entry>) {
-        self.saw(e.map_or(self.removed, |e| e.stamp));
+        self.saw(e.map_or(self.removed, Entry::stamp));
     }
 
     /// The 56-bit hash that orders `key` (and is its cursor position).
@@ -339,7 +253,7 @@ impl Keyspace {
     /// The number of keys (expired keys not yet removed may be counted, as Redis's
     /// DBSIZE does).
     pub fn len(&self) -> usize {
-        self.len
+        self.index.len()
     }
 
     /// Whether there are no keys.
@@ -359,31 +273,56 @@ impl Keyspace {
 
     // ---- the primitives ------------------------------------------------------------
 
+    /// Starts loading what a lookup of a key of hash `h` will read first (its slots),
+    /// so that the cache misses of several keys of a pipeline overlap.
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        self.index.prefetch(h);
+    }
+
+    /// After [`Keyspace::prefetch`]: starts loading the entry of a key of hash `h`.
+    #[inline]
+    pub fn prefetch_entry(&self, h: u64) {
+        self.index.prefetch_entry(h);
+    }
+
+    /// Makes room for `more` keys beyond those there now, at once (start-up replay).
+    fn reserve(&mut self, more: usize) {
+        self.index.reserve(self.len() + more);
+    }
+
     /// The live entry of `key` without removing an expired one (for `&self` readers).
     pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        let e = self.map.get(&self.hash(key)).and_then(|b| b.find(key));
+        let e = self
+            .index
+            .find(self.hash(key), key)
+            .map(|p| self.index.at(p));
         self.saw_entry(e);
         let e = e?;
         (!e.expired(now_ms)).then_some(e)
     }
 
+    /// Where the live `key` (hash `h`) is; an expired one is removed (not logged).
+    /// Notes the stamp of what it found.
+    fn find_live(&mut self, h: u64, key: &[u8], now_ms: u64) -> Option<Pos> {
+        let Some(p) = self.index.find(h, key) else {
+            self.saw(self.removed);
+            return None;
+        };
+        let e = self.index.at(p);
+        self.saw(e.stamp());
+        if e.expired(now_ms) {
+            self.remove_at(h, p);
+            return None;
+        }
+        Some(p)
+    }
+
     /// The live entry of `key`; an expired one is removed (not logged) and `None`
     /// answered.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        let h = self.hash(key);
-        let found = self.map.get(&h).and_then(|b| b.find(key));
-        self.saw_entry(found);
-        let e: *const Entry = found?;
-        // SAFETY: `e` points into the map, which is not touched between the search and
-        // this read (today's borrow checker cannot see that returning the reference on
-        // one branch and mutating the map on the other is fine: NLL problem case 3).
-        if unsafe { &*e }.expired(now_ms) {
-            self.remove_hashed(h, key);
-            return None;
-        }
-        // SAFETY: as above; the returned reference borrows `self` mutably, so the map
-        // cannot change while it lives.
-        Some(unsafe { &*e })
+        let p = self.find_live(self.hash(key), key, now_ms)?;
+        Some(self.index.at(p))
     }
 
     /// Whether `key` exists (live) at `now_ms`; removes it if expired.
@@ -394,69 +333,71 @@ impl Keyspace {
     /// Sets `key` to `value` expiring at `expire_at_ms` (or never), replacing any
     /// previous value and expiry. An expiry already passed is stored (a time of 0 as 1,
     /// see [`expiry`]; the key then behaves as absent); commands remove the key instead.
-    pub fn set(&mut self, key: &[u8], value: Vec<u8>, expire_at_ms: Option<u64>) {
-        self.set_hashed(self.hash(key), key, value, expire_at_ms)
+    pub fn set(&mut self, key: &[u8], value: &[u8], expire_at_ms: Option<u64>) {
+        let h = self.hash(key);
+        let expire = expiry(expire_at_ms);
+        match self.index.find(h, key) {
+            // An existing key: its block is reused when the value's size class is the
+            // same.
+            Some(p) => {
+                let e = self.index.at_mut(p);
+                let before = slot_memory(e);
+                e.set_value(value);
+                let old = e.replace_expire(expire);
+                e.set_stamp(self.stamp);
+                let after = slot_memory(e);
+                self.memory = self.memory - before + after;
+                self.saw(self.stamp);
+                self.expiry_changed(h, old.map(NonZeroU64::get), expire_at_ms.map(|t| t.max(1)));
+            }
+            None => self.insert(h, Entry::new(key, value, expire, self.stamp)),
+        }
     }
 
-    /// [`Keyspace::set`] with the key's hash already computed; `key` is borrowed (copied
-    /// only if new) or already a [`Key`] (replay's, moved in).
-    fn set_hashed<K: AsRef<[u8]> + Into<Key>>(
-        &mut self,
-        h: u64,
-        key: K,
-        value: Vec<u8>,
-        expire_at_ms: Option<u64>,
-    ) {
-        let key_len = key.as_ref().len();
-        let expire = expiry(expire_at_ms);
-        let expire_at_ms = expire.map(NonZeroU64::get);
-        let new = Entry {
-            value,
-            expire,
-            stamp: self.stamp,
-        };
+    /// Puts `e` (stamped now) in place of any entry of its key (hash `h`).
+    fn set_entry(&mut self, h: u64, mut e: Entry) {
+        e.set_stamp(self.stamp);
+        match self.index.find(h, e.key()) {
+            Some(p) => {
+                let at = e.expire_at_ms();
+                let old = std::mem::replace(self.index.at_mut(p), e);
+                let new = self.index.at(p);
+                self.memory = self.memory - slot_memory(&old) + slot_memory(new);
+                self.saw(self.stamp);
+                self.expiry_changed(h, old.expire_at_ms(), at);
+            }
+            None => self.insert(h, e),
+        }
+    }
+
+    /// Adds the entry of a key that is not there.
+    fn insert(&mut self, h: u64, e: Entry) {
         self.saw(self.stamp);
-        let add = slot_memory(key_len, &new);
-        // One search of the tree, new key or not (start-up replays millions of sets).
-        let bucket = match self.map.entry(h) {
-            btree_map::Entry::Vacant(v) => {
-                v.insert(Bucket::new((key.into(), new)));
-                self.len += 1;
-                self.memory += add;
-                if let Some(at) = expire_at_ms {
-                    self.expires.insert((at, h));
-                    self.expires_count += 1;
-                }
-                return;
-            }
-            btree_map::Entry::Occupied(o) => o.into_mut(),
-        };
-        let old_expire = match bucket.find_mut(key.as_ref()) {
-            Some(e) => {
-                let old = std::mem::replace(e, new);
-                self.memory -= slot_memory(key_len, &old);
-                if old.expire.is_some() {
-                    self.expires_count -= 1;
-                }
-                old.expire_at_ms()
-            }
-            None => {
-                bucket.push((key.into(), new));
-                self.len += 1;
-                None
-            }
-        };
-        self.memory += add;
-        if expire_at_ms.is_some() {
+        self.memory += slot_memory(&e);
+        if let Some(at) = e.expire_at_ms() {
+            self.expires.insert((at, h));
             self.expires_count += 1;
         }
-        if old_expire != expire_at_ms {
-            if let Some(at) = old_expire {
-                self.unindex(h, at);
-            }
-            if let Some(at) = expire_at_ms {
-                self.expires.insert((at, h));
-            }
+        self.index.insert(h, e);
+    }
+
+    /// Keeps the count and index of expiry times in step with a key of hash `h` whose
+    /// expiry went from `old` to `new` (the entry already holds `new`; the caller
+    /// counts its memory).
+    fn expiry_changed(&mut self, h: u64, old: Option<u64>, new: Option<u64>) {
+        if old == new {
+            return;
+        }
+        match (old, new) {
+            (None, Some(_)) => self.expires_count += 1,
+            (Some(_), None) => self.expires_count -= 1,
+            _ => {}
+        }
+        if let Some(at) = old {
+            self.unindex(h, at);
+        }
+        if let Some(at) = new {
+            self.expires.insert((at, h));
         }
     }
 
@@ -475,7 +416,7 @@ impl Keyspace {
                 self.saw(self.stamp);
                 true
             }
-            Some(_) => false, // an expired one: `remove_hashed` noted its stamp
+            Some(_) => false, // an expired one: `remove_at` noted its stamp
             None => {
                 self.saw(self.removed);
                 false
@@ -490,94 +431,70 @@ impl Keyspace {
 
     /// [`Keyspace::set_expire`] with the key's hash already computed.
     fn set_expire_hashed(&mut self, h: u64, key: &[u8], at_ms: Option<u64>, now_ms: u64) -> bool {
-        let Some(e) = self.map.get_mut(&h).and_then(|b| b.find_mut(key)) else {
-            self.saw(self.removed);
+        let Some(p) = self.find_live(h, key, now_ms) else {
             return false;
         };
-        if e.expired(now_ms) {
-            self.remove_hashed(h, key);
-            return false;
-        }
-        e.stamp = self.stamp;
-        raise(&self.seen, self.stamp); // (not `saw`: `e` borrows the map)
+        let e = self.index.at_mut(p);
+        e.set_stamp(self.stamp);
         let expire = expiry(at_ms);
-        let at_ms = expire.map(NonZeroU64::get);
-        let old = std::mem::replace(&mut e.expire, expire).map(NonZeroU64::get);
-        if old == at_ms {
-            return true;
-        }
-        match (old, at_ms) {
-            (None, Some(_)) => {
-                self.expires_count += 1;
-                self.memory += PER_EXPIRE_OVERHEAD;
-            }
-            (Some(_), None) => {
-                self.expires_count -= 1;
-                self.memory -= PER_EXPIRE_OVERHEAD;
-            }
-            _ => {}
-        }
-        if let Some(at) = old {
-            self.unindex(h, at);
-        }
-        if let Some(at) = at_ms {
-            self.expires.insert((at, h));
-        }
+        let before = slot_memory(e);
+        let old = e.replace_expire(expire);
+        self.memory = self.memory - before + slot_memory(e);
+        self.saw(self.stamp);
+        self.expiry_changed(h, old.map(NonZeroU64::get), expire.map(NonZeroU64::get));
         true
     }
 
-    /// Runs `f` on the value of a live `key` (APPEND, SETRANGE: in place, without
-    /// copying the value), keeping the memory count right; `None` if there is no
-    /// such key. The expiry is kept.
+    /// Changes the value of a live `key` in place (APPEND, SETRANGE: without copying
+    /// the value): makes it `len` bytes long (new bytes zero), then runs `f` on it,
+    /// keeping the memory count right; `None` if there is no such key. The expiry is
+    /// kept.
     pub fn update<R>(
         &mut self,
         key: &[u8],
         now_ms: u64,
-        f: impl FnOnce(&mut Vec<u8>) -> R,
+        len: impl FnOnce(usize) -> usize,
+        f: impl FnOnce(&mut [u8]) -> R,
     ) -> Option<R> {
-        let h = self.hash(key);
-        let Some(e) = self.map.get_mut(&h).and_then(|b| b.find_mut(key)) else {
-            self.saw(self.removed);
-            return None;
-        };
-        if e.expired(now_ms) {
-            self.remove_hashed(h, key);
-            return None;
-        }
-        e.stamp = self.stamp;
-        raise(&self.seen, self.stamp); // (not `saw`: `e` borrows the map)
-        let before = e.value.len() as u64;
-        let r = f(&mut e.value);
-        self.memory = self.memory - before + e.value.len() as u64;
+        let p = self.find_live(self.hash(key), key, now_ms)?;
+        let e = self.index.at_mut(p);
+        e.set_stamp(self.stamp);
+        let before = e.value().len() as u64;
+        e.resize(len(e.value().len()));
+        let r = f(e.value_mut());
+        let after = e.value().len() as u64;
+        self.memory = self.memory - before + after;
+        self.saw(self.stamp);
         Some(r)
     }
 
     fn remove_hashed(&mut self, h: u64, key: &[u8]) -> Option<Entry> {
-        let bucket = self.map.get_mut(&h)?;
-        let (k, e) = match bucket.remove(key)? {
-            Ok(slot) => slot,
-            Err(()) => self.map.remove(&h).expect("bucket just found").first,
-        };
-        self.len -= 1;
-        self.memory -= slot_memory(k.len(), &e);
+        let p = self.index.find(h, key)?;
+        Some(self.remove_at(h, p))
+    }
+
+    /// Removes the entry at `p` (hash `h`), keeping the counts and index right.
+    fn remove_at(&mut self, h: u64, p: Pos) -> Entry {
+        let e = self.index.remove(p);
+        self.memory -= slot_memory(&e);
         // The key is gone: its absence shows the state its last change made (an expiry
         // time, for a key dropped as expired; a logged removal also notes its own).
-        self.removed = self.removed.max(e.stamp);
-        self.saw(e.stamp);
+        self.removed = self.removed.max(e.stamp());
+        self.saw(e.stamp());
         if let Some(at) = e.expire_at_ms() {
             self.expires_count -= 1;
             self.unindex(h, at);
         }
-        Some(e)
+        e
     }
 
-    /// Removes `(at, h)` from the expiry index unless another key of bucket `h`
+    /// Removes `(at, h)` from the expiry index unless another key of hash `h`
     /// still expires at `at`.
     fn unindex(&mut self, h: u64, at: u64) {
         let shared = self
-            .map
-            .get(&h)
-            .is_some_and(|b| b.slots().any(|s| s.1.expire_at_ms() == Some(at)));
+            .index
+            .with_hash(h)
+            .any(|e| e.expire_at_ms() == Some(at));
         if !shared {
             self.expires.remove(&(at, h));
         }
@@ -595,18 +512,14 @@ impl Keyspace {
 
     /// [`Keyspace::apply`] of a record whose key hashes to `h` (any value for Flush);
     /// its value (and its key, if owned) move into the keyspace.
-    fn apply_hashed<K: AsRef<[u8]> + Into<Key>>(&mut self, h: u64, op: Op<K>, now_ms: u64) {
+    fn apply_hashed<K: AsRef<[u8]>>(&mut self, h: u64, op: Op<K>, now_ms: u64) {
         let passed = |at: Option<u64>| matches!(at, Some(at) if at <= now_ms);
         match op {
-            Op::Set {
-                key,
-                value,
-                expire_at_ms,
-            } => {
-                if passed(expire_at_ms) {
-                    self.remove_live(h, key.as_ref(), now_ms);
+            Op::Set(e) => {
+                if passed(e.expire_at_ms()) {
+                    self.remove_live(h, e.key(), now_ms);
                 } else {
-                    self.set_hashed(h, key, value, expire_at_ms);
+                    self.set_entry(h, e);
                 }
             }
             Op::Del { key } => {
@@ -632,9 +545,8 @@ impl Keyspace {
     fn clear(&mut self) {
         self.removed = self.removed.max(self.stamp);
         self.saw(self.stamp);
-        self.map.clear();
+        self.index.clear();
         self.expires.clear();
-        self.len = 0;
         self.expires_count = 0;
         self.memory = 0;
     }
@@ -651,15 +563,13 @@ impl Keyspace {
                 break;
             }
             self.expires.remove(&(at, h));
-            // Every key of the bucket expiring at `at` goes (normally just one).
-            let keys: Vec<Key> = match self.map.get(&h) {
-                Some(b) => b
-                    .slots()
-                    .filter(|s| s.1.expire_at_ms() == Some(at))
-                    .map(|s| s.0.clone())
-                    .collect(),
-                None => Vec::new(),
-            };
+            // Every key of hash `h` expiring at `at` goes (normally just one).
+            let keys: Vec<Vec<u8>> = self
+                .index
+                .with_hash(h)
+                .filter(|e| e.expire_at_ms() == Some(at))
+                .map(|e| e.key().to_vec())
+                .collect();
             for k in keys {
                 self.remove_hashed(h, &k);
                 removed += 1;
@@ -673,17 +583,15 @@ impl Keyspace {
     pub fn keys(&self, pattern: &[u8], now_ms: u64) -> Vec<Vec<u8>> {
         let all = pattern == b"*";
         let mut out = Vec::new();
-        for b in self.map.values() {
-            for (k, e) in b.slots() {
-                if !e.expired(now_ms) && (all || glob_match(pattern, k)) {
-                    out.push(k.to_vec());
-                }
+        for (_, e) in self.index.iter_from(0) {
+            if !e.expired(now_ms) && (all || glob_match(pattern, e.key())) {
+                out.push(e.key().to_vec());
             }
         }
         out
     }
 
-    /// One SCAN step: visits about `count` buckets from `cursor` (at least one key's
+    /// One SCAN step: visits about `count` hashes from `cursor` (at least one key's
     /// worth unless the walk ends), answers the next cursor (0 when done) and the live
     /// keys visited that match `pattern`. See the module doc for the guarantee.
     pub fn scan(
@@ -695,16 +603,16 @@ impl Keyspace {
     ) -> (u64, Vec<Vec<u8>>) {
         let pattern = pattern.filter(|p| *p != b"*");
         let mut out = Vec::new();
-        let next = self.visit(cursor, count.max(1), |k, e| {
-            if !e.expired(now_ms) && pattern.is_none_or(|p| glob_match(p, k)) {
-                out.push(k.to_vec());
+        let next = self.visit(cursor, count.max(1), |e| {
+            if !e.expired(now_ms) && pattern.is_none_or(|p| glob_match(p, e.key())) {
+                out.push(e.key().to_vec());
             }
         });
         (next, out)
     }
 
     /// One compaction step: calls `f` with a `Set` record for each live key of about
-    /// `max_keys` buckets from `cursor`; answers the next cursor (0 when done).
+    /// `max_keys` hashes from `cursor`; answers the next cursor (0 when done).
     pub fn walk(
         &self,
         cursor: u64,
@@ -712,29 +620,24 @@ impl Keyspace {
         now_ms: u64,
         mut f: impl FnMut(RecordRef<'_>),
     ) -> u64 {
-        self.visit(cursor, max_keys.max(1), |k, e| {
+        self.visit(cursor, max_keys.max(1), |e| {
             if !e.expired(now_ms) {
                 f(RecordRef::Set {
-                    key: k,
-                    value: &e.value,
+                    key: e.key(),
+                    value: e.value(),
                     expire_at_ms: e.expire_at_ms(),
                 });
             }
         })
     }
 
-    /// Visits `n` buckets from hash `cursor` on; the hash of the next bucket, or 0.
-    fn visit(&self, cursor: u64, n: usize, mut f: impl FnMut(&[u8], &Entry)) -> u64 {
+    /// Visits the keys of `n` hashes from hash `cursor` on (all keys of a hash
+    /// together); the next hash, or 0.
+    fn visit(&self, cursor: u64, n: usize, f: impl FnMut(&Entry)) -> u64 {
         if cursor >= HASH_LIMIT {
             return 0;
         }
-        let mut it = self.map.range((Bound::Included(cursor), Bound::Unbounded));
-        for (_, b) in it.by_ref().take(n) {
-            for (k, e) in b.slots() {
-                f(k, e);
-            }
-        }
-        it.next().map_or(0, |(h, _)| *h)
+        self.index.visit(cursor, n, f)
     }
 }
 
@@ -774,7 +677,7 @@ mod tests {
                     } else {
                         None
                     };
-                    ks.set(&key, vec![b'v'; rnd(5) as usize], at);
+                    ks.set(&key, &vec![b'v'; rnd(5) as usize], at);
                     model.insert(key.clone(), (vec![b'v'; 0], at));
                     let v = ks.peek(&key, 0).unwrap().value().to_vec();
                     model.get_mut(&key).unwrap().0 = v;
@@ -795,7 +698,7 @@ mod tests {
                     }
                 }
                 _ => {
-                    ks.update(&key, 0, |v| v.push(b'x'));
+                    ks.update(&key, 0, |n| n + 1, |v| *v.last_mut().unwrap() = b'x');
                     if let Some(e) = model.get_mut(&key) {
                         e.0.push(b'x');
                     }
@@ -837,12 +740,12 @@ mod tests {
     #[test]
     fn reads_note_the_stamp_of_what_they_saw() {
         let mut ks = Keyspace::new();
-        ks.set(b"old", b"v".to_vec(), None); // replayed at start-up: stamp 0
+        ks.set(b"old", b"v", None); // replayed at start-up: stamp 0
         ks.begin(5);
-        ks.set(b"a", b"1".to_vec(), None);
+        ks.set(b"a", b"1", None);
         assert_eq!(ks.seen(), 5);
         ks.begin(9);
-        ks.set(b"b", b"2".to_vec(), Some(1_000));
+        ks.set(b"b", b"2", Some(1_000));
         ks.begin(10);
         assert!(ks.get(b"old", 0).is_some());
         assert_eq!(ks.seen(), 0, "recovered state is written");
@@ -871,14 +774,14 @@ mod tests {
             "b's answer comes from its own expiry (stamp 9)"
         );
         ks.begin(41);
-        assert_eq!(ks.update(b"zz", 0, |v| v.len()), None);
+        assert_eq!(ks.update(b"zz", 0, |n| n, |v| v.len()), None);
         assert_eq!(ks.seen(), 30, "a missing key shows the last removal");
-        ks.set(b"c", b"3".to_vec(), None);
+        ks.set(b"c", b"3", None);
         ks.begin(50);
         assert!(ks.set_expire(b"c", Some(5_000), 0));
         assert_eq!(ks.seen(), 50);
         ks.begin(60);
-        assert_eq!(ks.peek(b"c", 0).map(|e| e.stamp), Some(50));
+        assert_eq!(ks.peek(b"c", 0).map(|e| e.stamp()), Some(50));
         assert_eq!(ks.seen(), 50);
         ks.begin(70);
         ks.clear();

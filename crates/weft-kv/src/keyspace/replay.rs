@@ -1,29 +1,32 @@
 //! Start-up replay of a shard's log: the records applied in batches sorted by key hash.
 //!
 //! Applying millions of records in log order inserts keys at random places of the
-//! B-tree (the tree is ordered by a keyed hash): nearly every insert misses the cache
-//! on each level on its way down. A 10-million-key start-up spent 62% of its time
-//! there. But the records of *different* keys commute (each touches one key's entry,
-//! the counters are sums, the expiry index is per key), and a *stable* sort by hash
-//! keeps the records of one key, and of one hash bucket, in log order. So
-//! [`Replay`] gathers up to [`BATCH`] records, sorts them by hash and applies them in
-//! that order: consecutive inserts walk neighbouring paths of the tree, which stay in
-//! the cache. A Flush record (every key gone) is a barrier: the batch before it is
-//! applied first. The result is exactly the keyspace that applying the records one
-//! by one gives (tested below, with hash collisions forced).
+//! index (it is ordered by a keyed hash): nearly every insert misses the cache. (With
+//! the former B-tree, a 10-million-key start-up spent 62% of its time there.) But the
+//! records of *different* keys commute (each touches one key's entry, the counters are
+//! sums, the expiry index is per key), and a *stable* sort by hash keeps the records
+//! of one key, and of one hash, in log order. So [`Replay`] gathers up to [`BATCH`]
+//! records, sorts them by hash and applies them in that order: consecutive inserts
+//! touch neighbouring slots of the index, which stay in the cache. The index is first
+//! grown to hold the whole batch (inserted in hash order into a table sized for fewer
+//! keys, they would pile up at its start). A Flush record (every key gone) is a
+//! barrier: the batch before it is applied first. The result is exactly the keyspace
+//! that applying the records one by one gives (tested below, with hash collisions
+//! forced).
 //!
-//! Records come borrowed from recovery's read buffer: a batched record holds its value
-//! in a new allocation, which moves into the keyspace, and its key in the keyspace's
-//! own form ([`Key`]: a short key inline, so no allocation at all).
+//! Records come borrowed from recovery's read buffer: a batched `Set` is already the
+//! key's [`super::Entry`] (one allocation holding key and value, which moves into the
+//! index); the key of a `Del` or `Expire` is kept in a [`Key`] (a short key inline, so
+//! no allocation at all).
 
 use super::{Key, Keyspace, Op};
 use crate::log::RecordRef;
 
 /// Records gathered before a batch is sorted and applied: enough that consecutive
-/// inserts of a batch land a few keys apart even in a tree of tens of millions. The
-/// batch costs about 80 bytes a record (the hash, the key, the value's pointer, the
-/// expiry; the value is an allocation the keyspace keeps), 80 MiB at most, returned
-/// once replay ends.
+/// inserts of a batch land a few slots apart even in an index of tens of millions.
+/// The batch costs about 56 bytes a record (the hash and the operation; a `Set`'s
+/// entry is an allocation the keyspace keeps), 56 MiB at most, returned once replay
+/// ends.
 pub const BATCH: usize = 1 << 20;
 
 /// Replays a log into a keyspace; [`Replay::finish`] applies what is still gathered.
@@ -71,6 +74,9 @@ impl<'a> Replay<'a> {
     fn apply_batch(&mut self) {
         // Stable: one key's records stay in log order.
         self.batch.sort_by_key(|&(h, _)| h);
+        // Room for every key of the batch first: keys inserted in hash order into a
+        // table sized for fewer would pile up at its start (index.rs, `reserve`).
+        self.ks.reserve(self.batch.len());
         for (h, rec) in self.batch.drain(..) {
             self.ks.apply_hashed(h, rec, self.now_ms);
         }
@@ -84,10 +90,9 @@ mod tests {
 
     fn dump(ks: &Keyspace) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
         let mut v: Vec<_> = ks
-            .map
-            .values()
-            .flat_map(|b| b.slots())
-            .map(|(k, e)| (k.to_vec(), e.value.clone(), e.expire_at_ms()))
+            .index
+            .iter_from(0)
+            .map(|(_, e)| (e.key().to_vec(), e.value().to_vec(), e.expire_at_ms()))
             .collect();
         v.sort();
         v

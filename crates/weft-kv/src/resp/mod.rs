@@ -17,5 +17,5 @@
 pub mod parse;
 pub mod reply;
 
-pub use parse::{Args, Limits, Parser, ProtocolError};
+pub use parse::{Args, Limits, Parsed, Parser, ProtocolError};
 pub use reply::Reply;

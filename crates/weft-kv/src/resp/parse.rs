@@ -93,6 +93,16 @@ pub const MAX_ARGS_RESERVE: usize = 1024;
 /// A command: its arguments, `args[0]` being its name as sent.
 pub type Args = Vec<Vec<u8>>;
 
+/// What [`Parser::parse_borrowed`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A command that was whole in the buffer: its arguments are the ranges pushed
+    /// to the caller's vector (offsets in the buffer passed); it ends at byte `n`.
+    Borrowed(usize),
+    /// A command that arrived in pieces: its arguments, copied, and its end.
+    Owned(Args, usize),
+}
+
 /// Redis's `LONG_STR_SIZE`: a number of this many characters or more is invalid.
 const LONG_STR_SIZE: usize = 21;
 
@@ -223,6 +233,69 @@ impl Parser {
                 }
             }
         }
+    }
+
+    /// [`Parser::parse`] without copying: a multibulk command that is whole in `buf`
+    /// is answered as the ranges of its arguments in `buf` (pushed to `ranges`), so
+    /// running it costs no allocation. A command that is not whole yet, an inline
+    /// one, or bytes that are not a request take [`Parser::parse`]'s path (the same
+    /// answers and errors): the arguments of a command arriving in pieces are copied
+    /// as they arrive ([`Parsed::Owned`]).
+    pub fn parse_borrowed(
+        &mut self,
+        buf: &[u8],
+        ranges: &mut Vec<std::ops::Range<usize>>,
+    ) -> Result<Option<Parsed>, ProtocolError> {
+        if self.remaining == 0 && buf.get(self.pos) == Some(&b'*') {
+            let mark = ranges.len();
+            if let Some(end) = self.whole_multibulk(buf, ranges) {
+                self.advance(0);
+                return Ok(Some(Parsed::Borrowed(end)));
+            }
+            ranges.truncate(mark);
+        }
+        Ok(self.parse(buf)?.map(|(args, n)| Parsed::Owned(args, n)))
+    }
+
+    /// The multibulk command at `pos`, if it is whole and well formed: pushes its
+    /// arguments' ranges and answers its end. Anything else (incomplete, `*0`, an
+    /// error): `None`, and [`Parser::parse`] takes over (it finds the same lines and
+    /// numbers by the same rules, and says what is wrong).
+    fn whole_multibulk(
+        &self,
+        buf: &[u8],
+        ranges: &mut Vec<std::ops::Range<usize>>,
+    ) -> Option<usize> {
+        // A header line at `from`: its `\r`, with the byte after it in the buffer.
+        let line = |from: usize| -> Option<usize> {
+            let cr = from + memchr::memchr(b'\r', &buf[from..])?;
+            (cr + 1 < buf.len()).then_some(cr)
+        };
+        let at = self.pos;
+        let cr = line(at)?;
+        let count = string2ll(&buf[at + 1..cr])?;
+        if count <= 0 || count as u64 > self.limits.max_args as u64 {
+            return None;
+        }
+        let mut p = cr + 2;
+        for _ in 0..count {
+            if buf.get(p) != Some(&b'$') {
+                return None;
+            }
+            let cr = line(p)?;
+            let len = string2ll(&buf[p + 1..cr])?;
+            if len < 0 || len as u64 > self.limits.max_bulk as u64 {
+                return None;
+            }
+            let (start, len) = (cr + 2, len as usize);
+            // Data plus its two terminating bytes (skipped unchecked, as Redis).
+            if buf.len() - start < len + 2 {
+                return None;
+            }
+            ranges.push(start..start + len);
+            p = start + len + 2;
+        }
+        Some(p)
     }
 
     /// Moves `pos` to `to` (the start of a new line): nothing after it is scanned yet.

@@ -43,6 +43,9 @@ pub enum Reply {
     Double(f64),
     /// `#t` / `#f` in RESP3; the integer 1 / 0 in RESP2.
     Bool(bool),
+    /// Already encoded into the connection's output buffer by the command itself
+    /// ([`crate::commands::Ctx::bulk`]): encodes to nothing.
+    Written,
     /// `=n\r\ntxt:...` in RESP3 (the format is three characters, e.g. `txt`); a bulk
     /// string in RESP2.
     Verbatim(&'static str, Vec<u8>),
@@ -83,6 +86,7 @@ impl Reply {
             Reply::Error(text) => line(b'-', text.as_bytes(), out),
             Reply::Int(n) => header(b':', *n, out),
             Reply::Bulk(data) => bulk(data, out),
+            Reply::Written => {}
             Reply::Nil => out.extend_from_slice(if resp3 { b"_\r\n" } else { b"$-1\r\n" }),
             Reply::NilArray => out.extend_from_slice(if resp3 { b"_\r\n" } else { b"*-1\r\n" }),
             Reply::Array(items) => {
@@ -157,7 +161,7 @@ fn header(tag: u8, n: i64, out: &mut Vec<u8>) {
 
 /// `$<len>\r\n<data>\r\n`.
 #[inline]
-fn bulk(data: &[u8], out: &mut Vec<u8>) {
+pub fn bulk(data: &[u8], out: &mut Vec<u8>) {
     out.reserve(data.len() + 16);
     header(b'$', data.len() as i64, out);
     out.extend_from_slice(data);

@@ -15,10 +15,11 @@
 use super::{admin, Server};
 use crate::commands::{self, flags, Command, Exec};
 use crate::exec::{self, Acks, ShardSet};
-use crate::resp::{Limits, Parser, Reply};
+use crate::resp::{Limits, Parsed, Parser, Reply};
 use crate::route;
 use crate::shard::now_ms;
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 
@@ -39,15 +40,39 @@ pub struct Conn {
 /// What running a pipeline needs, kept between reads so its buffers are reused.
 struct Batch {
     /// The parsed commands.
-    cmds: Vec<Vec<Vec<u8>>>,
-    /// Their replies, by position.
-    replies: Vec<Option<Reply>>,
+    cmds: Vec<Cmd>,
+    /// The arguments of [`Cmd::Buf`] commands: ranges of the read buffer.
+    ranges: Vec<Range<usize>>,
+    /// Where each command's reply is in `wbuf`, by position (`None`: not run).
+    done: Vec<Option<Done>>,
     /// Per shard, the commands gathered for another worker's shard.
     pending: Vec<Vec<Pending>>,
+    /// Their replies, by position, once run (encoded after the others).
+    late: Vec<(usize, Reply)>,
     /// What the replies wait for.
     acks: Acks,
     /// The replies, encoded.
     wbuf: Vec<u8>,
+    /// The allocation of the borrowed argument list, reused (always empty here).
+    argv: Vec<&'static [u8]>,
+    /// The shard and key hash of each command whose key is prefetched.
+    hashes: Vec<(usize, u64)>,
+}
+
+/// One parsed command.
+enum Cmd {
+    /// Whole in the read buffer: its arguments are `ranges[from..to]`.
+    Buf(usize, usize),
+    /// Arrived in pieces: its arguments, copied.
+    Owned(Vec<Vec<u8>>),
+}
+
+/// Where a command's encoded reply is in the output buffer.
+#[derive(Clone, Copy)]
+struct Done {
+    start: usize,
+    end: usize,
+    error: bool,
 }
 
 /// A command waiting to run on another worker's shard.
@@ -76,16 +101,21 @@ where
     };
     // rbuf[start..end] holds received bytes not yet parsed. The buffer is zeroed once
     // and grows (doubling) only for a command larger than it; it shrinks back when a
-    // big command is done.
+    // big command is done. Parsed commands borrow their arguments from it until they
+    // have run.
     const RBUF: usize = 16 << 10;
     let mut rbuf: Vec<u8> = vec![0; RBUF];
     let (mut start, mut end) = (0, 0);
     let mut b = Batch {
         cmds: Vec::new(),
-        replies: Vec::new(),
+        ranges: Vec::new(),
+        done: Vec::new(),
         pending: (0..server.shards.count()).map(|_| Vec::new()).collect(),
+        late: Vec::new(),
         acks: Acks::default(),
         wbuf: Vec::with_capacity(16 << 10),
+        argv: Vec::new(),
+        hashes: Vec::new(),
     };
     'conn: loop {
         if end == rbuf.len() {
@@ -105,10 +135,18 @@ where
         end += n;
         // Parse every complete command.
         loop {
-            match parser.parse(&rbuf[start..end]) {
-                Ok(Some((args, used))) => {
+            let from = b.ranges.len();
+            match parser.parse_borrowed(&rbuf[start..end], &mut b.ranges) {
+                Ok(Some(Parsed::Borrowed(used))) => {
+                    for r in &mut b.ranges[from..] {
+                        *r = r.start + start..r.end + start;
+                    }
+                    b.cmds.push(Cmd::Buf(from, b.ranges.len()));
                     start += used;
-                    b.cmds.push(args);
+                }
+                Ok(Some(Parsed::Owned(args, used))) => {
+                    b.cmds.push(Cmd::Owned(args));
+                    start += used;
                 }
                 Ok(None) => {
                     // Bytes the parser is done with (empty lines, a partial
@@ -118,12 +156,15 @@ where
                 }
                 Err(e) => {
                     // Run what came before, then answer the error and close.
-                    run_pipeline(&server, &mut conn, &mut b);
+                    run_pipeline(&server, &mut conn, &mut b, &rbuf);
                     Reply::error(format!("ERR {}", e.0)).encode(conn.proto, &mut b.wbuf);
                     let _ = (&stream).write_all(&b.wbuf);
                     break 'conn;
                 }
             }
+        }
+        if !b.cmds.is_empty() {
+            run_pipeline(&server, &mut conn, &mut b, &rbuf);
         }
         if start == end {
             start = 0;
@@ -132,10 +173,9 @@ where
                 rbuf = vec![0; RBUF];
             }
         }
-        if b.cmds.is_empty() {
+        if b.wbuf.is_empty() {
             continue;
         }
-        run_pipeline(&server, &mut conn, &mut b);
         if (&stream).write_all(&b.wbuf).is_err() {
             break;
         }
@@ -148,71 +188,93 @@ where
     drop(stream);
 }
 
-/// Runs the parsed commands `cmds` and appends their replies to `wbuf` (after the
-/// durability wait).
-fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch) {
+/// A vector's allocation, emptied, for elements of another lifetime (`collect` of an
+/// empty `vec::IntoIter` through `map` reuses the allocation in place).
+fn recycle<'a, 'b>(mut v: Vec<&'a [u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> &'b [u8] { unreachable!() })
+        .collect()
+}
+
+/// Runs the parsed commands (whose arguments are in `rbuf` or their own) and appends
+/// their replies to `wbuf` in order (after the durability wait).
+fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8]) {
     let Batch {
         cmds,
-        replies,
+        ranges,
+        done,
         pending,
+        late,
         acks,
         wbuf,
+        argv: spare,
+        hashes,
     } = b;
+    if cmds.len() > 1 {
+        prefetch_keys(server, cmds, ranges, rbuf, hashes);
+    }
+    let mut argv: Vec<&[u8]> = recycle(std::mem::take(spare));
     let shards = &server.shards;
     let me = weft_runtime::current_worker();
-    replies.clear();
-    replies.resize(cmds.len(), None);
+    let base = wbuf.len();
+    done.clear();
+    done.resize(cmds.len(), None);
     acks.lsn.clear();
     let mut quit_at = None;
-    for (slot, args) in cmds.iter_mut().enumerate() {
+    let mut in_order = true;
+    // One clock reading for the pipeline's commands on this worker (they run within
+    // microseconds of each other), and one update of the command counter.
+    let now = now_ms();
+    let mut ran = 0;
+    for (slot, cmd) in cmds.iter().enumerate() {
         if quit_at.is_some() {
             break;
         }
-        server.commands.fetch_add(1, Relaxed);
-        let args = std::mem::take(args);
-        let Some(cmd) = commands::lookup(&args[0]) else {
-            replies[slot] = Some(commands::unknown(&args));
-            continue;
+        ran += 1;
+        argv.clear();
+        match cmd {
+            Cmd::Buf(from, to) => argv.extend(ranges[*from..*to].iter().map(|r| &rbuf[r.clone()])),
+            Cmd::Owned(args) => argv.extend(args.iter().map(Vec::as_slice)),
+        }
+        let start = wbuf.len();
+        let reply = match run_command(
+            server, conn, &argv, me, now, slot, pending, late, acks, wbuf,
+        ) {
+            Some(r) => r,
+            None => {
+                // Gathered for another worker's shard: its reply comes later.
+                in_order = false;
+                continue;
+            }
         };
-        if let Err(r) = commands::check_arity(cmd, &args) {
-            replies[slot] = Some(r);
-            continue;
+        if conn.close {
+            quit_at = Some(slot);
         }
-        // CLIENT SETINFO only labels the connection: clients (redis-py) send it on
-        // connect, before AUTH, and give up on the connection if it is refused.
-        let labels =
-            cmd.name == "client" && args.len() == 4 && args[1].eq_ignore_ascii_case(b"setinfo");
-        if !conn.authed && cmd.flags & flags::NOAUTH == 0 && !labels {
-            replies[slot] = Some(Reply::err("NOAUTH Authentication required."));
-            continue;
-        }
-        match cmd.exec {
-            Exec::Shard(f) => {
-                let s = route::shard_of_command(cmd, &args, shards.count()).unwrap_or(0);
-                if let Some(r) = exec::precheck(&**shards, cmd, s) {
-                    replies[slot] = Some(r);
-                } else if me == Some(shards.owner(s)) {
-                    let now = now_ms();
-                    let (r, lsn) = shards.with(s, |sh| sh.run(f, &args, now));
-                    acks.note(s, lsn);
-                    replies[slot] = Some(r);
-                } else {
-                    pending[s].push(Pending { slot, f, args });
-                }
-            }
-            _ => {
-                run_pending(server, pending, replies, acks);
-                let r = run_other(server, conn, cmd, &args, acks);
-                if conn.close {
-                    quit_at = Some(slot);
-                }
-                replies[slot] = Some(r);
-            }
-        }
+        reply.encode(conn.proto, wbuf);
+        done[slot] = Some(Done {
+            start,
+            end: wbuf.len(),
+            error: reply.is_error(),
+        });
     }
-    run_pending(server, pending, replies, acks);
+    server.commands.fetch_add(ran, Relaxed);
+    run_pending(server, pending, late, acks);
+    // The replies of other workers' shards, after the others (`done` has the order).
+    for (slot, r) in late.drain(..) {
+        let start = wbuf.len();
+        r.encode(conn.proto, wbuf);
+        done[slot] = Some(Done {
+            start,
+            end: wbuf.len(),
+            error: r.is_error(),
+        });
+    }
+    *spare = recycle(argv);
     cmds.clear();
+    ranges.clear();
     // Wait until every shard touched has written what these commands saw.
+    let mut misconf = None;
     for (s, &lsn) in acks.lsn.iter().enumerate() {
         if lsn == 0 {
             continue;
@@ -220,29 +282,32 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch) {
         if let Err(e) = shards.wait_durable(s, lsn) {
             // The commands ran in memory, but their records are not written yet
             // (they will be when the log can be written again): tell the writers.
-            let msg = format!("MISCONF Errors writing to the append only file: {e}");
-            for r in replies.iter_mut().flatten() {
-                if !r.is_error() {
-                    *r = Reply::error(msg.clone());
-                }
-            }
+            misconf = Some(Reply::error(format!(
+                "MISCONF Errors writing to the append only file: {e}"
+            )));
             break;
         }
     }
-    for r in replies
-        .iter()
-        .take(quit_at.map_or(usize::MAX, |q| q + 1))
-        .flatten()
-    {
-        r.encode(conn.proto, wbuf);
+    if in_order && misconf.is_none() {
+        return;
+    }
+    // Put the replies in command order (some came back from other workers' shards
+    // after later ones were encoded), or replace those that are not errors.
+    let encoded = wbuf.split_off(base);
+    for d in done.iter().flatten() {
+        match &misconf {
+            Some(r) if !d.error => r.encode(conn.proto, wbuf),
+            _ => wbuf.extend_from_slice(&encoded[d.start - base..d.end - base]),
+        }
     }
 }
 
-/// Runs the commands gathered for other workers' shards: one IPC call per shard.
+/// Runs the commands gathered for other workers' shards (one IPC call per shard);
+/// their replies go to `late`.
 fn run_pending(
     server: &Arc<Server>,
     pending: &mut [Vec<Pending>],
-    replies: &mut [Option<Reply>],
+    late: &mut Vec<(usize, Reply)>,
     acks: &mut Acks,
 ) {
     for (s, list) in pending.iter_mut().enumerate() {
@@ -256,7 +321,7 @@ fn run_pending(
             let out: Vec<(usize, Reply)> = batch
                 .into_iter()
                 .map(|p| {
-                    let (r, lsn) = sh.run(p.f, &p.args, now);
+                    let (r, lsn) = sh.run(p.f, &commands::borrow_args(&p.args), now, None);
                     need = need.max(lsn);
                     (p.slot, r)
                 })
@@ -264,8 +329,99 @@ fn run_pending(
             (out, need)
         });
         acks.note(s, lsn);
-        for (slot, r) in out {
-            replies[slot] = Some(r);
+        late.extend(out);
+    }
+}
+
+/// Starts loading what the single-key commands of this worker's shards in a pipeline
+/// will read (first every key's index slots, then, those being on their way, every
+/// key's entry), so that their cache misses overlap instead of coming one after
+/// another as the commands run. Only a hint: nothing changes.
+fn prefetch_keys(
+    server: &Server,
+    cmds: &[Cmd],
+    ranges: &[Range<usize>],
+    rbuf: &[u8],
+    hashes: &mut Vec<(usize, u64)>,
+) {
+    let shards = &server.shards;
+    hashes.clear();
+    for cmd in cmds {
+        let Cmd::Buf(from, to) = *cmd else { continue };
+        if to - from < 2 {
+            continue;
+        }
+        let Some(c) = commands::lookup(&rbuf[ranges[from].clone()]) else {
+            continue;
+        };
+        if !matches!(c.exec, Exec::Shard(_)) || c.first_key != 1 {
+            continue;
+        }
+        let key = &rbuf[ranges[from + 1].clone()];
+        let s = route::shard_of(key, shards.count());
+        let prefetched = shards.read_local(s, |ks| {
+            let h = ks.hash(key);
+            ks.prefetch(h);
+            h
+        });
+        if let Some(h) = prefetched {
+            hashes.push((s, h));
+        }
+    }
+    for &(s, h) in hashes.iter() {
+        shards.read_local(s, |ks| ks.prefetch_entry(h));
+    }
+}
+
+/// Runs one command: its reply, or `None` when it is gathered for another worker's
+/// shard (`pending`). A command of this worker's shards may write its reply into
+/// `wbuf` itself ([`Reply::Written`]).
+#[allow(clippy::too_many_arguments)]
+fn run_command(
+    server: &Arc<Server>,
+    conn: &mut Conn,
+    args: &[&[u8]],
+    me: Option<usize>,
+    now: u64,
+    slot: usize,
+    pending: &mut [Vec<Pending>],
+    late: &mut Vec<(usize, Reply)>,
+    acks: &mut Acks,
+    wbuf: &mut Vec<u8>,
+) -> Option<Reply> {
+    let shards = &server.shards;
+    let Some(cmd) = commands::lookup(args[0]) else {
+        return Some(commands::unknown(args));
+    };
+    if let Err(r) = commands::check_arity(cmd, args) {
+        return Some(r);
+    }
+    // CLIENT SETINFO only labels the connection: clients (redis-py) send it on
+    // connect, before AUTH, and give up on the connection if it is refused.
+    let labels =
+        cmd.name == "client" && args.len() == 4 && args[1].eq_ignore_ascii_case(b"setinfo");
+    if !conn.authed && cmd.flags & flags::NOAUTH == 0 && !labels {
+        return Some(Reply::err("NOAUTH Authentication required."));
+    }
+    match cmd.exec {
+        Exec::Shard(f) => {
+            let s = route::shard_of_command(cmd, args, shards.count()).unwrap_or(0);
+            if let Some(r) = exec::precheck(&**shards, cmd, s) {
+                Some(r)
+            } else if me == Some(shards.owner(s)) {
+                let (r, lsn) = shards.with(s, |sh| sh.run(f, args, now, Some(wbuf)));
+                acks.note(s, lsn);
+                Some(r)
+            } else {
+                let args = args.iter().map(|a| a.to_vec()).collect();
+                pending[s].push(Pending { slot, f, args });
+                None
+            }
+        }
+        _ => {
+            run_pending(server, pending, late, acks);
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+            Some(run_other(server, conn, cmd, &args, acks))
         }
     }
 }

@@ -182,6 +182,14 @@ impl Shards {
         self.list[s].cell.owner
     }
 
+    /// Runs `f` on shard `s`'s keys if this worker owns the shard (`None` if not): a
+    /// read that changes nothing, so without the bookkeeping after a command.
+    #[inline]
+    pub fn read_local<R>(&self, s: usize, f: impl FnOnce(&Keyspace) -> R) -> Option<R> {
+        let cell = &self.list[s].cell;
+        (current_worker() == Some(cell.owner)).then(|| cell.run(|st| f(&st.ks)))
+    }
+
     /// Starts each shard's server and flusher threads, on its worker. Call from a
     /// green thread of the runtime.
     pub fn start(self: &Arc<Self>, writers: Vec<LogWriter>) -> std::io::Result<()> {

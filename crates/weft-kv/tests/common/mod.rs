@@ -44,9 +44,12 @@ impl T {
             now_ms: self.now,
             log: &mut buf,
             over_memory: false,
+            out: None,
         };
         let r = match cmd.exec {
-            Exec::Shard(f) | Exec::Split(f, _) => f(&mut self.ks, args, &mut ctx),
+            Exec::Shard(f) | Exec::Split(f, _) => {
+                f(&mut self.ks, &commands::borrow_args(args), &mut ctx)
+            }
             Exec::Server => panic!("server command in a shard test"),
         };
         self.log.extend_from_slice(&buf);

@@ -1,0 +1,270 @@
+//! A key's entry: one allocation holding its metadata, its key and its value.
+//!
+//! ```text
+//! [ stamp u64 | expire Option<NonZeroU64> | key_len u32 | value_len u32 | key | value ... ]
+//!   24 bytes of head                                                      capacity(value_len)
+//! ```
+//!
+//! One allocation per key (a 14-byte key with a 14-byte value takes 62 bytes, a 64-byte
+//! malloc chunk), so a lookup that found the key's slot in the index costs one more
+//! cache miss for key, value and expiry together. The value's room is a function of
+//! its length ([`capacity`]: rounded up to 8 bytes, or to an eighth of its power of two
+//! above 64), so the allocation's layout is known from the head alone, a SET of a value
+//! of the same size class reuses the block, and APPEND grows it geometrically
+//! (amortized constant time, as Redis's sds).
+
+use std::alloc::{alloc, dealloc, handle_alloc_error, realloc, Layout};
+use std::num::NonZeroU64;
+use std::ptr::NonNull;
+
+#[repr(C)]
+struct Head {
+    /// The stamp of the command that last changed the key (keyspace doc).
+    stamp: u64,
+    /// The absolute expiry time (Unix ms); 0, long passed, is kept as 1 (the niche).
+    expire: Option<NonZeroU64>,
+    key_len: u32,
+    value_len: u32,
+}
+
+const HEAD: usize = core::mem::size_of::<Head>();
+const _: () = assert!(HEAD == 24);
+
+/// The room kept for a value of `len` bytes: `len` rounded up to a multiple of 8 below
+/// 64 bytes, else to a multiple of an eighth of its highest power of two (at most
+/// 12.5% unused, and growth by steps of that fraction at least).
+#[inline]
+fn capacity(len: usize) -> usize {
+    if len < 64 {
+        (len + 7) & !7
+    } else {
+        let step = 1usize << (usize::BITS - 1 - len.leading_zeros() - 3);
+        (len + step - 1) & !(step - 1)
+    }
+}
+
+#[inline]
+fn layout(key_len: usize, value_len: usize) -> Layout {
+    Layout::from_size_align(HEAD + key_len + capacity(value_len), 8).expect("entry size")
+}
+
+/// One key's entry (owned: dropping it frees the allocation). Transparent over a
+/// non-null pointer, so `Option<Entry>` is one word and all-zero bytes are `None` (the
+/// index allocates its tables zeroed).
+#[repr(transparent)]
+pub struct Entry(NonNull<Head>);
+
+// SAFETY: an Entry owns its allocation alone (as a Box does) and has no interior
+// mutability, so it may move to or be read from another thread.
+unsafe impl Send for Entry {}
+// SAFETY: as above; `&Entry` only reads.
+unsafe impl Sync for Entry {}
+
+impl Entry {
+    /// A new entry holding copies of `key` and `value`.
+    pub fn new(key: &[u8], value: &[u8], expire: Option<NonZeroU64>, stamp: u64) -> Entry {
+        let (key_len, value_len) = (
+            u32::try_from(key.len()).expect("key under 4 GiB"),
+            u32::try_from(value.len()).expect("value under 4 GiB"),
+        );
+        let layout = layout(key.len(), value.len());
+        // SAFETY: the layout's size is at least HEAD, not zero.
+        let p = unsafe { alloc(layout) } as *mut Head;
+        let Some(p) = NonNull::new(p) else {
+            handle_alloc_error(layout)
+        };
+        // SAFETY: `p` is a new allocation of HEAD + key.len() + capacity(value.len())
+        // bytes, aligned to 8 (as Head needs): the head, the key and the value are
+        // written inside it, and the sources do not overlap it.
+        unsafe {
+            p.as_ptr().write(Head {
+                stamp,
+                expire,
+                key_len,
+                value_len,
+            });
+            let data = (p.as_ptr() as *mut u8).add(HEAD);
+            core::ptr::copy_nonoverlapping(key.as_ptr(), data, key.len());
+            core::ptr::copy_nonoverlapping(value.as_ptr(), data.add(key.len()), value.len());
+        }
+        Entry(p)
+    }
+
+    #[inline]
+    fn head(&self) -> &Head {
+        // SAFETY: the pointer is to a live allocation that starts with an initialized
+        // Head, owned by `self`.
+        unsafe { self.0.as_ref() }
+    }
+
+    #[inline]
+    fn head_mut(&mut self) -> &mut Head {
+        // SAFETY: as in `head`, and `&mut self` makes the access unique.
+        unsafe { self.0.as_mut() }
+    }
+
+    #[inline]
+    fn data(&self) -> *mut u8 {
+        // SAFETY: the allocation is at least HEAD bytes long.
+        unsafe { (self.0.as_ptr() as *mut u8).add(HEAD) }
+    }
+
+    /// The allocation's address (for a prefetch).
+    #[inline]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.0.as_ptr() as *const u8
+    }
+
+    /// The key.
+    #[inline]
+    pub fn key(&self) -> &[u8] {
+        // SAFETY: the key's `key_len` bytes follow the head, initialized.
+        unsafe { core::slice::from_raw_parts(self.data(), self.head().key_len as usize) }
+    }
+
+    /// The value.
+    #[inline]
+    pub fn value(&self) -> &[u8] {
+        let h = self.head();
+        // SAFETY: the value's `value_len` initialized bytes follow the key.
+        unsafe {
+            core::slice::from_raw_parts(self.data().add(h.key_len as usize), h.value_len as usize)
+        }
+    }
+
+    /// The value, to change in place.
+    #[inline]
+    pub fn value_mut(&mut self) -> &mut [u8] {
+        let (k, v) = (self.head().key_len as usize, self.head().value_len as usize);
+        // SAFETY: as in `value`; `&mut self` makes the access unique.
+        unsafe { core::slice::from_raw_parts_mut(self.data().add(k), v) }
+    }
+
+    /// The absolute expiry time (Unix ms), if any.
+    #[inline]
+    pub fn expire_at_ms(&self) -> Option<u64> {
+        self.head().expire.map(NonZeroU64::get)
+    }
+
+    /// The expiry as stored.
+    #[inline]
+    pub(super) fn expire(&self) -> Option<NonZeroU64> {
+        self.head().expire
+    }
+
+    /// Sets the stored expiry; answers the previous one.
+    #[inline]
+    pub(super) fn replace_expire(&mut self, expire: Option<NonZeroU64>) -> Option<NonZeroU64> {
+        std::mem::replace(&mut self.head_mut().expire, expire)
+    }
+
+    /// The stamp of the command that last changed the key.
+    #[inline]
+    pub fn stamp(&self) -> u64 {
+        self.head().stamp
+    }
+
+    #[inline]
+    pub(super) fn set_stamp(&mut self, stamp: u64) {
+        self.head_mut().stamp = stamp;
+    }
+
+    /// Makes the value `len` bytes long: bytes past the old end are zero. The block is
+    /// reallocated only when the size class changes.
+    pub fn resize(&mut self, len: usize) {
+        let (key_len, old) = (self.head().key_len as usize, self.head().value_len as usize);
+        let len32 = u32::try_from(len).expect("value under 4 GiB");
+        if capacity(len) != capacity(old) {
+            let (from, to) = (layout(key_len, old), layout(key_len, len));
+            // SAFETY: the block was allocated with `from` (the layout depends only on
+            // the key's length and the value's size class, unchanged since); the new
+            // size is not zero. realloc keeps the head and key (and the value's first
+            // min(old, len) bytes).
+            let p = unsafe { realloc(self.0.as_ptr() as *mut u8, from, to.size()) } as *mut Head;
+            self.0 = NonNull::new(p).unwrap_or_else(|| handle_alloc_error(to));
+        }
+        if len > old {
+            // SAFETY: the block has room for `capacity(len)` >= len value bytes after
+            // the key; bytes old..len are inside it.
+            unsafe { core::ptr::write_bytes(self.data().add(key_len + old), 0, len - old) };
+        }
+        self.head_mut().value_len = len32;
+    }
+
+    /// Replaces the value (in place when the size class is the same).
+    pub fn set_value(&mut self, value: &[u8]) {
+        self.resize(value.len());
+        self.value_mut().copy_from_slice(value);
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let h = self.head();
+        let layout = layout(h.key_len as usize, h.value_len as usize);
+        // SAFETY: the block was allocated with this layout (see `resize`), and is
+        // not used again.
+        unsafe { dealloc(self.0.as_ptr() as *mut u8, layout) }
+    }
+}
+
+impl core::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Entry")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("value", &String::from_utf8_lossy(self.value()))
+            .field("expire_at_ms", &self.expire_at_ms())
+            .field("stamp", &self.stamp())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_classes() {
+        assert_eq!(capacity(0), 0);
+        assert_eq!(capacity(1), 8);
+        assert_eq!(capacity(14), 16);
+        assert_eq!(capacity(64), 64);
+        assert_eq!(capacity(65), 72);
+        assert_eq!(capacity(1000), 1024);
+        for n in 0..5000 {
+            assert!(capacity(n) >= n && capacity(n) <= n + n / 8 + 8, "{n}");
+        }
+    }
+
+    #[test]
+    fn key_value_resize_keep_bytes() {
+        for klen in [0, 1, 14, 40] {
+            let key: Vec<u8> = (0..klen as u8).collect();
+            let mut e = Entry::new(&key, b"hello", NonZeroU64::new(7), 3);
+            assert_eq!((e.key(), e.value()), (key.as_slice(), &b"hello"[..]));
+            assert_eq!((e.expire_at_ms(), e.stamp()), (Some(7), 3));
+            let mut model = b"hello".to_vec();
+            for step in 0..300usize {
+                let more = vec![step as u8; step % 37];
+                let len = model.len() + more.len();
+                let old = model.len();
+                e.resize(len);
+                e.value_mut()[old..].copy_from_slice(&more);
+                model.extend_from_slice(&more);
+                assert_eq!(e.value(), model.as_slice());
+                assert_eq!(e.key(), key.as_slice());
+            }
+            e.resize(3);
+            assert_eq!(e.value(), &model[..3]);
+            e.resize(10);
+            assert_eq!(
+                e.value(),
+                &[model[0], model[1], model[2], 0, 0, 0, 0, 0, 0, 0]
+            );
+            e.set_value(b"x");
+            assert_eq!(e.value(), b"x");
+            assert_eq!(e.replace_expire(None), NonZeroU64::new(7));
+            assert_eq!(e.expire_at_ms(), None);
+        }
+    }
+}
