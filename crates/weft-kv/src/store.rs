@@ -105,6 +105,9 @@ impl Store {
     /// Runs one command (`args[0]` is its name) and returns its reply, as the server
     /// would: key commands, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL, PING, ECHO, TIME.
     pub fn exec(&self, args: &[&[u8]]) -> Reply {
+        if let Err(r) = commands::check_lengths(args) {
+            return r;
+        }
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
         let Some(cmd) = args.first().and_then(|n| commands::lookup(n)) else {
             return commands::unknown(&args);

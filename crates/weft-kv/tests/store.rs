@@ -289,3 +289,24 @@ fn eight_threads_disjoint_and_shared_keys() {
     let s = Store::open(&dir).unwrap();
     check(&s);
 }
+
+/// A key or value longer than an entry can hold (4 GiB - 1) is refused with an error
+/// naming its size, not a panic; nothing is stored. (The argument is zeroed memory the
+/// test never touches: it costs no resident memory.)
+#[test]
+fn an_argument_over_4_gib_is_refused_clearly() {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(d.path().join("kv")).unwrap();
+    let huge = vec![0u8; weft_kv::commands::MAX_ARG + 1];
+    match s.exec(&[b"set", b"k", &huge]) {
+        Reply::Error(e) => assert!(
+            e.contains("exceeds maximum allowed size") && e.contains("4294967296 bytes"),
+            "{e}"
+        ),
+        r => panic!("{r:?}"),
+    }
+    let e = s.set(&huge, b"v").unwrap_err();
+    assert!(e.to_string().contains("at most 4294967295 bytes"), "{e}");
+    assert_eq!(s.len(), 0, "nothing stored");
+    assert_eq!(s.exec(&[b"set", b"k", b"v"]), Reply::OK);
+}

@@ -377,6 +377,24 @@ pub fn table() -> &'static [Command] {
     &TABLE
 }
 
+/// The longest key or value weft-kv keeps (a key's entry holds both lengths in 32
+/// bits): 4 GiB - 1. The server never sees a longer argument (`--max-bulk` is capped
+/// below it, and APPEND/SETRANGE stop at [`MAX_STRING`]); the embedded store checks
+/// with [`check_lengths`].
+pub const MAX_ARG: usize = u32::MAX as usize;
+
+/// `ERR string exceeds maximum allowed size ...` for an argument longer than
+/// [`MAX_ARG`], naming its length and the limit.
+pub fn check_lengths<A: AsRef<[u8]>>(args: &[A]) -> Result<(), Reply> {
+    match args.iter().map(|a| a.as_ref().len()).find(|&n| n > MAX_ARG) {
+        Some(n) => Err(Reply::error(format!(
+            "ERR string exceeds maximum allowed size: an argument of {n} bytes, and a \
+             key or value of weft-kv holds at most {MAX_ARG} bytes"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Checks `args` against `cmd`'s arity: the standard
 /// `ERR wrong number of arguments for 'get' command` otherwise.
 pub fn check_arity<A>(cmd: &Command, args: &[A]) -> Result<(), Reply> {
