@@ -211,7 +211,8 @@ fn parse_ms(v: &str) -> u128 {
 /// ticks to time with a rate it measures at each read).
 fn assert_time_between(shown: u128, lo: Duration, hi: Duration, what: &str) {
     let (lo, hi) = (lo.as_nanos(), hi.as_nanos());
-    let lo = lo - lo / 100 - lo.min(1000);
+    // (Saturating: a lower bound under about 1 us would otherwise underflow.)
+    let lo = lo.saturating_sub(lo / 100 + 1000);
     let hi = hi + hi / 100 + 1000;
     assert!(
         (lo..=hi).contains(&shown),
