@@ -209,6 +209,9 @@ pub(crate) struct Worker {
     live_head: *const LiveNode,
     live: usize,
     picks: u32,
+    /// Whether the last poll moved a thread its mail woke to the front of the run
+    /// queue ([`poll_events`]).
+    promoted: bool,
     /// Runtime depth: above 0 while runtime code runs on this worker, so the preemption
     /// signal only sets a flag (`preempt.rs`). Every context switch happens at depth 1.
     pub(crate) depth: core::cell::Cell<u32>,
@@ -284,6 +287,7 @@ impl Worker {
             live_head: core::ptr::null(),
             live: 0,
             picks: 0,
+            promoted: false,
             depth: core::cell::Cell::new(0),
         })
     }
@@ -478,9 +482,20 @@ unsafe fn poll_events(w: *mut Worker) {
             Mail::Spawn(t) => spawnq_push(w, t.take()),
             Mail::Ipc(r) => crate::ipc::on_mail(w, r),
         };
+        let queued = (*runq).len();
         (*w).endpoint.poll(|_, m| deliver(m));
         while let Some(m) = mine(w).inbox.pop() {
             deliver(m);
+        }
+        // The first thread this mail made ready runs next, ahead of the threads that
+        // were already queued (the one that yielded to come here among them): it is
+        // the other half of a cross-worker exchange, whose partner waits for it. Not
+        // twice in a row, so the queued threads get every other pick at least.
+        if (*runq).len() > queued && !core::mem::take(&mut (*w).promoted) {
+            if let Some(t) = (*runq).remove(queued) {
+                (*runq).push_front(t);
+                (*w).promoted = true;
+            }
         }
         let io: *mut crate::io::Driver = &mut (*w).io;
         (*io).poll();
