@@ -3,16 +3,16 @@
 //! `msgbox` goes through here so that the code loom checks is the code that runs.
 
 #[cfg(feature = "loom")]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
-#[cfg(feature = "loom")]
 pub(crate) use loom::sync::atomic::fence;
+#[cfg(feature = "loom")]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::Arc;
 
 #[cfg(not(feature = "loom"))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
-#[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::atomic::fence;
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::Arc;
 

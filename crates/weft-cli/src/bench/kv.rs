@@ -678,7 +678,12 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
                 }
                 rep.line(line);
             }
-            client_busy(rep, &format!("redis-benchmark/{conn}/P{pipeline}"), servers, &mut busy);
+            client_busy(
+                rep,
+                &format!("redis-benchmark/{conn}/P{pipeline}"),
+                servers,
+                &mut busy,
+            );
         }
     }
     if verdicts.1 > 0 {

@@ -961,17 +961,6 @@ fn read_and_closed(fd: i32, n: isize, p: &CStr) -> Result<u64, String> {
 // ---------------------------------------------------------------------------------------
 // 1b. the inline path's own calls, by hand
 
-/// `struct open_how` of openat2(2).
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-/// openat2's flag: resolve the path from the dentry cache only, else fail with EAGAIN.
-const RESOLVE_CACHED: u64 = 0x20;
-
 /// One pass of the calls a syslet's inline run makes, without the executor (see
 /// [`inline_calls`]), on this thread.
 fn inline_floor_pass(set: &Set, bufs: &mut [u8]) -> Result<Pass, String> {
@@ -984,19 +973,18 @@ fn inline_floor_pass(set: &Set, bufs: &mut [u8]) -> Result<Pass, String> {
 /// a plain read) into `buf`, close: what a syslet's inline run of this program makes
 /// when nothing blocks. Returns the bytes read.
 fn inline_calls(p: &CStr, buf: &mut [u8]) -> Result<u64, String> {
-    let how = OpenHow {
-        flags: libc::O_RDONLY as u64,
-        mode: 0,
-        resolve: RESOLVE_CACHED,
-    };
+    // SAFETY: open_how is plain integers, all-zero valid (libc marks it non-exhaustive).
+    let mut how: libc::open_how = unsafe { core::mem::zeroed() };
+    how.flags = libc::O_RDONLY as u64;
+    how.resolve = libc::RESOLVE_CACHED;
     // SAFETY: a NUL-terminated path and an open_how of the size we pass.
     let mut fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
             libc::AT_FDCWD,
             p.as_ptr(),
-            &how as *const OpenHow,
-            core::mem::size_of::<OpenHow>(),
+            &how as *const libc::open_how,
+            core::mem::size_of::<libc::open_how>(),
         )
     } as i32;
     if fd < 0 {
@@ -1022,7 +1010,11 @@ fn inline_calls(p: &CStr, buf: &mut [u8]) -> Result<u64, String> {
 /// timed start so that neither their start nor a futex wake-up is in the time).
 fn inline_floor_all_pass(set: &Set, bufs: &mut [u8], threads: usize) -> Result<Pass, String> {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
-    let (ready, go, done) = (AtomicUsize::new(0), AtomicBool::new(false), AtomicUsize::new(0));
+    let (ready, go, done) = (
+        AtomicUsize::new(0),
+        AtomicBool::new(false),
+        AtomicUsize::new(0),
+    );
     // Per thread, its files' (path, buffer) pairs.
     let mut shares: Vec<Vec<(&CStr, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, (p, b)) in set.paths.iter().zip(bufs.chunks_mut(READ_LEN)).enumerate() {

@@ -593,7 +593,13 @@ pub(crate) fn close_async(fd: RawFd) {
 /// park, switch or copy, instead of an io_uring round trip through the worker's ring
 /// (or a trip to a pool thread). A descriptor whose kernel or filesystem refuses the
 /// flag (`EOPNOTSUPP`, `EINVAL`) is not tried again.
-fn try_nowait(fd: &Fd, write: bool, p: *mut u8, n: usize, off: Option<u64>) -> Option<io::Result<usize>> {
+fn try_nowait(
+    fd: &Fd,
+    write: bool,
+    p: *mut u8,
+    n: usize,
+    off: Option<u64>,
+) -> Option<io::Result<usize>> {
     if fd.0.no_nowait.load(Relaxed) {
         return None;
     }

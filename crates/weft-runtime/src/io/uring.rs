@@ -9,7 +9,8 @@
 //! - **Batching.** [`Ring::push`] only writes SQEs into the shared SQ; the syscall
 //!   (`io_uring_enter`) happens in [`Ring::poll`] (the worker's `poll_events`, run before
 //!   each sleep and every few dozen switches), in [`Ring::submit`] before a sleep, or
-//!   when the SQ is full. A burst of green threads that each start one operation costs one syscall.
+//!   when the SQ is full. A burst of green threads that each start one operation costs
+//!   one syscall.
 //! - **Completions.** An entry's `user_data` is an `Arc<Slot>` turned into a raw
 //!   pointer (one count, held by the ring); 0 marks entries nobody waits for (closes,
 //!   cancels, linked timeouts). Reaping first copies the CQEs out under the ring's

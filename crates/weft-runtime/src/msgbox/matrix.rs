@@ -213,10 +213,7 @@ impl<T: Send> Endpoint<T> {
         }
         let mut n = 0;
         let mut quiet = 0u64;
-        let mut classes = bits & CLASS_BITS;
-        while classes != 0 {
-            let class = classes.trailing_zeros() as usize;
-            classes &= classes - 1;
+        for class in classes_in(bits & CLASS_BITS) {
             let got = self.drain_class(class, &mut f);
             n += got;
             let idle = &mut self.idle_polls[class];
@@ -235,20 +232,25 @@ impl<T: Send> Endpoint<T> {
             // more: a sender that saw its bit still set before the clear did not ring,
             // and its message is found here (park.rs: no lost mail).
             self.m.doorbells[self.id].clear(quiet);
-            while quiet != 0 {
-                let class = quiet.trailing_zeros() as usize;
-                quiet &= quiet - 1;
+            for class in classes_in(quiet) {
                 n += self.drain_class(class, &mut f);
             }
         }
         n
     }
 
+    /// The boxes of this worker's column whose senders are of doorbell class `class`,
+    /// with their senders.
+    fn class_boxes(&self, class: usize) -> impl Iterator<Item = (usize, &Spsc<T>)> {
+        (class..self.m.n)
+            .step_by(CLASSES)
+            .map(|from| (from, &self.m.boxes[from * self.m.n + self.id]))
+    }
+
     /// Drains the boxes of the senders of doorbell class `class`; how many messages.
     fn drain_class(&self, class: usize, f: &mut impl FnMut(usize, T)) -> usize {
         let mut n = 0;
-        for from in (class..self.m.n).step_by(CLASSES) {
-            let b = &self.m.boxes[from * self.m.n + self.id];
+        for (from, b) in self.class_boxes(class) {
             // SAFETY: this endpoint is the only consumer of column `self.id`.
             while let Some(msg) = unsafe { b.pop() } {
                 f(from, msg);
@@ -259,18 +261,12 @@ impl<T: Send> Endpoint<T> {
     }
 
     /// Whether a box of a sender class in `classes` has a message for this worker.
-    fn mail_in(&self, mut classes: u64) -> bool {
-        while classes != 0 {
-            let class = classes.trailing_zeros() as usize;
-            classes &= classes - 1;
-            for from in (class..self.m.n).step_by(CLASSES) {
-                // SAFETY: this endpoint is the only consumer of column `self.id`.
-                if unsafe { self.m.boxes[from * self.m.n + self.id].is_ready() } {
-                    return true;
-                }
-            }
-        }
-        false
+    fn mail_in(&self, classes: u64) -> bool {
+        classes_in(classes).any(|class| {
+            // SAFETY: this endpoint is the only consumer of column `self.id`.
+            self.class_boxes(class)
+                .any(|(_, b)| unsafe { b.is_ready() })
+        })
     }
 
     /// Waits until mail may have arrived or `timeout` passes (None: forever): a short
@@ -328,6 +324,17 @@ impl<T: Send> Endpoint<T> {
     pub fn wake_fd(&self) -> std::os::fd::RawFd {
         self.m.doorbells[self.id].fd()
     }
+}
+
+/// The doorbell classes whose bits are set in `bits`, lowest first.
+fn classes_in(mut bits: u64) -> impl Iterator<Item = usize> {
+    core::iter::from_fn(move || {
+        (bits != 0).then(|| {
+            let class = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            class
+        })
+    })
 }
 
 /// Wakes workers from outside the matrix (see [`Endpoint::remote`]).

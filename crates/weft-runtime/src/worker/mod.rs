@@ -742,10 +742,7 @@ unsafe fn spin_for_mail(w: *mut Worker) -> Option<Arc<Task>> {
             .map(|d| d.saturating_duration_since(Instant::now()));
         let mut spin = crate::msgbox::Spin::new(timeout);
         while spin.go_on() {
-            if (*w).endpoint.has_mail()
-                || !mine(w).inbox.is_empty()
-                || (*w).io.has_completions()
-            {
+            if (*w).endpoint.has_mail() || !mine(w).inbox.is_empty() || (*w).io.has_completions() {
                 if let Some(t) = pick_next(w) {
                     return Some(t);
                 }
