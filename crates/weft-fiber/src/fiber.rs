@@ -285,9 +285,30 @@ impl SwitchFail {
 pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord, SwitchFail> {
     // SAFETY: per the contract; `begin_switch` leaves us owning `to`.
     unsafe {
-        match begin_switch(to)? {
+        match begin_switch::<false>(to)? {
             None => Ok(to),
             Some(cur) => Ok(arch::switch(cur, to)),
+        }
+    }
+}
+
+/// [`switch_to`] for a fiber that only the calling thread ever switches to while this
+/// call runs (a scheduler's own fiber: a worker's green thread, switched to by its
+/// worker alone). The checks and their failures are the same; `to` is acquired with a
+/// plain load and store instead of a compare-exchange, which is sound because no other
+/// thread competes for it. (A release by the thread that ran `to` before is ordered
+/// before this call by whatever handed `to` to this thread: a queue, a message.)
+///
+/// # Safety
+/// `to` must be a live fiber record, and no other thread may try to acquire it (switch
+/// to it, delete it) until this call has returned.
+#[inline(always)]
+pub(crate) unsafe fn switch_to_owned(to: *mut FiberRecord) -> Result<*mut FiberRecord, SwitchFail> {
+    // SAFETY: per the contract; `begin_switch` leaves us owning `to`.
+    unsafe {
+        match begin_switch::<true>(to)? {
+            None => Ok(to),
+            Some(cur) => Ok(arch::switch_ret(cur, to)),
         }
     }
 }
@@ -299,8 +320,10 @@ pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord,
 ///
 /// # Safety
 /// `to` must be a live fiber record.
+/// `OWNER`: the caller is the only thread that may acquire `to` (see
+/// [`switch_to_owned`]).
 #[inline(always)]
-pub(crate) unsafe fn begin_switch(
+pub(crate) unsafe fn begin_switch<const OWNER: bool>(
     to: *mut FiberRecord,
 ) -> Result<Option<*mut FiberRecord>, SwitchFail> {
     let thread = tls::thread();
@@ -326,10 +349,24 @@ pub(crate) unsafe fn begin_switch(
             (*to).slot().failed_activations.fetch_add(1, Relaxed);
             return Err(SwitchFail::Interrupted);
         }
-        if let Err(s) = (*to)
-            .state
-            .compare_exchange(READY, RUNNING, Acquire, Relaxed)
-        {
+        let acquired = if OWNER {
+            // The caller is the only thread that ever acquires `to` (see
+            // `switch_to_owned`): a check and a plain store do what the compare-exchange
+            // does, without its locked instruction (~8 ns: it drains the store buffer
+            // this switch has just filled).
+            let s = (*to).state.load(Relaxed);
+            if s == READY {
+                (*to).state.store(RUNNING, Relaxed);
+                Ok(READY)
+            } else {
+                Err(s)
+            }
+        } else {
+            (*to)
+                .state
+                .compare_exchange(READY, RUNNING, Acquire, Relaxed)
+        };
+        if let Err(s) = acquired {
             (*to).slot().failed_activations.fetch_add(1, Relaxed);
             return Err(if s == FINISHED {
                 SwitchFail::Finished
@@ -340,6 +377,9 @@ pub(crate) unsafe fn begin_switch(
         prepare_acquired(thread, cur, to);
         if *(*cur).exit.get() != EXIT_NONE {
             // The running fiber dropped its own handle: it is freed as it leaves.
+            if OWNER {
+                arch::switch_exiting_ret(cur, to);
+            }
             arch::switch_exiting(cur, to);
         }
         Ok(Some(cur))

@@ -115,6 +115,25 @@ impl RawFiber {
         }
     }
 
+    /// [`switch_to`](Self::switch_to) for a scheduler switching to one of its own fibers:
+    /// the same checks and statistics, but the fiber is acquired without a locked
+    /// instruction (about 8 ns less a switch), which is sound only because no other
+    /// thread competes for it.
+    ///
+    /// # Safety
+    /// As [`switch_to`](Self::switch_to); and no other thread may switch to this fiber
+    /// or delete it while this call runs (weft-runtime: a green thread is switched to by
+    /// its own worker only).
+    #[inline]
+    pub unsafe fn switch_to_owned(self) -> Result<(), Error> {
+        // SAFETY: per the contract.
+        unsafe {
+            fiber::switch_to_owned(self.0.as_ptr())
+                .map(|_| ())
+                .map_err(|e| e.into_error(self.0.as_ptr()))
+        }
+    }
+
     /// Ends the running fiber and switches to this one. The running fiber (which must
     /// have been made by [`RawFiber::spawn`]) is freed by the fiber that runs next, once
     /// it is off its stack: its stack goes back to the cache, its registry slot is
@@ -127,12 +146,32 @@ impl RawFiber {
     /// This fiber must be live; the caller's fiber must be a raw fiber that nothing will
     /// switch to again.
     pub unsafe fn exit_to(self) -> ! {
+        // SAFETY: per the contract.
+        unsafe { self.exit_to_inner::<false>() }
+    }
+
+    /// [`exit_to`](Self::exit_to) to a fiber acquired as by
+    /// [`switch_to_owned`](Self::switch_to_owned).
+    ///
+    /// # Safety
+    /// The contracts of both.
+    pub unsafe fn exit_to_owned(self) -> ! {
+        // SAFETY: per the contract.
+        unsafe { self.exit_to_inner::<true>() }
+    }
+
+    unsafe fn exit_to_inner<const OWNER: bool>(self) -> ! {
         let t = tls::thread();
         // SAFETY: per the contract, the current fiber is ours to end.
         unsafe {
             let cur = (*t).current;
             *(*cur).exit.get() = fiber::EXIT_DELETE;
-            match fiber::switch_to(self.0.as_ptr()) {
+            let done = if OWNER {
+                fiber::switch_to_owned(self.0.as_ptr())
+            } else {
+                fiber::switch_to(self.0.as_ptr())
+            };
+            match done {
                 Ok(_) => unreachable!("an exiting fiber was resumed"),
                 Err(e) => thread::die(format_args!(
                     "fiber {} could not exit to fiber {}: {}",

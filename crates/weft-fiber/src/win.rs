@@ -263,7 +263,7 @@ unsafe extern "C" fn prepare_switch(fiber: LPVOID) -> Prepared {
                 return NONE;
             }
         };
-        match fiber::begin_switch(to) {
+        match fiber::begin_switch::<false>(to) {
             Ok(Some(cur)) => Prepared { cur, to },
             Ok(None) => NONE,
             Err(e) => {

@@ -10,6 +10,8 @@
 //!   fiber.
 //! - `switch_exiting(cur, to) -> !`: the same for a fiber that will never run again; the
 //!   resumed side hands it to `fiber::release_exited`, which acts on its exit note.
+//! - `switch_ret` and `switch_exiting_ret`: the same two, ending in the way that suits a
+//!   scheduler switching from a single call site (see `x86_64::finish_resume`).
 //! - `init_stack(top, rec, main, arg) -> sp`: lay out a stack so that the first `switch`
 //!   to it enters `main(prev, arg)`, which must never return.
 //! - `exit_thread_at(sp) -> !`: move to `sp` and call `pthread_exit` from a frame marked
@@ -19,12 +21,18 @@
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::{exit_thread_at, init_stack, switch, switch_exiting};
+pub(crate) use x86_64::{
+    exit_thread_at, init_stack, switch, switch_exiting, switch_exiting_ret, switch_ret,
+};
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "aarch64")]
 pub(crate) use aarch64::{exit_thread_at, init_stack, stack_pointer, switch, switch_exiting};
+// aarch64's switch already returns with `ret` (through the link register), which its
+// return-address predictor handles as the x86_64 `_ret` variants do.
+#[cfg(target_arch = "aarch64")]
+pub(crate) use aarch64::{switch as switch_ret, switch_exiting as switch_exiting_ret};
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("weft's fiber core supports x86_64 and aarch64");

@@ -208,7 +208,11 @@ pub(crate) struct Worker {
     /// Head of the live list (each entry holds one strong count, from `Arc::into_raw`).
     live_head: *const LiveNode,
     live: usize,
-    picks: u32,
+    /// Picks left until the next one that polls events anyway ([`POLL_EVERY`]).
+    poll_in: u32,
+    /// Picks left until the next one that takes a woken thread before a never-run one
+    /// ([`SPAWNQ_EVERY`]).
+    spawnq_in: u32,
     /// Whether the last poll moved a thread its mail woke to the front of the run
     /// queue ([`poll_events`]).
     promoted: bool,
@@ -286,7 +290,8 @@ impl Worker {
             ipc_parked: None,
             live_head: core::ptr::null(),
             live: 0,
-            picks: 0,
+            poll_in: POLL_EVERY,
+            spawnq_in: SPAWNQ_EVERY,
             promoted: false,
             depth: core::cell::Cell::new(0),
         })
@@ -511,7 +516,7 @@ unsafe fn poll_events(w: *mut Worker) {
 ///
 /// # Safety
 /// `w` is this thread's worker.
-#[inline]
+#[inline(always)]
 unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
     // SAFETY: per the contract.
     unsafe {
@@ -527,25 +532,45 @@ unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
     }
 }
 
+/// Counts a pick, and polls events if it is one that must ([`POLL_EVERY`]) or mail
+/// is waiting.
+///
+/// # Safety
+/// `w` is this thread's worker.
+#[inline(always)]
+unsafe fn count_pick_and_poll(w: *mut Worker) {
+    // SAFETY: per the contract.
+    unsafe {
+        (*w).poll_in -= 1;
+        if (*w).poll_in == 0 {
+            (*w).poll_in = POLL_EVERY;
+            poll_events(w);
+        } else if (*w).endpoint.has_mail() {
+            poll_events(w);
+        }
+    }
+}
+
 /// `pick_next` without the shutdown rule.
 ///
 /// # Safety
 /// As `pick_next`.
+#[inline(always)]
 unsafe fn pick_any(w: *mut Worker) -> Option<Arc<Task>> {
     // SAFETY: per the contract.
     unsafe {
-        (*w).picks = (*w).picks.wrapping_add(1);
-        let picks = (*w).picks;
-        if picks.is_multiple_of(POLL_EVERY) || (*w).endpoint.has_mail() {
-            poll_events(w);
-        }
+        count_pick_and_poll(w);
         if let Some(t) = mine(w).next.take() {
             return Some(t);
         }
         // Never-run threads before woken ones (a yield lets new threads start), except
         // every SPAWNQ_EVERY-th pick, so a spawning loop cannot starve woken threads.
-        if !picks.is_multiple_of(SPAWNQ_EVERY) {
-            if let Some(t) = spawnq_pop(w) {
+        // (The countdown only moves while there may be never-run threads.)
+        if (*w).spawnq_maybe {
+            (*w).spawnq_in -= 1;
+            if (*w).spawnq_in == 0 {
+                (*w).spawnq_in = SPAWNQ_EVERY;
+            } else if let Some(t) = spawnq_pop(w) {
                 return Some(t);
             }
         }
@@ -602,6 +627,7 @@ unsafe fn spawnq_pop(w: *mut Worker) -> Option<Arc<Task>> {
 ///
 /// # Safety
 /// `w` is this thread's worker, about to switch to the returned fiber.
+#[inline(always)]
 unsafe fn make_current(w: *mut Worker, to: Option<Arc<Task>>) -> RawFiber {
     // SAFETY: per the contract.
     unsafe {
@@ -631,18 +657,31 @@ unsafe fn make_current(w: *mut Worker, to: Option<Arc<Task>>) -> RawFiber {
 /// # Safety
 /// `w` is this thread's worker; the running context has already put itself wherever it
 /// must be found again (a queue, a waiter list) or is the scheduler fiber.
+#[inline(always)]
 unsafe fn switch_to(w: *mut Worker, to: Option<Arc<Task>>) {
     // SAFETY: per the contract.
     unsafe {
         let target = make_current(w, to);
-        if let Err(e) = target.switch_to() {
-            panic!(
-                "weft: worker {} could not switch to fiber {}: {e}",
-                (*w).id,
-                target.id()
-            );
+        // Owned: a worker's green threads and its scheduler fiber are switched to by
+        // the worker alone (a started thread never moves; a never-run one reaches a
+        // thief through the spawn deque or a message, which order its release), so the
+        // fiber core may acquire the target without a locked instruction.
+        if let Err(e) = target.switch_to_owned() {
+            switch_failed(w, target, e);
         }
     }
+}
+
+/// A switch the fiber core refused: a broken invariant of the runtime.
+#[cold]
+#[inline(never)]
+unsafe fn switch_failed(w: *mut Worker, target: RawFiber, e: weft_fiber::Error) -> ! {
+    // SAFETY: `w` is this thread's worker (the caller's contract).
+    let id = unsafe { (*w).id };
+    panic!(
+        "weft: worker {id} could not switch to fiber {}: {e}",
+        target.id()
+    )
 }
 
 /// Gives up the CPU from a green thread: `requeue` puts it at the back of the run
@@ -693,10 +732,7 @@ unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>
             // Mail, timers and the inbox are looked at here as `pick_any` would (a pair
             // handing off to each other never goes through it): what they make ready
             // goes first, and the preferred thread queues behind it.
-            (*w).picks = (*w).picks.wrapping_add(1);
-            if (*w).picks.is_multiple_of(POLL_EVERY) || (*w).endpoint.has_mail() {
-                poll_events(w);
-            }
+            count_pick_and_poll(w);
             if (*w).runq.is_empty()
                 && mine(w).next.is_empty()
                 && (!(*w).spawnq_maybe || (*w).spawnq.is_empty())
@@ -1036,7 +1072,8 @@ pub(crate) unsafe fn exit_current(node: &LiveNode) -> ! {
             drop(me);
         }
         unlink(w, node);
-        make_current(w, pick_next(w)).exit_to()
+        // Owned: see `switch_to`.
+        make_current(w, pick_next(w)).exit_to_owned()
     }
 }
 
