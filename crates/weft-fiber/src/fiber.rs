@@ -129,7 +129,7 @@ impl FiberRecord {
         param: *mut c_void,
         stack: Option<Stack>,
     ) -> Self {
-        let id = NEXT_ID.fetch_add(1, Relaxed);
+        let id = thread::take_id(&NEXT_ID);
         let slot = thread::take_slot();
         // SAFETY: a fresh slot is ours until the record is freed.
         unsafe {

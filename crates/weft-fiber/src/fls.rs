@@ -253,10 +253,14 @@ pub(crate) unsafe fn run_callbacks_and_free(rec: *mut FiberRecord) {
     // SAFETY: per the contract.
     unsafe {
         run_callbacks(rec);
-        let s = (*rec).fls.swap(ptr::null_mut(), AcqRel);
+        // Only the fiber itself sets its storage (a store, on first use), and it is
+        // gone: a load and a store do, with no locked instruction for the common
+        // fiber that never used FLS.
+        let s = (*rec).fls.load(Acquire);
         if s.is_null() {
             return;
         }
+        (*rec).fls.store(ptr::null_mut(), Relaxed);
         {
             let mut list = STORAGES.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(pos) = list.0.iter().position(|&p| p == s) {

@@ -53,6 +53,9 @@ pub(crate) struct ThreadState {
     /// Registry slots freed on this thread, marked free, kept for reuse without the
     /// registry's lock (as `stacks` keeps stacks).
     pub slots: Vec<*mut crate::registry::Slot>,
+    /// Fiber ids reserved for this thread: `next_id..id_end` (see [`take_id`]).
+    pub next_id: u64,
+    pub id_end: u64,
     pub altstack: Option<crate::overflow::AltStack>,
 }
 
@@ -66,6 +69,8 @@ impl ThreadState {
             tid,
             stacks: StackCache::new(),
             slots: Vec::new(),
+            next_id: 0,
+            id_end: 0,
             altstack: None,
         }
     }
@@ -85,6 +90,29 @@ pub(crate) fn take_slot() -> *mut crate::registry::Slot {
         return slot;
     }
     crate::registry::alloc_slot()
+}
+
+/// How many fiber ids a thread reserves at a time.
+const ID_BLOCK: u64 = 64;
+
+/// A process-unique id for a new fiber: from a block of [`ID_BLOCK`] ids this thread
+/// reserved with one atomic add (a locked instruction per fiber otherwise, ~7 ns on a
+/// spawn). Ids are never reused; they increase per thread, not across threads.
+pub(crate) fn take_id(global: &core::sync::atomic::AtomicU64) -> u64 {
+    use core::sync::atomic::Ordering::Relaxed;
+    let t = tls::thread();
+    if t.is_null() {
+        return global.fetch_add(1, Relaxed);
+    }
+    // SAFETY: a non-null pointer is this thread's live state, touched by it alone.
+    unsafe {
+        if (*t).next_id == (*t).id_end {
+            (*t).next_id = global.fetch_add(ID_BLOCK, Relaxed);
+            (*t).id_end = (*t).next_id + ID_BLOCK;
+        }
+        (*t).next_id += 1;
+        (*t).next_id - 1
+    }
 }
 
 /// The kernel id of the calling thread.
