@@ -42,12 +42,12 @@ fn run(shared: &Shared) {
         let now = Instant::now();
         let mut any_running = false;
         for (i, w) in shared.workers.iter().enumerate() {
-            let sw = w.switches.load(Relaxed);
+            let sw = w.progress.switches.load(Relaxed);
             if sw != last[i] {
                 last[i] = sw;
                 since[i] = now;
             }
-            if !w.running.load(Relaxed) {
+            if !w.progress.running.load(Relaxed) {
                 continue;
             }
             any_running = true;
@@ -61,7 +61,7 @@ fn run(shared: &Shared) {
                 }
             }
             if stuck >= preempt::SLICE {
-                w.preempt_requested.store(true, Relaxed);
+                w.progress.preempt_requested.store(true, Relaxed);
                 let tid = w.tid.load(Relaxed);
                 if tid > 0 {
                     // SAFETY: signals a thread of this process by its id; the handler

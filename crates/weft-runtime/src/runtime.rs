@@ -20,7 +20,7 @@ use crate::shim::CachePadded;
 use crate::task::{JoinHandle, Outcome, Task, MAX_WORKERS};
 use crate::worker::{self, Shared, Worker, WorkerShared};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_fiber::raw::{self, RawFiber};
@@ -131,9 +131,7 @@ impl Builder {
                         stealer: d.stealer(),
                         next: worker::NextSlot::new(),
                         tid: AtomicI32::new(0),
-                        switches: AtomicU64::new(0),
-                        preempt_requested: AtomicBool::new(false),
-                        running: AtomicBool::new(false),
+                        progress: CachePadded(Default::default()),
                         ended: AtomicBool::new(false),
                     })
                 })

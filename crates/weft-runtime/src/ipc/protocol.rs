@@ -65,7 +65,7 @@
 //! - Stale answers (for an operation that is over) are recognised by the operation
 //!   number and the phase, and ignored.
 
-use crate::shim::{AtomicBool, UnsafeCell};
+use crate::shim::{AtomicBool, CachePadded, UnsafeCell};
 use core::sync::atomic::Ordering::*;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -150,7 +150,24 @@ pub struct Host {
 
 /// The IPC identity and state of one thread (see the module comment for who touches
 /// which part).
+///
+/// Its three parts sit on cache lines of their own, apart from the `Arc`'s counts too
+/// (which every request that names the thread changes): what other workers read at
+/// every step (`ro`: is it dead, which worker owns it), what the partner's worker reads
+/// once a send (`out`), and what only the owner touches (`st`). Sharing one line, a
+/// cross-worker call missed in the cache on `dead` at each step, because the other
+/// worker had just written the line.
 pub struct Ipc {
+    ro: CachePadded<ReadMostly>,
+    /// The outgoing half of the current send (read by the partner's worker while the
+    /// send is in flight).
+    out: CachePadded<UnsafeCell<Out>>,
+    /// Everything else; the owner worker's alone.
+    st: UnsafeCell<Local>,
+}
+
+/// What other workers read of an [`Ipc`] at every step, written (almost) never.
+struct ReadMostly {
     id: u64,
     host: Host,
     /// Set by the owner worker when the thread exits; read by anyone as a hint.
@@ -161,11 +178,6 @@ pub struct Ipc {
     /// A plain atomic even under loom: a pure cache of the host's value, it orders
     /// nothing (the requests travel through the message boxes).
     worker: core::sync::atomic::AtomicUsize,
-    /// The outgoing half of the current send (read by the partner's worker while the
-    /// send is in flight).
-    out: UnsafeCell<Out>,
-    /// Everything else; the owner worker's alone.
-    st: UnsafeCell<Local>,
 }
 
 // SAFETY: the cells are accessed only under the ownership rules of the module comment
@@ -278,16 +290,18 @@ impl Ipc {
     /// A new identity for a thread.
     pub fn new(id: u64, host: Host) -> Ipc {
         Ipc {
-            id,
-            host,
-            dead: AtomicBool::new(false),
-            worker: core::sync::atomic::AtomicUsize::new(NO_WORKER),
-            out: UnsafeCell::new(Out {
+            ro: CachePadded(ReadMostly {
+                id,
+                host,
+                dead: AtomicBool::new(false),
+                worker: core::sync::atomic::AtomicUsize::new(NO_WORKER),
+            }),
+            out: CachePadded(UnsafeCell::new(Out {
                 msg: None,
                 reply_to: None,
                 watch: false,
                 zero: false,
-            }),
+            })),
             st: UnsafeCell::new(Local {
                 seq: 0,
                 phase: Phase::Idle,
@@ -307,19 +321,19 @@ impl Ipc {
     /// The thread's id.
     #[inline]
     pub fn id(&self) -> u64 {
-        self.id
+        self.ro.id
     }
 
     /// The environment's handle on the thread.
     #[inline]
     pub fn host_ptr(&self) -> *const () {
-        self.host.ptr
+        self.ro.host.ptr
     }
 
     /// The worker that owns the thread (NO_WORKER before it starts).
     #[inline(always)]
     pub fn worker(&self) -> usize {
-        let w = self.worker.load(Relaxed);
+        let w = self.ro.worker.load(Relaxed);
         if w != NO_WORKER {
             return w;
         }
@@ -330,22 +344,22 @@ impl Ipc {
     #[cold]
     #[inline(never)]
     fn worker_slow(&self) -> usize {
-        let w = (self.host.worker)(self.host.ptr);
+        let w = (self.ro.host.worker)(self.ro.host.ptr);
         if w != NO_WORKER {
-            self.worker.store(w, Relaxed);
+            self.ro.worker.store(w, Relaxed);
         }
         w
     }
 
     /// Marks a new identity dead (made for a thread that has already exited).
     pub fn mark_dead(&self) {
-        self.dead.store(true, Release);
+        self.ro.dead.store(true, Release);
     }
 
     /// Whether the thread has exited.
     #[inline]
     pub fn is_dead(&self) -> bool {
-        self.dead.load(Acquire)
+        self.ro.dead.load(Acquire)
     }
 
     /// The owner-only state.
@@ -376,13 +390,13 @@ impl Ipc {
 
 impl Drop for Ipc {
     fn drop(&mut self) {
-        (self.host.release)(self.host.ptr, self.id);
+        (self.ro.host.release)(self.ro.host.ptr, self.ro.id);
     }
 }
 
 impl std::fmt::Debug for Ipc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Ipc({})", self.id)
+        write!(f, "Ipc({})", self.ro.id)
     }
 }
 
@@ -1098,7 +1112,7 @@ pub fn abort<E: Env>(env: &mut E, who: &Arc<Ipc>) {
 /// `me` exits: it is dead from now on; its queued senders are answered `Dead` and its
 /// watchers `Gone`.
 pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
-    me.dead.store(true, Release);
+    me.ro.dead.store(true, Release);
     let (senders, watchers, pending) = {
         // SAFETY: `me` runs here (its last act).
         let st = unsafe { me.st() };

@@ -109,15 +109,25 @@ pub(crate) struct WorkerShared {
     pub next: NextSlot,
     /// The worker's OS thread id (0 before it starts), for signals and `weft ps`.
     pub tid: AtomicI32,
+    /// What the worker writes at every switch, on a cache line of its own: every
+    /// message sent to this worker reads `ended`, which must not miss in the cache
+    /// because the worker has just switched (a busy cross-worker round trip paid one
+    /// such miss a hop).
+    pub progress: CachePadded<Progress>,
+    /// Set when the worker's loop has ended (shutdown): mail for it is no longer read,
+    /// so senders cancel spawns and drop wake-ups instead.
+    pub ended: AtomicBool,
+}
+
+/// The part of [`WorkerShared`] that changes at every switch (the monitor reads it).
+#[derive(Default)]
+pub(crate) struct Progress {
     /// Counts context switches on this worker (the monitor's progress measure).
     pub switches: AtomicU64,
     /// Whether the running green thread has been asked to yield (preemption flag).
     pub preempt_requested: AtomicBool,
     /// Whether a green thread (not the scheduler) holds the worker now.
     pub running: AtomicBool,
-    /// Set when the worker's loop has ended (shutdown): mail for it is no longer read,
-    /// so senders cancel spawns and drop wake-ups instead.
-    pub ended: AtomicBool,
 }
 
 /// A one-task slot that the owner fills and empties and a thief may empty: each side
@@ -489,8 +499,14 @@ unsafe fn poll_events(w: *mut Worker) {
         };
         let queued = (*runq).len();
         (*w).endpoint.poll(|_, m| deliver(m));
-        while let Some(m) = mine(w).inbox.pop() {
-            deliver(m);
+        // Looked at first: crossbeam's `pop` runs a SeqCst fence (a locked instruction)
+        // even on an empty queue, and this runs at every poll. A push that this look
+        // misses is followed by its sender's wake-up (`send_from_outside`), which makes
+        // the worker poll again.
+        if !mine(w).inbox.is_empty() {
+            while let Some(m) = mine(w).inbox.pop() {
+                deliver(m);
+            }
         }
         // The first thread this mail made ready runs next, ahead of the threads that
         // were already queued (the one that yielded to come here among them): it is
@@ -639,15 +655,17 @@ unsafe fn make_current(w: *mut Worker, to: Option<Arc<Task>>) -> RawFiber {
             None => (*w).sched,
         };
         let sh = mine(w);
-        sh.running.store(to.is_some(), Relaxed);
-        if sh.preempt_requested.load(Relaxed) {
-            sh.preempt_requested.store(false, Relaxed); // a new slice begins
+        sh.progress.running.store(to.is_some(), Relaxed);
+        if sh.progress.preempt_requested.load(Relaxed) {
+            sh.progress.preempt_requested.store(false, Relaxed); // a new slice begins
         }
         // The previous context has left `current` (switch_away_to, exit_current) or is
         // the scheduler: nothing to drop.
         debug_assert!((*w).current.is_none() && !(*w).current_borrowed);
         core::ptr::write(&mut (*w).current, to);
-        sh.switches.store(sh.switches.load(Relaxed) + 1, Relaxed);
+        sh.progress
+            .switches
+            .store(sh.progress.switches.load(Relaxed) + 1, Relaxed);
         target
     }
 }
@@ -970,8 +988,8 @@ pub fn yield_now() {
         // A yield ends the slice (read first: the line is not dirtied when the flag is
         // clear, which it almost always is).
         let sh = mine(w);
-        if sh.preempt_requested.load(Relaxed) {
-            sh.preempt_requested.store(false, Relaxed);
+        if sh.progress.preempt_requested.load(Relaxed) {
+            sh.progress.preempt_requested.store(false, Relaxed);
         }
         switch_away(w, true);
         preempt::leave(current());
@@ -989,7 +1007,7 @@ pub fn preemption_point() {
     unsafe {
         if !w.is_null()
             && (*w).depth.get() == 0
-            && mine(w).preempt_requested.load(Relaxed)
+            && mine(w).progress.preempt_requested.load(Relaxed)
             && (*w).current.is_some()
         {
             yield_now();

@@ -218,7 +218,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             return;
         }
         enter(w);
-        mine(w).preempt_requested.store(false, Relaxed);
+        mine(w).progress.preempt_requested.store(false, Relaxed);
         super::switch_away(w, true);
         let w = current();
         leave(w);
