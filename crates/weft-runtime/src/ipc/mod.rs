@@ -428,7 +428,65 @@ impl WorkerEnv {
     }
 }
 
+/// Counts on IPC identities that requests brought to a worker, kept for the requests
+/// it posts next (see `Env::count`). A request from worker A to B carries counts on
+/// its sender and its receiver; B's answer or reply names the same two threads. Kept
+/// here when B has handled the request, they go back with that answer: no count is
+/// taken or given back per request in a steady exchange. A few entries, replaced
+/// round robin: each keeps one identity (and its thread's record) alive a little
+/// longer, at most until the worker ends.
+pub(crate) struct CountCache {
+    slots: [Option<Arc<Ipc>>; COUNT_CACHE],
+    next: usize,
+}
+
+const COUNT_CACHE: usize = 8;
+
+impl CountCache {
+    pub(crate) fn new() -> Self {
+        CountCache {
+            slots: Default::default(),
+            next: 0,
+        }
+    }
+
+    /// A count on `x`: a kept one if there is one, else a new one.
+    #[inline]
+    fn take(&mut self, x: &Arc<Ipc>) -> Arc<Ipc> {
+        for s in self.slots.iter_mut() {
+            if s.as_ref().is_some_and(|k| Arc::ptr_eq(k, x)) {
+                return s.take().expect("just seen");
+            }
+        }
+        x.clone()
+    }
+
+    /// Keeps `x` (in a free slot, else in place of the oldest kept count).
+    #[inline]
+    fn keep(&mut self, x: Arc<Ipc>) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.is_none()) {
+            *s = Some(x);
+            return;
+        }
+        let i = self.next;
+        self.next = (i + 1) % COUNT_CACHE;
+        self.slots[i] = Some(x); // the count replaced is given back here
+    }
+}
+
 impl Env for WorkerEnv {
+    #[inline(always)]
+    fn count(&mut self, x: &Arc<Ipc>) -> Arc<Ipc> {
+        // SAFETY: `w` is this thread's worker; the cache is its own.
+        unsafe { worker::ipc_counts(self.w) }.take(x)
+    }
+
+    #[inline(always)]
+    fn uncount(&mut self, x: Arc<Ipc>) {
+        // SAFETY: as above.
+        unsafe { worker::ipc_counts(self.w) }.keep(x)
+    }
+
     fn here(&self) -> usize {
         // SAFETY: `w` is this thread's worker.
         unsafe { worker::id_of(self.w) }

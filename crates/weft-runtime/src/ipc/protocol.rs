@@ -132,6 +132,20 @@ pub trait Env {
     fn post(&mut self, to: usize, req: Req);
     /// Makes `who`'s thread runnable; `who` belongs to `here()`.
     fn wake(&mut self, who: &Ipc);
+    /// A count on `x` for a request about to be posted. The runtime hands out one that
+    /// an earlier request brought to this worker, if it has one (see
+    /// `ipc::CountCache`): a request's counts then travel back and forth with the
+    /// requests instead of being taken on one worker and given back on the other,
+    /// each time a locked instruction on a cache line the other worker owns.
+    #[inline(always)]
+    fn count(&mut self, x: &Arc<Ipc>) -> Arc<Ipc> {
+        x.clone()
+    }
+    /// Takes back a count that a handled request carried.
+    #[inline(always)]
+    fn uncount(&mut self, x: Arc<Ipc>) {
+        drop(x)
+    }
 }
 
 /// What the protocol knows of the thread behind an [`Ipc`]: an opaque pointer the
@@ -423,21 +437,23 @@ fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
             handle_ref(env, who, None, seq, op)
         }
     } else {
-        env.post(
-            w,
-            Req {
-                who: who.clone(),
-                peer: None,
-                seq,
-                op,
-            },
-        )
+        let req = Req {
+            who: env.count(who),
+            peer: None,
+            seq,
+            op,
+        };
+        env.post(w, req)
     }
 }
 
 /// Handles a request on the worker it was sent to.
 pub fn handle<E: Env>(env: &mut E, req: Req) {
-    handle_ref(env, &req.who, req.peer.as_ref(), req.seq, req.op)
+    handle_ref(env, &req.who, req.peer.as_ref(), req.seq, req.op);
+    env.uncount(req.who);
+    if let Some(p) = req.peer {
+        env.uncount(p);
+    }
 }
 
 fn handle_ref<E: Env>(env: &mut E, who: &Arc<Ipc>, peer: Option<&Arc<Ipc>>, seq: u32, op: Op) {
@@ -897,15 +913,13 @@ pub fn begin_sending<E: Env>(env: &mut E, me: &Arc<Ipc>, to: &Arc<Ipc>, then: Th
     if w == env.here() {
         on_send(env, me, to, seq)
     } else {
-        env.post(
-            w,
-            Req {
-                who: me.clone(),
-                peer: Some(to.clone()),
-                seq,
-                op: Op::Send,
-            },
-        )
+        let req = Req {
+            who: env.count(me),
+            peer: Some(env.count(to)),
+            seq,
+            op: Op::Send,
+        };
+        env.post(w, req)
     }
 }
 

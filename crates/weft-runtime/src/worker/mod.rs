@@ -215,6 +215,8 @@ pub(crate) struct Worker {
     /// one per switch. Held only while that thread is parked: it takes its own back
     /// when it resumes, if its waker did not ([`park_ipc`]).
     ipc_parked: Option<Arc<Task>>,
+    /// Counts on IPC identities kept for the next requests (see `ipc::CountCache`).
+    ipc_counts: crate::ipc::CountCache,
     /// Head of the live list (each entry holds one strong count, from `Arc::into_raw`).
     live_head: *const LiveNode,
     live: usize,
@@ -298,6 +300,7 @@ impl Worker {
             current: None,
             current_borrowed: false,
             ipc_parked: None,
+            ipc_counts: crate::ipc::CountCache::new(),
             live_head: core::ptr::null(),
             live: 0,
             poll_in: POLL_EVERY,
@@ -952,6 +955,16 @@ pub(crate) unsafe fn id_of(w: *mut Worker) -> usize {
 pub(crate) unsafe fn same_runtime(w: *mut Worker, t: &Task) -> bool {
     // SAFETY: per the contract.
     unsafe { core::ptr::eq(Arc::as_ptr(&(*w).shared), t.shared()) }
+}
+
+/// Worker `w`'s cache of counts on IPC identities.
+///
+/// # Safety
+/// `w` is this thread's worker; the reference is the only one alive.
+#[inline(always)]
+pub(crate) unsafe fn ipc_counts<'a>(w: *mut Worker) -> &'a mut crate::ipc::CountCache {
+    // SAFETY: per the contract.
+    unsafe { &mut (*w).ipc_counts }
 }
 
 /// Posts an IPC request from worker `w` to worker `to`.
