@@ -236,6 +236,38 @@ fn tid_from_id_finds_live_identities() {
     });
 }
 
+/// An identity lives as long as its thread or a `Tid` of it: once both are gone, its id
+/// is unknown, also after cross-worker traffic (whose counts the workers keep for
+/// their next requests: they must not keep a dead thread's identity alive).
+#[test]
+fn an_ended_thread_is_unknown_once_no_tid_refers_to_it() {
+    for (server_w, client_w) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+        let r = rt(2);
+        r.block_on(move || {
+            let s = adder(server_w);
+            let tid = s.tid();
+            let id = tid.id();
+            let c = spawn_on(client_w, move || {
+                for i in 0..100 {
+                    let r = ipc::call(&tid, Message::word(i), Timeout::Never).unwrap();
+                    assert_eq!(r.words[0], i + 1);
+                }
+                // The caller's own operation state may keep its last partner until
+                // its next operation: end that here, with a receive that times out.
+                let _ = ipc::receive(None, Timeout::Zero);
+            });
+            c.join().unwrap();
+            stop(&s);
+            assert_eq!(s.join().unwrap(), 100);
+            assert_eq!(
+                ipc::Tid::from_id(id),
+                None,
+                "server on {server_w}, client on {client_w}: the ended server is still found"
+            );
+        });
+    }
+}
+
 #[test]
 fn reply_and_wait_takes_a_request_that_queued_during_the_reply() {
     // Two clients on the other worker call one server: while the server replies to

@@ -396,6 +396,8 @@ pub(crate) fn exited() {
     unsafe {
         worker::preempt::enter(w);
         protocol::exit(&mut WorkerEnv::new(w, false), &ipc);
+        // Now dead: no count on it is kept here from now on.
+        worker::ipc_counts(w).purge(&ipc);
         worker::preempt::leave(w);
     }
 }
@@ -428,13 +430,15 @@ impl WorkerEnv {
     }
 }
 
-/// Counts on IPC identities that requests brought to a worker, kept for the requests
-/// it posts next (see `Env::count`). A request from worker A to B carries counts on
-/// its sender and its receiver; B's answer or reply names the same two threads. Kept
-/// here when B has handled the request, they go back with that answer: no count is
-/// taken or given back per request in a steady exchange. A few entries, replaced
-/// round robin: each keeps one identity (and its thread's record) alive a little
-/// longer, at most until the worker ends.
+/// Counts on the identities of this worker's own threads that requests brought here,
+/// kept for the requests it posts next (see `Env::count`). A request from worker A to B
+/// carries counts on its sender and its receiver; B's answer or reply names the same
+/// two threads, and the count on B's own thread goes back with it instead of being given
+/// back here and taken again (a locked instruction each, on a line A has just written).
+/// Only this worker's threads are kept, and only while they live: a thread's exit
+/// purges its counts here (`exited`), so an identity lives exactly as long as its
+/// thread or a `Tid` of it (or a partner's pending operation), as documented; no
+/// worker keeps another's threads alive. A few entries, replaced round robin.
 pub(crate) struct CountCache {
     slots: [Option<Arc<Ipc>>; COUNT_CACHE],
     next: usize,
@@ -461,9 +465,15 @@ impl CountCache {
         x.clone()
     }
 
-    /// Keeps `x` (in a free slot, else in place of the oldest kept count).
+    /// Keeps `x` if it is a live thread of worker `here` (in a free slot, else in place
+    /// of the oldest kept count); else gives it back.
     #[inline]
-    fn keep(&mut self, x: Arc<Ipc>) {
+    fn keep(&mut self, here: usize, x: Arc<Ipc>) {
+        // (`dead` is set by this worker, at the thread's exit: a dead thread is never
+        // kept after `purge`.)
+        if x.worker() != here || x.is_dead() {
+            return drop(x);
+        }
         if let Some(s) = self.slots.iter_mut().find(|s| s.is_none()) {
             *s = Some(x);
             return;
@@ -471,6 +481,15 @@ impl CountCache {
         let i = self.next;
         self.next = (i + 1) % COUNT_CACHE;
         self.slots[i] = Some(x); // the count replaced is given back here
+    }
+
+    /// Gives back every count kept on `x` (its thread has exited).
+    fn purge(&mut self, x: &Arc<Ipc>) {
+        for s in self.slots.iter_mut() {
+            if s.as_ref().is_some_and(|k| Arc::ptr_eq(k, x)) {
+                *s = None;
+            }
+        }
     }
 }
 
@@ -483,8 +502,9 @@ impl Env for WorkerEnv {
 
     #[inline(always)]
     fn uncount(&mut self, x: Arc<Ipc>) {
+        let here = self.here();
         // SAFETY: as above.
-        unsafe { worker::ipc_counts(self.w) }.keep(x)
+        unsafe { worker::ipc_counts(self.w) }.keep(here, x)
     }
 
     fn here(&self) -> usize {
