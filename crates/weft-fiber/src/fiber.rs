@@ -120,6 +120,12 @@ pub(crate) struct FiberRecord {
     /// Whether this record lives at the top of its own stack (raw fibers: no heap
     /// allocation, and the page is touched anyway) rather than in a `Box`.
     pub in_stack: bool,
+    /// Made by a scheduler (`RawFiber::spawn`: a weft-runtime green thread), which
+    /// switches to it with `switch_to_owned` and frees it itself. The public API may
+    /// only switch to it from the OS thread it last ran on (a user fiber inside the
+    /// green thread switching back to it), and never deletes it: from anywhere else, it
+    /// could race with the scheduler's acquire, which takes no lock.
+    pub scheduled: bool,
 }
 
 impl FiberRecord {
@@ -185,6 +191,7 @@ impl FiberRecord {
             fls: AtomicPtr::new(ptr::null_mut()),
             panic: UnsafeCell::new(None),
             in_stack: false,
+            scheduled: false,
         }
     }
 
@@ -230,6 +237,7 @@ pub(crate) fn create_in_stack(
 ) -> *mut FiberRecord {
     let mut record = FiberRecord::new(start, entry, param, Some(stack));
     record.in_stack = true;
+    record.scheduled = true;
     let at = (top as usize - core::mem::size_of::<FiberRecord>()) & !63;
     let rec = at as *mut FiberRecord;
     // SAFETY: `at` lies inside the fresh stack (ours), below the caller's bytes and
@@ -348,6 +356,11 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
         if (*thread).in_switch.load(Relaxed) {
             (*to).slot().failed_activations.fetch_add(1, Relaxed);
             return Err(SwitchFail::Interrupted);
+        }
+        if !OWNER && (*to).scheduled && (*to).thread.load(Relaxed) != thread {
+            // A scheduler's fiber, from a thread it is not on (see `scheduled`).
+            (*to).slot().failed_activations.fetch_add(1, Relaxed);
+            return Err(SwitchFail::Busy);
         }
         let acquired = if OWNER {
             // The caller is the only thread that ever acquires `to` (see

@@ -100,7 +100,9 @@ impl RawFiber {
 
     /// Switches from the running fiber to this one; returns when some fiber switches
     /// back. Fails without switching if this fiber is running or finished, or the
-    /// thread is not a fiber.
+    /// thread is not a fiber, or (as `SwitchToFiber` does for a raw fiber) if the calling
+    /// thread is not the one this fiber last ran on: a raw fiber belongs to its
+    /// scheduler, which switches to it with [`switch_to_owned`](Self::switch_to_owned).
     ///
     /// # Safety
     /// The fiber must be live (not yet freed by [`RawFiber::exit_to`] or

@@ -282,6 +282,11 @@ pub unsafe extern "C" fn DeleteFiber(fiber: LPVOID) {
             Ok(r) => r,
             Err(e) => return fail(e),
         };
+        if (*r).scheduled {
+            return fail(Error::InvalidParameter(
+                "DeleteFiber of a green thread's fiber: a green thread ends by returning, and its runtime frees it",
+            ));
+        }
         let t = tls::thread();
         if (*r).is_thread_fiber() && (t.is_null() || (*t).main != r) {
             // Running here after a migration, or suspended: it belongs to its own thread.

@@ -1,6 +1,7 @@
 //! The scheduler face (`weft_fiber::raw`): the owned switch (`switch_to_owned`,
 //! `exit_to_owned`) keeps the checks and the statistics of the public switch, and mixes
-//! with it (a fiber suspended by one is resumed by the other).
+//! with it (a fiber suspended by one is resumed by the other); the public API refuses a
+//! raw fiber from any thread but the one it last ran on, and never deletes one.
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
@@ -39,7 +40,9 @@ fn owned_switches_count_like_public_ones_and_mix_with_them() {
         for i in 0..10u64 {
             // SAFETY: `f` is live until it exits (after the 10th round, below).
             unsafe {
-                if i % 3 == 0 {
+                // (The first switch is the scheduler's: the public one only resumes a
+                // raw fiber on the thread it last ran on.)
+                if i % 3 == 1 {
                     f.switch_to().unwrap();
                 } else {
                     f.switch_to_owned().unwrap();
@@ -76,6 +79,60 @@ fn an_owned_switch_checks_like_the_public_one() {
         ));
         assert_eq!(f.stats().activations, 0);
         // SAFETY: as above; nothing uses `f` afterwards.
+        unsafe { f.delete() };
+    });
+}
+
+#[test]
+fn the_public_api_refuses_a_raw_fiber_elsewhere_and_never_deletes_one() {
+    use weft_fiber::error_codes::{ERROR_BUSY, ERROR_INVALID_PARAMETER};
+    use weft_fiber::win::{DeleteFiber, GetCurrentFiber, GetLastError, SwitchToFiber};
+    on_thread(|| {
+        let main = convert_thread().unwrap();
+        let back = RawFiber::of_thread(&main);
+        let handle = Arc::new(AtomicU64::new(0));
+        let h2 = handle.clone();
+        let f = RawFiber::spawn(0, move || {
+            // SAFETY: called on a fiber.
+            h2.store(unsafe { GetCurrentFiber() } as u64, SeqCst);
+            loop {
+                // SAFETY: `back` is the test thread's live fiber.
+                unsafe { back.switch_to_owned().unwrap() };
+            }
+        })
+        .unwrap();
+        // Never run: the public switch refuses it (it has no thread yet).
+        // SAFETY: `f` is live.
+        assert!(matches!(unsafe { f.switch_to() }, Err(Error::Busy { .. })));
+        assert_eq!(f.stats().failed_activations, 1);
+        // SAFETY: as above.
+        unsafe { f.switch_to_owned().unwrap() };
+        let p = handle.load(SeqCst) as *mut core::ffi::c_void;
+        // From another thread (a fiber there), SwitchToFiber refuses it with
+        // ERROR_BUSY and DeleteFiber with ERROR_INVALID_PARAMETER.
+        let p2 = p as usize;
+        let (switch_err, delete_err) = std::thread::spawn(move || {
+            let _t = convert_thread().unwrap();
+            // SAFETY: a live fiber handle; both calls are refused before any switch.
+            unsafe {
+                SwitchToFiber(p2 as *mut core::ffi::c_void);
+                let s = GetLastError();
+                DeleteFiber(p2 as *mut core::ffi::c_void);
+                (s, GetLastError())
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(switch_err, ERROR_BUSY);
+        assert_eq!(delete_err, ERROR_INVALID_PARAMETER);
+        // On this thread (where it last ran) DeleteFiber still refuses it.
+        // SAFETY: as above.
+        unsafe { DeleteFiber(p) };
+        // SAFETY: no precondition.
+        assert_eq!(unsafe { GetLastError() }, ERROR_INVALID_PARAMETER);
+        assert_eq!(f.stats().failed_activations, 2);
+        // The scheduler frees it (never to run again).
+        // SAFETY: suspended, and nothing uses `f` afterwards.
         unsafe { f.delete() };
     });
 }
