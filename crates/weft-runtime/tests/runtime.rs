@@ -652,3 +652,37 @@ fn blocking_pool_threads_are_not_pinned_to_the_workers_cpu() {
         assert_eq!(pool, all, "the pool thread has the process's CPUs");
     }
 }
+
+/// Windows fiber code inside a green thread: a fiber it creates runs on the same worker
+/// and switches back to the green thread with `SwitchToFiber` (the public API accepts a
+/// green thread's fiber on the OS thread it runs on).
+#[test]
+fn a_fiber_made_inside_a_green_thread_switches_back_to_it() {
+    use weft_fiber::win::{GetCurrentFiber, GetLastError, SwitchToFiber};
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let got = rt.block_on(|| {
+        spawn_on(1, || {
+            // SAFETY: a green thread is a fiber.
+            let me = unsafe { GetCurrentFiber() } as usize;
+            let f = weft_fiber::Fiber::new(move || {
+                for _ in 0..3 {
+                    // SAFETY: `me` is the green thread's live fiber, on this OS thread.
+                    unsafe { SwitchToFiber(me as *mut core::ffi::c_void) };
+                    // SAFETY: no precondition.
+                    assert_eq!(unsafe { GetLastError() }, 0, "switching back failed");
+                }
+            })
+            .unwrap();
+            let mut rounds = 0;
+            while !f.is_finished() {
+                f.switch_to().unwrap();
+                rounds += 1;
+                weft_runtime::yield_now(); // the green thread still schedules normally
+            }
+            rounds
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(got, 4);
+}
