@@ -143,6 +143,9 @@ fn a_caller_gets_partner_dead_when_the_server_exits_before_replying() {
                 (e.kind(), e.stage()),
                 (ErrorKind::PartnerDead, Stage::Receive)
             );
+            // The request was delivered: it is not given back (across workers it travels
+            // as a copy in the request, and the sender's own copy is stale).
+            assert!(e.into_message().is_none(), "a delivered message came back");
             assert_eq!(server.join().unwrap(), 5);
         }
     });
@@ -161,6 +164,66 @@ fn cancel_wakes_a_blocked_thread_with_cancelled() {
                 weft_runtime::sleep(Duration::from_millis(5));
             }
             assert_eq!(waiter.join().unwrap(), ErrorKind::Cancelled);
+        }
+    });
+}
+
+/// Every word of a message arrives, on one worker and across (where a message without a
+/// payload whose fourth word is 0 travels as a copy in the request, and any other is
+/// taken from the sender), and a refused send gets its own message back, payload or
+/// not.
+#[test]
+fn all_four_words_arrive_and_a_refused_send_gets_its_message_back() {
+    let r = rt(2);
+    r.block_on(|| {
+        for w in 0..2 {
+            let server = spawn_on(w, || {
+                let mut got = Vec::new();
+                for _ in 0..3 {
+                    let (c, m) = ipc::receive(None, Timeout::Never).unwrap();
+                    let sum = m.words.iter().fold(0u64, |a, b| a.wrapping_add(*b));
+                    got.push((m.words, m.payload.map(|p| p.len())));
+                    ipc::send(&c, Message::new([sum, 7, 8, 9]), Timeout::Zero).unwrap();
+                }
+                got
+            });
+            let tid = server.tid();
+            let words = [u64::MAX, 1 << 40, 3, 0x5eed];
+            let r1 = ipc::call(&tid, Message::new(words), Timeout::Never).unwrap();
+            let sum = words.iter().fold(0u64, |a, b| a.wrapping_add(*b));
+            assert_eq!(r1.words, [sum, 7, 8, 9]);
+            let r2 = ipc::call(
+                &tid,
+                Message::new([1, 2, 3, 4]).with_payload(vec![5; 10]),
+                Timeout::Never,
+            )
+            .unwrap();
+            assert_eq!(r2.words, [10, 7, 8, 9]);
+            let three = [u64::MAX - 1, 1 << 63, 12345, 0];
+            let r3 = ipc::call(&tid, Message::new(three), Timeout::Never).unwrap();
+            let sum3 = three.iter().fold(0u64, |a, b| a.wrapping_add(*b));
+            assert_eq!(r3.words, [sum3, 7, 8, 9]);
+            assert_eq!(
+                server.join().unwrap(),
+                vec![(words, None), ([1, 2, 3, 4], Some(10)), (three, None)],
+                "server on worker {w}"
+            );
+            // Refused (nobody receives): the message comes back whole, both kinds.
+            let idle = spawn_on(w, || weft_runtime::sleep(Duration::from_millis(50)));
+            let e = ipc::send(&idle.tid(), Message::new(words), Timeout::Zero).unwrap_err();
+            assert_eq!((e.kind(), e.stage()), (ErrorKind::TimedOut, Stage::Send));
+            assert_eq!(e.into_message().map(|m| m.words), Some(words));
+            let e = ipc::send(
+                &idle.tid(),
+                Message::new(words).with_payload(vec![1, 2, 3]),
+                Timeout::Zero,
+            )
+            .unwrap_err();
+            let m = e
+                .into_message()
+                .expect("a refused send gives its message back");
+            assert_eq!((m.words, m.payload), (words, Some(vec![1, 2, 3])));
+            idle.join().unwrap();
         }
     });
 }

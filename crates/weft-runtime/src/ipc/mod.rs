@@ -825,6 +825,7 @@ pub fn cancel(tid: &Tid) {
                 peer: None,
                 seq: 0,
                 op: protocol::Op::Abort,
+                send: Default::default(),
             }),
         );
     }

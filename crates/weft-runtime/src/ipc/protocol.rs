@@ -282,6 +282,77 @@ pub struct Req {
     pub seq: u32,
     /// What to do.
     pub op: Op,
+    /// For a `Send` from another worker: a copy of the sender's outgoing half, so that
+    /// the receiver's worker need not read the sender's `out` (see [`SendCopy`]).
+    pub send: SendCopy,
+}
+
+/// A copy of a send's outgoing half (`Out`), carried in its `Send` request.
+///
+/// Across workers, reading the sender's `out` is a cache miss that can only start once
+/// the request's own line has arrived (the request says whose `out`): a second miss in
+/// a row on every hop. The request carries what the receiver's worker needs instead:
+/// always the flags and `reply_to`, and the words of a message without a payload
+/// whose fourth word is 0 (`WORDS`: three words keep a request, and so a message-box
+/// slot with its sequence word, within one 64-byte cache line). Such a message is then delivered from the copy and the sender's `out` is
+/// left as it is: a stale copy of plain words, which owns nothing, overwritten by the
+/// next `put_message` and never given back (a delivered send has nothing to give back:
+/// `finish` returns a message only from a send-stage failure). A message with a payload
+/// is still moved out of `out`, as its vector must change hands exactly once.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct SendCopy {
+    words: [u64; 3],
+    reply_to: u32,
+    flags: u8,
+}
+
+impl SendCopy {
+    const FILLED: u8 = 1;
+    const WORDS: u8 = 2;
+    const WATCH: u8 = 4;
+    const ZERO: u8 = 8;
+    const REPLY: u8 = 16;
+
+    /// The copy of `o` (the sender's `out`, just written by the sender itself).
+    fn of(o: &Out) -> SendCopy {
+        let msg = o.msg.as_ref().expect("a send has its message");
+        let mut flags = Self::FILLED;
+        if msg.payload.is_none() && msg.words[3] == 0 {
+            flags |= Self::WORDS;
+        }
+        if o.watch {
+            flags |= Self::WATCH;
+        }
+        if o.zero {
+            flags |= Self::ZERO;
+        }
+        if o.reply_to.is_some() {
+            flags |= Self::REPLY;
+        }
+        SendCopy {
+            words: [msg.words[0], msg.words[1], msg.words[2]],
+            reply_to: o.reply_to.unwrap_or(0),
+            flags,
+        }
+    }
+
+    fn filled(&self) -> bool {
+        self.flags & Self::FILLED != 0
+    }
+    fn reply_to(&self) -> Option<u32> {
+        (self.flags & Self::REPLY != 0).then_some(self.reply_to)
+    }
+    fn zero(&self) -> bool {
+        self.flags & Self::ZERO != 0
+    }
+    fn watch(&self) -> bool {
+        self.flags & Self::WATCH != 0
+    }
+    /// The message, if the copy carries all of it.
+    fn message(&self) -> Option<Message> {
+        let [a, b, c] = self.words;
+        (self.flags & Self::WORDS != 0).then(|| Message::new([a, b, c, 0]))
+    }
 }
 
 /// The kinds of [`Req`].
@@ -442,6 +513,7 @@ fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
             peer: None,
             seq,
             op,
+            send: SendCopy::default(),
         };
         env.post(w, req)
     }
@@ -449,7 +521,12 @@ fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
 
 /// Handles a request on the worker it was sent to.
 pub fn handle<E: Env>(env: &mut E, req: Req) {
-    handle_ref(env, &req.who, req.peer.as_ref(), req.seq, req.op);
+    if req.op == Op::Send {
+        let receiver = req.peer.as_ref().expect("a send names its receiver");
+        on_send(env, &req.who, receiver, req.seq, &req.send);
+    } else {
+        handle_ref(env, &req.who, req.peer.as_ref(), req.seq, req.op);
+    }
     env.uncount(req.who);
     if let Some(p) = req.peer {
         env.uncount(p);
@@ -458,7 +535,13 @@ pub fn handle<E: Env>(env: &mut E, req: Req) {
 
 fn handle_ref<E: Env>(env: &mut E, who: &Arc<Ipc>, peer: Option<&Arc<Ipc>>, seq: u32, op: Op) {
     match op {
-        Op::Send => on_send(env, who, peer.expect("a send names its receiver"), seq),
+        Op::Send => on_send(
+            env,
+            who,
+            peer.expect("a send names its receiver"),
+            seq,
+            &SendCopy::default(),
+        ),
         Op::Cancel => on_cancel(env, who, peer.expect("a cancel names the receiver"), seq),
         Op::Watch => on_watch(env, who, peer.expect("a watch names the partner"), seq),
         Op::Abort => on_abort(env, who),
@@ -490,15 +573,22 @@ fn deliver<E: Env>(
     sender: &Arc<Ipc>,
     seq: u32,
     wake_receiver: bool,
+    copy: &SendCopy,
 ) {
     // SAFETY: the sender's send is in flight (it waits for our answer), so its `out`
     // is ours to read; we are the receiver's worker.
-    let (msg, watch) = unsafe {
-        let o = sender.out();
-        (
-            o.msg.take().expect("a send in flight has its message"),
-            o.watch,
-        )
+    // From the request's copy when it carries the whole message (see `SendCopy`: the
+    // sender's `out` is not read); else moved out of `out`.
+    let (msg, watch) = match copy.message() {
+        Some(m) => (m, copy.watch()),
+        // SAFETY: as above.
+        None => unsafe {
+            let o = sender.out();
+            (
+                o.msg.take().expect("a send in flight has its message"),
+                o.watch,
+            )
+        },
     };
     {
         // SAFETY: the receiver is owned here.
@@ -638,12 +728,18 @@ fn take_queued_sender(st: &mut Local) -> Option<(Arc<Ipc>, u32)> {
 }
 
 #[inline]
-fn on_send<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32) {
+/// `copy`: the request's copy of the sender's outgoing half (filled for a request from
+/// another worker; empty when the send started on this worker, whose `out` is local).
+fn on_send<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32, copy: &SendCopy) {
     if receiver.is_dead() {
         return answer(env, sender, seq, Op::Dead);
     }
-    // SAFETY: the sender's send is in flight: its `out` is readable here.
-    let reply_to = unsafe { sender.out().reply_to };
+    let reply_to = if copy.filled() {
+        copy.reply_to()
+    } else {
+        // SAFETY: the sender's send is in flight: its `out` is readable here.
+        unsafe { sender.out().reply_to }
+    };
     let ready = {
         // SAFETY: the receiver is owned here; the reference ends before any call out.
         let st = unsafe { receiver.st() };
@@ -653,10 +749,14 @@ fn on_send<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32
         accepts(st, sender)
     };
     if ready {
-        return deliver(env, receiver, sender, seq, true);
+        return deliver(env, receiver, sender, seq, true, copy);
     }
-    // SAFETY: the sender's send is in flight: its `out` is readable here.
-    let zero = unsafe { sender.out().zero };
+    let zero = if copy.filled() {
+        copy.zero()
+    } else {
+        // SAFETY: the sender's send is in flight: its `out` is readable here.
+        unsafe { sender.out().zero }
+    };
     if zero {
         answer(env, sender, seq, Op::Refused)
     } else {
@@ -770,7 +870,7 @@ fn on_send_done<E: Env>(env: &mut E, sender: &Arc<Ipc>, seq: u32, op: Op) {
         }
     };
     if let Some((s, sseq)) = waiting {
-        deliver(env, sender, &s, sseq, true);
+        deliver(env, sender, &s, sseq, true, &SendCopy::default());
     } else if wake {
         env.wake(sender);
     }
@@ -911,13 +1011,16 @@ pub fn begin_sending<E: Env>(env: &mut E, me: &Arc<Ipc>, to: &Arc<Ipc>, then: Th
     }
     let w = to.worker();
     if w == env.here() {
-        on_send(env, me, to, seq)
+        on_send(env, me, to, seq, &SendCopy::default())
     } else {
+        // SAFETY: no send of ours is in flight yet: `out` is ours (just written).
+        let send = SendCopy::of(unsafe { me.out() });
         let req = Req {
             who: env.count(me),
             peer: Some(env.count(to)),
             seq,
             op: Op::Send,
+            send,
         };
         env.post(w, req)
     }
@@ -941,7 +1044,7 @@ pub fn begin_receive<E: Env>(env: &mut E, me: &Arc<Ipc>, from: Option<&Arc<Ipc>>
         (st.seq, take_waiting_sender(st))
     };
     if let Some((sender, sseq)) = found {
-        return deliver(env, me, &sender, sseq, false);
+        return deliver(env, me, &sender, sseq, false, &SendCopy::default());
     }
     // SAFETY: as above.
     let st = unsafe { me.st() };
@@ -961,6 +1064,7 @@ pub fn begin_receive<E: Env>(env: &mut E, me: &Arc<Ipc>, from: Option<&Arc<Ipc>>
                 peer: Some(x.clone()),
                 seq,
                 op: Op::Watch,
+                send: SendCopy::default(),
             },
         );
     }
@@ -1052,6 +1156,7 @@ pub fn cancel<E: Env>(env: &mut E, me: &Arc<Ipc>, why: Fail) {
                 peer: Some(partner),
                 seq,
                 op: Op::Cancel,
+                send: SendCopy::default(),
             },
         );
     }
@@ -1079,7 +1184,9 @@ pub fn finish(me: &Ipc) -> Finished {
             }
             None => (partner.expect("a closed receive has its partner"), m),
         })),
-        Err((why, stage)) => Err((why, stage, partner, unsent)),
+        // A delivered message is not given back: `out` may hold a stale copy of it
+        // (`SendCopy`).
+        Err((why, stage)) => Err((why, stage, partner, unsent.filter(|_| stage == Stage::Send))),
     }
 }
 
@@ -1100,7 +1207,13 @@ pub fn finish_reply(me: &Ipc) -> FinishedCall {
             debug_assert!(from.is_none(), "a call receives from its partner");
             Ok(m)
         }
-        Err((why, stage)) => Err((why, stage, st.partner.take(), o.msg.take())),
+        // As in `finish`: only a send-stage failure gives the message back.
+        Err((why, stage)) => Err((
+            why,
+            stage,
+            st.partner.take(),
+            o.msg.take().filter(|_| stage == Stage::Send),
+        )),
     }
 }
 
@@ -1119,6 +1232,7 @@ pub fn abort<E: Env>(env: &mut E, who: &Arc<Ipc>) {
             peer: None,
             seq: 0,
             op: Op::Abort,
+            send: SendCopy::default(),
         },
     );
 }

@@ -25,8 +25,9 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering::*;
 
 /// A slot: its sequence word (`t + 1` once the producer at `t` has filled it) and the
-/// message, side by side so that one cache line brings both.
-#[repr(C)]
+/// message, side by side and aligned to a cache line, so that one line brings both (for
+/// a message of up to 56 bytes, as the runtime's `Mail` is).
+#[repr(C, align(64))]
 struct Slot<T> {
     seq: AtomicUsize,
     val: UnsafeCell<MaybeUninit<T>>,
