@@ -583,6 +583,7 @@ fn run(m: &Model) -> Outcome {
                     ptr: Box::into_raw(Box::new(Th { worker: *w })) as *const (),
                     worker: th_worker,
                     release: th_release,
+                    realm: 0,
                 },
             ))
         })

@@ -344,6 +344,7 @@ fn new_ipc(task: &Arc<Task>) -> Arc<Ipc> {
             ptr: Arc::into_raw(task.clone()).cast(),
             worker: host_worker,
             release: host_release,
+            realm: task.shared() as *const worker::Shared as usize,
         },
     ))
 }
@@ -588,15 +589,14 @@ fn first_use(task: &Task) -> *mut Ipc {
 /// within the deadline).
 #[inline]
 fn check_partner(
-    w: *mut Worker,
     me: &Arc<Ipc>,
     to: &Tid,
     zero: bool,
     deadline: Option<Instant>,
 ) -> Result<(), ErrorKind> {
-    // SAFETY: the identity holds a count on its task; `w` is this thread's worker.
-    let same_rt = unsafe { worker::same_runtime(w, &*(to.0.host_ptr() as *const Task)) };
-    if Arc::ptr_eq(me, &to.0) || !same_rt {
+    // (Compared through the identities' read-mostly parts: the partner's task record is
+    // a line its worker writes, a cache miss across workers at every call.)
+    if Arc::ptr_eq(me, &to.0) || me.realm() != to.0.realm() {
         return Err(ErrorKind::InvalidPartner);
     }
     let mut spins = 0u32;
@@ -730,7 +730,7 @@ fn start_transfer(
     deadline: Option<Instant>,
     then: Then,
 ) -> Result<ManuallyDrop<Arc<Ipc>>, IpcError> {
-    let (w, me) = match caller(Stage::Send) {
+    let (_, me) = match caller(Stage::Send) {
         Ok(x) => x,
         Err(e) => {
             return Err(IpcError {
@@ -739,7 +739,7 @@ fn start_transfer(
             })
         }
     };
-    if let Err(k) = check_partner(w, &me, to, zero, deadline) {
+    if let Err(k) = check_partner(&me, to, zero, deadline) {
         return Err(error(k, Stage::Send, Some(to.id()), Some(msg)));
     }
     // The message goes to its place once, here; the receiver's worker moves it from
@@ -755,10 +755,10 @@ fn start_transfer(
 /// Returns the sender and the message.
 #[inline]
 pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), IpcError> {
-    let (w, me) = caller(Stage::Receive)?;
+    let (_, me) = caller(Stage::Receive)?;
     let (zero, deadline) = deadline_of(timeout);
     if let Some(f) = from {
-        if let Err(k) = check_partner(w, &me, f, zero, deadline) {
+        if let Err(k) = check_partner(&me, f, zero, deadline) {
             return Err(error(k, Stage::Receive, Some(f.id()), None));
         }
     }

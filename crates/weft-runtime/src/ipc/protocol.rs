@@ -160,6 +160,10 @@ pub struct Host {
     pub worker: fn(*const ()) -> usize,
     /// Gives back the reference `ptr` holds (called once, from `Drop`), with the id.
     pub release: fn(*const (), u64),
+    /// An opaque tag of the environment the thread belongs to (the runtime's): kept in
+    /// the identity's read-mostly part, so that checking that two threads may be
+    /// partners reads no line of the partner's that its worker writes.
+    pub realm: usize,
 }
 
 /// The IPC identity and state of one thread (see the module comment for who touches
@@ -413,6 +417,12 @@ impl Ipc {
     #[inline]
     pub fn host_ptr(&self) -> *const () {
         self.ro.host.ptr
+    }
+
+    /// The environment's tag ([`Host::realm`]).
+    #[inline]
+    pub fn realm(&self) -> usize {
+        self.ro.host.realm
     }
 
     /// The worker that owns the thread (NO_WORKER before it starts).
