@@ -20,9 +20,11 @@
 //! One exception, as in the seed ("the receiver can read the register message of the
 //! sender"): while a thread's send is in flight, the worker of its partner reads the
 //! sender's `out` part (the message, and whether the send is a call) and takes the
-//! message from it. The sender does not touch `out` from the moment it posts its send
-//! until the answer to that send (or to its cancellation) comes back, and the message
-//! boxes order the two sides (Release on push, Acquire on pop).
+//! message from it. (A request from another worker usually carries a copy of what the
+//! partner's worker needs, `SendCopy`, and then `out` is not read at all.) The sender
+//! does not touch `out` from the moment it posts its send until the answer to that send
+//! (or to its cancellation) comes back, and the message boxes order the two sides
+//! (Release on push, Acquire on pop).
 //!
 //! ## Requests (all carry the thread they concern, `who`, and its operation number)
 //!
@@ -298,11 +300,12 @@ pub struct Req {
 /// a row on every hop. The request carries what the receiver's worker needs instead:
 /// always the flags and `reply_to`, and the words of a message without a payload
 /// whose fourth word is 0 (`WORDS`: three words keep a request, and so a message-box
-/// slot with its sequence word, within one 64-byte cache line). Such a message is then delivered from the copy and the sender's `out` is
-/// left as it is: a stale copy of plain words, which owns nothing, overwritten by the
-/// next `put_message` and never given back (a delivered send has nothing to give back:
-/// `finish` returns a message only from a send-stage failure). A message with a payload
-/// is still moved out of `out`, as its vector must change hands exactly once.
+/// slot with its sequence word, within one 64-byte cache line). Such a message is then
+/// delivered from the copy and the sender's `out` is left as it is: a stale copy of
+/// plain words, which owns nothing, overwritten by the next `put_message` and never
+/// given back (a delivered send has nothing to give back: `finish` returns a message
+/// only from a send-stage failure). A message with a payload is still moved out of
+/// `out`, as its vector must change hands exactly once.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct SendCopy {
     words: [u64; 3],
@@ -574,8 +577,10 @@ fn accepts(st: &Local, sender: &Arc<Ipc>) -> bool {
 }
 
 /// Moves `sender`'s message to `receiver` (on the receiver's worker), completing the
-/// receiver's receive, and answers the sender `Delivered` (unless the send is a call). `wake_receiver` is false
-/// when the receiver is the running thread itself.
+/// receiver's receive, and answers the sender `Delivered` (unless the send is a call).
+/// `wake_receiver` is false when the receiver is the running thread itself; `copy` is
+/// the request's copy of the sender's outgoing half (empty for a send from this
+/// worker).
 #[inline]
 fn deliver<E: Env>(
     env: &mut E,
