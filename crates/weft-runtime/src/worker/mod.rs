@@ -818,6 +818,7 @@ pub struct Shutdown;
 
 /// Parks the calling green thread (until `deadline` if given). Returns false, without
 /// parking, if the caller is not a green thread.
+#[inline]
 pub(crate) fn park_current(deadline: Option<Instant>) -> bool {
     let w = current();
     // SAFETY: a non-null thread word is this thread's worker; a short read.
