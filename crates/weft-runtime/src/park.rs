@@ -64,6 +64,32 @@ impl Unparker {
         }
     }
 
+    /// This unparker as an 8-aligned address and whether it is an OS thread's (a green
+    /// thread's is its task's count, `Arc::into_raw`; an OS thread's a box), for a
+    /// waiter published in one atomic word (`task::JoinCell`). Give it back with
+    /// [`Unparker::from_raw`], once.
+    pub(crate) fn into_raw(self) -> (usize, bool) {
+        match self.0 {
+            Kind::Green(t) => (Arc::into_raw(t) as usize, false),
+            Kind::Os(t) => (Box::into_raw(Box::new(t)) as usize, true),
+        }
+    }
+
+    /// The unparker [`Unparker::into_raw`] gave as `(address, os)`.
+    ///
+    /// # Safety
+    /// `(address, os)` came from `into_raw`, and is given back once.
+    pub(crate) unsafe fn from_raw(address: usize, os: bool) -> Unparker {
+        // SAFETY: per the contract.
+        unsafe {
+            Unparker(if os {
+                Kind::Os(*Box::from_raw(address as *mut std::thread::Thread))
+            } else {
+                Kind::Green(Arc::from_raw(address as *const Task))
+            })
+        }
+    }
+
     /// Whether two unparkers wake the same thread.
     pub fn same_as(&self, other: &Unparker) -> bool {
         match (&self.0, &other.0) {

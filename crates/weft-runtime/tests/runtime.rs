@@ -197,6 +197,50 @@ fn shutdown_unwinds_parked_threads() {
     }
 }
 
+/// A thread parked in `join` of a thread that is itself parked forever: shutdown unwinds
+/// both, and the joiner's published waiter is taken back as it leaves
+/// (`task::JoinCell`): had the joined thread's completion still found it, it would have
+/// read it from the joiner's stack, freed (and reusable) by then.
+#[test]
+fn shutdown_unwinds_a_thread_joining_a_parked_thread() {
+    for (tw, jw) in [(0, 0), (0, 1), (1, 0)] {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let rt = rt(2);
+        let (f1, f2) = (Flag(dropped.clone()), Flag(dropped.clone()));
+        let target = rt.spawn_on(tw, move || {
+            let _f = f1;
+            loop {
+                park(); // never woken
+            }
+        });
+        let joined = Arc::new(AtomicUsize::new(0));
+        let j2 = joined.clone();
+        let joiner = rt.spawn_on(jw, move || {
+            let _f = f2;
+            j2.store(1, SeqCst);
+            let r = target.join();
+            j2.store(2, SeqCst);
+            r.is_err()
+        });
+        while joined.load(SeqCst) == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(10)); // the joiner parks in join
+        drop(rt);
+        assert_eq!(
+            dropped.load(SeqCst),
+            2,
+            "both stacks were unwound ({tw}, {jw})"
+        );
+        assert_eq!(
+            joined.load(SeqCst),
+            1,
+            "the join did not return ({tw}, {jw})"
+        );
+        assert!(joiner.join().unwrap_err().is::<weft_runtime::Shutdown>());
+    }
+}
+
 #[test]
 fn shutdown_drops_never_run_threads() {
     let dropped = Arc::new(AtomicUsize::new(0));

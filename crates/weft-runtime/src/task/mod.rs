@@ -26,24 +26,26 @@
 //!
 //! ## The join word
 //!
-//! [`JoinCell`] is one word: `PENDING` (0); `WAITING` with a pointer to the joiner's
-//! [`Unparker`](crate::park::Unparker), which lives on the joiner's own stack while it
-//! waits; `OK` or `ERR` with a thin pointer to the outcome (`Box<Aligned<T>>`, which
-//! allocates nothing for a `()` result, or `Box<Box<dyn Any + Send>>` for a panic);
-//! `DETACHED` (the handle was dropped first); `GONE` (the outcome was taken or
-//! dropped). The tags sit in the low three bits (both pointers are 8-aligned). The
-//! thread completes by a CAS from `PENDING`, or, from `WAITING`, by moving the
-//! joiner's unparker out of its slot *before* storing the outcome (the joiner leaves,
-//! freeing the slot, only once it sees the outcome), then unparking it. The handle,
-//! which knows `T`, decodes or drops the outcome; if it was dropped first, the thread
-//! drops its own outcome.
+//! [`JoinCell`] is one word: `PENDING` (0); `WAITING` or `WAITING_OS` with the
+//! joiner's [`Unparker`](crate::park::Unparker) as a raw word (a green joiner's task
+//! count, `Arc::into_raw`; an OS thread's boxed handle); `OK` or `ERR` with a thin
+//! pointer to the outcome (`Box<Aligned<T>>`, which allocates nothing for a `()` result,
+//! or `Box<Box<dyn Any + Send>>` for a panic); `DETACHED` (the handle was dropped
+//! first); `GONE` (the outcome was taken or dropped). The tags sit in the low three bits
+//! (every pointer is 8-aligned). The thread completes by a CAS from `PENDING`, or from
+//! the waiting word to the outcome, which hands it the joiner's unparker to wake it
+//! with. A joiner that leaves while waiting (the shutdown unwind, raised in its park)
+//! takes its unparker back by a CAS to `PENDING` first, unless the thread has already
+//! taken it: whoever wins the word owns the unparker, and nothing points into the
+//! joiner's stack (which is freed, and reused, once it unwinds). The handle, which knows
+//! `T`, decodes or drops the outcome; if it was dropped first, the thread drops its own
+//! outcome.
 
 pub mod state;
 
 use crate::park::Unparker;
 use crate::worker::{self, Shared};
 use core::cell::Cell;
-use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicPtr, AtomicU16, AtomicU8, AtomicUsize, Ordering, Ordering::*};
 
 use state::ParkState;
@@ -266,6 +268,50 @@ const OK: usize = 2;
 const ERR: usize = 3;
 const DETACHED: usize = 4;
 const GONE: usize = 5;
+const WAITING_OS: usize = 6;
+
+/// Whether `w` is a waiting word (`WAITING` or `WAITING_OS`).
+#[inline]
+fn is_waiting(w: usize) -> bool {
+    matches!(w & TAG, WAITING | WAITING_OS)
+}
+
+/// The waiting word of `u`.
+fn waiting_word(u: Unparker) -> usize {
+    let (p, os) = u.into_raw();
+    debug_assert_eq!(p & TAG, 0);
+    p | if os { WAITING_OS } else { WAITING }
+}
+
+/// The unparker in waiting word `w`.
+///
+/// # Safety
+/// `w` is a waiting word made by `waiting_word`, whose unparker the caller now owns
+/// (it won the word with a CAS): taken once.
+unsafe fn waiter_of(w: usize) -> Unparker {
+    // SAFETY: per the contract.
+    unsafe { Unparker::from_raw(w & !TAG, w & TAG == WAITING_OS) }
+}
+
+/// Takes a published waiter back if the wait ends without the outcome (the shutdown
+/// unwind out of `park`): see the module comment.
+struct Unpublish<'a> {
+    cell: &'a AtomicUsize,
+    word: usize,
+}
+
+impl Drop for Unpublish<'_> {
+    fn drop(&mut self) {
+        if self
+            .cell
+            .compare_exchange(self.word, PENDING, AcqRel, Acquire)
+            .is_ok()
+        {
+            // SAFETY: we won the word back: its unparker is ours again, taken once.
+            drop(unsafe { waiter_of(self.word) });
+        }
+    }
+}
 
 #[inline]
 fn is_done(w: usize) -> bool {
@@ -317,15 +363,18 @@ impl JoinCell {
                     Ok(_) => return,
                     Err(c) => cur = c,
                 }
-            } else if cur & TAG == WAITING {
-                // SAFETY: the joiner wrote its unparker before its Release CAS to
-                // WAITING (our Acquire read it) and keeps the slot, untouched, until it
-                // sees the outcome stored below: moving it out first is safe. Only we
-                // change the word from WAITING.
-                let u = unsafe { core::ptr::read((cur & !TAG) as *const Unparker) };
-                self.0.store(enc, SeqCst);
-                u.unpark_owned();
-                return;
+            } else if is_waiting(cur) {
+                // The outcome in and the joiner's unparker ours, in one step, unless the
+                // joiner took it back meanwhile (it is leaving: then the word is PENDING
+                // again). SeqCst as above.
+                match self.0.compare_exchange(cur, enc, SeqCst, Acquire) {
+                    Ok(_) => {
+                        // SAFETY: we won the waiting word: its unparker is ours.
+                        unsafe { waiter_of(cur) }.unpark_owned();
+                        return;
+                    }
+                    Err(c) => cur = c,
+                }
             } else {
                 debug_assert_eq!(cur, DETACHED, "a green thread completed twice");
                 self.0.store(GONE, SeqCst);
@@ -347,25 +396,29 @@ impl JoinCell {
         let mut cur = self.0.load(Acquire);
         if !is_done(cur) {
             debug_assert_eq!(cur, PENDING);
-            // On this stack until the outcome is in; the task moves it out (see
-            // `complete`) once we have published it.
-            let slot = ManuallyDrop::new(Unparker::current());
-            let p = &*slot as *const Unparker as usize;
-            debug_assert_eq!(p & TAG, 0);
-            match self
-                .0
-                .compare_exchange(PENDING, p | WAITING, Release, Acquire)
-            {
-                Ok(_) => loop {
-                    cur = self.0.load(Acquire);
-                    if is_done(cur) {
-                        break;
+            let word = waiting_word(Unparker::current());
+            match self.0.compare_exchange(PENDING, word, Release, Acquire) {
+                Ok(_) => {
+                    // Leaving without the outcome (an unwind out of `park`), take the
+                    // unparker back unless the thread has it.
+                    let unpublish = Unpublish {
+                        cell: &self.0,
+                        word,
+                    };
+                    loop {
+                        cur = self.0.load(Acquire);
+                        if is_done(cur) {
+                            break;
+                        }
+                        crate::park::park();
                     }
-                    crate::park::park();
-                },
+                    // Done: the thread won the word and owns the unparker.
+                    core::mem::forget(unpublish);
+                }
                 Err(c) => {
-                    // Completed meanwhile: the slot was never published.
-                    drop(ManuallyDrop::into_inner(slot));
+                    // Completed meanwhile: the waiter was never published.
+                    // SAFETY: made just above, never published: ours, taken once.
+                    drop(unsafe { waiter_of(word) });
                     cur = c;
                 }
             }
