@@ -198,7 +198,7 @@ fn shutdown_unwinds_parked_threads() {
 }
 
 /// A thread parked in `join` of a thread that is itself parked forever: shutdown unwinds
-/// both, and the joiner's published waiter is taken back as it leaves
+/// both (in whichever order), and the joiner's published waiter is taken back as it leaves
 /// (`task::JoinCell`): had the joined thread's completion still found it, it would have
 /// read it from the joiner's stack, freed (and reusable) by then.
 #[test]
@@ -232,12 +232,17 @@ fn shutdown_unwinds_a_thread_joining_a_parked_thread() {
             2,
             "both stacks were unwound ({tw}, {jw})"
         );
-        assert_eq!(
-            joined.load(SeqCst),
-            1,
-            "the join did not return ({tw}, {jw})"
-        );
-        assert!(joiner.join().unwrap_err().is::<weft_runtime::Shutdown>());
+        // Either the joiner was unwound in its join (its handle reports the shutdown),
+        // or the joined thread was unwound first and the join returned its shutdown
+        // as an error (then the joiner went on and returned).
+        match (joined.load(SeqCst), joiner.join()) {
+            (1, Err(e)) => assert!(e.is::<weft_runtime::Shutdown>(), "({tw}, {jw})"),
+            (2, Ok(joined_err)) => assert!(joined_err, "({tw}, {jw})"),
+            (j, r) => panic!(
+                "({tw}, {jw}): joined {j}, joiner {:?}",
+                r.map_err(|_| "panic")
+            ),
+        }
     }
 }
 
