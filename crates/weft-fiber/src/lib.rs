@@ -48,6 +48,7 @@ pub mod stack;
 mod stats;
 mod thread;
 mod tls;
+mod valgrind;
 pub mod win;
 
 pub use api::{convert_thread, current_id, Builder, Fiber, FlsKey, ThreadFiber};

@@ -30,6 +30,8 @@ const GLOBAL_CACHE_BYTES: usize = 1 << 30;
 pub struct Stack {
     base: NonNull<u8>,
     len: usize,
+    /// valgrind's id for this stack (0 when not running under valgrind).
+    vg_id: usize,
 }
 
 // SAFETY: a Stack is plain owned memory; nothing about it is tied to a thread.
@@ -73,9 +75,12 @@ impl Stack {
             unsafe { libc::munmap(base, len) };
             return Err(e);
         }
+        let vg_id =
+            crate::valgrind::register_stack(base as usize + GUARD_SIZE, base as usize + len);
         Ok(Stack {
             base: NonNull::new(base.cast()).expect("mmap returned null"),
             len,
+            vg_id,
         })
     }
 
@@ -99,6 +104,7 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
+        crate::valgrind::deregister_stack(self.vg_id);
         // SAFETY: we own the mapping; nothing runs on a stack that is being dropped.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }

@@ -200,7 +200,8 @@ fn shutdown_unwinds_parked_threads() {
 /// A thread parked in `join` of a thread that is itself parked forever: shutdown unwinds
 /// both (in whichever order), and the joiner's published waiter is taken back as it leaves
 /// (`task::JoinCell`): had the joined thread's completion still found it, it would have
-/// read it from the joiner's stack, freed (and reusable) by then.
+/// read it from the joiner's stack, freed (and reusable) by then. Also run under
+/// valgrind's memcheck (below).
 #[test]
 fn shutdown_unwinds_a_thread_joining_a_parked_thread() {
     for (tw, jw) in [(0, 0), (0, 1), (1, 0)] {
@@ -526,7 +527,18 @@ fn shutdown_leaks_nothing_under_valgrind() {
         eprintln!("valgrind not installed: shutdown leak check NOT run");
         return;
     }
-    let test = "shutdown_unwinds_parked_threads";
+    // (Memcheck follows the fibers' switches because the fiber core registers every
+    // stack with it: `weft_fiber`'s `valgrind.rs`.)
+    for test in [
+        "shutdown_unwinds_parked_threads",
+        "shutdown_unwinds_a_thread_joining_a_parked_thread",
+    ] {
+        valgrind_one(test);
+    }
+}
+
+/// Runs test `test` of this binary alone under valgrind's memcheck (see above).
+fn valgrind_one(test: &str) {
     let out = std::process::Command::new("valgrind")
         .args([
             "--leak-check=full",
