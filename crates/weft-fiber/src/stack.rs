@@ -84,6 +84,16 @@ impl Stack {
         })
     }
 
+    /// This stack, taken from a cache for a new fiber (see `valgrind::reuse_stack`).
+    #[inline]
+    fn reused(self) -> Stack {
+        crate::valgrind::reuse_stack(
+            self.base.as_ptr() as usize + GUARD_SIZE,
+            self.top() as usize,
+        );
+        self
+    }
+
     /// The exclusive upper end of the stack (stacks grow down from here).
     pub fn top(&self) -> *mut u8 {
         // SAFETY: one past the end of the mapping.
@@ -191,14 +201,14 @@ static GLOBAL: Mutex<StackCache> = Mutex::new(StackCache::new());
 /// process-wide cache, then a fresh mapping.
 pub fn acquire(local: Option<&mut StackCache>, usable: usize) -> io::Result<Stack> {
     if let Some(s) = local.and_then(|c| c.take(usable)) {
-        return Ok(s);
+        return Ok(s.reused());
     }
     if let Some(s) = GLOBAL
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take(usable)
     {
-        return Ok(s);
+        return Ok(s.reused());
     }
     Stack::map(usable)
 }

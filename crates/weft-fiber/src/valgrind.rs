@@ -14,9 +14,15 @@
 //! cycles per stack mapping and unmapping, never per switch. x86_64 only; on other
 //! architectures the functions do nothing.
 
-/// valgrind.h's `VG_USERREQ__STACK_REGISTER` and `VG_USERREQ__STACK_DEREGISTER`.
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+/// valgrind.h's `VG_USERREQ__RUNNING_ON_VALGRIND`, `VG_USERREQ__STACK_REGISTER` and
+/// `VG_USERREQ__STACK_DEREGISTER`.
+const RUNNING_ON_VALGRIND: usize = 0x1001;
 const STACK_REGISTER: usize = 0x1501;
 const STACK_DEREGISTER: usize = 0x1502;
+/// memcheck.h's `VG_USERREQ__MAKE_MEM_UNDEFINED` (tool base `'M' << 24 | 'C' << 16`).
+const MAKE_MEM_UNDEFINED: usize = 0x4D43_0001;
 
 /// valgrind.h's `VALGRIND_DO_CLIENT_REQUEST_EXPR`: request `args[0]` with arguments
 /// `args[1..]`; returns valgrind's answer, or `default` when not running under it.
@@ -48,6 +54,31 @@ fn client_request(default: usize, args: &[usize; 6]) -> usize {
 #[inline]
 fn client_request(default: usize, _args: &[usize; 6]) -> usize {
     default
+}
+
+/// Whether the process runs under valgrind (asked once).
+#[inline]
+pub(crate) fn running() -> bool {
+    // 0: not asked yet, 1: no, 2: yes.
+    static RUNNING: AtomicU8 = AtomicU8::new(0);
+    match RUNNING.load(Relaxed) {
+        0 => {
+            let yes = client_request(0, &[RUNNING_ON_VALGRIND, 0, 0, 0, 0, 0]) != 0;
+            RUNNING.store(if yes { 2 } else { 1 }, Relaxed);
+            yes
+        }
+        v => v == 2,
+    }
+}
+
+/// Tells memcheck that `lo..hi`, a whole stack taken from the cache for a new fiber, is
+/// addressable again. When the stack's previous fiber returned up it, memcheck marked
+/// what lay below its stack pointer as unaddressable (a stack that shrinks), and the
+/// new fiber's record and first frame are written there from another stack.
+pub(crate) fn reuse_stack(lo: usize, hi: usize) {
+    if running() {
+        client_request(0, &[MAKE_MEM_UNDEFINED, lo, hi - lo, 0, 0, 0]);
+    }
 }
 
 /// Registers `lo..hi` as a stack; returns valgrind's id for it (0 outside valgrind).

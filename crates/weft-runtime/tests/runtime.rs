@@ -516,9 +516,11 @@ fn shutdown_leaks_nothing_under_valgrind() {
     // records). (The never-run test relies on timing that valgrind's one-thread-at-a-
     // time scheduling breaks; a leak there shows as a wrong drop count instead.) The thread I/O backend and no
     // preemption keep valgrind on ground it models (io_uring and SIGURG switching it
-    // does not). One process per test: glibc gives a second runtime's workers the stacks
-    // (and static TLS) of the first one's exited threads, which memcheck then reports as
-    // unaddressable (its hint against that does not work with this glibc).
+    // does not). One process per test keeps each run short. (What once looked like
+    // glibc handing a second runtime the first one's thread stacks was memcheck's view
+    // of cached fiber stacks: the fiber core now registers every stack and marks a
+    // reused one addressable, `weft_fiber`'s `valgrind.rs`, and the whole binary runs
+    // clean in one process, but for the tests that measure time.)
     if std::process::Command::new("valgrind")
         .arg("--version")
         .output()
