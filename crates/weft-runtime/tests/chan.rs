@@ -5,6 +5,7 @@
 // The runtime is not built under the `loom` feature (see lib.rs).
 #![cfg(not(feature = "loom"))]
 
+mod common;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -453,4 +454,12 @@ fn producers_and_consumers_share_one_worker() {
 #[should_panic(expected = "rendezvous")]
 fn bounded_zero_is_rejected() {
     let _ = chan::bounded::<u8>(0);
+}
+
+/// Every test of this file again under valgrind's memcheck, in one process: no invalid
+/// access, no use of uninitialised memory (the fiber core registers its stacks with
+/// valgrind, so memcheck follows the switches).
+#[test]
+fn chan_tests_run_clean_under_memcheck() {
+    common::memcheck_this_binary(&["chan_tests_run_clean_under_memcheck"]);
 }

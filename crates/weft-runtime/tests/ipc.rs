@@ -1,6 +1,7 @@
 //! Synchronous IPC (`weft_runtime::ipc`): rendezvous, call/reply, timeouts, cancellation,
 //! partner death, on one worker and across workers.
 
+mod common;
 use std::time::{Duration, Instant};
 use weft_runtime::ipc::{self, ErrorKind, Message, Stage, Timeout};
 use weft_runtime::{spawn_on, Runtime};
@@ -411,4 +412,12 @@ fn timers_fire_beside_a_local_ping_pong() {
         stop(&server);
         server.join().unwrap();
     });
+}
+
+/// Every test of this file again under valgrind's memcheck, in one process: no invalid
+/// access, no use of uninitialised memory (the fiber core registers its stacks with
+/// valgrind, so memcheck follows the switches).
+#[test]
+fn ipc_tests_run_clean_under_memcheck() {
+    common::memcheck_this_binary(&["ipc_tests_run_clean_under_memcheck"]);
 }

@@ -5,6 +5,7 @@
 // The runtime is not built under the `loom` feature (see lib.rs).
 #![cfg(not(feature = "loom"))]
 
+mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -441,4 +442,12 @@ fn barrier_of_one_never_waits() {
     assert!(b.wait().is_leader());
     assert!(b.wait().is_leader());
     assert!(Barrier::new(0).wait().is_leader());
+}
+
+/// Every test of this file again under valgrind's memcheck, in one process: no invalid
+/// access, no use of uninitialised memory (the fiber core registers its stacks with
+/// valgrind, so memcheck follows the switches).
+#[test]
+fn sync_tests_run_clean_under_memcheck() {
+    common::memcheck_this_binary(&["sync_tests_run_clean_under_memcheck"]);
 }
