@@ -1,6 +1,7 @@
 //! The runtime's core: spawning, joining, yielding, sleeping, waking across workers,
 //! panics, and shutdown.
 
+mod common;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -511,60 +512,25 @@ fn green_threads_are_in_the_introspection_registry() {
 
 #[test]
 fn shutdown_leaks_nothing_under_valgrind() {
-    // The shutdown test above, run again in this same binary under valgrind's memcheck:
-    // no invalid access, nothing definitely lost (unwound stacks, freed fibers and
-    // records). (The never-run test relies on timing that valgrind's one-thread-at-a-
-    // time scheduling breaks; a leak there shows as a wrong drop count instead.) The thread I/O backend and no
-    // preemption keep valgrind on ground it models (io_uring and SIGURG switching it
-    // does not). One process per test keeps each run short. (What once looked like
-    // glibc handing a second runtime the first one's thread stacks was memcheck's view
-    // of cached fiber stacks: the fiber core now registers every stack and marks a
-    // reused one addressable, `weft_fiber`'s `valgrind.rs`, and the whole binary runs
-    // clean in one process, but for the tests that measure time.)
-    if std::process::Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("valgrind not installed: shutdown leak check NOT run");
-        return;
-    }
-    // (Memcheck follows the fibers' switches because the fiber core registers every
-    // stack with it: `weft_fiber`'s `valgrind.rs`.)
+    // The shutdown tests above, run again in this same binary under valgrind's
+    // memcheck: no invalid access, nothing definitely lost (unwound stacks, freed fibers
+    // and records). (The never-run test relies on timing that valgrind's one-thread-at-
+    // a-time scheduling breaks; a leak there shows as a wrong drop count instead.) One
+    // process per test keeps each run short. (What once looked like glibc handing a
+    // second runtime the first one's thread stacks was memcheck's view of cached fiber
+    // stacks: the fiber core now registers every stack and marks a reused one
+    // addressable, `weft_fiber`'s `valgrind.rs`, and the whole binary runs clean in one
+    // process, but for the tests that measure time.)
     for test in [
         "shutdown_unwinds_parked_threads",
         "shutdown_unwinds_a_thread_joining_a_parked_thread",
     ] {
-        valgrind_one(test);
+        common::run_under_memcheck(
+            &["--leak-check=full", "--errors-for-leak-kinds=definite"],
+            &[test, "--exact", "--test-threads=1"],
+            "1 passed",
+        );
     }
-}
-
-/// Runs test `test` of this binary alone under valgrind's memcheck (see above).
-fn valgrind_one(test: &str) {
-    let out = std::process::Command::new("valgrind")
-        .args([
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite",
-            "--error-exitcode=9",
-            "-q",
-        ])
-        .arg(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--test-threads=1"])
-        .env("WEFT_IO_BACKEND", "threads")
-        .env("WEFT_PREEMPT", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{test}: valgrind found errors or leaks ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "{test} did not run"
-    );
 }
 
 #[test]

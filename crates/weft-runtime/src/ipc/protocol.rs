@@ -518,7 +518,7 @@ fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
             // (A local reply's acknowledgement, on every round trip: no dispatch.)
             on_send_done(env, who, seq, op)
         } else {
-            handle_ref(env, who, None, seq, op)
+            handle_ref(env, who, None, seq, op, &SendCopy::default())
         }
     } else {
         let req = Req {
@@ -534,26 +534,29 @@ fn answer<E: Env>(env: &mut E, who: &Arc<Ipc>, seq: u32, op: Op) {
 
 /// Handles a request on the worker it was sent to.
 pub fn handle<E: Env>(env: &mut E, req: Req) {
-    if req.op == Op::Send {
-        let receiver = req.peer.as_ref().expect("a send names its receiver");
-        on_send(env, &req.who, receiver, req.seq, &req.send);
-    } else {
-        handle_ref(env, &req.who, req.peer.as_ref(), req.seq, req.op);
-    }
+    handle_ref(env, &req.who, req.peer.as_ref(), req.seq, req.op, &req.send);
     env.uncount(req.who);
     if let Some(p) = req.peer {
         env.uncount(p);
     }
 }
 
-fn handle_ref<E: Env>(env: &mut E, who: &Arc<Ipc>, peer: Option<&Arc<Ipc>>, seq: u32, op: Op) {
+/// `copy`: a `Send` request's copy of the sender's outgoing half (empty otherwise).
+fn handle_ref<E: Env>(
+    env: &mut E,
+    who: &Arc<Ipc>,
+    peer: Option<&Arc<Ipc>>,
+    seq: u32,
+    op: Op,
+    copy: &SendCopy,
+) {
     match op {
         Op::Send => on_send(
             env,
             who,
             peer.expect("a send names its receiver"),
             seq,
-            &SendCopy::default(),
+            copy,
         ),
         Op::Cancel => on_cancel(env, who, peer.expect("a cancel names the receiver"), seq),
         Op::Watch => on_watch(env, who, peer.expect("a watch names the partner"), seq),
@@ -742,9 +745,9 @@ fn take_queued_sender(st: &mut Local) -> Option<(Arc<Ipc>, u32)> {
     st.senders.remove(i?)
 }
 
-#[inline]
 /// `copy`: the request's copy of the sender's outgoing half (filled for a request from
 /// another worker; empty when the send started on this worker, whose `out` is local).
+#[inline]
 fn on_send<E: Env>(env: &mut E, sender: &Arc<Ipc>, receiver: &Arc<Ipc>, seq: u32, copy: &SendCopy) {
     if receiver.is_dead() {
         return answer(env, sender, seq, Op::Dead);

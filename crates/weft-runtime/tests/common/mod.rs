@@ -23,11 +23,12 @@ pub fn rt1(b: IoBackend) -> Runtime {
     Runtime::builder().workers(1).io_backend(b).build().unwrap()
 }
 
-/// Runs this test binary again under valgrind's memcheck, every test but `skip` (the
-/// calling test itself, at least), one test thread, with the thread I/O backend and no
+/// Runs this test binary again under valgrind's memcheck, with `valgrind_args` (beside
+/// `--error-exitcode=9 -q`) and then `test_args`, the thread I/O backend and no
 /// preemption (io_uring and signal-driven switching are not ground valgrind models).
-/// Fails on any memcheck error; says so and returns when valgrind is not installed.
-pub fn memcheck_this_binary(skip: &[&str]) {
+/// Fails on any memcheck error, or if the run's output lacks `ran` (the sign the tests
+/// ran). Says so and returns when valgrind is not installed.
+pub fn run_under_memcheck(valgrind_args: &[&str], test_args: &[&str], ran: &str) {
     if std::process::Command::new("valgrind")
         .arg("--version")
         .output()
@@ -36,25 +37,34 @@ pub fn memcheck_this_binary(skip: &[&str]) {
         eprintln!("valgrind not installed: memcheck run NOT done");
         return;
     }
-    let mut cmd = std::process::Command::new("valgrind");
-    cmd.args(["--error-exitcode=9", "-q"])
+    let out = std::process::Command::new("valgrind")
+        .args(["--error-exitcode=9", "-q"])
+        .args(valgrind_args)
         .arg(std::env::current_exe().unwrap())
-        .arg("--test-threads=1")
+        .args(test_args)
         .env("WEFT_IO_BACKEND", "threads")
-        .env("WEFT_PREEMPT", "off");
-    for s in skip {
-        cmd.args(["--skip", s]);
-    }
-    let out = cmd.output().unwrap();
+        .env("WEFT_PREEMPT", "off")
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "memcheck found errors ({}):\n{stdout}\n{}",
+        "{test_args:?}: memcheck found errors ({}):\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("test result: ok"),
-        "the tests did not run under memcheck:\n{stdout}"
+        stdout.contains(ran),
+        "{test_args:?}: the tests did not run under memcheck:\n{stdout}"
     );
+}
+
+/// Every test of this binary but `skip` (the calling test itself, at least) under
+/// memcheck, in one process ([`run_under_memcheck`]).
+pub fn memcheck_this_binary(skip: &[&str]) {
+    let mut args = vec!["--test-threads=1"];
+    for s in skip {
+        args.extend(["--skip", s]);
+    }
+    run_under_memcheck(&[], &args, "test result: ok");
 }
