@@ -414,6 +414,91 @@ fn timers_fire_beside_a_local_ping_pong() {
     });
 }
 
+/// The same-worker direct paths (a call or a reply that switches straight to its
+/// waiting partner) in the cases they must get right or leave to the general path: a
+/// server in a closed receive from its client, a third ready thread that must not
+/// starve beside the ping-pong, and a client cancelled while its server holds its call.
+#[test]
+fn one_worker_direct_calls_and_replies_keep_the_semantics() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let r = rt(1);
+    r.block_on(|| {
+        // A closed receive: the server waits for this client only, then replies.
+        let me = ipc::me();
+        let server = spawn_on(0, move || {
+            let (from, m) = ipc::receive(Some(&me), Timeout::Never).unwrap();
+            assert_eq!(from, me);
+            ipc::send(&from, Message::word(m.words[0] * 2), Timeout::Zero).unwrap();
+        });
+        let tid = server.tid();
+        while ipc::call(&tid, Message::word(21), Timeout::Zero)
+            .map(|m| assert_eq!(m.words[0], 42))
+            .is_err()
+        {
+            weft_runtime::yield_now(); // (not receiving yet)
+        }
+        server.join().unwrap();
+
+        // A yielding thread beside a ping-pong keeps running.
+        let server = adder(0);
+        let tid = server.tid();
+        let yields = Arc::new(AtomicU64::new(0));
+        let y = yields.clone();
+        let yielder = spawn_on(0, move || {
+            while y.load(Ordering::Relaxed) < 1000 {
+                y.fetch_add(1, Ordering::Relaxed);
+                weft_runtime::yield_now();
+            }
+        });
+        let t = Instant::now();
+        let mut n = 0;
+        while yields.load(Ordering::Relaxed) < 1000 {
+            n = ipc::call(&tid, Message::word(n), Timeout::Never)
+                .unwrap()
+                .words[0];
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "a yielding thread starved beside a ping-pong ({} yields)",
+                yields.load(Ordering::Relaxed)
+            );
+        }
+        yielder.join().unwrap();
+        stop(&server);
+        assert_eq!(server.join().unwrap(), n);
+
+        // A client cancelled while the server holds its call: the call fails at its
+        // receive stage (its message was delivered), and the server's reply, finding no
+        // caller, fails at its send stage and gives the reply back.
+        let server = spawn_on(0, || {
+            let (c, m) = ipc::receive(None, Timeout::Never).unwrap();
+            assert_eq!(m.words[0], 7);
+            ipc::cancel(&c);
+            // (Let the client see its cancellation first: a reply delivered before it
+            // runs would win the race, as it may.)
+            weft_runtime::yield_now();
+            let e = ipc::reply_and_wait(&c, Message::word(8), Timeout::Never).unwrap_err();
+            (e.kind(), e.stage(), e.into_message().map(|m| m.words[0]))
+        });
+        let tid = server.tid();
+        let e = loop {
+            match ipc::call(&tid, Message::word(7), Timeout::Zero) {
+                Err(e) if e.stage() == Stage::Send => weft_runtime::yield_now(),
+                r => break r.unwrap_err(),
+            }
+        };
+        assert_eq!(
+            (e.kind(), e.stage()),
+            (ErrorKind::Cancelled, Stage::Receive)
+        );
+        assert!(e.into_message().is_none(), "a delivered message came back");
+        assert_eq!(
+            server.join().unwrap(),
+            (ErrorKind::TimedOut, Stage::Send, Some(8))
+        );
+    });
+}
+
 /// Every test of this file again under valgrind's memcheck, in one process: no invalid
 /// access, no use of uninitialised memory (the fiber core registers its stacks with
 /// valgrind, so memcheck follows the switches).

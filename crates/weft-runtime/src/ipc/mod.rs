@@ -632,13 +632,20 @@ fn run(me: &Arc<Ipc>, deadline: Option<Instant>, start: impl FnOnce(&mut WorkerE
     // SAFETY: `w` is this thread's worker (the caller is a green thread); protocol
     // steps run at runtime depth (never switched out by the preemption signal) and
     // parks at depth 0, as every switch expects.
-    let mut handoff = unsafe {
+    let handoff = unsafe {
         worker::preempt::enter(w);
         let mut env = WorkerEnv::new(w, true);
         start(&mut env);
         worker::preempt::leave(w);
         env.handoff
     };
+    wait(me, deadline, handoff);
+}
+
+/// The waiting half of [`run`]: parks until `me`'s operation is over, first handing the
+/// worker to `handoff` (a thread the operation woke).
+#[inline]
+fn wait(me: &Arc<Ipc>, deadline: Option<Instant>, mut handoff: Option<Arc<Task>>) {
     let mut first = true;
     loop {
         let w = worker::current();
@@ -701,6 +708,14 @@ pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
 /// `After(d)` bounds the whole call.
 #[inline]
 pub fn call(to: &Tid, msg: Message, timeout: Timeout) -> Result<Message, IpcError> {
+    let msg = match timeout {
+        Timeout::After(_) => msg,
+        // (A direct call waits for its reply without a deadline.)
+        Timeout::Zero | Timeout::Never => match call_direct(to, msg) {
+            Ok(r) => return r,
+            Err(msg) => msg,
+        },
+    };
     let (zero, deadline) = deadline_of(timeout);
     let me = start_transfer(to, msg, zero, deadline, Then::Partner)?;
     protocol::finish_reply(&me).map_err(failed)
@@ -751,6 +766,111 @@ fn start_transfer(
     Ok(me)
 }
 
+// ---- The same-worker direct paths (see protocol.rs, `call_here`) ----
+
+/// The caller's worker and identity, if `to` is a live thread of the same worker (and
+/// runtime) other than the caller: the case of the direct paths.
+#[inline(always)]
+fn caller_beside(to: &Arc<Ipc>) -> Option<(*mut Worker, ManuallyDrop<Arc<Ipc>>)> {
+    let w = worker::current();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null thread word is this thread's worker.
+    let t = unsafe { worker::running_task(w) };
+    if t.is_null() {
+        return None;
+    }
+    // SAFETY: the running task is alive while it runs.
+    let p = unsafe { &*t }.ipc.load(Acquire);
+    if p.is_null() || core::ptr::eq(p, Arc::as_ptr(to)) {
+        return None;
+    }
+    // SAFETY: as in `caller`: the task's own count keeps its identity alive, and
+    // ManuallyDrop never gives a count back.
+    let me = ManuallyDrop::new(unsafe { Arc::from_raw(p) });
+    // SAFETY: `w` is this thread's worker.
+    let here = unsafe { worker::id_of(w) };
+    if me.realm() != to.realm() || to.worker() != here || to.is_dead() {
+        return None;
+    }
+    Some((w, me))
+}
+
+/// Performs `step` (a direct path's transition, done or refused) at runtime depth and,
+/// if it was done, hands the worker to `partner` (the thread it gave a message to) and
+/// waits until `me`'s operation is over; else gives back the message `step` refused.
+#[inline(always)]
+fn step_here(
+    w: *mut Worker,
+    me: &Arc<Ipc>,
+    partner: &Ipc,
+    step: impl FnOnce() -> Result<(), Message>,
+) -> Result<(), Message> {
+    // SAFETY: `w` is this thread's worker, the caller a green thread on it (as in `run`);
+    // `partner`'s identity holds a count on its task.
+    unsafe {
+        worker::preempt::enter(w);
+        if let Err(m) = step() {
+            worker::preempt::leave(w);
+            return Err(m);
+        }
+        if worker::ipc_direct_switch(w, partner.host_ptr() as *const Task) {
+            worker::preempt::leave(w);
+            worker::check_cancelled(&*worker::running_task(w));
+            if protocol::next(me) != Next::Done {
+                wait(me, None, None); // an abort, say: the general loop deals with it
+            }
+        } else {
+            let mut env = WorkerEnv::new(w, true);
+            env.wake(partner);
+            let handoff = env.handoff;
+            worker::preempt::leave(w);
+            wait(me, None, handoff);
+        }
+    }
+    Ok(())
+}
+
+/// `call`'s direct path: the server waits on this worker. Gives the message back if
+/// this is not the case.
+#[inline(always)]
+fn call_direct(to: &Tid, msg: Message) -> Result<Result<Message, IpcError>, Message> {
+    let Some((w, me)) = caller_beside(&to.0) else {
+        return Err(msg);
+    };
+    // SAFETY: `me` runs here and `to` is owned here (`caller_beside`); two threads.
+    step_here(w, &me, &to.0, || unsafe {
+        protocol::call_here(&me, &to.0, msg)
+    })?;
+    Ok(match protocol::take_reply(&me) {
+        Some(m) => Ok(m),
+        None => protocol::finish_reply(&me).map_err(failed),
+    })
+}
+
+/// `reply_and_wait`'s direct path (with no deadline): the client waits on this worker
+/// for this reply. Gives the reply back if this is not the case.
+#[inline(always)]
+fn reply_direct(client: &Tid, reply: Message) -> Result<Result<(Tid, Message), IpcError>, Message> {
+    let Some((w, me)) = caller_beside(&client.0) else {
+        return Err(reply);
+    };
+    // SAFETY: as in `call_direct`.
+    step_here(w, &me, &client.0, || unsafe {
+        protocol::reply_here(&me, &client.0, reply)
+    })?;
+    if let Some((t, m)) = protocol::take_received(&me) {
+        return Ok(Ok((Tid(t), m)));
+    }
+    Ok(protocol::finish(&me)
+        .map(|r| {
+            let (t, m) = r.expect("a reply and wait receives");
+            (Tid(t), m)
+        })
+        .map_err(failed))
+}
+
 /// Receives a message from `from` (None: from anyone), waiting at most `timeout`.
 /// Returns the sender and the message.
 #[inline]
@@ -784,6 +904,13 @@ pub fn reply_and_wait(
     reply: Message,
     timeout: Timeout,
 ) -> Result<(Tid, Message), IpcError> {
+    let reply = match timeout {
+        Timeout::Never => match reply_direct(client, reply) {
+            Ok(r) => return r,
+            Err(reply) => reply,
+        },
+        _ => reply,
+    };
     // The reply goes with timeout zero; once delivered, the receive begins at once (on
     // the server's worker, as the delivery is acknowledged): one operation, not two.
     let deadline = match timeout {

@@ -1088,6 +1088,116 @@ pub fn begin_receive<E: Env>(env: &mut E, me: &Arc<Ipc>, from: Option<&Arc<Ipc>>
     }
 }
 
+// ---- Same-worker direct paths: a call and a reply that are delivered at once ----
+//
+// A client and its server on one worker spend most of an IPC in the general steps
+// above: `begin_sending`, `on_send`, `deliver`, `answer` and `on_send_done` each look
+// at cases that cannot arise when the partner is already waiting here (a queue, a
+// refusal, a cancellation in flight, a remote worker). The two functions below do a
+// call's and a reply's whole transition in one step when the partner is on this
+// worker and ready, leaving both states exactly as the general steps would (the
+// same fields, the same counts), so everything after them (timeouts, cancellation,
+// the partner's exit, the remote paths) sees no difference. When a condition does not
+// hold they change nothing and give the message back, and the caller takes the
+// general path.
+
+/// A call of `me` (the running thread) to `to`, delivered at once: `to` is a thread of
+/// this worker that waits to receive from `me` (or from anyone). On return `to` has the
+/// message and watches for nothing more; `me` is in its call's send stage, receiving
+/// from `to` (a call's delivery is not acknowledged: see `deliver`). The caller then
+/// wakes `to` and parks `me`. Gives `msg` back, changing nothing, if `to` is not
+/// waiting for `me` or `me` has business with `to` that the general path must see (an
+/// entry in `me`'s watcher list: `to` is receiving from `me`, maybe in a call).
+///
+/// # Safety
+/// `me` runs on this worker, `to` is owned by this worker, and they differ.
+#[inline(always)]
+pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message) -> Result<(), Message> {
+    // SAFETY: per the contract, both states are this worker's, and they are two.
+    let (st, rs) = unsafe { (me.st(), to.st()) };
+    let closed = match rs.phase {
+        Phase::Receiving { any: true } => false,
+        Phase::Receiving { any: false }
+            if rs.partner.as_ref().is_some_and(|p| Arc::ptr_eq(p, me)) =>
+        {
+            true
+        }
+        _ => return Err(msg),
+    };
+    if st.watchers.iter().any(|(x, _)| Arc::ptr_eq(x, to)) {
+        return Err(msg);
+    }
+    if to.is_dead() {
+        return Err(msg); // (unwound out of its receive at shutdown)
+    }
+    debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
+    // `begin_sending`, for a call.
+    st.seq = st.seq.wrapping_add(1);
+    st.phase = Phase::Sending;
+    st.then = Then::Partner;
+    st.abort = false;
+    st.outcome = None;
+    st.rbuf = None;
+    set_partner(st, Some(to), None);
+    // (`out` is read only while a send is in flight, and this one never is.)
+    // `deliver`: the receiver's half.
+    let from = if closed {
+        None
+    } else {
+        Some(share(&mut rs.spare, me))
+    };
+    rs.rbuf = Some((from, msg));
+    rs.phase = Phase::Idle;
+    rs.outcome = Some(Ok(()));
+    add_watcher(rs, me, st.seq);
+    Ok(())
+}
+
+/// A reply and wait of `me` (the running thread) to `client`, delivered at once:
+/// `client` is a thread of this worker whose call `me` received and has not answered
+/// (`me` has its watcher entry), and no sender waits for `me`. On return `client` has
+/// its reply and `me` receives from anyone, as after `on_send_done`'s transition. The
+/// caller then wakes `client` and parks `me`. Gives `reply` back, changing nothing,
+/// otherwise.
+///
+/// # Safety
+/// As [`call_here`], with `client` for `to`.
+#[inline(always)]
+pub unsafe fn reply_here(me: &Arc<Ipc>, client: &Arc<Ipc>, reply: Message) -> Result<(), Message> {
+    // SAFETY: per the contract, as in `call_here`.
+    let (st, cs) = unsafe { (me.st(), client.st()) };
+    if !st.senders.is_empty() {
+        return Err(reply); // the receive would take the first of them at once
+    }
+    let Some(i) = st
+        .watchers
+        .iter()
+        .rposition(|(x, _)| Arc::ptr_eq(x, client))
+    else {
+        return Err(reply);
+    };
+    if !awaits_reply(cs, me, Some(st.watchers[i].1)) {
+        return Err(reply);
+    }
+    debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
+    let (given, _) = st.watchers.swap_remove(i);
+    // `begin_sending` then `on_send_done`'s transition to a receive from anyone: the
+    // watcher entry's count on the client ends as the spare (and any partner goes).
+    st.seq = st.seq.wrapping_add(1);
+    st.then = Then::Any;
+    st.abort = false;
+    st.outcome = None;
+    st.rbuf = None;
+    st.partner = None;
+    st.spare = Some(given);
+    st.phase = Phase::Receiving { any: true };
+    // `on_send` and `deliver` at the client: the reply to its call.
+    cs.rbuf = Some((None, reply));
+    cs.phase = Phase::Idle;
+    cs.outcome = Some(Ok(()));
+    Ok(())
+}
+
 /// What the running thread `me` should do next in its operation.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
@@ -1232,6 +1342,41 @@ pub fn finish_reply(me: &Ipc) -> FinishedCall {
             st.partner.take(),
             o.msg.take().filter(|_| stage == Stage::Send),
         )),
+    }
+}
+
+/// [`finish_reply`]'s common case, for the direct paths: the call succeeded, and its
+/// reply is taken. None (nothing taken) otherwise.
+#[inline(always)]
+pub fn take_reply(me: &Ipc) -> Option<Message> {
+    // SAFETY: as in `finish`.
+    let st = unsafe { me.st() };
+    if !matches!(st.outcome, Some(Ok(()))) || !matches!(st.rbuf, Some((None, _))) {
+        return None;
+    }
+    st.outcome = None;
+    st.rbuf.take().map(|(_, m)| m)
+}
+
+/// [`finish`]'s common case, for the direct paths: a receive from anyone succeeded, and
+/// its sender and message are taken. None (nothing taken) otherwise.
+///
+/// (`finish` also clears `out`: after a success it holds nothing or a stale copy of
+/// plain words, which the next `put_message` overwrites; see `SendCopy`.)
+#[inline(always)]
+pub fn take_received(me: &Ipc) -> Option<(Arc<Ipc>, Message)> {
+    // SAFETY: as in `finish`.
+    let st = unsafe { me.st() };
+    if !matches!(st.outcome, Some(Ok(())))
+        || st.partner.is_some()
+        || !matches!(st.rbuf, Some((Some(_), _)))
+    {
+        return None;
+    }
+    st.outcome = None;
+    match st.rbuf.take() {
+        Some((Some(from), m)) => Some((from, m)),
+        _ => unreachable!("checked"),
     }
 }
 

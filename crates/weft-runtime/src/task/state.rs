@@ -71,6 +71,20 @@ impl ParkState {
         }
     }
 
+    /// Whether the thread is parked (switched away, in no run queue, not yet woken).
+    /// On the owner worker only.
+    #[inline]
+    pub fn is_parked(&self) -> bool {
+        self.0.load(Relaxed) == PARKED
+    }
+
+    /// Whether no wake-up is pending for the running thread (its next `park_begin`
+    /// would park). On the owner worker only.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.load(Relaxed) == EMPTY
+    }
+
     /// The thread was resumed after `park_begin` returned true: consumes the wake-up.
     /// On the owner worker only.
     #[inline]

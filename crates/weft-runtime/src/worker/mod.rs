@@ -891,6 +891,65 @@ fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool)
     }
 }
 
+/// IPC's direct hand-off between two threads of this worker (`ipc::call_direct`,
+/// `ipc::reply_direct`): the running thread, which has just given `target` its message
+/// (`target` is parked in IPC here, the last to park: its running count is in the
+/// `ipc_parked` slot), parks in IPC without a deadline and the worker switches straight
+/// to `target`. It is `WorkerEnv::wake` + [`park_ipc`] + [`switch_away_to`] for the one
+/// case a call/reply ping-pong lives in, with their general cases checked up front
+/// instead of along the way. Returns false, having changed nothing, unless:
+/// `target`'s count is in the slot and it is parked; the running thread has no wake-up
+/// pending and is not cancelled; and this pick is not one that must look at mail,
+/// timers and I/O first, with no other thread ready to run (so a pair handing off to
+/// each other cannot starve the rest: they then take the general path, which queues
+/// the partner behind the others). The caller then takes that path.
+///
+/// Returns true once the running thread has been resumed (as after `park_ipc`: by
+/// its IPC waker, shutdown, an abort or a remote answer; the caller looks at its
+/// operation's state to know which).
+///
+/// # Safety
+/// `w` is this thread's worker, the caller a green thread at runtime depth
+/// (`preempt::enter`), which it is again on return; `target` a task of this worker.
+#[inline(always)]
+pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> bool {
+    // SAFETY: per the contract; the slot's count keeps `target` alive while we look.
+    unsafe {
+        let ok = (*w)
+            .ipc_parked
+            .as_ref()
+            .is_some_and(|x| Arc::as_ptr(x) == target)
+            && (*target).park.is_parked()
+            && !(*w).current_borrowed
+            && (*w).poll_in > 1
+            && (*w).runq.is_empty()
+            && mine(w).next.is_empty()
+            && (!(*w).spawnq_maybe || (*w).spawnq.is_empty())
+            && !(*w).endpoint.has_mail();
+        if !ok {
+            return false;
+        }
+        let me = (*w).current.take().expect("a green thread");
+        if !me.park.is_empty() || me.cancelled() {
+            (*w).current = Some(me);
+            return false;
+        }
+        (*w).poll_in -= 1;
+        me.park.park_begin();
+        let me_ptr = Arc::as_ptr(&me);
+        let next = (*w).ipc_parked.replace(me).expect("checked");
+        next.park.unpark();
+        switch_to(w, Some(next));
+        // Resumed (see `park_inner`'s second half, which this mirrors).
+        let w = current();
+        (*me_ptr).park.park_end();
+        // Not woken through the slot: our count comes back (`current` holds the one we
+        // run with).
+        drop(take_ipc_parked(w, me_ptr));
+        true
+    }
+}
+
 /// The count the IPC-parked thread `t` left in worker `w`'s slot (see [`park_ipc`]), if
 /// it is the one there.
 ///
@@ -935,6 +994,7 @@ pub(crate) unsafe fn running_task(w: *mut Worker) -> *const Task {
 ///
 /// # Safety
 /// `w` is this thread's worker.
+#[inline]
 pub(crate) unsafe fn is_running(w: *mut Worker, t: *const Task) -> bool {
     // SAFETY: per the contract.
     unsafe { (*w).current.as_ref().is_some_and(|c| Arc::as_ptr(c) == t) }
@@ -944,6 +1004,7 @@ pub(crate) unsafe fn is_running(w: *mut Worker, t: *const Task) -> bool {
 ///
 /// # Safety
 /// `w` is this thread's worker.
+#[inline]
 pub(crate) unsafe fn id_of(w: *mut Worker) -> usize {
     // SAFETY: per the contract.
     unsafe { (*w).id }
@@ -979,7 +1040,7 @@ pub(crate) unsafe fn post_ipc(w: *mut Worker, to: usize, req: crate::ipc::protoc
 
 /// Raises the shutdown unwind once in a cancelled thread (not while it is already
 /// unwinding from it: destructors that park then just return).
-fn check_cancelled(me: &Task) {
+pub(crate) fn check_cancelled(me: &Task) {
     if me.cancelled() && !me.replace_unwinding() {
         std::panic::resume_unwind(Box::new(Shutdown));
     }
