@@ -708,14 +708,22 @@ pub fn send(to: &Tid, msg: Message, timeout: Timeout) -> Result<(), IpcError> {
 /// `After(d)` bounds the whole call.
 #[inline]
 pub fn call(to: &Tid, msg: Message, timeout: Timeout) -> Result<Message, IpcError> {
-    let msg = match timeout {
-        Timeout::After(_) => msg,
-        // (A direct call waits for its reply without a deadline.)
-        Timeout::Zero | Timeout::Never => match call_direct(to, msg) {
-            Ok(r) => return r,
-            Err(msg) => msg,
-        },
-    };
+    // The direct path (a server waiting on this worker); it waits for the reply
+    // without a deadline, so not for `After`.
+    if !matches!(timeout, Timeout::After(_)) {
+        // SAFETY (both blocks): `me` runs here, `to` is owned here (`direct`), two
+        // threads; the check said yes, at runtime depth.
+        if let Some((w, me, closed)) =
+            direct(&to.0, |me| unsafe { protocol::call_ready_here(me, &to.0) })
+        {
+            unsafe { protocol::call_here(&me, &to.0, msg, closed) };
+            hand_off(w, &me, &to.0);
+            return match protocol::take_reply(&me) {
+                Some(m) => Ok(m),
+                None => protocol::finish_reply(&me).map_err(failed),
+            };
+        }
+    }
     let (zero, deadline) = deadline_of(timeout);
     let me = start_transfer(to, msg, zero, deadline, Then::Partner)?;
     protocol::finish_reply(&me).map_err(failed)
@@ -797,24 +805,37 @@ fn caller_beside(to: &Arc<Ipc>) -> Option<(*mut Worker, ManuallyDrop<Arc<Ipc>>)>
     Some((w, me))
 }
 
-/// Performs `step` (a direct path's transition, done or refused) at runtime depth and,
-/// if it was done, hands the worker to `partner` (the thread it gave a message to) and
-/// waits until `me`'s operation is over; else gives back the message `step` refused.
+/// Enters runtime depth for a direct path if `ready` (its check, run there) says the
+/// partner is ready: returns the worker, the caller's identity and `ready`'s answer,
+/// still at runtime depth. None (at depth 0 again) otherwise.
 #[inline(always)]
-fn step_here(
-    w: *mut Worker,
-    me: &Arc<Ipc>,
-    partner: &Ipc,
-    step: impl FnOnce() -> Result<(), Message>,
-) -> Result<(), Message> {
-    // SAFETY: `w` is this thread's worker, the caller a green thread on it (as in `run`);
-    // `partner`'s identity holds a count on its task.
-    unsafe {
-        worker::preempt::enter(w);
-        if let Err(m) = step() {
-            worker::preempt::leave(w);
-            return Err(m);
+fn direct<T>(
+    partner: &Arc<Ipc>,
+    ready: impl FnOnce(&Arc<Ipc>) -> Option<T>,
+) -> Option<(*mut Worker, ManuallyDrop<Arc<Ipc>>, T)> {
+    let (w, me) = caller_beside(partner)?;
+    // SAFETY: `w` is this thread's worker, the caller a green thread on it (as in `run`):
+    // the check and the transition after it run at runtime depth, never switched out
+    // between them by the preemption signal.
+    unsafe { worker::preempt::enter(w) };
+    match ready(&me) {
+        Some(x) => Some((w, me, x)),
+        None => {
+            // SAFETY: as above.
+            unsafe { worker::preempt::leave(w) };
+            None
         }
+    }
+}
+
+/// The end of a direct path, whose transition has just given `partner` its message
+/// (still at runtime depth): hands the worker to `partner` and waits until `me`'s
+/// operation is over, back at depth 0.
+#[inline(always)]
+fn hand_off(w: *mut Worker, me: &Arc<Ipc>, partner: &Ipc) {
+    // SAFETY: `w` is this thread's worker, the caller a green thread on it at runtime
+    // depth; `partner`'s identity holds a count on its task.
+    unsafe {
         if worker::ipc_direct_switch(w, partner.host_ptr() as *const Task) {
             worker::preempt::leave(w);
             worker::check_cancelled(&*worker::running_task(w));
@@ -829,46 +850,6 @@ fn step_here(
             wait(me, None, handoff);
         }
     }
-    Ok(())
-}
-
-/// `call`'s direct path: the server waits on this worker. Gives the message back if
-/// this is not the case.
-#[inline(always)]
-fn call_direct(to: &Tid, msg: Message) -> Result<Result<Message, IpcError>, Message> {
-    let Some((w, me)) = caller_beside(&to.0) else {
-        return Err(msg);
-    };
-    // SAFETY: `me` runs here and `to` is owned here (`caller_beside`); two threads.
-    step_here(w, &me, &to.0, || unsafe {
-        protocol::call_here(&me, &to.0, msg)
-    })?;
-    Ok(match protocol::take_reply(&me) {
-        Some(m) => Ok(m),
-        None => protocol::finish_reply(&me).map_err(failed),
-    })
-}
-
-/// `reply_and_wait`'s direct path (with no deadline): the client waits on this worker
-/// for this reply. Gives the reply back if this is not the case.
-#[inline(always)]
-fn reply_direct(client: &Tid, reply: Message) -> Result<Result<(Tid, Message), IpcError>, Message> {
-    let Some((w, me)) = caller_beside(&client.0) else {
-        return Err(reply);
-    };
-    // SAFETY: as in `call_direct`.
-    step_here(w, &me, &client.0, || unsafe {
-        protocol::reply_here(&me, &client.0, reply)
-    })?;
-    if let Some((t, m)) = protocol::take_received(&me) {
-        return Ok(Ok((Tid(t), m)));
-    }
-    Ok(protocol::finish(&me)
-        .map(|r| {
-            let (t, m) = r.expect("a reply and wait receives");
-            (Tid(t), m)
-        })
-        .map_err(failed))
 }
 
 /// Receives a message from `from` (None: from anyone), waiting at most `timeout`.
@@ -904,13 +885,26 @@ pub fn reply_and_wait(
     reply: Message,
     timeout: Timeout,
 ) -> Result<(Tid, Message), IpcError> {
-    let reply = match timeout {
-        Timeout::Never => match reply_direct(client, reply) {
-            Ok(r) => return r,
-            Err(reply) => reply,
-        },
-        _ => reply,
-    };
+    // The direct path (the client waiting on this worker), when the receive has no
+    // deadline.
+    if matches!(timeout, Timeout::Never) {
+        // SAFETY (both blocks): as in `call`.
+        if let Some((w, me, i)) = direct(&client.0, |me| unsafe {
+            protocol::reply_ready_here(me, &client.0)
+        }) {
+            unsafe { protocol::reply_here(&me, &client.0, reply, i) };
+            hand_off(w, &me, &client.0);
+            if let Some((t, m)) = protocol::take_received(&me) {
+                return Ok((Tid(t), m));
+            }
+            return protocol::finish(&me)
+                .map(|r| {
+                    let (t, m) = r.expect("a reply and wait receives");
+                    (Tid(t), m)
+                })
+                .map_err(failed);
+        }
+    }
     // The reply goes with timeout zero; once delivered, the receive begins at once (on
     // the server's worker, as the delivery is acknowledged): one operation, not two.
     let deadline = match timeout {

@@ -1093,26 +1093,26 @@ pub fn begin_receive<E: Env>(env: &mut E, me: &Arc<Ipc>, from: Option<&Arc<Ipc>>
 // A client and its server on one worker spend most of an IPC in the general steps
 // above: `begin_sending`, `on_send`, `deliver`, `answer` and `on_send_done` each look
 // at cases that cannot arise when the partner is already waiting here (a queue, a
-// refusal, a cancellation in flight, a remote worker). The two functions below do a
-// call's and a reply's whole transition in one step when the partner is on this
-// worker and ready, leaving both states exactly as the general steps would (the
-// same fields, the same counts), so everything after them (timeouts, cancellation,
-// the partner's exit, the remote paths) sees no difference. When a condition does not
-// hold they change nothing and give the message back, and the caller takes the
-// general path.
+// refusal, a cancellation in flight, a remote worker). The functions below do a call's
+// and a reply's whole transition in one step when the partner is on this worker and
+// ready, leaving both states exactly as the general steps would (the same fields, the
+// same counts), so everything after them (timeouts, cancellation, the partner's exit,
+// the remote paths) sees no difference. Each comes in two halves: a check that changes
+// nothing (when it says no, the caller takes the general path), and the transition,
+// which cannot fail: the message is moved once, into the receiver's buffer, and never
+// handed back and forth (each copy of its seven words through a temporary was a
+// store-forwarding stall).
 
-/// A call of `me` (the running thread) to `to`, delivered at once: `to` is a thread of
-/// this worker that waits to receive from `me` (or from anyone). On return `to` has the
-/// message and watches for nothing more; `me` is in its call's send stage, receiving
-/// from `to` (a call's delivery is not acknowledged: see `deliver`). The caller then
-/// wakes `to` and parks `me`. Gives `msg` back, changing nothing, if `to` is not
-/// waiting for `me` or `me` has business with `to` that the general path must see (an
-/// entry in `me`'s watcher list: `to` is receiving from `me`, maybe in a call).
+/// Whether a call of `me` (the running thread) to `to` can be delivered at once: `to`
+/// waits to receive from `me` (Some(true): a closed receive) or from anyone
+/// (Some(false)), is alive, and `me` has no business with `to` that the general path
+/// must see (an entry in `me`'s watcher list: `to` receiving from `me`, maybe in a
+/// call). Changes nothing.
 ///
 /// # Safety
 /// `me` runs on this worker, `to` is owned by this worker, and they differ.
 #[inline(always)]
-pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message) -> Result<(), Message> {
+pub unsafe fn call_ready_here(me: &Arc<Ipc>, to: &Arc<Ipc>) -> Option<bool> {
     // SAFETY: per the contract, both states are this worker's, and they are two.
     let (st, rs) = unsafe { (me.st(), to.st()) };
     let closed = match rs.phase {
@@ -1122,14 +1122,25 @@ pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message) -> Result<()
         {
             true
         }
-        _ => return Err(msg),
+        _ => return None,
     };
-    if st.watchers.iter().any(|(x, _)| Arc::ptr_eq(x, to)) {
-        return Err(msg);
+    if st.watchers.iter().any(|(x, _)| Arc::ptr_eq(x, to)) || to.is_dead() {
+        return None; // (dead: unwound out of its receive at shutdown)
     }
-    if to.is_dead() {
-        return Err(msg); // (unwound out of its receive at shutdown)
-    }
+    Some(closed)
+}
+
+/// The call [`call_ready_here`] said can be delivered at once (`closed`: its answer),
+/// delivered: `to` has the message and its receive is over; `me` is in its call's send
+/// stage, receiving from `to` (a call's delivery is not acknowledged: see `deliver`).
+/// The caller then wakes `to` and parks `me`.
+///
+/// # Safety
+/// As [`call_ready_here`], which said so, with nothing run on this worker since.
+#[inline(always)]
+pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message, closed: bool) {
+    // SAFETY: per the contract.
+    let (st, rs) = unsafe { (me.st(), to.st()) };
     debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
     // `begin_sending`, for a call.
     st.seq = st.seq.wrapping_add(1);
@@ -1150,35 +1161,39 @@ pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message) -> Result<()
     rs.phase = Phase::Idle;
     rs.outcome = Some(Ok(()));
     add_watcher(rs, me, st.seq);
-    Ok(())
 }
 
-/// A reply and wait of `me` (the running thread) to `client`, delivered at once:
-/// `client` is a thread of this worker whose call `me` received and has not answered
-/// (`me` has its watcher entry), and no sender waits for `me`. On return `client` has
-/// its reply and `me` receives from anyone, as after `on_send_done`'s transition. The
-/// caller then wakes `client` and parks `me`. Gives `reply` back, changing nothing,
-/// otherwise.
+/// Whether a reply and wait of `me` (the running thread) to `client` can be delivered
+/// at once: `client` waits for the reply to a call that `me` received and has not
+/// answered (`me` has its watcher entry: Some(its index)), and no sender waits for
+/// `me` (its receive would take the first of them at once). Changes nothing.
 ///
 /// # Safety
-/// As [`call_here`], with `client` for `to`.
+/// As [`call_ready_here`], with `client` for `to`.
 #[inline(always)]
-pub unsafe fn reply_here(me: &Arc<Ipc>, client: &Arc<Ipc>, reply: Message) -> Result<(), Message> {
-    // SAFETY: per the contract, as in `call_here`.
+pub unsafe fn reply_ready_here(me: &Arc<Ipc>, client: &Arc<Ipc>) -> Option<usize> {
+    // SAFETY: per the contract, as in `call_ready_here`.
     let (st, cs) = unsafe { (me.st(), client.st()) };
     if !st.senders.is_empty() {
-        return Err(reply); // the receive would take the first of them at once
+        return None;
     }
-    let Some(i) = st
+    let i = st
         .watchers
         .iter()
-        .rposition(|(x, _)| Arc::ptr_eq(x, client))
-    else {
-        return Err(reply);
-    };
-    if !awaits_reply(cs, me, Some(st.watchers[i].1)) {
-        return Err(reply);
-    }
+        .rposition(|(x, _)| Arc::ptr_eq(x, client))?;
+    awaits_reply(cs, me, Some(st.watchers[i].1)).then_some(i)
+}
+
+/// The reply [`reply_ready_here`] said can be delivered at once (`i`: its answer),
+/// delivered: `client` has its reply and `me` receives from anyone, as after
+/// `on_send_done`'s transition. The caller then wakes `client` and parks `me`.
+///
+/// # Safety
+/// As [`reply_ready_here`], which said so, with nothing run on this worker since.
+#[inline(always)]
+pub unsafe fn reply_here(me: &Arc<Ipc>, client: &Arc<Ipc>, reply: Message, i: usize) {
+    // SAFETY: per the contract.
+    let (st, cs) = unsafe { (me.st(), client.st()) };
     debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
     let (given, _) = st.watchers.swap_remove(i);
     // `begin_sending` then `on_send_done`'s transition to a receive from anyone: the
@@ -1195,7 +1210,6 @@ pub unsafe fn reply_here(me: &Arc<Ipc>, client: &Arc<Ipc>, reply: Message) -> Re
     cs.rbuf = Some((None, reply));
     cs.phase = Phase::Idle;
     cs.outcome = Some(Ok(()));
-    Ok(())
 }
 
 /// What the running thread `me` should do next in its operation.

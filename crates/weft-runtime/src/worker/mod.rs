@@ -911,7 +911,7 @@ fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool)
 /// # Safety
 /// `w` is this thread's worker, the caller a green thread at runtime depth
 /// (`preempt::enter`), which it is again on return; `target` a task of this worker.
-#[inline(always)]
+#[inline(never)]
 pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> bool {
     // SAFETY: per the contract; the slot's count keeps `target` alive while we look.
     unsafe {
