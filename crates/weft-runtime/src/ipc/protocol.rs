@@ -639,15 +639,29 @@ fn deliver<E: Env>(
 /// Adds (or renews) `who`'s entry in a watcher list.
 #[inline]
 fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
-    match st
-        .watchers
-        .iter_mut()
-        .rev()
-        .find(|(x, _)| Arc::ptr_eq(x, who))
-    {
+    match watcher_entry(st, who) {
         Some(e) => e.1 = seq,
         None => st.watchers.push((who.clone(), seq)),
     }
+}
+
+/// As [`add_watcher`], with a count on `who` already taken (dropped if `who` has an
+/// entry).
+#[inline]
+fn add_watcher_counted(st: &mut Local, who: Arc<Ipc>, seq: u32) {
+    match watcher_entry(st, &who) {
+        Some(e) => e.1 = seq,
+        None => st.watchers.push((who, seq)),
+    }
+}
+
+/// `who`'s entry in a watcher list, if it has one.
+#[inline]
+fn watcher_entry<'a>(st: &'a mut Local, who: &Arc<Ipc>) -> Option<&'a mut (Arc<Ipc>, u32)> {
+    st.watchers
+        .iter_mut()
+        .rev()
+        .find(|(x, _)| Arc::ptr_eq(x, who))
 }
 
 /// Takes `who`'s entry out of a watcher list: its count on `who` and the number of the
@@ -1139,6 +1153,9 @@ pub unsafe fn call_ready_here(me: &Arc<Ipc>, to: &Arc<Ipc>) -> Option<bool> {
 /// As [`call_ready_here`], which said so, with nothing run on this worker since.
 #[inline(always)]
 pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message, closed: bool) {
+    // The watcher entry's count, taken first: a locked instruction waits for the
+    // stores before it to drain, and the transition is mostly stores.
+    let watcher = me.clone();
     // SAFETY: per the contract.
     let (st, rs) = unsafe { (me.st(), to.st()) };
     debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
@@ -1160,7 +1177,7 @@ pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message, closed: bool
     rs.rbuf = Some((from, msg));
     rs.phase = Phase::Idle;
     rs.outcome = Some(Ok(()));
-    add_watcher(rs, me, st.seq);
+    add_watcher_counted(rs, watcher, st.seq);
 }
 
 /// Whether a reply and wait of `me` (the running thread) to `client` can be delivered
