@@ -98,11 +98,20 @@ fn server(me: usize, stop: Arc<AtomicBool>) -> ServerReport {
     let mut r = ServerReport::default();
     let idle = Timeout::After(Duration::from_millis(2));
     let mut pending: Option<(Tid, u64)> = None;
+    let mut rng = Rng::new(1000 + me as u64);
     loop {
         let res = match pending.take() {
             None => ipc::receive(None, idle),
             Some((client, id)) => {
-                let res = ipc::reply_and_wait(&client, reply_to(id, me), idle);
+                // Half the replies wait for the next request without a deadline (a
+                // client on this worker then gets it through the direct path); the
+                // run's end cancels the servers.
+                let wait = if rng.below(2) == 0 {
+                    Timeout::Never
+                } else {
+                    idle
+                };
+                let res = ipc::reply_and_wait(&client, reply_to(id, me), wait);
                 match &res {
                     Err(e) if e.stage() == Stage::Send => {
                         // The client gave up: the reply comes back, and no receive
@@ -232,6 +241,12 @@ fn run(workers: usize) {
             let creports: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
             let elapsed = t0.elapsed();
             stop.store(true, Release);
+            for s in &servers {
+                while !s.is_finished() {
+                    ipc::cancel(&s.tid()); // (a server waiting without a deadline)
+                    weft_runtime::sleep(Duration::from_millis(1));
+                }
+            }
             let cancels: u64 = creports.iter().map(|r| r.cancels).sum();
             let sreports: Vec<_> = servers.into_iter().map(|s| s.join().unwrap()).collect();
             (creports, sreports, cancels, elapsed)
