@@ -8,7 +8,11 @@
 //!
 //! * `local`: client and server on worker 0 (seed table 5, local IPC), vs "go" (two
 //!   goroutines, unbuffered channels, GOMAXPROCS=1) and "mutex-condvar-1cpu" (two OS
-//!   threads pinned to CPU 0 handing a turn over with std's futex-based Mutex + Condvar).
+//!   threads pinned to CPU 0 handing a turn over with std's futex-based Mutex + Condvar),
+//!   beside the floor under any local round trip: "two-fiber-switches", two raw fibers
+//!   switching to each other with the switch a local round trip makes (owned, ending
+//!   with a jump: `RawFiber::switch_to_owned_jump`), with the per-fiber statistics, and
+//!   doing nothing else.
 //! * `cross`: client on worker 0, server on worker 1 (seed table 4, no additional load):
 //!   "weft-busy": each worker also runs a green thread that yields in a loop (as the
 //!   runtime suite's "weft-busy" row), so neither worker ever sleeps; "weft-idle": nothing
@@ -163,6 +167,7 @@ fn local_rows(
         Contender::new("mutex-condvar-1cpu", 1, |n| {
             mutex_condvar(on_cpu0.then_some(0), n)
         }),
+        Contender::new("two-fiber-switches", 1, two_fiber_switches),
     ];
     let results = measure_interleaved(ctx.opts, &mut contenders)?;
     drop(contenders);
@@ -184,6 +189,15 @@ fn local_rows(
         "weft",
     );
     let weft = median_of(&results, "weft");
+    if let (Some(w), Some(f)) = (weft, median_of(&results, "two-fiber-switches")) {
+        rep.line(format!(
+            "  floor: the two switches alone (two-fiber-switches) take {f:.2} ns; the \
+             IPC on top of them {:.2} ns. The API adds two locked instructions per round \
+             trip (the server's new Tid for its client and the one it drops), ~5 ns each \
+             on a current x86 CPU",
+            w - f
+        ));
+    }
     print_target(
         rep,
         &format!("local round trip <= {TARGET_LOCAL_NS} ns"),
@@ -208,6 +222,45 @@ fn local_rows(
     }
     rep.line(line);
     Ok(weft)
+}
+
+/// `n` round trips between two raw fibers on a thread of their own: each is two
+/// switches of the kind a same-worker IPC round trip makes (the fiber core's owned
+/// switch with the jump ending, `RawFiber::switch_to_owned_jump`), with the per-fiber
+/// statistics, and nothing else: the floor under a local IPC round trip.
+fn two_fiber_switches(n: u64) -> Result<Duration, String> {
+    use weft_fiber::raw::RawFiber;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let main = weft_fiber::convert_thread().map_err(|e| e.to_string())?;
+            let home = RawFiber::of_thread(&main);
+            let pong = RawFiber::spawn(64 * 1024, move || loop {
+                // SAFETY: `home` is the measuring thread's fiber, suspended in its loop;
+                // only this thread switches to either fiber.
+                unsafe { home.switch_to_owned_jump() }.expect("switch back");
+            })
+            .map_err(|e| e.to_string())?;
+            // SAFETY (all three blocks): as above; `pong` switches straight back each
+            // time. (The first switch starts it: not timed.) The switch is called in
+            // the loop itself: from inside a helper, the helper's `ret` would
+            // mispredict at every round, as a ping-pong's `ret`s do (fiber.rs,
+            // `switch_to_owned_jump`).
+            unsafe { pong.switch_to_owned_jump() }.map_err(|e| e.to_string())?;
+            let t = Instant::now();
+            for _ in 0..n {
+                if let Err(e) = unsafe { pong.switch_to_owned_jump() } {
+                    return Err(e.to_string());
+                }
+            }
+            let d = t.elapsed();
+            // SAFETY: `pong` is suspended (it switched back) and not used again.
+            unsafe { pong.delete() };
+            drop(main);
+            Ok(d)
+        })
+        .join()
+        .map_err(|p| format!("the fiber ping-pong panicked: {}", panic_text(&*p)))?
+    })
 }
 
 /// Rows 2, 3 and 6: the cross-worker round trip, busy, idle and asleep, and its peers.

@@ -911,7 +911,7 @@ fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool)
 /// # Safety
 /// `w` is this thread's worker, the caller a green thread at runtime depth
 /// (`preempt::enter`), which it is again on return; `target` a task of this worker.
-#[inline(never)]
+#[inline(always)]
 pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> bool {
     // SAFETY: per the contract; the slot's count keeps `target` alive while we look.
     unsafe {
@@ -939,7 +939,13 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
         let me_ptr = Arc::as_ptr(&me);
         let next = (*w).ipc_parked.replace(me).expect("checked");
         next.park.unpark();
-        switch_to(w, Some(next));
+        // Inlined into both sides of a ping-pong, each switching from its own call site
+        // and going on inline: the jump ending is the one predicted there (see
+        // `RawFiber::switch_to_owned_jump`).
+        let target = make_current(w, Some(next));
+        if let Err(e) = target.switch_to_owned_jump() {
+            switch_failed(w, target, e);
+        }
         // Resumed (see `park_inner`'s second half, which this mirrors).
         let w = current();
         (*me_ptr).park.park_end();
