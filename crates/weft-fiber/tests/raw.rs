@@ -67,6 +67,50 @@ fn owned_switches_count_like_public_ones_and_mix_with_them() {
     });
 }
 
+/// The jump-ended owned switch (a ping-pong's) counts and checks like the others, and
+/// mixes with them: a fiber suspended by one kind is resumed by another.
+#[test]
+fn the_jump_ended_owned_switch_counts_and_mixes_with_the_others() {
+    on_thread(|| {
+        let main = convert_thread().unwrap();
+        let back = RawFiber::of_thread(&main);
+        let rounds = Arc::new(AtomicU64::new(0));
+        let r2 = rounds.clone();
+        let f = RawFiber::spawn(0, move || loop {
+            let i = r2.fetch_add(1, SeqCst);
+            // SAFETY: `back` is the test thread's live fiber, suspended here.
+            unsafe {
+                if i % 2 == 0 {
+                    back.switch_to_owned_jump().unwrap();
+                } else {
+                    back.switch_to_owned().unwrap();
+                }
+            }
+        })
+        .unwrap();
+        for i in 0..9u64 {
+            // SAFETY: `f` is live and suspended (or never run).
+            unsafe {
+                match i % 3 {
+                    0 => f.switch_to_owned_jump().unwrap(),
+                    1 => f.switch_to_owned().unwrap(),
+                    _ => f.switch_to().unwrap(),
+                }
+            }
+            assert_eq!(rounds.load(SeqCst), i + 1);
+            assert_eq!(f.stats().activations, i + 1, "every switch in counts once");
+        }
+        // Switching to the running fiber: a counted no-op, as with the other kinds.
+        let before = back.stats().activations;
+        // SAFETY: `back` is live (the running fiber).
+        unsafe { back.switch_to_owned_jump().unwrap() };
+        assert_eq!(back.stats().activations, before + 1);
+        assert_eq!(f.stats().failed_activations, 0);
+        // SAFETY: suspended, and nothing uses `f` afterwards.
+        unsafe { f.delete() };
+    });
+}
+
 #[test]
 fn an_owned_switch_checks_like_the_public_one() {
     on_thread(|| {
