@@ -192,6 +192,7 @@ fn bench_ipc_quick_json_reports_every_row() {
                 ("weft", false),
                 ("go", false),
                 ("mutex-condvar-1cpu", false),
+                ("two-fiber-switches", false),
             ],
         ),
         (
@@ -237,6 +238,10 @@ fn bench_ipc_quick_json_reports_every_row() {
     // The table shows the targets and the seed's figures.
     assert!(
         table.contains("target: local round trip <= 60 ns"),
+        "{table}"
+    );
+    assert!(
+        table.contains("floor: the two switches alone (two-fiber-switches)"),
         "{table}"
     );
     assert!(table.contains("seed (table 4"), "{table}");
