@@ -152,6 +152,7 @@ impl NextSlot {
         (!old.is_null()).then(|| unsafe { Arc::from_raw(old) })
     }
     /// Whether the slot is empty (a hint).
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.0.load(Relaxed).is_null()
     }
@@ -1046,8 +1047,17 @@ pub(crate) unsafe fn post_ipc(w: *mut Worker, to: usize, req: crate::ipc::protoc
 
 /// Raises the shutdown unwind once in a cancelled thread (not while it is already
 /// unwinding from it: destructors that park then just return).
+#[inline]
 pub(crate) fn check_cancelled(me: &Task) {
-    if me.cancelled() && !me.replace_unwinding() {
+    if me.cancelled() {
+        unwind_cancelled(me);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn unwind_cancelled(me: &Task) {
+    if !me.replace_unwinding() {
         std::panic::resume_unwind(Box::new(Shutdown));
     }
 }
