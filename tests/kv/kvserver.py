@@ -90,7 +90,9 @@ class Server:
                 a += ["--requirepass", self.requirepass]
             if self.maxmemory is not None:
                 a += ["--maxmemory", str(self.maxmemory)]
-            if os.environ.get("KV_WORKERS"):
+            # KV_WORKERS sets the worker count of every server a test does not set
+            # itself (a test's own --workers wins: weft-kv takes the option once).
+            if os.environ.get("KV_WORKERS") and "--workers" not in self.extra:
                 a += ["--workers", os.environ["KV_WORKERS"]]
             return a + self.extra
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
