@@ -499,6 +499,60 @@ fn one_worker_direct_calls_and_replies_keep_the_semantics() {
     });
 }
 
+/// A runtime dropped while a client waits in a direct call (its server took the request
+/// and then parked for good): shutdown unwinds both stacks, and both threads report the
+/// shutdown. (Also run under memcheck with the rest of this file.)
+#[test]
+fn shutdown_unwinds_a_client_waiting_in_a_direct_call() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    struct Flag(Arc<AtomicUsize>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let got = Arc::new(AtomicUsize::new(0));
+    let r = rt(1);
+    let (f, g) = (Flag(dropped.clone()), got.clone());
+    let server = r.spawn_on(0, move || {
+        let _f = f;
+        let (_c, m) = ipc::receive(None, Timeout::Never).unwrap();
+        g.store(m.words[0] as usize, Ordering::SeqCst);
+        loop {
+            weft_runtime::park::park(); // never woken: the client waits for good
+        }
+    });
+    let tid = server.tid();
+    let f = Flag(dropped.clone());
+    let client = r.spawn_on(0, move || {
+        let _f = f;
+        // (Until the server waits, a call with timeout zero fails at its send.)
+        while let Err(e) = ipc::call(&tid, Message::word(7), Timeout::Zero) {
+            assert_eq!(e.stage(), Stage::Send, "{e}");
+            weft_runtime::yield_now();
+        }
+        unreachable!("the server never replies");
+    });
+    let t = Instant::now();
+    while got.load(Ordering::SeqCst) != 7 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the call never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(r);
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        2,
+        "both stacks were unwound"
+    );
+    assert!(server.join().unwrap_err().is::<weft_runtime::Shutdown>());
+    assert!(client.join().unwrap_err().is::<weft_runtime::Shutdown>());
+}
+
 /// Every test of this file again under valgrind's memcheck, in one process: no invalid
 /// access, no use of uninitialised memory (the fiber core registers its stacks with
 /// valgrind, so memcheck follows the switches).
