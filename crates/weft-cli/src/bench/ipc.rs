@@ -192,9 +192,7 @@ fn local_rows(
     if let (Some(w), Some(f)) = (weft, median_of(&results, "two-fiber-switches")) {
         rep.line(format!(
             "  floor: the two switches alone (two-fiber-switches) take {f:.2} ns; the \
-             IPC on top of them {:.2} ns. The API adds two locked instructions per round \
-             trip (the server's new Tid for its client and the one it drops), ~5 ns each \
-             on a current x86 CPU",
+             scheduling and IPC on top of them {:.2} ns",
             w - f
         ));
     }
