@@ -80,7 +80,7 @@ fn the_jump_ended_owned_switch_counts_and_mixes_with_the_others() {
             let i = r2.fetch_add(1, SeqCst);
             // SAFETY: `back` is the test thread's live fiber, suspended here.
             unsafe {
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     back.switch_to_owned_jump().unwrap();
                 } else {
                     back.switch_to_owned().unwrap();
