@@ -892,8 +892,9 @@ fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool)
     }
 }
 
-/// IPC's direct hand-off between two threads of this worker (`ipc::call_direct`,
-/// `ipc::reply_direct`): the running thread, which has just given `target` its message
+/// IPC's direct hand-off between two threads of this worker (`ipc::hand_off`, the end
+/// of `call`'s and `reply_and_wait`'s direct paths): the running thread, which has just
+/// given `target` its message
 /// (`target` is parked in IPC here, the last to park: its running count is in the
 /// `ipc_parked` slot), parks in IPC without a deadline and the worker switches straight
 /// to `target`. It is `WorkerEnv::wake` + [`park_ipc`] + [`switch_away_to`] for the one
