@@ -504,14 +504,9 @@ fn one_worker_direct_calls_and_replies_keep_the_semantics() {
 /// shutdown. (Also run under memcheck with the rest of this file.)
 #[test]
 fn shutdown_unwinds_a_client_waiting_in_a_direct_call() {
+    use common::Flag;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    struct Flag(Arc<AtomicUsize>);
-    impl Drop for Flag {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     let dropped = Arc::new(AtomicUsize::new(0));
     let got = Arc::new(AtomicUsize::new(0));
     let r = rt(1);

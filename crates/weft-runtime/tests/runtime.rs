@@ -2,6 +2,7 @@
 //! panics, and shutdown.
 
 mod common;
+use common::Flag;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -156,14 +157,6 @@ fn wakeups_across_workers_are_not_lost() {
         }
         assert_eq!(turn.load(Relaxed), N * rounds);
     });
-}
-
-/// Counts its drops.
-struct Flag(Arc<AtomicUsize>);
-impl Drop for Flag {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, SeqCst);
-    }
 }
 
 #[test]

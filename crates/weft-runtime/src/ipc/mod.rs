@@ -718,15 +718,36 @@ pub fn call(to: &Tid, msg: Message, timeout: Timeout) -> Result<Message, IpcErro
         {
             unsafe { protocol::call_here(&me, &to.0, msg, closed) };
             hand_off(w, &me, &to.0);
-            return match protocol::take_reply(&me) {
-                Some(m) => Ok(m),
-                None => protocol::finish_reply(&me).map_err(failed),
-            };
+            return replied(&me);
         }
     }
     let (zero, deadline) = deadline_of(timeout);
     let me = start_transfer(to, msg, zero, deadline, Then::Partner)?;
-    protocol::finish_reply(&me).map_err(failed)
+    replied(&me)
+}
+
+/// The outcome of `me`'s finished call: its reply, or why it failed.
+#[inline(always)]
+fn replied(me: &Ipc) -> Result<Message, IpcError> {
+    match protocol::take_reply(me) {
+        Some(m) => Ok(m),
+        None => protocol::finish_reply(me).map_err(failed),
+    }
+}
+
+/// The outcome of `me`'s finished receive (of a `receive` or a `reply_and_wait`): the
+/// sender and the message, or why it failed.
+#[inline(always)]
+fn received(me: &Ipc) -> Result<(Tid, Message), IpcError> {
+    if let Some((t, m)) = protocol::take_received(me) {
+        return Ok((Tid(t), m));
+    }
+    protocol::finish(me)
+        .map(|r| {
+            let (t, m) = r.expect("a receive has a message");
+            (Tid(t), m)
+        })
+        .map_err(failed)
 }
 
 #[inline]
@@ -777,7 +798,9 @@ fn start_transfer(
 // ---- The same-worker direct paths (see protocol.rs, `call_here`) ----
 
 /// The caller's worker and identity, if `to` is a live thread of the same worker (and
-/// runtime) other than the caller: the case of the direct paths.
+/// runtime) other than the caller: the case of the direct paths. (The lookups of
+/// [`caller`], without its error and its first-use path: built on `caller`, the local
+/// round trip measured ~1.5 ns slower.)
 #[inline(always)]
 fn caller_beside(to: &Arc<Ipc>) -> Option<(*mut Worker, ManuallyDrop<Arc<Ipc>>)> {
     let w = worker::current();
@@ -867,12 +890,7 @@ pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), I
     run(&me, deadline, |env| {
         protocol::begin_receive(env, &me, from, zero)
     });
-    protocol::finish(&me)
-        .map(|r| {
-            let (t, m) = r.expect("a receive has a message");
-            (Tid(t), m)
-        })
-        .map_err(failed)
+    received(&me)
 }
 
 /// The server loop's step: replies to `client` with timeout zero (a caller is always
@@ -894,15 +912,7 @@ pub fn reply_and_wait(
         }) {
             unsafe { protocol::reply_here(&me, &client.0, reply, i) };
             hand_off(w, &me, &client.0);
-            if let Some((t, m)) = protocol::take_received(&me) {
-                return Ok((Tid(t), m));
-            }
-            return protocol::finish(&me)
-                .map(|r| {
-                    let (t, m) = r.expect("a reply and wait receives");
-                    (Tid(t), m)
-                })
-                .map_err(failed);
+            return received(&me);
         }
     }
     // The reply goes with timeout zero; once delivered, the receive begins at once (on

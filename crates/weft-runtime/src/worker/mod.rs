@@ -894,10 +894,9 @@ fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool)
 
 /// IPC's direct hand-off between two threads of this worker (`ipc::hand_off`, the end
 /// of `call`'s and `reply_and_wait`'s direct paths): the running thread, which has just
-/// given `target` its message
-/// (`target` is parked in IPC here, the last to park: its running count is in the
-/// `ipc_parked` slot), parks in IPC without a deadline and the worker switches straight
-/// to `target`. It is `WorkerEnv::wake` + [`park_ipc`] + [`switch_away_to`] for the one
+/// given `target` its message (`target` is parked in IPC here, the last to park: its
+/// running count is in the `ipc_parked` slot), parks in IPC without a deadline and the
+/// worker switches straight to `target`. It is `WorkerEnv::wake` + [`park_ipc`] + [`switch_away_to`] for the one
 /// case a call/reply ping-pong lives in, with their general cases checked up front
 /// instead of along the way. Returns false, having changed nothing, unless:
 /// `target`'s count is in the slot and it is parked; the running thread has no wake-up

@@ -68,3 +68,13 @@ pub fn memcheck_this_binary(skip: &[&str]) {
     }
     run_under_memcheck(&[], &args, "test result: ok");
 }
+
+/// Counts its drops (in the counter it shares): a test that a thread's stack was
+/// unwound holds one on that stack.
+pub struct Flag(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
