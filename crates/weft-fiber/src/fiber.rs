@@ -340,7 +340,7 @@ pub(crate) unsafe fn switch_to_owned_jump(
     unsafe {
         match begin_switch::<true>(to)? {
             None => Ok(to),
-            Some(cur) => Ok(arch::switch(cur, to)),
+            Some(cur) => Ok(arch::switch_jump(cur, to)),
         }
     }
 }

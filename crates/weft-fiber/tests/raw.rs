@@ -111,6 +111,118 @@ fn the_jump_ended_owned_switch_counts_and_mixes_with_the_others() {
     });
 }
 
+/// The jump-ended owned switch is entered without a `call` (`arch::switch_jump`): the
+/// compiler sees an inline block, not a function. Whatever it keeps live across the
+/// block must survive: values in callee-saved and spilled registers, floats, the
+/// rounding mode of each side, and the frames the switch is made from (returns out of
+/// a recursion that switches at every level land where they should).
+#[test]
+fn the_call_less_switch_keeps_what_the_compiler_keeps_live() {
+    use std::hint::black_box;
+    /// Switches to `to` at every level of a recursion `depth` deep, with a dozen
+    /// values live across each switch; returns their sum over all levels.
+    #[inline(never)]
+    fn switching_recursion(to: RawFiber, depth: u64, seed: u64) -> u64 {
+        if depth == 0 {
+            return 0;
+        }
+        let v: [u64; 12] = std::array::from_fn(|i| black_box(seed * 31 + i as u64));
+        let x = black_box(seed as f64) / 3.0;
+        // SAFETY: `to` is the other side of the ping-pong, suspended while we run.
+        unsafe { to.switch_to_owned_jump().unwrap() };
+        let inner = switching_recursion(to, depth - 1, seed + 1);
+        assert_eq!(x, seed as f64 / 3.0, "a float live across the switch");
+        v.iter().sum::<u64>() + inner
+    }
+    /// `n` switches to `to` from a loop with no call in it, so that the compiler may
+    /// keep values in any register it believes the switch preserves; returns a sum of
+    /// values (integers and floats) each live across one switch.
+    #[inline(never)]
+    fn switching_loop(to: RawFiber, n: u64, seed: u64) -> (u64, f64) {
+        let (mut sum, mut fsum) = (0u64, 0f64);
+        for k in 0..n {
+            let v: [u64; 14] = std::array::from_fn(|i| black_box((seed + k) * 31 + i as u64));
+            let f: [f64; 8] = std::array::from_fn(|i| black_box((seed + k + i as u64) as f64));
+            // SAFETY: as in `switching_recursion`; the failure path is cold.
+            if unsafe { to.switch_to_owned_jump() }.is_err() {
+                std::process::abort();
+            }
+            // (Combined with a value read after the switch, so that the compiler
+            // cannot fold them before it.)
+            let one = black_box(1u64);
+            sum = sum.wrapping_add(v.iter().fold(0, |a, x| a ^ (x * one).rotate_left(7)));
+            fsum += f.iter().map(|x| x * one as f64).sum::<f64>();
+        }
+        (sum, fsum)
+    }
+    fn expected_loop(n: u64, seed: u64) -> (u64, f64) {
+        let (mut sum, mut fsum) = (0u64, 0f64);
+        for k in 0..n {
+            let v: [u64; 14] = std::array::from_fn(|i| (seed + k) * 31 + i as u64);
+            sum = sum.wrapping_add(v.iter().fold(0, |a, x| a ^ x.rotate_left(7)));
+            fsum += (0..8).map(|i| (seed + k + i) as f64).sum::<f64>();
+        }
+        (sum, fsum)
+    }
+    fn expected(depth: u64, seed: u64) -> u64 {
+        (0..depth)
+            .map(|d| (0..12).map(|i| (seed + d) * 31 + i).sum::<u64>())
+            .sum()
+    }
+    on_thread(|| {
+        let main = convert_thread().unwrap();
+        let back = RawFiber::of_thread(&main);
+        let sums = Arc::new(AtomicU64::new(0));
+        let s2 = sums.clone();
+        let f = RawFiber::spawn(0, move || {
+            #[cfg(target_arch = "x86_64")]
+            set_rounding_up();
+            for round in 0..50u64 {
+                let got = switching_recursion(back, 8, 1000 + round);
+                assert_eq!(got, expected(8, 1000 + round));
+                assert_eq!(switching_loop(back, 20, round), expected_loop(20, round));
+                #[cfg(target_arch = "x86_64")]
+                assert!(rounds_up(), "the fiber's rounding mode survived");
+                s2.fetch_add(1, SeqCst);
+            }
+            // SAFETY: `back` is live and suspended; this fiber never runs again.
+            unsafe { back.exit_to_owned() }
+        })
+        .unwrap();
+        // SAFETY: `f` is live and not started.
+        unsafe { f.switch_to_owned_jump().unwrap() };
+        for round in 0..50u64 {
+            // (The last round's last switch is answered by the fiber's exit.)
+            let got = switching_recursion(f, 8, round);
+            assert_eq!(got, expected(8, round));
+            let seed = 1_000_000 + round;
+            assert_eq!(switching_loop(f, 20, seed), expected_loop(20, seed));
+            #[cfg(target_arch = "x86_64")]
+            assert!(!rounds_up(), "the fiber's rounding mode did not leak");
+        }
+        // The fiber finished its 50th recursion and exited back to us.
+        assert_eq!(sums.load(SeqCst), 50);
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+fn rounds_up() -> bool {
+    let mut v = 0u32;
+    // SAFETY: stores MXCSR into a local.
+    unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v) };
+    v & 0x6000 == 0x4000
+}
+#[cfg(target_arch = "x86_64")]
+fn set_rounding_up() {
+    let mut v = 0u32;
+    // SAFETY: reads and writes MXCSR through a local: only the rounding field changes.
+    unsafe {
+        std::arch::asm!("stmxcsr [{}]", in(reg) &mut v);
+        v = (v & !0x6000) | 0x4000;
+        std::arch::asm!("ldmxcsr [{}]", in(reg) &v);
+    }
+}
+
 #[test]
 fn an_owned_switch_checks_like_the_public_one() {
     on_thread(|| {

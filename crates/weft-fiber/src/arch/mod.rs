@@ -22,7 +22,7 @@
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{
-    exit_thread_at, init_stack, switch, switch_exiting, switch_exiting_ret, switch_ret,
+    exit_thread_at, init_stack, switch, switch_exiting, switch_exiting_ret, switch_jump, switch_ret,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -32,7 +32,9 @@ pub(crate) use aarch64::{exit_thread_at, init_stack, stack_pointer, switch, swit
 // aarch64's switch already returns with `ret` (through the link register), which its
 // return-address predictor handles as the x86_64 `_ret` variants do.
 #[cfg(target_arch = "aarch64")]
-pub(crate) use aarch64::{switch as switch_ret, switch_exiting as switch_exiting_ret};
+pub(crate) use aarch64::{
+    switch as switch_ret, switch as switch_jump, switch_exiting as switch_exiting_ret,
+};
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("weft's fiber core supports x86_64 and aarch64");

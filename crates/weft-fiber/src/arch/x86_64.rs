@@ -184,6 +184,46 @@ pub(crate) unsafe extern "C" fn switch_ret(
     switch_body!(plain_return!())
 }
 
+/// [`switch`] entered without a `call`: the return address is pushed by hand and the
+/// switch is reached with a `jmp`, so neither end of the switch touches the
+/// return-stack buffer.
+///
+/// A `call` pushes an entry on that buffer; `switch`'s jump ending pops none. Two
+/// fibers that switch to each other this way would each leave one entry behind per
+/// switch, and the first `ret` the resumed side makes afterwards (out of the function
+/// that switched) is predicted from the other fiber's entry and mispredicts. Entered
+/// with a `jmp`, the buffer is exactly as the resumed side left it when it suspended,
+/// and its `ret`s are predicted right. The frame is the same as a call's (the return
+/// address on top of the stack, pushed with the stack aligned for a call), so a fiber
+/// suspended here may be resumed by any switch, and the other way round.
+///
+/// # Safety
+/// As for [`switch`].
+#[inline(always)]
+pub(crate) unsafe fn switch_jump(cur: *mut FiberRecord, to: *mut FiberRecord) -> *mut FiberRecord {
+    let prev: *mut FiberRecord;
+    // SAFETY: per the contract, `switch` may run. The block behaves as a call to it
+    // under the C ABI (hence `clobber_abi("C")`, and no `nostack`, which gives the
+    // stack a call's alignment at the push and keeps the red zone free): the push makes
+    // the call's frame, `switch` saves the callee-saved registers on it and restores
+    // them when this fiber is resumed, popping the return address and jumping to `2:`,
+    // with the stack pointer back where the block found it.
+    unsafe {
+        core::arch::asm!(
+            "lea rax, [rip + 2f]",
+            "push rax",
+            "jmp {switch}",
+            "2:",
+            switch = sym switch,
+            in("rdi") cur,
+            in("rsi") to,
+            lateout("rax") prev,
+            clobber_abi("C"),
+        )
+    };
+    prev
+}
+
 /// Leaves `cur` for good (it finished, or is to be freed) and resumes `to`. Never
 /// returns.
 ///
