@@ -332,6 +332,58 @@ fn an_ended_thread_is_unknown_once_no_tid_refers_to_it() {
     }
 }
 
+/// A `Tid` dropped on a green thread that has an identity of its own keeps its count
+/// in that thread for reuse (a server's next request from the same client takes it
+/// back instead of counting again): the identity stays findable until the thread drops
+/// another `Tid` or ends. On a plain OS thread a dropped `Tid` is simply given back.
+#[test]
+fn a_dropped_tid_is_kept_by_its_green_thread_until_its_next_drop_or_its_end() {
+    let r = rt(1);
+    r.block_on(|| {
+        let (a, b) = (spawn_on(0, || ()), spawn_on(0, || ()));
+        let (ta, tb) = (a.tid(), b.tid());
+        let (ida, idb) = (ta.id(), tb.id());
+        a.join().unwrap();
+        b.join().unwrap();
+        let keeper = spawn_on(0, move || {
+            // Only a thread with an identity of its own keeps counts: this gives it one.
+            let _ = ipc::me();
+            drop(ta);
+            assert!(
+                ipc::Tid::from_id(ida).is_some(),
+                "kept while this thread lives"
+            );
+            drop(tb);
+            assert_eq!(ipc::Tid::from_id(ida), None, "given back at the next drop");
+            assert!(ipc::Tid::from_id(idb).is_some_and(|t| t.is_dead()));
+        });
+        // (Its identity outlives it here, so only its exit can give the count back.)
+        let kept = keeper.tid();
+        keeper.join().unwrap();
+        assert_eq!(
+            ipc::Tid::from_id(idb),
+            None,
+            "given back when the thread ended"
+        );
+        assert!(kept.is_dead());
+    });
+    // An OS thread keeps nothing.
+    let c = spawn_on_rt_and_take_tid(&r);
+    let id = c.id();
+    drop(c);
+    assert_eq!(ipc::Tid::from_id(id), None);
+}
+
+/// The `Tid` of a thread of `r` that has ended, taken out to the calling OS thread.
+fn spawn_on_rt_and_take_tid(r: &Runtime) -> ipc::Tid {
+    r.block_on(|| {
+        let h = spawn_on(0, || ());
+        let t = h.tid();
+        h.join().unwrap();
+        t
+    })
+}
+
 #[test]
 fn reply_and_wait_takes_a_request_that_queued_during_the_reply() {
     // Two clients on the other worker call one server: while the server replies to

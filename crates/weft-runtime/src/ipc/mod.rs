@@ -72,10 +72,31 @@ use std::time::{Duration, Instant};
 
 /// A green thread's IPC identity: cheap to clone, comparable, sendable anywhere. It
 /// stays valid after the thread exits (IPC to it then fails with `PartnerDead`).
+///
+/// It is a count on the thread's identity. Dropped on a green thread that has an
+/// identity of its own, that count is not given back but kept by the dropping thread
+/// for reuse, until it drops another `Tid` or ends (`recycle`): a server drops the
+/// `Tid` of the client it has just answered, and that client's next call takes the
+/// count back instead of counting again, so the server loop's steady state takes no
+/// locked instruction for the `Tid`s it receives.
 #[derive(Clone)]
-pub struct Tid(Arc<Ipc>);
+pub struct Tid(ManuallyDrop<Arc<Ipc>>);
+
+impl Drop for Tid {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is not used again.
+        recycle(unsafe { ManuallyDrop::take(&mut self.0) });
+    }
+}
 
 impl Tid {
+    /// A `Tid` holding the count `x`.
+    #[inline(always)]
+    fn of(x: Arc<Ipc>) -> Tid {
+        Tid(ManuallyDrop::new(x))
+    }
+
     /// The thread's id (its fiber id, as `weft ps` shows it).
     pub fn id(&self) -> u64 {
         self.0.id()
@@ -83,14 +104,16 @@ impl Tid {
 
     /// The thread with this id, if it has an IPC identity: identities are made on first
     /// use ([`me`], [`JoinHandle::tid`], any IPC) and live as long as their thread or
-    /// any `Tid` of them. A thread nobody has asked a `Tid` for is not found yet.
+    /// any `Tid` of them (a dropped `Tid`'s count may be kept a while by the green
+    /// thread that dropped it: see [`Tid`]). A thread nobody has asked a `Tid` for is
+    /// not found yet.
     pub fn from_id(id: u64) -> Option<Tid> {
         registry()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&id)
             .and_then(Weak::upgrade)
-            .map(Tid)
+            .map(Tid::of)
     }
 
     /// Whether the thread has exited.
@@ -351,7 +374,7 @@ fn new_ipc(task: &Arc<Task>) -> Arc<Ipc> {
 
 /// The calling green thread's identity, or None outside a green thread.
 pub fn try_me() -> Option<Tid> {
-    worker::current_task().map(|t| Tid(ipc_of(&t)))
+    worker::current_task().map(|t| Tid::of(ipc_of(&t)))
 }
 
 /// The calling green thread's identity.
@@ -369,7 +392,7 @@ impl<T> JoinHandle<T> {
     /// The thread's IPC identity (usable before the thread has started: IPC to it
     /// waits for it to start, within the timeout).
     pub fn tid(&self) -> Tid {
-        Tid(ipc_of(&self.task))
+        Tid::of(ipc_of(&self.task))
     }
 }
 
@@ -401,6 +424,42 @@ pub(crate) fn exited() {
         worker::ipc_counts(w).purge(&ipc);
         worker::preempt::leave(w);
     }
+}
+
+/// Where a dropped [`Tid`]'s count `x` goes: kept by the running green thread for its
+/// next use (`protocol::recycle`), or given back where there is no such thread (an OS
+/// thread, a worker between threads, a thread past its exit).
+///
+/// The count kept is the one a later call from `x`'s thread to this one takes for its
+/// watcher entry here (`protocol::call_here`, `deliver`), instead of a locked increment;
+/// the one it replaces is given back (a locked decrement, as without the slot). So a
+/// thread keeps at most one other identity (not its stack) alive, until it is replaced
+/// or the thread exits, like `Local::spare`.
+#[inline]
+fn recycle(x: Arc<Ipc>) {
+    let w = worker::current();
+    if !w.is_null() {
+        // SAFETY: a non-null thread word is this thread's worker.
+        let t = unsafe { worker::running_task(w) };
+        if !t.is_null() {
+            // SAFETY: the running task is alive while it runs.
+            let p = unsafe { &*t }.ipc.load(Acquire);
+            if !p.is_null() && p != EXITED {
+                // SAFETY: the task's own count keeps its identity alive while it runs;
+                // the identity's state is touched at runtime depth only (no preemption
+                // switch in between), by threads of this worker.
+                let replaced = unsafe {
+                    worker::preempt::enter(w);
+                    let r = protocol::recycle(&*p, x);
+                    worker::preempt::leave(w);
+                    r
+                };
+                drop(replaced);
+                return;
+            }
+        }
+    }
+    drop(x);
 }
 
 /// A task that will never run (shutdown) gives back its count on its identity.
@@ -740,12 +799,12 @@ fn replied(me: &Ipc) -> Result<Message, IpcError> {
 #[inline(always)]
 fn received(me: &Ipc) -> Result<(Tid, Message), IpcError> {
     if let Some((t, m)) = protocol::take_received(me) {
-        return Ok((Tid(t), m));
+        return Ok((Tid::of(t), m));
     }
     protocol::finish(me)
         .map(|r| {
             let (t, m) = r.expect("a receive has a message");
-            (Tid(t), m)
+            (Tid::of(t), m)
         })
         .map_err(failed)
 }
@@ -760,7 +819,7 @@ fn transfer(
 ) -> Result<Option<(Tid, Message)>, IpcError> {
     let me = start_transfer(to, msg, zero, deadline, then)?;
     protocol::finish(&me)
-        .map(|r| r.map(|(t, m)| (Tid(t), m)))
+        .map(|r| r.map(|(t, m)| (Tid::of(t), m)))
         .map_err(failed)
 }
 
@@ -886,7 +945,7 @@ pub fn receive(from: Option<&Tid>, timeout: Timeout) -> Result<(Tid, Message), I
             return Err(error(k, Stage::Receive, Some(f.id()), None));
         }
     }
-    let from = from.map(|f| &f.0);
+    let from = from.map(|f| &*f.0);
     run(&me, deadline, |env| {
         protocol::begin_receive(env, &me, from, zero)
     });
@@ -952,7 +1011,7 @@ pub fn cancel(tid: &Tid) {
             task.shared(),
             owner,
             worker::Mail::Ipc(Req {
-                who: tid.0.clone(),
+                who: Arc::clone(&tid.0),
                 peer: None,
                 seq: 0,
                 op: protocol::Op::Abort,

@@ -276,6 +276,12 @@ struct Local {
     /// keeps at most one other identity (not its thread's stack) alive until replaced,
     /// or until this thread exits.
     spare: Option<Arc<Ipc>>,
+    /// The count of the last `Tid` this thread's own code dropped (`ipc::recycle`),
+    /// kept to be reused for the next watcher entry on that identity (`recycled_count`):
+    /// a server drops its last client's `Tid` and that client's next call needs a count
+    /// on it here. Like `spare`, it keeps at most one identity alive until replaced, or
+    /// until this thread exits.
+    recycled: Option<Arc<Ipc>>,
 }
 
 /// A request between workers (see the table in the module comment).
@@ -406,6 +412,7 @@ impl Ipc {
                 senders: VecDeque::new(),
                 watchers: Vec::new(),
                 spare: None,
+                recycled: None,
             }),
         }
     }
@@ -641,8 +648,24 @@ fn deliver<E: Env>(
 fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
     match watcher_entry(st, who) {
         Some(e) => e.1 = seq,
-        None => st.watchers.push((who.clone(), seq)),
+        None => {
+            let c = share(&mut st.recycled, who);
+            st.watchers.push((c, seq))
+        }
     }
+}
+
+/// Keeps `x`, the count of a `Tid` that `me`'s own code dropped, for reuse (see
+/// `Local::recycled`); returns the count it replaces, to be given back by the caller
+/// (after this step: dropping an identity may run its destructor).
+///
+/// # Safety
+/// `me` is the running thread, at runtime depth on its worker.
+#[inline]
+pub unsafe fn recycle(me: &Ipc, x: Arc<Ipc>) -> Option<Arc<Ipc>> {
+    // SAFETY: per the contract, the thread's state is ours for this step.
+    let st = unsafe { me.st() };
+    st.recycled.replace(x)
 }
 
 /// As [`add_watcher`], with a count on `who` already taken (dropped if `who` has an
@@ -1153,11 +1176,13 @@ pub unsafe fn call_ready_here(me: &Arc<Ipc>, to: &Arc<Ipc>) -> Option<bool> {
 /// As [`call_ready_here`], which said so, with nothing run on this worker since.
 #[inline(always)]
 pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message, closed: bool) {
-    // The watcher entry's count, taken first: a locked instruction waits for the
-    // stores before it to drain, and the transition is mostly stores.
-    let watcher = me.clone();
     // SAFETY: per the contract.
     let (st, rs) = unsafe { (me.st(), to.st()) };
+    // The watcher entry's count: the one the server kept when it dropped our `Tid`
+    // (a server loop's steady state), else a new one, taken first: a locked
+    // instruction waits for the stores before it to drain, and the transition is
+    // mostly stores.
+    let watcher = share(&mut rs.recycled, me);
     debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
     // `begin_sending`, for a call.
     st.seq = st.seq.wrapping_add(1);
@@ -1440,6 +1465,7 @@ pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
         let st = unsafe { me.st() };
         st.rbuf = None;
         st.spare = None;
+        st.recycled = None;
         let partner = st.partner.take(); // (no cycle of identities outlives the thread)
         let pending = match st.phase {
             // Unwound out of a send (runtime shutdown): leave no entry behind here.
