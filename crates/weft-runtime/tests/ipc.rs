@@ -332,56 +332,54 @@ fn an_ended_thread_is_unknown_once_no_tid_refers_to_it() {
     }
 }
 
-/// A `Tid` dropped on a green thread that has an identity of its own keeps its count
-/// in that thread for reuse (a server's next request from the same client takes it
-/// back instead of counting again): the identity stays findable until the thread drops
-/// another `Tid` or ends. On a plain OS thread a dropped `Tid` is simply given back.
+/// A `Tid` of a live thread dropped on that thread's worker banks its count in the
+/// thread's identity (the thread's next call takes it back instead of counting again);
+/// the thread's exit gives banked counts back. So an ended thread is unknown exactly
+/// when no `Tid` refers to it any more, however many were dropped beside it.
 #[test]
-fn a_dropped_tid_is_kept_by_its_green_thread_until_its_next_drop_or_its_end() {
-    let r = rt(1);
-    r.block_on(|| {
-        let (a, b) = (spawn_on(0, || ()), spawn_on(0, || ()));
-        let (ta, tb) = (a.tid(), b.tid());
-        let (ida, idb) = (ta.id(), tb.id());
-        a.join().unwrap();
-        b.join().unwrap();
-        let keeper = spawn_on(0, move || {
-            // Only a thread with an identity of its own keeps counts: this gives it one.
-            let _ = ipc::me();
-            drop(ta);
-            assert!(
-                ipc::Tid::from_id(ida).is_some(),
-                "kept while this thread lives"
+fn banked_counts_never_keep_an_ended_thread_findable() {
+    for (server_w, client_w) in [(0, 0), (1, 0)] {
+        let r = rt(2);
+        r.block_on(move || {
+            let s = adder(server_w);
+            let tid = s.tid();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let c = spawn_on(client_w, move || {
+                // Wait (as a green thread: park, not block) until the Tids below are
+                // dropped, then call: the calls take the banked counts back.
+                while go_rx.try_recv().is_err() {
+                    weft_runtime::sleep(Duration::from_millis(1));
+                }
+                for i in 0..20 {
+                    let r = ipc::call(&tid, Message::word(i), Timeout::Never).unwrap();
+                    assert_eq!(r.words[0], i + 1);
+                }
+            });
+            let ct = c.tid();
+            let id = ct.id();
+            // Drop Tids of the client on its worker, while it lives: more than its 20
+            // calls take back, so some are still banked when it ends.
+            let client_w2 = client_w;
+            spawn_on(client_w2, move || {
+                for _ in 0..50 {
+                    drop(ipc::Tid::from_id(id).expect("the client lives"));
+                }
+                drop(ct);
+            })
+            .join()
+            .unwrap();
+            go_tx.send(()).unwrap();
+            c.join().unwrap();
+            // (The server keeps a count on its last client as a spare until it ends.)
+            stop(&s);
+            assert_eq!(s.join().unwrap(), 20);
+            assert_eq!(
+                ipc::Tid::from_id(id),
+                None,
+                "client on {client_w}: its banked counts kept it findable"
             );
-            drop(tb);
-            assert_eq!(ipc::Tid::from_id(ida), None, "given back at the next drop");
-            assert!(ipc::Tid::from_id(idb).is_some_and(|t| t.is_dead()));
         });
-        // (Its identity outlives it here, so only its exit can give the count back.)
-        let kept = keeper.tid();
-        keeper.join().unwrap();
-        assert_eq!(
-            ipc::Tid::from_id(idb),
-            None,
-            "given back when the thread ended"
-        );
-        assert!(kept.is_dead());
-    });
-    // An OS thread keeps nothing.
-    let c = spawn_on_rt_and_take_tid(&r);
-    let id = c.id();
-    drop(c);
-    assert_eq!(ipc::Tid::from_id(id), None);
-}
-
-/// The `Tid` of a thread of `r` that has ended, taken out to the calling OS thread.
-fn spawn_on_rt_and_take_tid(r: &Runtime) -> ipc::Tid {
-    r.block_on(|| {
-        let h = spawn_on(0, || ());
-        let t = h.tid();
-        h.join().unwrap();
-        t
-    })
+    }
 }
 
 #[test]

@@ -73,12 +73,12 @@ use std::time::{Duration, Instant};
 /// A green thread's IPC identity: cheap to clone, comparable, sendable anywhere. It
 /// stays valid after the thread exits (IPC to it then fails with `PartnerDead`).
 ///
-/// It is a count on the thread's identity. Dropped on a green thread that has an
-/// identity of its own, that count is not given back but kept by the dropping thread
-/// for reuse, until it drops another `Tid` or ends (`recycle`): a server drops the
-/// `Tid` of the client it has just answered, and that client's next call takes the
-/// count back instead of counting again, so the server loop's steady state takes no
-/// locked instruction for the `Tid`s it receives.
+/// It is a count on the thread's identity. Dropped on a green thread of the same
+/// worker while the thread lives, that count is not given back but banked in the
+/// identity until the thread needs one on itself (`recycle`): a server drops the `Tid`
+/// of the client it has just answered, and that client's next call takes the count back
+/// instead of counting again, so the server loop's steady state takes no locked
+/// instruction for the `Tid`s it receives. The thread's exit gives banked counts back.
 #[derive(Clone)]
 pub struct Tid(ManuallyDrop<Arc<Ipc>>);
 
@@ -104,9 +104,7 @@ impl Tid {
 
     /// The thread with this id, if it has an IPC identity: identities are made on first
     /// use ([`me`], [`JoinHandle::tid`], any IPC) and live as long as their thread or
-    /// any `Tid` of them (a dropped `Tid`'s count may be kept a while by the green
-    /// thread that dropped it: see [`Tid`]). A thread nobody has asked a `Tid` for is
-    /// not found yet.
+    /// any `Tid` of them. A thread nobody has asked a `Tid` for is not found yet.
     pub fn from_id(id: u64) -> Option<Tid> {
         registry()
             .lock()
@@ -426,40 +424,32 @@ pub(crate) fn exited() {
     }
 }
 
-/// Where a dropped [`Tid`]'s count `x` goes: kept by the running green thread for its
-/// next use (`protocol::recycle`), or given back where there is no such thread (an OS
-/// thread, a worker between threads, a thread past its exit).
+/// Where a dropped [`Tid`]'s count `x` goes: banked in its own identity when the
+/// `Tid` is dropped on a green thread of the worker `x`'s thread lives on, while that
+/// thread lives (`protocol::bank`); given back otherwise.
 ///
-/// The count kept is the one a later call from `x`'s thread to this one takes for its
-/// watcher entry here (`protocol::call_here`, `deliver`), instead of a locked increment;
-/// the one it replaces is given back (a locked decrement, as without the slot). So a
-/// thread keeps at most one other identity (not its stack) alive, until it is replaced
-/// or the thread exits, like `Local::spare`.
+/// The next count that thread's own operation needs on itself takes a banked one
+/// instead of a locked increment (`protocol::call_here`): a server drops its last
+/// client's `Tid`, and the client's next call to it takes that count back. The thread's
+/// exit gives banked counts back, so an identity is kept alive, and findable by its id,
+/// exactly as long as without them.
 #[inline]
 fn recycle(x: Arc<Ipc>) {
     let w = worker::current();
-    if !w.is_null() {
-        // SAFETY: a non-null thread word is this thread's worker.
-        let t = unsafe { worker::running_task(w) };
-        if !t.is_null() {
-            // SAFETY: the running task is alive while it runs.
-            let p = unsafe { &*t }.ipc.load(Acquire);
-            if !p.is_null() && p != EXITED {
-                // SAFETY: the task's own count keeps its identity alive while it runs;
-                // the identity's state is touched at runtime depth only (no preemption
-                // switch in between), by threads of this worker.
-                let replaced = unsafe {
-                    worker::preempt::enter(w);
-                    let r = protocol::recycle(&*p, x);
-                    worker::preempt::leave(w);
-                    r
-                };
-                drop(replaced);
-                return;
-            }
-        }
+    // SAFETY: a non-null thread word is this thread's worker.
+    if w.is_null() || unsafe { worker::running_task(w) }.is_null() {
+        drop(x);
+        return;
     }
-    drop(x);
+    // SAFETY: `w` is this thread's worker and a green thread runs on it: the identity's
+    // state is touched at runtime depth only (no preemption switch in between).
+    let back = unsafe {
+        worker::preempt::enter(w);
+        let back = protocol::bank(x, worker::id_of(w));
+        worker::preempt::leave(w);
+        back
+    };
+    drop(back);
 }
 
 /// A task that will never run (shutdown) gives back its count on its identity.

@@ -276,12 +276,14 @@ struct Local {
     /// keeps at most one other identity (not its thread's stack) alive until replaced,
     /// or until this thread exits.
     spare: Option<Arc<Ipc>>,
-    /// The count of the last `Tid` this thread's own code dropped (`ipc::recycle`),
-    /// kept to be reused for the next watcher entry on that identity (`recycled_count`):
-    /// a server drops its last client's `Tid` and that client's next call needs a count
-    /// on it here. Like `spare`, it keeps at most one identity alive until replaced, or
-    /// until this thread exits.
-    recycled: Option<Arc<Ipc>>,
+    /// Counts on this identity that `Tid`s of it left here when they were dropped on
+    /// its worker while the thread lived (`bank`), instead of giving them back: the
+    /// next count this thread's own operation needs on itself (a direct call's watcher
+    /// entry at its server) takes one of them instead of a locked increment
+    /// (`count_on`). A server drops its last client's `Tid` on their common worker,
+    /// and the client's next call takes that count back. They are given back when the
+    /// thread exits, so they never keep a dead identity alive, or findable by its id.
+    banked: usize,
 }
 
 /// A request between workers (see the table in the module comment).
@@ -412,7 +414,7 @@ impl Ipc {
                 senders: VecDeque::new(),
                 watchers: Vec::new(),
                 spare: None,
-                recycled: None,
+                banked: 0,
             }),
         }
     }
@@ -648,24 +650,43 @@ fn deliver<E: Env>(
 fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
     match watcher_entry(st, who) {
         Some(e) => e.1 = seq,
-        None => {
-            let c = share(&mut st.recycled, who);
-            st.watchers.push((c, seq))
-        }
+        None => st.watchers.push((who.clone(), seq)),
     }
 }
 
-/// Keeps `x`, the count of a `Tid` that `me`'s own code dropped, for reuse (see
-/// `Local::recycled`); returns the count it replaces, to be given back by the caller
-/// (after this step: dropping an identity may run its destructor).
+/// Banks `x`, the count of a `Tid` just dropped on this worker, in its own identity
+/// (see `Local::banked`), if that identity is of a live thread of this worker (`here`).
+/// Otherwise gives `x` back to the caller, to drop after this step (dropping the last
+/// count on an identity runs its destructor).
 ///
 /// # Safety
-/// `me` is the running thread, at runtime depth on its worker.
+/// The caller runs at runtime depth on worker `here`.
 #[inline]
-pub unsafe fn recycle(me: &Ipc, x: Arc<Ipc>) -> Option<Arc<Ipc>> {
-    // SAFETY: per the contract, the thread's state is ours for this step.
-    let st = unsafe { me.st() };
-    st.recycled.replace(x)
+pub unsafe fn bank(x: Arc<Ipc>, here: usize) -> Option<Arc<Ipc>> {
+    // (The thread's exit, which gives banked counts back, runs on the same worker at
+    // runtime depth: it is either over, and `dead` is set, or not begun.)
+    if x.worker() != here || x.is_dead() {
+        return Some(x);
+    }
+    // SAFETY: the thread is of this worker, whose threads touch its state at runtime
+    // depth only, as we do.
+    unsafe { x.st() }.banked += 1;
+    // The count stays, banked: `count_on` or `exit` takes it back.
+    let _ = Arc::into_raw(x);
+    None
+}
+
+/// A count on `me` for an entry in another thread's state, `st` being `me`'s state: a
+/// banked one (see `Local::banked`) if there is one, else a new one.
+#[inline(always)]
+fn count_on(st: &mut Local, me: &Arc<Ipc>) -> Arc<Ipc> {
+    if st.banked > 0 {
+        st.banked -= 1;
+        // SAFETY: a banked count is a count on `me` given up with `into_raw` (`bank`).
+        unsafe { Arc::from_raw(Arc::as_ptr(me)) }
+    } else {
+        me.clone()
+    }
 }
 
 /// As [`add_watcher`], with a count on `who` already taken (dropped if `who` has an
@@ -1178,11 +1199,11 @@ pub unsafe fn call_ready_here(me: &Arc<Ipc>, to: &Arc<Ipc>) -> Option<bool> {
 pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message, closed: bool) {
     // SAFETY: per the contract.
     let (st, rs) = unsafe { (me.st(), to.st()) };
-    // The watcher entry's count: the one the server kept when it dropped our `Tid`
-    // (a server loop's steady state), else a new one, taken first: a locked
+    // The watcher entry's count: the one the server banked with us when it dropped
+    // our `Tid` (a server loop's steady state), else a new one, taken first: a locked
     // instruction waits for the stores before it to drain, and the transition is
     // mostly stores.
-    let watcher = share(&mut rs.recycled, me);
+    let watcher = count_on(st, me);
     debug_assert!(matches!(st.phase, Phase::Idle), "one operation at a time");
     // `begin_sending`, for a call.
     st.seq = st.seq.wrapping_add(1);
@@ -1460,12 +1481,11 @@ pub fn abort<E: Env>(env: &mut E, who: &Arc<Ipc>) {
 /// watchers `Gone`.
 pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
     me.ro.dead.store(true, Release);
-    let (senders, watchers, pending) = {
+    let (senders, watchers, pending, banked) = {
         // SAFETY: `me` runs here (its last act).
         let st = unsafe { me.st() };
         st.rbuf = None;
         st.spare = None;
-        st.recycled = None;
         let partner = st.partner.take(); // (no cycle of identities outlives the thread)
         let pending = match st.phase {
             // Unwound out of a send (runtime shutdown): leave no entry behind here.
@@ -1476,8 +1496,14 @@ pub fn exit<E: Env>(env: &mut E, me: &Arc<Ipc>) {
             core::mem::take(&mut st.senders),
             core::mem::take(&mut st.watchers),
             pending,
+            core::mem::take(&mut st.banked),
         )
     };
+    for _ in 0..banked {
+        // SAFETY: each is a count on `me` given up with `into_raw` (`bank`); the
+        // caller's own count keeps `me` alive through this loop.
+        drop(unsafe { Arc::from_raw(Arc::as_ptr(me)) });
+    }
     if let Some((p, seq)) = pending {
         if p.worker() == env.here() {
             // SAFETY: the partner is owned here.
