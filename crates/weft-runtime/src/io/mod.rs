@@ -193,6 +193,13 @@ impl Driver {
         }
     }
 
+    /// Whether [`Driver::poll`] would do nothing now (the threads backend's completions
+    /// arrive as mail: it never has anything to poll).
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.ring.as_ref().is_none_or(|r| r.is_idle())
+    }
+
     /// Whether completions wait to be reaped by [`Driver::poll`] (the threads backend
     /// has none: its completions arrive as wake-up mail).
     #[inline]

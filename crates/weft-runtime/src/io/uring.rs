@@ -236,6 +236,13 @@ impl Ring {
         self.submit_pending();
     }
 
+    /// Whether a poll would do nothing: no submission queued, no completion to reap.
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        let mut ring = self.ring.borrow_mut();
+        ring.submission().is_empty() && !ring.submission().taskrun() && ring.completion().is_empty()
+    }
+
     /// Whether completions wait to be reaped: CQEs in the ring, or (the ring runs task
     /// work cooperatively) completions whose task work waits for our next syscall. A
     /// few loads: cheap enough for a spinning worker to ask each turn.
