@@ -464,6 +464,58 @@ fn timers_fire_beside_a_local_ping_pong() {
     });
 }
 
+/// As above for I/O: a read beside a same-worker ping-pong completes. The ping-pong's
+/// direct switches skip the worker's polling pick only while there is nothing to poll
+/// (no mail, no timer, the I/O ring idle), so a completion that arrives must be seen.
+#[test]
+fn io_completes_beside_a_local_ping_pong() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    {
+        let r = rt(1);
+        r.block_on(move || {
+            let server = adder(0);
+            let tid = server.tid();
+            let (a, b) = weft_runtime::net::UnixStream::pair().unwrap();
+            let done = Arc::new(AtomicBool::new(false));
+            let d = done.clone();
+            let pinger = spawn_on(0, move || {
+                let t = Instant::now();
+                let mut n = 0u64;
+                while !d.load(Ordering::Relaxed) {
+                    n = ipc::call(&tid, Message::word(n), Timeout::Never)
+                        .unwrap()
+                        .words[0];
+                    assert!(
+                        t.elapsed() < Duration::from_secs(20),
+                        "a read did not complete beside the ping-pong"
+                    );
+                }
+                n
+            });
+            let reader = spawn_on(0, move || {
+                let mut buf = [0u8; 5];
+                let n = a.read(&mut buf).unwrap();
+                done.store(true, Ordering::Relaxed);
+                buf[..n].to_vec()
+            });
+            // The write comes from a plain OS thread once the ping-pong runs.
+            let writer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                let mut b = b;
+                b.write_all(b"hello").unwrap();
+                b
+            });
+            assert_eq!(reader.join().unwrap(), b"hello");
+            assert!(pinger.join().unwrap() > 0);
+            drop(writer.join().unwrap());
+            stop(&server);
+            server.join().unwrap();
+        });
+    }
+}
+
 /// The same-worker direct paths (a call or a reply that switches straight to its
 /// waiting partner) in the cases they must get right or leave to the general path: a
 /// server in a closed receive from its client, a third ready thread that must not
