@@ -155,6 +155,20 @@ impl RawFiber {
         }
     }
 
+    /// [`switch_to_owned_jump`](Self::switch_to_owned_jump) without its checks, for a
+    /// scheduler whose own state guarantees that they pass (debug builds assert them).
+    ///
+    /// # Safety
+    /// As [`switch_to_owned`](Self::switch_to_owned), and: the calling OS thread runs a
+    /// fiber other than this one and is not inside a switch (a signal handler that
+    /// interrupted one), this fiber is suspended (not running, not finished), and the
+    /// running fiber is not being deleted.
+    #[inline]
+    pub unsafe fn switch_to_ready_jump(self) {
+        // SAFETY: per the contract.
+        unsafe { fiber::switch_to_ready_jump(self.0.as_ptr()) };
+    }
+
     /// Ends the running fiber and switches to this one. The running fiber (which must
     /// have been made by [`RawFiber::spawn`]) is freed by the fiber that runs next, once
     /// it is off its stack: its stack goes back to the cache, its registry slot is

@@ -111,7 +111,8 @@ fn the_jump_ended_owned_switch_counts_and_mixes_with_the_others() {
     });
 }
 
-/// The jump-ended owned switch is entered without a `call` (`arch::switch_jump`): the
+/// The jump-ended owned switch (with its checks, and without them: `switch_to_ready_jump`)
+/// is entered without a `call` (`arch::switch_jump`): the
 /// compiler sees an inline block, not a function. Whatever it keeps live across the
 /// block must survive: values in callee-saved and spilled registers, floats, the
 /// rounding mode of each side, and the frames the switch is made from (returns out of
@@ -143,9 +144,16 @@ fn the_call_less_switch_keeps_what_the_compiler_keeps_live() {
         for k in 0..n {
             let v: [u64; 14] = std::array::from_fn(|i| black_box((seed + k) * 31 + i as u64));
             let f: [f64; 8] = std::array::from_fn(|i| black_box((seed + k + i as u64) as f64));
-            // SAFETY: as in `switching_recursion`; the failure path is cold.
-            if unsafe { to.switch_to_owned_jump() }.is_err() {
-                std::process::abort();
+            // Every other switch without the checks (the caller guarantees them: `to`
+            // is the other side, suspended while we run).
+            if k % 2 == 0 {
+                // SAFETY: as in `switching_recursion`; the failure path is cold.
+                if unsafe { to.switch_to_owned_jump() }.is_err() {
+                    std::process::abort();
+                }
+            } else {
+                // SAFETY: as above, and the checks pass (see above).
+                unsafe { to.switch_to_ready_jump() };
             }
             // (Combined with a value read after the switch, so that the compiler
             // cannot fold them before it.)
