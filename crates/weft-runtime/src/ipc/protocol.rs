@@ -1211,7 +1211,7 @@ pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message, closed: bool
     st.then = Then::Partner;
     st.abort = false;
     st.outcome = None;
-    st.rbuf = None;
+    clear_rbuf(st);
     set_partner(st, Some(to), None);
     // (`out` is read only while a send is in flight, and this one never is.)
     // `deliver`: the receiver's half.
@@ -1220,10 +1220,37 @@ pub unsafe fn call_here(me: &Arc<Ipc>, to: &Arc<Ipc>, msg: Message, closed: bool
     } else {
         Some(share(&mut rs.spare, me))
     };
-    rs.rbuf = Some((from, msg));
+    fill_rbuf(rs, from, msg);
     rs.phase = Phase::Idle;
     rs.outcome = Some(Ok(()));
     add_watcher_counted(rs, watcher, st.seq);
+}
+
+/// Empties a receive buffer that an operation starting now will fill: it is empty
+/// already, unless the last operation's outcome was never taken (a thread unwound out
+/// of it), so the general drop is out of line (inline, as `rbuf = None`, it was a call
+/// to the drop glue on every direct call and reply).
+#[inline(always)]
+fn clear_rbuf(st: &mut Local) {
+    if st.rbuf.is_some() {
+        drop_rbuf(st);
+    }
+}
+
+/// [`clear_rbuf`]'s rare case.
+#[cold]
+#[inline(never)]
+fn drop_rbuf(st: &mut Local) {
+    st.rbuf = None;
+}
+
+/// Fills a receive buffer (emptied first, as by [`clear_rbuf`]), without the general
+/// drop of what was there.
+#[inline(always)]
+fn fill_rbuf(st: &mut Local, from: Option<Arc<Ipc>>, msg: Message) {
+    clear_rbuf(st);
+    // SAFETY: the buffer is None: writing over it leaks nothing.
+    unsafe { core::ptr::write(&mut st.rbuf, Some((from, msg))) };
 }
 
 /// Whether a reply and wait of `me` (the running thread) to `client` can be delivered
@@ -1265,12 +1292,12 @@ pub unsafe fn reply_here(me: &Arc<Ipc>, client: &Arc<Ipc>, reply: Message, i: us
     st.then = Then::Any;
     st.abort = false;
     st.outcome = None;
-    st.rbuf = None;
+    clear_rbuf(st);
     st.partner = None;
     st.spare = Some(given);
     st.phase = Phase::Receiving { any: true };
     // `on_send` and `deliver` at the client: the reply to its call.
-    cs.rbuf = Some((None, reply));
+    fill_rbuf(cs, None, reply);
     cs.phase = Phase::Idle;
     cs.outcome = Some(Ok(()));
 }

@@ -100,6 +100,9 @@ struct Matrix<T> {
 pub struct Endpoint<T> {
     id: usize,
     m: Arc<Matrix<T>>,
+    /// This worker's doorbell, `m.doorbells[id]` (which `m` keeps in place): read at
+    /// every switch (`has_mail`), so without the index and its bounds check.
+    bell: *const Doorbell,
     /// Messages waiting for room, per destination.
     overflow: Vec<VecDeque<T>>,
     overflowing: usize,
@@ -126,12 +129,22 @@ pub fn matrix<T: Send>(workers: usize, capacity: usize) -> std::io::Result<Vec<E
     Ok((0..workers)
         .map(|id| Endpoint {
             id,
+            bell: &*m.doorbells[id] as *const Doorbell,
             m: m.clone(),
             overflow: (0..workers).map(|_| VecDeque::new()).collect(),
             overflowing: 0,
             idle_polls: [0; CLASSES],
         })
         .collect())
+}
+
+// SAFETY: `bell` only points into the matrix that `m` shares: the endpoint may move
+// to another thread exactly when its other fields may (the bounds derived without it).
+unsafe impl<T> Send for Endpoint<T>
+where
+    Arc<Matrix<T>>: Send,
+    VecDeque<T>: Send,
+{
 }
 
 impl<T: Send> Endpoint<T> {
@@ -328,7 +341,8 @@ impl<T: Send> Endpoint<T> {
     /// switch).
     #[inline(always)]
     pub fn has_mail(&self) -> bool {
-        let bits = self.m.doorbells[self.id].bits();
+        // SAFETY: `bell` points into `m`'s doorbells, which live as long as `m`.
+        let bits = unsafe { &*self.bell }.bits();
         bits & WOKEN != 0 || (bits & CLASS_BITS != 0 && self.mail_in(bits & CLASS_BITS))
     }
 

@@ -658,8 +658,22 @@ unsafe fn make_current(w: *mut Worker, to: Option<Arc<Task>>) -> RawFiber {
             }
             None => (*w).sched,
         };
+        mine(w).progress.running.store(to.is_some(), Relaxed);
+        install_current(w, to);
+        target
+    }
+}
+
+/// What every switch's [`make_current`] does: a new slice begins, `to` becomes the
+/// current thread, the switch is counted.
+///
+/// # Safety
+/// As [`make_current`].
+#[inline(always)]
+unsafe fn install_current(w: *mut Worker, to: Option<Arc<Task>>) {
+    // SAFETY: per the contract.
+    unsafe {
         let sh = mine(w);
-        sh.progress.running.store(to.is_some(), Relaxed);
         if sh.progress.preempt_requested.load(Relaxed) {
             sh.progress.preempt_requested.store(false, Relaxed); // a new slice begins
         }
@@ -670,7 +684,6 @@ unsafe fn make_current(w: *mut Worker, to: Option<Arc<Task>>) -> RawFiber {
         sh.progress
             .switches
             .store(sh.progress.switches.load(Relaxed) + 1, Relaxed);
-        target
     }
 }
 
@@ -937,22 +950,21 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
         }
         // This is a pick (see `count_pick_and_poll`); the one that must poll found
         // nothing to poll.
-        (*w).poll_in = if (*w).poll_in > 1 {
-            (*w).poll_in - 1
-        } else {
-            POLL_EVERY
-        };
+        (*w).poll_in -= 1;
+        if (*w).poll_in == 0 {
+            (*w).poll_in = POLL_EVERY;
+        }
         me.park.park_begin();
         let me_ptr = Arc::as_ptr(&me);
         let next = (*w).ipc_parked.replace(me).expect("checked");
         next.park.unpark();
         // Inlined into both sides of a ping-pong, each switching from its own call site
-        // and going on inline: the jump ending is the one predicted there (see
-        // `RawFiber::switch_to_owned_jump`).
-        let target = make_current(w, Some(next));
-        if let Err(e) = target.switch_to_owned_jump() {
-            switch_failed(w, target, e);
-        }
+        // and going on inline: the jump-ended switch, entered without a call, is the
+        // one predicted there (see `RawFiber::switch_to_owned_jump`). Its checks pass
+        // by construction: `target` is a parked thread of this worker (suspended, not
+        // the running one), and the running thread is in its IPC call, not in a switch.
+        let target = make_current_parked(w, next);
+        target.switch_to_ready_jump();
         // Resumed (see `park_inner`'s second half, which this mirrors).
         let w = current();
         (*me_ptr).park.park_end();
@@ -981,6 +993,23 @@ unsafe fn nothing_to_poll(w: *mut Worker) -> bool {
             && mine(w).inbox.is_empty()
             && (*w).timers.next_deadline().is_none()
             && (*w).io.is_idle()
+    }
+}
+
+/// [`make_current`] for `to`, a started thread parked on this worker, switched to
+/// from a green thread (so the worker's `running` flag is set already): IPC's direct
+/// switch.
+///
+/// # Safety
+/// As [`make_current`].
+#[inline(always)]
+unsafe fn make_current_parked(w: *mut Worker, to: Arc<Task>) -> RawFiber {
+    // SAFETY: per the contract.
+    unsafe {
+        debug_assert!(to.started() && mine(w).progress.running.load(Relaxed));
+        let target = to.raw();
+        install_current(w, Some(to));
+        target
     }
 }
 
