@@ -1255,8 +1255,9 @@ fn fill_rbuf(st: &mut Local, from: Option<Arc<Ipc>>, msg: Message) {
 
 /// Whether a reply and wait of `me` (the running thread) to `client` can be delivered
 /// at once: `client` waits for the reply to a call that `me` received and has not
-/// answered (`me` has its watcher entry: Some(its index)), and no sender waits for
-/// `me` (its receive would take the first of them at once). Changes nothing.
+/// answered (`me` has its watcher entry: Some(its index)), `client` has not exited, and
+/// no sender waits for `me` (its receive would take the first of them at once).
+/// Changes nothing.
 ///
 /// # Safety
 /// As [`call_ready_here`], with `client` for `to`.
@@ -1264,8 +1265,8 @@ fn fill_rbuf(st: &mut Local, from: Option<Arc<Ipc>>, msg: Message) {
 pub unsafe fn reply_ready_here(me: &Arc<Ipc>, client: &Arc<Ipc>) -> Option<usize> {
     // SAFETY: per the contract, as in `call_ready_here`.
     let (st, cs) = unsafe { (me.st(), client.st()) };
-    if !st.senders.is_empty() {
-        return None;
+    if !st.senders.is_empty() || client.is_dead() {
+        return None; // (dead: unwound out of its call at shutdown)
     }
     let i = st
         .watchers

@@ -965,8 +965,8 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
         // the running one), and the running thread is in its IPC call, not in a switch.
         let target = make_current_parked(w, next);
         target.switch_to_ready_jump();
-        // Resumed (see `park_inner`'s second half, which this mirrors).
-        let w = current();
+        // Resumed (see `park_inner`'s second half, which this mirrors), on the same
+        // worker: a started thread never moves (invariant 2 above).
         (*me_ptr).park.park_end();
         // Not woken through the slot: our count comes back (`current` holds the one we
         // run with).
