@@ -25,7 +25,9 @@
  *     ERROR_BUSY (the target's failed_activations count goes up).
  *     SwitchToFiber(NULL) sets ERROR_INVALID_PARAMETER.
  *   - FIBER_FLAG_FLOAT_SWITCH is always on: every fiber has its own MXCSR
- *     and x87 control word, inherited from its creator at CreateFiber.
+ *     and x87 control word, inherited from its creator at CreateFiber (their
+ *     control bits; MXCSR's exception flags, which the ABI does not keep
+ *     across a call, are not kept across a switch either).
  *   - Errors that Windows leaves undefined are reported: DeleteFiber(NULL),
  *     DeleteFiber of a fiber running on another thread (ERROR_BUSY), of
  *     another thread's converted fiber (ERROR_INVALID_PARAMETER), invalid
