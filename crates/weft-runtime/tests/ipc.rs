@@ -382,6 +382,59 @@ fn banked_counts_never_keep_an_ended_thread_findable() {
     }
 }
 
+/// Worker numbers repeat from one runtime to the next: a `Tid` dropped on worker 0 of
+/// one runtime, of a thread on worker 0 of another, must not bank its count in that
+/// thread's identity (its state belongs to the other runtime's worker, which is using
+/// it meanwhile). Here runtime B's client calls in a loop, taking banked counts back,
+/// while a thread of runtime A drops `Tid`s of it: every count must come back once.
+#[test]
+fn a_tid_dropped_in_another_runtime_is_not_banked_there() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // Not pinned: the two workers 0 run on two CPUs at once.
+    let one = || Runtime::builder().workers(1).pin(false).build().unwrap();
+    let (a, b) = (one(), one());
+    let running = Arc::new(AtomicBool::new(true));
+    let (id_tx, id_rx) = std::sync::mpsc::channel();
+    let r2 = running.clone();
+    let b_side = std::thread::spawn(move || {
+        b.block_on(move || {
+            let s = adder(0);
+            let tid = s.tid();
+            let c = spawn_on(0, move || {
+                let mut n = 0u64;
+                while r2.load(Ordering::Relaxed) {
+                    n = ipc::call(&tid, Message::word(n), Timeout::Never)
+                        .unwrap()
+                        .words[0];
+                }
+            });
+            id_tx.send(c.tid().id()).unwrap();
+            c.join().unwrap();
+            stop(&s);
+            s.join().unwrap();
+        });
+    });
+    let id = id_rx.recv().unwrap();
+    a.block_on(move || {
+        spawn_on(0, move || {
+            let t = ipc::Tid::from_id(id).expect("the client runs");
+            for _ in 0..2_000_000 {
+                drop(t.clone());
+            }
+        })
+        .join()
+        .unwrap();
+    });
+    running.store(false, Ordering::Relaxed);
+    b_side.join().unwrap();
+    assert_eq!(
+        ipc::Tid::from_id(id),
+        None,
+        "the ended client is still found: a count was lost"
+    );
+}
+
 #[test]
 fn reply_and_wait_takes_a_request_that_queued_during_the_reply() {
     // Two clients on the other worker call one server: while the server replies to
@@ -425,14 +478,16 @@ fn cancel_from_a_plain_os_thread() {
     assert_eq!(waiter.join().unwrap(), ErrorKind::Cancelled);
 }
 
-#[test]
-fn timers_fire_beside_a_local_ping_pong() {
-    // A pair calling each other on one worker switches straight between the two; the
-    // worker must still look at its timers (a sleep beside them used to never return).
+/// Runs `beside` on worker 0 of a one-worker runtime while a client and a server there
+/// call each other in a loop (each call a direct switch to the other), until `beside`
+/// returns; fails with `stuck` if that takes 20 s.
+fn beside_a_local_ping_pong<T: Send + 'static>(
+    stuck: &'static str,
+    beside: impl FnOnce() -> T + Send + 'static,
+) -> T {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let r = rt(1);
-    r.block_on(|| {
+    rt(1).block_on(move || {
         let server = adder(0);
         let tid = server.tid();
         let done = Arc::new(AtomicBool::new(false));
@@ -444,24 +499,36 @@ fn timers_fire_beside_a_local_ping_pong() {
                 n = ipc::call(&tid, Message::word(n), Timeout::Never)
                     .unwrap()
                     .words[0];
-                assert!(
-                    t.elapsed() < Duration::from_secs(20),
-                    "a 5 x 1 ms sleep did not return beside the ping-pong"
-                );
+                assert!(t.elapsed() < Duration::from_secs(20), "{stuck}");
             }
             n
         });
-        let sleeper = spawn_on(0, move || {
-            for _ in 0..5 {
-                weft_runtime::sleep(Duration::from_millis(1));
-            }
+        let out = spawn_on(0, move || {
+            let out = beside();
             done.store(true, Ordering::Relaxed);
-        });
-        sleeper.join().unwrap();
+            out
+        })
+        .join()
+        .unwrap();
         assert!(pinger.join().unwrap() > 0);
         stop(&server);
         server.join().unwrap();
-    });
+        out
+    })
+}
+
+#[test]
+fn timers_fire_beside_a_local_ping_pong() {
+    // A pair calling each other on one worker switches straight between the two; the
+    // worker must still look at its timers (a sleep beside them used to never return).
+    beside_a_local_ping_pong(
+        "a 5 x 1 ms sleep did not return beside the ping-pong",
+        || {
+            for _ in 0..5 {
+                weft_runtime::sleep(Duration::from_millis(1));
+            }
+        },
+    );
 }
 
 /// As above for I/O: a read beside a same-worker ping-pong completes. The ping-pong's
@@ -470,50 +537,20 @@ fn timers_fire_beside_a_local_ping_pong() {
 #[test]
 fn io_completes_beside_a_local_ping_pong() {
     use std::io::Write;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    {
-        let r = rt(1);
-        r.block_on(move || {
-            let server = adder(0);
-            let tid = server.tid();
-            let (a, b) = weft_runtime::net::UnixStream::pair().unwrap();
-            let done = Arc::new(AtomicBool::new(false));
-            let d = done.clone();
-            let pinger = spawn_on(0, move || {
-                let t = Instant::now();
-                let mut n = 0u64;
-                while !d.load(Ordering::Relaxed) {
-                    n = ipc::call(&tid, Message::word(n), Timeout::Never)
-                        .unwrap()
-                        .words[0];
-                    assert!(
-                        t.elapsed() < Duration::from_secs(20),
-                        "a read did not complete beside the ping-pong"
-                    );
-                }
-                n
-            });
-            let reader = spawn_on(0, move || {
-                let mut buf = [0u8; 5];
-                let n = a.read(&mut buf).unwrap();
-                done.store(true, Ordering::Relaxed);
-                buf[..n].to_vec()
-            });
-            // The write comes from a plain OS thread once the ping-pong runs.
-            let writer = std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(20));
-                let mut b = b;
-                b.write_all(b"hello").unwrap();
-                b
-            });
-            assert_eq!(reader.join().unwrap(), b"hello");
-            assert!(pinger.join().unwrap() > 0);
-            drop(writer.join().unwrap());
-            stop(&server);
-            server.join().unwrap();
-        });
-    }
+    let (a, mut b) = weft_runtime::net::UnixStream::pair().unwrap();
+    // The write comes from a plain OS thread once the ping-pong runs.
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        b.write_all(b"hello").unwrap();
+        b
+    });
+    let got = beside_a_local_ping_pong("a read did not complete beside the ping-pong", move || {
+        let mut buf = [0u8; 5];
+        let n = a.read(&mut buf).unwrap();
+        buf[..n].to_vec()
+    });
+    assert_eq!(got, b"hello");
+    drop(writer.join().unwrap());
 }
 
 /// The same-worker direct paths (a call or a reply that switches straight to its

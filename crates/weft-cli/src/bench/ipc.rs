@@ -10,9 +10,9 @@
 //!   goroutines, unbuffered channels, GOMAXPROCS=1) and "mutex-condvar-1cpu" (two OS
 //!   threads pinned to CPU 0 handing a turn over with std's futex-based Mutex + Condvar),
 //!   beside the floor under any local round trip: "two-fiber-switches", two raw fibers
-//!   switching to each other with the switch a local round trip makes (owned, ending
-//!   with a jump: `RawFiber::switch_to_owned_jump`), with the per-fiber statistics, and
-//!   doing nothing else.
+//!   switching to each other with the switch a local round trip makes (owned, entered
+//!   and ended with jumps, without checks: `RawFiber::switch_to_ready_jump`), with the
+//!   per-fiber statistics, and doing nothing else.
 //! * `cross`: client on worker 0, server on worker 1 (seed table 4, no additional load):
 //!   "weft-busy": each worker also runs a green thread that yields in a loop (as the
 //!   runtime suite's "weft-busy" row), so neither worker ever sleeps; "weft-idle": nothing
@@ -234,21 +234,20 @@ fn two_fiber_switches(n: u64) -> Result<Duration, String> {
             let home = RawFiber::of_thread(&main);
             let pong = RawFiber::spawn(64 * 1024, move || loop {
                 // SAFETY: `home` is the measuring thread's fiber, suspended in its loop;
-                // only this thread switches to either fiber.
-                unsafe { home.switch_to_owned_jump() }.expect("switch back");
+                // only this thread switches to either fiber, each to the other, which
+                // is suspended: the checks the switch skips hold.
+                unsafe { home.switch_to_ready_jump() };
             })
             .map_err(|e| e.to_string())?;
-            // SAFETY (all three blocks): as above; `pong` switches straight back each
-            // time. (The first switch starts it: not timed.) The switch is called in
-            // the loop itself: from inside a helper, the helper's `ret` would
+            // SAFETY (both blocks): as above; `pong` switches straight back each time.
+            // (The first switch, checked, starts it: not timed.) The switch is called
+            // in the loop itself: from inside a helper, the helper's `ret` would
             // mispredict at every round, as a ping-pong's `ret`s do (fiber.rs,
             // `switch_to_owned_jump`).
             unsafe { pong.switch_to_owned_jump() }.map_err(|e| e.to_string())?;
             let t = Instant::now();
             for _ in 0..n {
-                if let Err(e) = unsafe { pong.switch_to_owned_jump() } {
-                    return Err(e.to_string());
-                }
+                unsafe { pong.switch_to_ready_jump() };
             }
             let d = t.elapsed();
             // SAFETY: `pong` is suspended (it switched back) and not used again.

@@ -425,8 +425,8 @@ pub(crate) fn exited() {
 }
 
 /// Where a dropped [`Tid`]'s count `x` goes: banked in its own identity when the
-/// `Tid` is dropped on a green thread of the worker `x`'s thread lives on, while that
-/// thread lives (`protocol::bank`); given back otherwise.
+/// `Tid` is dropped on a green thread of the worker (of the runtime) `x`'s thread lives
+/// on, while that thread lives (`protocol::bank`); given back otherwise.
 ///
 /// The next count that thread's own operation needs on itself takes a banked one
 /// instead of a locked increment (`protocol::call_here`): a server drops its last
@@ -445,7 +445,8 @@ fn recycle(x: Arc<Ipc>) {
     // state is touched at runtime depth only (no preemption switch in between).
     let back = unsafe {
         worker::preempt::enter(w);
-        let back = protocol::bank(x, worker::id_of(w));
+        let realm = worker::shared_of(w) as *const worker::Shared as usize;
+        let back = protocol::bank(x, realm, worker::id_of(w));
         worker::preempt::leave(w);
         back
     };

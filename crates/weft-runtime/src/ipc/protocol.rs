@@ -655,17 +655,18 @@ fn add_watcher(st: &mut Local, who: &Arc<Ipc>, seq: u32) {
 }
 
 /// Banks `x`, the count of a `Tid` just dropped on this worker, in its own identity
-/// (see `Local::banked`), if that identity is of a live thread of this worker (`here`).
+/// (see `Local::banked`), if that identity is of a live thread of this worker (`here`,
+/// of the environment `realm`: worker numbers repeat from one runtime to the next).
 /// Otherwise gives `x` back to the caller, to drop after this step (dropping the last
 /// count on an identity runs its destructor).
 ///
 /// # Safety
-/// The caller runs at runtime depth on worker `here`.
+/// The caller runs at runtime depth on worker `here` of `realm`.
 #[inline]
-pub unsafe fn bank(x: Arc<Ipc>, here: usize) -> Option<Arc<Ipc>> {
+pub unsafe fn bank(x: Arc<Ipc>, realm: usize, here: usize) -> Option<Arc<Ipc>> {
     // (The thread's exit, which gives banked counts back, runs on the same worker at
     // runtime depth: it is either over, and `dead` is set, or not begun.)
-    if x.worker() != here || x.is_dead() {
+    if x.realm() != realm || x.worker() != here || x.is_dead() {
         return Some(x);
     }
     // SAFETY: the thread is of this worker, whose threads touch its state at runtime

@@ -909,14 +909,15 @@ fn park_inner(handoff: Option<Arc<Task>>, deadline: Option<Instant>, keep: bool)
 /// of `call`'s and `reply_and_wait`'s direct paths): the running thread, which has just
 /// given `target` its message (`target` is parked in IPC here, the last to park: its
 /// running count is in the `ipc_parked` slot), parks in IPC without a deadline and the
-/// worker switches straight to `target`. It is `WorkerEnv::wake` + [`park_ipc`] + [`switch_away_to`] for the one
-/// case a call/reply ping-pong lives in, with their general cases checked up front
-/// instead of along the way. Returns false, having changed nothing, unless:
-/// `target`'s count is in the slot and it is parked; the running thread has no wake-up
-/// pending and is not cancelled; and this pick is not one that must look at mail,
-/// timers and I/O first, with no other thread ready to run (so a pair handing off to
-/// each other cannot starve the rest: they then take the general path, which queues
-/// the partner behind the others). The caller then takes that path.
+/// worker switches straight to `target`. It is `WorkerEnv::wake` + [`park_ipc`] +
+/// [`switch_away_to`] for the one case a call/reply ping-pong lives in, with their
+/// general cases checked up front instead of along the way. Returns false, having
+/// changed nothing, unless: `target`'s count is in the slot and it is parked; the
+/// running thread has no wake-up pending and is not cancelled; no mail waits, and this
+/// pick is not one that must look at the inbox, timers and I/O first while they hold
+/// something ([`nothing_to_poll`]); and no other thread is ready to run (so a pair
+/// handing off to each other cannot starve the rest: they then take the general path,
+/// which queues the partner behind the others). The caller then takes that path.
 ///
 /// Returns true once the running thread has been resumed (as after `park_ipc`: by
 /// its IPC waker, shutdown, an abort or a remote answer; the caller looks at its
