@@ -350,12 +350,35 @@ pub(crate) unsafe fn switch_to_owned_jump(
 /// switch, `to` is suspended (READY), and the running fiber has no exit note. Debug
 /// builds assert them; release builds go straight to the acquire, the statistics and
 /// the switch (a dozen loads and branches fewer a switch: weft-runtime's IPC direct
-/// switch, whose target is a thread it parked itself).
+/// switch, whose target is a thread it parked itself). [`prepare_ready`] and
+/// [`Prepared::switch_jump`] are its two halves, for a caller with work to do between.
 ///
 /// # Safety
 /// As [`switch_to_owned`], and the guarantees above.
 #[inline(always)]
 pub(crate) unsafe fn switch_to_ready_jump(to: *mut FiberRecord) -> *mut FiberRecord {
+    // SAFETY: per the contract.
+    unsafe { prepare_ready(to).switch_jump() }
+}
+
+/// The first half of [`switch_to_ready_jump`]: loads what the switch's bookkeeping
+/// reads (the running fiber, both statistics slots and their sequence words, the
+/// statistics mode) and changes nothing, so a caller may drop the result and not
+/// switch.
+///
+/// Why in two halves: the time-stamp counter read that closes one fiber's slice and
+/// opens the other's (`rdtsc`) waits, on the Intel machines of docs/benchmarks.md, for
+/// every older instruction to complete, loads included. Loaded at the switch, the chain
+/// thread -> running fiber -> slot -> sequence word is four dependent loads that it
+/// waited for, at each switch. Loaded ahead, while the caller does other work, they are
+/// done by then.
+///
+/// # Safety
+/// As [`switch_to_ready_jump`]'s guarantees, which must still hold when
+/// [`Prepared::switch_jump`] is called; until then this thread switches nowhere and
+/// writes no statistics of the two fibers.
+#[inline(always)]
+pub(crate) unsafe fn prepare_ready(to: *mut FiberRecord) -> Prepared {
     // SAFETY: per the contract.
     unsafe {
         let thread = tls::thread();
@@ -365,17 +388,119 @@ pub(crate) unsafe fn switch_to_ready_jump(to: *mut FiberRecord) -> *mut FiberRec
             !cur.is_null() && cur != to,
             "no running fiber, or `to` runs"
         );
-        debug_assert!(!(*thread).in_switch.load(Relaxed), "inside a switch");
-        debug_assert_eq!((*to).state.load(Relaxed), READY, "`to` is not suspended");
-        debug_assert_eq!(
-            *(*cur).exit.get(),
-            EXIT_NONE,
-            "the running fiber is leaving"
-        );
-        // The acquire of `begin_switch::<true>`: only this thread acquires `to`.
-        (*to).state.store(RUNNING, Relaxed);
-        prepare_acquired(thread, cur, to);
-        arch::switch_jump(cur, to)
+        Prepared::load(thread, cur, to)
+    }
+}
+
+/// What a switch from `cur` to `to` reads for its bookkeeping, loaded ahead of it (see
+/// [`prepare_ready`]). The sequence words are copied: only their fibers' owner, this
+/// thread, writes them.
+pub(crate) struct Prepared {
+    thread: *mut ThreadState,
+    cur: *mut FiberRecord,
+    to: *mut FiberRecord,
+    mode: u8,
+    cs: *const Slot,
+    ts: *const Slot,
+    cseq: u32,
+    tseq: u32,
+}
+
+impl Prepared {
+    /// # Safety
+    /// `thread` is this thread's state, `cur` its running fiber, `to` a live record.
+    #[inline(always)]
+    unsafe fn load(thread: *mut ThreadState, cur: *mut FiberRecord, to: *mut FiberRecord) -> Self {
+        // SAFETY: per the contract.
+        unsafe {
+            let (cs, ts) = ((*cur).slot, (*to).slot);
+            Prepared {
+                thread,
+                cur,
+                to,
+                mode: clock::statistics_mode(),
+                cs,
+                ts,
+                cseq: (*cs).seq.load(Relaxed),
+                tseq: (*ts).seq.load(Relaxed),
+            }
+        }
+    }
+
+    /// The second half of [`switch_to_ready_jump`]: acquires `to`, records the switch
+    /// and switches. Returns, once the caller is resumed, the fiber that resumed it.
+    ///
+    /// # Safety
+    /// As [`prepare_ready`], which made this.
+    #[inline(always)]
+    pub(crate) unsafe fn switch_jump(self) -> *mut FiberRecord {
+        // SAFETY: per the contract.
+        unsafe {
+            let (thread, cur, to) = (self.thread, self.cur, self.to);
+            debug_assert_eq!((*thread).current, cur, "switched since prepared");
+            debug_assert!(!(*thread).in_switch.load(Relaxed), "inside a switch");
+            debug_assert_eq!((*to).state.load(Relaxed), READY, "`to` is not suspended");
+            debug_assert_eq!(
+                *(*cur).exit.get(),
+                EXIT_NONE,
+                "the running fiber is leaving"
+            );
+            // The acquire of `begin_switch::<true>`: only this thread acquires `to`.
+            (*to).state.store(RUNNING, Relaxed);
+            self.record();
+            arch::switch_jump(cur, to)
+        }
+    }
+
+    /// The bookkeeping of a switch from `cur` to `to`, which this thread now owns.
+    ///
+    /// # Safety
+    /// The thread owns both fibers, and nothing changed what `load` read.
+    #[inline(always)]
+    unsafe fn record(self) {
+        // SAFETY: per the contract.
+        unsafe {
+            let (thread, t) = (self.thread, &*self.to);
+            (*thread).in_switch.store(true, Relaxed);
+            compiler_fence(SeqCst);
+            if self.mode != clock::NONE {
+                let (cs, ts) = (&*self.cs, &*self.ts);
+                debug_assert_eq!(cs.seq.load(Relaxed), self.cseq);
+                debug_assert_eq!(ts.seq.load(Relaxed), self.tseq);
+                cs.begin_write_from(self.cseq);
+                ts.begin_write_from(self.tseq);
+                // Run time: one time-stamp read closes `cur`'s slice and opens `to`'s.
+                // A slice start of 0 means "not timed" (accounting was off when it
+                // began). Read inside the seqlocks: read before them, a preemption
+                // between the read and the update would let a reader extend the open
+                // slice past the time it is then closed at, and see run time go
+                // backwards.
+                let now = if self.mode == clock::FULL {
+                    clock::ticks()
+                } else {
+                    0
+                };
+                let start = cs.switched_in_at.load(Relaxed);
+                if now != 0 && start != 0 {
+                    cs.run_ticks.store(
+                        cs.run_ticks.load(Relaxed) + now.wrapping_sub(start),
+                        Relaxed,
+                    );
+                }
+                Slot::bump(&cs.deactivations);
+                cs.state.store(registry::SLOT_READY, Relaxed);
+                ts.switched_in_at.store(now, Relaxed);
+                Slot::bump(&ts.activations);
+                ts.last_tid.store((*thread).tid, Relaxed);
+                ts.state.store(registry::SLOT_RUNNING, Relaxed);
+                cs.end_write_from(self.cseq);
+                ts.end_write_from(self.tseq);
+            }
+            t.thread.store(thread, Relaxed);
+            *t.resumer.get() = self.cur;
+            (*thread).current = self.to;
+            compiler_fence(SeqCst);
+        }
     }
 }
 
@@ -457,55 +582,16 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
     }
 }
 
-/// The bookkeeping of a switch from `cur` to `to`, which this thread now owns.
+/// The bookkeeping of a switch from `cur` to `to`, which this thread now owns (state
+/// RUNNING by our CAS): [`Prepared::record`], loaded on the spot.
 ///
 /// # Safety
 /// `thread` is the calling thread's state, `cur` its running fiber, `to` a fiber this
-/// thread has just acquired (state RUNNING by our CAS).
+/// thread has just acquired.
 #[inline(always)]
 unsafe fn prepare_acquired(thread: *mut ThreadState, cur: *mut FiberRecord, to: *mut FiberRecord) {
-    // SAFETY: the caller owns `cur` and `to`; `thread` is this thread's state.
-    unsafe {
-        (*thread).in_switch.store(true, Relaxed);
-        compiler_fence(SeqCst);
-        let c = &*cur;
-        let t = &*to;
-        let mode = clock::statistics_mode();
-        if mode != clock::NONE {
-            let (cs, ts) = (c.slot(), t.slot());
-            cs.begin_write();
-            ts.begin_write();
-            // Run time: one time-stamp read closes `cur`'s slice and opens `to`'s. A
-            // slice start of 0 means "not timed" (accounting was off when it began).
-            // Read inside the seqlocks: read before them, a preemption between the
-            // read and the update would let a reader extend the open slice past the
-            // time it is then closed at, and see run time go backwards.
-            let now = if mode == clock::FULL {
-                clock::ticks()
-            } else {
-                0
-            };
-            let start = cs.switched_in_at.load(Relaxed);
-            if now != 0 && start != 0 {
-                cs.run_ticks.store(
-                    cs.run_ticks.load(Relaxed) + now.wrapping_sub(start),
-                    Relaxed,
-                );
-            }
-            Slot::bump(&cs.deactivations);
-            cs.state.store(registry::SLOT_READY, Relaxed);
-            ts.switched_in_at.store(now, Relaxed);
-            Slot::bump(&ts.activations);
-            ts.last_tid.store((*thread).tid, Relaxed);
-            ts.state.store(registry::SLOT_RUNNING, Relaxed);
-            cs.end_write();
-            ts.end_write();
-        }
-        t.thread.store(thread, Relaxed);
-        *t.resumer.get() = cur;
-        (*thread).current = to;
-        compiler_fence(SeqCst);
-    }
+    // SAFETY: per the contract.
+    unsafe { Prepared::load(thread, cur, to).record() }
 }
 
 /// The release done by `arch::switch_exiting`'s resumed side: `prev` left an exit note.

@@ -169,6 +169,21 @@ impl RawFiber {
         unsafe { fiber::switch_to_ready_jump(self.0.as_ptr()) };
     }
 
+    /// [`switch_to_ready_jump`](Self::switch_to_ready_jump) in two halves: this one
+    /// loads what the switch will read and changes nothing (drop the result to not
+    /// switch); [`ReadySwitch::switch`] does the switch. A scheduler with other work
+    /// to do before the switch calls this first: the switch's time-stamp read then no
+    /// longer waits for those loads (see `fiber::prepare_ready`).
+    ///
+    /// # Safety
+    /// The calling OS thread runs a fiber other than this one. Until the switch, it
+    /// switches nowhere else.
+    #[inline(always)]
+    pub unsafe fn prepare_ready_jump(self) -> ReadySwitch {
+        // SAFETY: per the contract.
+        ReadySwitch(unsafe { fiber::prepare_ready(self.0.as_ptr()) })
+    }
+
     /// Ends the running fiber and switches to this one. The running fiber (which must
     /// have been made by [`RawFiber::spawn`]) is freed by the fiber that runs next, once
     /// it is off its stack: its stack goes back to the cache, its registry slot is
@@ -261,4 +276,22 @@ pub fn thread_word() -> *mut core::ffi::c_void {
 #[inline(always)]
 pub fn set_thread_word(p: *mut core::ffi::c_void) {
     tls::set_user_word(p)
+}
+
+/// A switch to a fiber, loaded by [`RawFiber::prepare_ready_jump`] and not yet done.
+/// Not `Send`: it belongs to the thread that prepared it.
+pub struct ReadySwitch(fiber::Prepared);
+
+impl ReadySwitch {
+    /// Does the switch: [`RawFiber::switch_to_ready_jump`]. Returns once the caller's
+    /// fiber runs again.
+    ///
+    /// # Safety
+    /// As [`RawFiber::switch_to_ready_jump`]: the guarantees it asks for hold now, and
+    /// the calling thread runs the fiber it ran when this was prepared.
+    #[inline(always)]
+    pub unsafe fn switch(self) {
+        // SAFETY: per the contract.
+        unsafe { self.0.switch_jump() };
+    }
 }

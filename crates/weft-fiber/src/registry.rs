@@ -112,6 +112,19 @@ impl Slot {
         self.seq
             .store(self.seq.load(Relaxed).wrapping_add(1), Release);
     }
+    /// [`begin_write`](Self::begin_write) for an owner that read the sequence word
+    /// already (`seq`, its value now).
+    #[inline(always)]
+    pub(crate) fn begin_write_from(&self, seq: u32) {
+        self.seq.store(seq.wrapping_add(1), Relaxed);
+        fence(Release);
+    }
+    /// [`end_write`](Self::end_write) after [`begin_write_from`](Self::begin_write_from)
+    /// with the same `seq`.
+    #[inline(always)]
+    pub(crate) fn end_write_from(&self, seq: u32) {
+        self.seq.store(seq.wrapping_add(2), Release);
+    }
     /// A relaxed increment by the owner (inside an update).
     #[inline(always)]
     pub(crate) fn bump(c: &AtomicU64) {

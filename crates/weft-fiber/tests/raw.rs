@@ -300,3 +300,77 @@ fn the_public_api_refuses_a_raw_fiber_elsewhere_and_never_deletes_one() {
         unsafe { f.delete() };
     });
 }
+
+/// A switch in two halves (`prepare_ready_jump`, then `ReadySwitch::switch`): a prepared
+/// switch that is dropped changes nothing, and one made counts exactly as a one-piece
+/// switch, its run time included: the slice of the fiber that prepared it ends at the
+/// switch, not at the preparation (each side here spins between the two halves, and
+/// that time must be in its run time).
+#[test]
+fn a_prepared_switch_changes_nothing_until_made_and_then_counts_like_one() {
+    use std::time::{Duration, Instant};
+    const ROUNDS: u32 = 20;
+    const SPIN: Duration = Duration::from_micros(300);
+    fn spin(d: Duration) {
+        let t = Instant::now();
+        while t.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+    on_thread(|| {
+        let main = convert_thread().unwrap();
+        let back = RawFiber::of_thread(&main);
+        let f = RawFiber::spawn(0, move || {
+            loop {
+                // SAFETY: `back` is the test thread's fiber, suspended while we run;
+                // nothing else switches before the prepared switch is made.
+                let sw = unsafe { back.prepare_ready_jump() };
+                spin(SPIN);
+                // SAFETY: as above.
+                unsafe { sw.switch() };
+            }
+        })
+        .unwrap();
+        // SAFETY: `f` is live and not started; the first switch has the checks.
+        unsafe { f.switch_to_owned_jump().unwrap() };
+        let before = (f.stats(), back.stats());
+        assert_eq!(before.0.activations, 1);
+        // Prepared and dropped: nothing moves.
+        // SAFETY: `f` is suspended, and we run another fiber.
+        let _ = unsafe { f.prepare_ready_jump() };
+        let after = (f.stats(), back.stats());
+        assert_eq!(after.0.activations, before.0.activations);
+        assert_eq!(after.1.activations, before.1.activations);
+        assert_eq!(after.0.state, before.0.state);
+        assert_eq!(after.0.run_time, before.0.run_time);
+        for _ in 0..ROUNDS {
+            // SAFETY: as above.
+            let sw = unsafe { f.prepare_ready_jump() };
+            spin(SPIN);
+            // SAFETY: as above.
+            unsafe { sw.switch() };
+        }
+        let (fs, ms) = (f.stats(), back.stats());
+        // (The test thread's fiber runs now: its run time counts up to this reading.)
+        assert_eq!(fs.activations, 1 + u64::from(ROUNDS));
+        assert_eq!(ms.activations, before.1.activations + u64::from(ROUNDS));
+        // The fiber spun SPIN before each of its ROUNDS + 1 switches back, all after it
+        // prepared them; so did we, before ours, while it was suspended.
+        assert!(
+            fs.run_time >= SPIN * (ROUNDS + 1),
+            "the fiber's run time {:?} misses the time between its preparations and \
+             its switches ({:?})",
+            fs.run_time,
+            SPIN * (ROUNDS + 1)
+        );
+        // And ours is in our run time (charged to the fiber, it would be missing here).
+        assert!(
+            ms.run_time >= SPIN * ROUNDS,
+            "our run time {:?} misses our spins before our switches ({:?})",
+            ms.run_time,
+            SPIN * ROUNDS
+        );
+        // SAFETY: `f` is suspended (the public API never deletes a raw fiber).
+        unsafe { f.delete() };
+    });
+}

@@ -944,6 +944,10 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
         if !ok {
             return false;
         }
+        // What the switch will read, loaded now (changing nothing): the switch's clock
+        // read then does not wait for these loads (`RawFiber::prepare_ready_jump`).
+        // `target` is parked here, so it has its fiber; nothing switches before.
+        let switch = (*target).raw().prepare_ready_jump();
         let me = (*w).current.take().expect("a green thread");
         if !me.park.is_empty() || me.cancelled() {
             (*w).current = Some(me);
@@ -964,8 +968,8 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
         // one predicted there (see `RawFiber::switch_to_owned_jump`). Its checks pass
         // by construction: `target` is a parked thread of this worker (suspended, not
         // the running one), and the running thread is in its IPC call, not in a switch.
-        let target = make_current_parked(w, next);
-        target.switch_to_ready_jump();
+        make_current_parked(w, next);
+        switch.switch();
         // Resumed (see `park_inner`'s second half, which this mirrors), on the same
         // worker: a started thread never moves (invariant 2 above).
         (*me_ptr).park.park_end();
@@ -1002,18 +1006,16 @@ unsafe fn nothing_to_poll(w: *mut Worker) -> bool {
 
 /// [`make_current`] for `to`, a started thread parked on this worker, switched to
 /// from a green thread (so the worker's `running` flag is set already): IPC's direct
-/// switch.
+/// switch, which has its fiber already.
 ///
 /// # Safety
 /// As [`make_current`].
 #[inline(always)]
-unsafe fn make_current_parked(w: *mut Worker, to: Arc<Task>) -> RawFiber {
+unsafe fn make_current_parked(w: *mut Worker, to: Arc<Task>) {
     // SAFETY: per the contract.
     unsafe {
         debug_assert!(to.started() && mine(w).progress.running.load(Relaxed));
-        let target = to.raw();
         install_current(w, Some(to));
-        target
     }
 }
 
