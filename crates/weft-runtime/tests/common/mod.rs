@@ -24,8 +24,14 @@ pub fn rt1(b: IoBackend) -> Runtime {
 }
 
 /// Runs this test binary again under valgrind's memcheck, with `valgrind_args` (beside
-/// `--error-exitcode=9 -q`) and then `test_args`, the thread I/O backend and no
-/// preemption (io_uring and signal-driven switching are not ground valgrind models).
+/// `--error-exitcode=9 -q --fair-sched=yes`) and then `test_args`, the thread I/O
+/// backend and no preemption (io_uring and signal-driven switching are not ground
+/// valgrind models). Valgrind runs one thread at a time; with its default, unfair lock
+/// a thread that never blocks (a worker in a same-worker IPC ping-pong, which makes no
+/// system call) could take it back at the end of every time slice, starving the
+/// threads it waits for: `io_completes_beside_a_local_ping_pong` failed 2 runs in 7
+/// (its read never completed in 20 s) and runs took 8-270 s. Fair scheduling hands the
+/// lock round.
 /// Fails on any memcheck error, or if the run's output lacks `ran` (the sign the tests
 /// ran). Says so and returns when valgrind is not installed.
 pub fn run_under_memcheck(valgrind_args: &[&str], test_args: &[&str], ran: &str) {
@@ -38,7 +44,7 @@ pub fn run_under_memcheck(valgrind_args: &[&str], test_args: &[&str], ran: &str)
         return;
     }
     let out = std::process::Command::new("valgrind")
-        .args(["--error-exitcode=9", "-q"])
+        .args(["--error-exitcode=9", "-q", "--fair-sched=yes"])
         .args(valgrind_args)
         .arg(std::env::current_exe().unwrap())
         .args(test_args)
