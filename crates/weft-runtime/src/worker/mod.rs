@@ -223,6 +223,9 @@ pub(crate) struct Worker {
     live: usize,
     /// Picks left until the next one that polls events anyway ([`POLL_EVERY`]).
     poll_in: u32,
+    /// IPC direct switches made (for the tests: which picks took the direct path).
+    #[cfg(test)]
+    direct_switches: u64,
     /// Picks left until the next one that takes a woken thread before a never-run one
     /// ([`SPAWNQ_EVERY`]).
     spawnq_in: u32,
@@ -305,6 +308,8 @@ impl Worker {
             live_head: core::ptr::null(),
             live: 0,
             poll_in: POLL_EVERY,
+            #[cfg(test)]
+            direct_switches: 0,
             spawnq_in: SPAWNQ_EVERY,
             promoted: false,
             depth: core::cell::Cell::new(0),
@@ -968,6 +973,10 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
         // one predicted there (see `RawFiber::switch_to_owned_jump`). Its checks pass
         // by construction: `target` is a parked thread of this worker (suspended, not
         // the running one), and the running thread is in its IPC call, not in a switch.
+        #[cfg(test)]
+        {
+            (*w).direct_switches += 1;
+        }
         make_current_parked(w, next);
         switch.switch();
         // Resumed (see `park_inner`'s second half, which this mirrors), on the same
@@ -981,11 +990,13 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
 }
 
 /// Whether polling events now would find nothing: no mail, nothing in the inbox, no
-/// timer, the I/O ring idle. Then the pick that must poll ([`POLL_EVERY`]) may be a
+/// timer due, the I/O ring idle. Then the pick that must poll ([`POLL_EVERY`]) may be a
 /// direct IPC switch too; otherwise that pick goes through the scheduler, whose poll
 /// handles what is there. (Out of line: asked once every [`POLL_EVERY`] switches. A
 /// ping-pong that fell back to the scheduler's path at each of those picks paid ~3.5 ns
-/// a round trip for it.) When the answer is yes, this pick counts as the endpoint's
+/// a round trip for it; so did one beside a timer not yet due, a sleeping thread's or
+/// a timeout's, ~2.3 ns, before the timer test asked whether it was due, at the cost
+/// of one clock read here.) When the answer is yes, this pick counts as the endpoint's
 /// empty poll (`Endpoint::poll_empty`), so the doorbell bits of workers that have
 /// gone quiet are cleared as a real poll would clear them.
 ///
@@ -998,7 +1009,10 @@ unsafe fn nothing_to_poll(w: *mut Worker) -> bool {
     unsafe {
         !(*w).endpoint.has_mail()
             && mine(w).inbox.is_empty()
-            && (*w).timers.next_deadline().is_none()
+            && (*w)
+                .timers
+                .next_deadline()
+                .is_none_or(|d| d > Instant::now())
             && (*w).io.is_idle()
             && !(*w).endpoint.poll_empty()
     }
@@ -1376,7 +1390,19 @@ const _: () = assert!(core::mem::size_of::<Mail>() <= 56);
 #[cfg(test)]
 mod tests {
     use crate::ipc::{self, Message, Timeout};
-    use crate::{spawn_on, Runtime};
+    use crate::{spawn_on, JoinHandle, Runtime};
+
+    /// A server on worker 0 replying word + 1, until the word `u64::MAX`.
+    fn adder_on_0() -> JoinHandle<()> {
+        spawn_on(0, || {
+            let (mut c, mut m) = ipc::receive(None, Timeout::Never).unwrap();
+            while m.words[0] != u64::MAX {
+                let r = Message::word(m.words[0] + 1);
+                (c, m) = ipc::reply_and_wait(&c, r, Timeout::Never).unwrap();
+            }
+            ipc::send(&c, Message::word(0), Timeout::Zero).unwrap();
+        })
+    }
 
     /// A worker that has received mail from another worker, then runs only a same-worker
     /// IPC ping-pong (direct switches, which skip the scheduler's poll while there is
@@ -1387,19 +1413,15 @@ mod tests {
         let rt = Runtime::builder().workers(2).build().unwrap();
         let bits = rt.block_on(|| {
             spawn_on(0, || {
-                // A thread on worker 1 whose end wakes its joiner here: mail from 1.
-                spawn_on(1, || {}).join().unwrap();
+                // A thread on worker 1 whose end wakes its joiner here, parked by then:
+                // mail from 1.
+                spawn_on(1, || crate::sleep(std::time::Duration::from_millis(20)))
+                    .join()
+                    .unwrap();
                 let w = super::current();
                 // SAFETY: our worker; a short read of its endpoint.
                 let before = unsafe { (*w).endpoint.class_bits() };
-                let server = spawn_on(0, || {
-                    let (mut c, mut m) = ipc::receive(None, Timeout::Never).unwrap();
-                    while m.words[0] != u64::MAX {
-                        let r = Message::word(m.words[0] + 1);
-                        (c, m) = ipc::reply_and_wait(&c, r, Timeout::Never).unwrap();
-                    }
-                    ipc::send(&c, Message::word(0), Timeout::Zero).unwrap();
-                });
+                let server = adder_on_0();
                 let tid = server.tid();
                 // Two picks a round trip, a poll every POLL_EVERY picks, a bit cleared
                 // after STICKY_POLLS empty polls: 20,000 round trips are plenty.
@@ -1418,5 +1440,47 @@ mod tests {
         });
         assert_ne!(bits.0, 0, "the join's wake-up came as mail from worker 1");
         assert_eq!(bits.1, 0, "the quiet sender's bit stayed set");
+    }
+
+    /// A timer that is not due (a thread's timed receive, far off) does not send the
+    /// polling picks of a same-worker ping-pong through the scheduler: every switch of
+    /// the ping-pong is a direct one. A due timer still fires beside it
+    /// (`tests/ipc.rs`, `timers_fire_beside_a_local_ping_pong`).
+    #[test]
+    fn a_timer_not_yet_due_leaves_every_ping_pong_switch_direct() {
+        let rt = Runtime::builder().workers(1).build().unwrap();
+        let (made, waiter) = rt.block_on(|| {
+            spawn_on(0, || {
+                // Parked with a timer 60 s away (cancelled at the end).
+                let waiter = spawn_on(0, || {
+                    ipc::receive(None, Timeout::After(std::time::Duration::from_secs(60)))
+                        .unwrap_err()
+                        .kind()
+                });
+                crate::yield_now();
+                let server = adder_on_0();
+                let tid = server.tid();
+                ipc::call(&tid, Message::word(0), Timeout::Never).unwrap();
+                let w = super::current();
+                // SAFETY: our worker; short reads of its counter.
+                let before = unsafe { (*w).direct_switches };
+                const N: u64 = 10_000;
+                for i in 0..N {
+                    let r = ipc::call(&tid, Message::word(i), Timeout::Never).unwrap();
+                    assert_eq!(r.words[0], i + 1);
+                }
+                // SAFETY: as above.
+                let made = unsafe { (*w).direct_switches } - before;
+                ipc::call(&tid, Message::word(u64::MAX), Timeout::Never).unwrap();
+                server.join().unwrap();
+                ipc::cancel(&waiter.tid());
+                (made, waiter.join().unwrap())
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(waiter, ipc::ErrorKind::Cancelled);
+        // Two switches a round trip, all direct (~1 in 30 went through the scheduler).
+        assert_eq!(made, 2 * 10_000, "some switches took the scheduler's path");
     }
 }
