@@ -460,8 +460,7 @@ impl Prepared {
     unsafe fn record(self) {
         // SAFETY: per the contract.
         unsafe {
-            let (thread, t) = (self.thread, &*self.to);
-            (*thread).in_switch.store(true, Relaxed);
+            (*self.thread).in_switch.store(true, Relaxed);
             compiler_fence(SeqCst);
             if self.mode != clock::NONE {
                 let (cs, ts) = (&*self.cs, &*self.ts);
@@ -480,27 +479,151 @@ impl Prepared {
                 } else {
                     0
                 };
-                let start = cs.switched_in_at.load(Relaxed);
-                if now != 0 && start != 0 {
-                    cs.run_ticks.store(
-                        cs.run_ticks.load(Relaxed) + now.wrapping_sub(start),
-                        Relaxed,
-                    );
-                }
-                Slot::bump(&cs.deactivations);
-                cs.state.store(registry::SLOT_READY, Relaxed);
-                ts.switched_in_at.store(now, Relaxed);
-                Slot::bump(&ts.activations);
-                ts.last_tid.store((*thread).tid, Relaxed);
-                ts.state.store(registry::SLOT_RUNNING, Relaxed);
+                self.update_slots(now, now);
                 cs.end_write_from(self.cseq);
                 ts.end_write_from(self.tseq);
             }
-            t.thread.store(thread, Relaxed);
+            self.install();
+        }
+    }
+
+    /// The statistics of the switch, inside both seqlocks: `cur`'s slice closes at
+    /// `now`, `to`'s opens at `to_start`.
+    ///
+    /// # Safety
+    /// As [`record`](Self::record), both seqlocks open.
+    #[inline(always)]
+    unsafe fn update_slots(&self, now: u64, to_start: u64) {
+        // SAFETY: per the contract.
+        unsafe {
+            let (cs, ts) = (&*self.cs, &*self.ts);
+            let start = cs.switched_in_at.load(Relaxed);
+            if now != 0 && start != 0 {
+                cs.run_ticks.store(
+                    cs.run_ticks.load(Relaxed) + now.wrapping_sub(start),
+                    Relaxed,
+                );
+            }
+            Slot::bump(&cs.deactivations);
+            cs.state.store(registry::SLOT_READY, Relaxed);
+            ts.switched_in_at.store(to_start, Relaxed);
+            Slot::bump(&ts.activations);
+            ts.last_tid.store((*self.thread).tid, Relaxed);
+            ts.state.store(registry::SLOT_RUNNING, Relaxed);
+        }
+    }
+
+    /// `to` becomes the thread's running fiber (the end of every switch's bookkeeping).
+    ///
+    /// # Safety
+    /// As [`record`](Self::record).
+    #[inline(always)]
+    unsafe fn install(self) {
+        // SAFETY: per the contract.
+        unsafe {
+            let t = &*self.to;
+            t.thread.store(self.thread, Relaxed);
             *t.resumer.get() = self.cur;
-            (*thread).current = self.to;
+            (*self.thread).current = self.to;
             compiler_fence(SeqCst);
         }
+    }
+
+    /// The public switch's bookkeeping, first half, before it acquires `to` (see
+    /// [`begin_switch`]): marks the thread as switching, opens `cur`'s seqlock and
+    /// reads the clock inside it (0: run time not kept). If the acquire then fails,
+    /// [`abandon`](Self::abandon) undoes it; else
+    /// [`record_acquired`](Self::record_acquired) finishes.
+    ///
+    /// # Safety
+    /// The thread runs `cur`, and nothing changed what `load` read about it.
+    #[inline(always)]
+    unsafe fn open_cur(&self) -> u64 {
+        // SAFETY: per the contract.
+        unsafe {
+            // First, as in `record`: a signal handler that would switch (a preemption)
+            // must see the switch in progress before any slot is touched.
+            (*self.thread).in_switch.store(true, Relaxed);
+            compiler_fence(SeqCst);
+            if self.mode == clock::NONE {
+                return 0;
+            }
+            debug_assert_eq!((*self.cs).seq.load(Relaxed), self.cseq);
+            (*self.cs).begin_write_from(self.cseq);
+            if self.mode == clock::FULL {
+                clock::ticks()
+            } else {
+                0
+            }
+        }
+    }
+
+    /// Undoes [`open_cur`](Self::open_cur) for a switch that does not happen: `cur`'s
+    /// seqlock closes with nothing changed, the thread is no longer switching.
+    ///
+    /// # Safety
+    /// As [`open_cur`](Self::open_cur), which was called.
+    #[inline(always)]
+    unsafe fn abandon(&self) {
+        // SAFETY: per the contract.
+        unsafe {
+            if self.mode != clock::NONE {
+                (*self.cs).end_write_from(self.cseq);
+            }
+            compiler_fence(SeqCst);
+            (*self.thread).in_switch.store(false, Relaxed);
+        }
+    }
+
+    /// The public switch's bookkeeping, second half, once `to` is acquired, with the
+    /// clock reading `now` that [`open_cur`](Self::open_cur) took.
+    ///
+    /// `cur`'s slice closes at `now`, and its slot keeps that time; `to`'s opens at
+    /// `now`, or at the end of its last slice if that is later: read before the
+    /// acquire, `now` may precede the moment another thread let `to` go, closing its
+    /// slice at a later reading, and the two slices must not overlap. (A READY slot's
+    /// `switched_in_at` is the end of its last slice if a public switch closed it, else
+    /// its start: either way no later than its end.)
+    ///
+    /// # Safety
+    /// The thread owns both fibers, `open_cur` was called, and `tseq` was read once `to`
+    /// was acquired.
+    #[inline(always)]
+    unsafe fn record_acquired(self, now: u64) {
+        // SAFETY: per the contract.
+        unsafe {
+            if self.mode != clock::NONE {
+                let (cs, ts) = (&*self.cs, &*self.ts);
+                debug_assert_eq!(ts.seq.load(Relaxed), self.tseq);
+                ts.begin_write_from(self.tseq);
+                let to_start = if now == 0 {
+                    0
+                } else {
+                    now.max(ts.switched_in_at.load(Relaxed))
+                };
+                self.update_slots(now, to_start);
+                cs.switched_in_at.store(now, Relaxed);
+                cs.end_write_from(self.cseq);
+                ts.end_write_from(self.tseq);
+            }
+            self.install();
+        }
+    }
+}
+
+/// A switch to `to` that found it in state `s` (not READY): counted as a failed
+/// activation, and why.
+///
+/// # Safety
+/// `to` must be a live fiber record.
+#[cold]
+unsafe fn failed_acquire(to: *mut FiberRecord, s: u32) -> SwitchFail {
+    // SAFETY: per the contract.
+    unsafe { (*to).slot().failed_activations.fetch_add(1, Relaxed) };
+    if s == FINISHED {
+        SwitchFail::Finished
+    } else {
+        SwitchFail::Busy
     }
 }
 
@@ -545,32 +668,34 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
             (*to).slot().failed_activations.fetch_add(1, Relaxed);
             return Err(SwitchFail::Busy);
         }
-        let acquired = if OWNER {
+        if OWNER {
             // The caller is the only thread that ever acquires `to` (see
             // `switch_to_owned`): a check and a plain store do what the compare-exchange
             // does, without its locked instruction (~8 ns: it drains the store buffer
             // this switch has just filled).
             let s = (*to).state.load(Relaxed);
-            if s == READY {
-                (*to).state.store(RUNNING, Relaxed);
-                Ok(READY)
-            } else {
-                Err(s)
+            if s != READY {
+                return Err(failed_acquire(to, s));
             }
+            (*to).state.store(RUNNING, Relaxed);
+            prepare_acquired(thread, cur, to);
         } else {
-            (*to)
+            // The clock is read before the compare-exchange, inside `cur`'s seqlock
+            // only: read after it, the read waited for the locked instruction, which
+            // waits for the store buffer to drain (~7 ns a switch, `weft bench
+            // fibers`: 26-27 -> 20 ns). `to`'s sequence word is read once `to` is ours.
+            let mut p = Prepared::load(thread, cur, to);
+            let now = p.open_cur();
+            if let Err(s) = (*to)
                 .state
                 .compare_exchange(READY, RUNNING, Acquire, Relaxed)
-        };
-        if let Err(s) = acquired {
-            (*to).slot().failed_activations.fetch_add(1, Relaxed);
-            return Err(if s == FINISHED {
-                SwitchFail::Finished
-            } else {
-                SwitchFail::Busy
-            });
+            {
+                p.abandon();
+                return Err(failed_acquire(to, s));
+            }
+            p.tseq = (*p.ts).seq.load(Relaxed);
+            p.record_acquired(now);
         }
-        prepare_acquired(thread, cur, to);
         if *(*cur).exit.get() != EXIT_NONE {
             // The running fiber dropped its own handle: it is freed as it leaves.
             if OWNER {

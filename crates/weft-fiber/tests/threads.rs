@@ -62,6 +62,7 @@ fn many_threads_contending_for_the_same_fibers_never_run_one_twice() {
     );
     let ok = Arc::new(AtomicU64::new(0));
     let busy = Arc::new(AtomicU64::new(0));
+    let started = std::time::Instant::now();
     let mut handles = Vec::new();
     for t in 0..THREADS {
         let (fibers, ok, busy) = (fibers.clone(), ok.clone(), busy.clone());
@@ -96,11 +97,20 @@ fn many_threads_contending_for_the_same_fibers_never_run_one_twice() {
     for h in handles {
         h.join().unwrap();
     }
+    let elapsed = started.elapsed().as_nanos() as u64;
     let (mut act, mut failed) = (0, 0);
     for &f in fibers.iter() {
         let s = stats(f as LPVOID);
         act += s.activations;
         failed += s.failed_activations;
+        // A fiber runs on one thread at a time, so its slices never overlap: its run
+        // time fits in the test's. (The public switch reads the clock before it takes
+        // the fiber, and starts the slice no earlier than the end of the last one.)
+        assert!(
+            s.run_time_ns <= elapsed,
+            "fiber ran {} ns in a {elapsed} ns test",
+            s.run_time_ns
+        );
         unsafe { DeleteFiber(f as LPVOID) };
     }
     assert_eq!(
@@ -140,6 +150,10 @@ unsafe extern "C" fn spin_until_released(_: LPVOID) {
     unsafe { SwitchToFiber(home()) };
 }
 
+unsafe extern "C" fn straight_home(_: LPVOID) {
+    unsafe { SwitchToFiber(home()) };
+}
+
 #[test]
 fn a_fiber_running_elsewhere_cannot_be_switched_to_or_deleted() {
     let f = unsafe { CreateFiber(0, Some(spin_until_released), std::ptr::null_mut()) } as usize;
@@ -155,10 +169,25 @@ fn a_fiber_running_elsewhere_cannot_be_switched_to_or_deleted() {
     unsafe {
         let me = ConvertThreadToFiber(std::ptr::null_mut());
         assert!(!me.is_null());
+        let mine = stats(me);
         SwitchToFiber(f as LPVOID);
         assert_eq!(GetLastError(), ERROR_BUSY);
         assert_eq!(stats(f as LPVOID).failed_activations, 1);
         assert_eq!(stats(f as LPVOID).state, 1, "running");
+        // The refused switch left ours as it was (its statistics readable, still
+        // running) and the thread able to switch: it timed and opened the switch
+        // before it tried to take `f`, and undid both.
+        let after = stats(me);
+        assert_eq!((after.state, after.activations), (1, mine.activations));
+        assert!(after.run_time_ns >= mine.run_time_ns);
+        HOME.with(|h| h.set(me as usize));
+        let g = CreateFiber(0, Some(straight_home), std::ptr::null_mut());
+        SetLastError(0);
+        SwitchToFiber(g);
+        assert_eq!(GetLastError(), 0, "the next switch works");
+        assert_eq!(stats(g).activations, 1);
+        assert_eq!(stats(me).activations, mine.activations + 1);
+        DeleteFiber(g);
         SetLastError(0);
         DeleteFiber(f as LPVOID);
         assert_eq!(GetLastError(), ERROR_BUSY, "deleting a running fiber fails");
