@@ -408,21 +408,41 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// # Safety
-    /// `thread` is this thread's state, `cur` its running fiber, `to` a live record.
+    /// `thread` is this thread's state, `cur` its running fiber, `to` a live record
+    /// this thread owns.
     #[inline(always)]
     unsafe fn load(thread: *mut ThreadState, cur: *mut FiberRecord, to: *mut FiberRecord) -> Self {
         // SAFETY: per the contract.
         unsafe {
-            let (cs, ts) = ((*cur).slot, (*to).slot);
+            let mut p = Prepared::load_cur(thread, cur, to);
+            p.tseq = (*p.ts).seq.load(Relaxed);
+            p
+        }
+    }
+
+    /// [`load`](Self::load) but for `to`'s sequence word (left 0), which only `to`'s
+    /// owner may read: for the public switch, before it acquires `to`.
+    ///
+    /// # Safety
+    /// `thread` is this thread's state, `cur` its running fiber, `to` a live record.
+    #[inline(always)]
+    unsafe fn load_cur(
+        thread: *mut ThreadState,
+        cur: *mut FiberRecord,
+        to: *mut FiberRecord,
+    ) -> Self {
+        // SAFETY: per the contract.
+        unsafe {
+            let cs = (*cur).slot;
             Prepared {
                 thread,
                 cur,
                 to,
                 mode: clock::statistics_mode(),
                 cs,
-                ts,
+                ts: (*to).slot,
                 cseq: (*cs).seq.load(Relaxed),
-                tseq: (*ts).seq.load(Relaxed),
+                tseq: 0,
             }
         }
     }
@@ -684,7 +704,7 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
             // only: read after it, the read waited for the locked instruction, which
             // waits for the store buffer to drain (~7 ns a switch, `weft bench
             // fibers`: 26-27 -> 20 ns). `to`'s sequence word is read once `to` is ours.
-            let mut p = Prepared::load(thread, cur, to);
+            let mut p = Prepared::load_cur(thread, cur, to);
             let now = p.open_cur();
             if let Err(s) = (*to)
                 .state

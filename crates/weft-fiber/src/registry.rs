@@ -103,9 +103,7 @@ impl Slot {
     /// Starts an update (the owner only): readers retry until `end_write`.
     #[inline(always)]
     pub(crate) fn begin_write(&self) {
-        self.seq
-            .store(self.seq.load(Relaxed).wrapping_add(1), Relaxed);
-        fence(Release);
+        self.begin_write_from(self.seq.load(Relaxed));
     }
     #[inline(always)]
     pub(crate) fn end_write(&self) {

@@ -359,8 +359,7 @@ fn banked_counts_never_keep_an_ended_thread_findable() {
             let id = ct.id();
             // Drop Tids of the client on its worker, while it lives: more than its 20
             // calls take back, so some are still banked when it ends.
-            let client_w2 = client_w;
-            spawn_on(client_w2, move || {
+            spawn_on(client_w, move || {
                 for _ in 0..50 {
                     drop(ipc::Tid::from_id(id).expect("the client lives"));
                 }

@@ -148,6 +148,13 @@ where
 }
 
 impl<T: Send> Endpoint<T> {
+    /// This worker's doorbell.
+    #[inline(always)]
+    fn bell(&self) -> &Doorbell {
+        // SAFETY: `bell` points into `m`'s doorbells, which live as long as `m`.
+        unsafe { &*self.bell }
+    }
+
     /// This worker's index.
     pub fn id(&self) -> usize {
         self.id
@@ -219,7 +226,7 @@ impl<T: Send> Endpoint<T> {
     /// sender. Returns how many there were.
     pub fn poll(&mut self, mut f: impl FnMut(usize, T)) -> usize {
         self.flush();
-        let bell = &self.m.doorbells[self.id];
+        let bell = self.bell();
         let bits = bell.bits();
         if bits & WOKEN != 0 {
             bell.clear(WOKEN);
@@ -239,7 +246,7 @@ impl<T: Send> Endpoint<T> {
             // Clear the bits of classes that went quiet, then look at their boxes once
             // more: a sender that saw its bit still set before the clear did not ring,
             // and its message is found here (park.rs: no lost mail).
-            self.m.doorbells[self.id].clear(quiet);
+            self.bell().clear(quiet);
             for class in classes_in(quiet) {
                 n += self.drain_class(class, &mut f);
             }
@@ -261,7 +268,7 @@ impl<T: Send> Endpoint<T> {
     #[cold]
     #[inline(never)]
     pub fn poll_empty(&mut self) -> bool {
-        let bits = self.m.doorbells[self.id].bits() & CLASS_BITS;
+        let bits = self.bell().bits() & CLASS_BITS;
         let mut quiet = 0u64;
         for class in classes_in(bits) {
             if self.mail_in(1 << class) {
@@ -271,7 +278,7 @@ impl<T: Send> Endpoint<T> {
         }
         if quiet != 0 {
             // As in `poll`: cleared, then looked at once more.
-            self.m.doorbells[self.id].clear(quiet);
+            self.bell().clear(quiet);
             return self.mail_in(quiet);
         }
         false
@@ -280,7 +287,7 @@ impl<T: Send> Endpoint<T> {
     /// The class bits set in this worker's doorbell (for tests).
     #[cfg(test)]
     pub(crate) fn class_bits(&self) -> u64 {
-        self.m.doorbells[self.id].bits() & CLASS_BITS
+        self.bell().bits() & CLASS_BITS
     }
 
     /// Counts a poll that found the boxes of `class` empty; returns `class`'s bit once
@@ -371,7 +378,7 @@ impl<T: Send> Endpoint<T> {
         } else {
             timeout
         };
-        self.m.doorbells[self.id].sleep(timeout, |classes| self.mail_in(classes));
+        self.bell().sleep(timeout, |classes| self.mail_in(classes));
     }
 
     /// A handle that threads outside the matrix (a blocking pool, a plain thread that
@@ -386,15 +393,14 @@ impl<T: Send> Endpoint<T> {
     /// switch).
     #[inline(always)]
     pub fn has_mail(&self) -> bool {
-        // SAFETY: `bell` points into `m`'s doorbells, which live as long as `m`.
-        let bits = unsafe { &*self.bell }.bits();
+        let bits = self.bell().bits();
         bits & WOKEN != 0 || (bits & CLASS_BITS != 0 && self.mail_in(bits & CLASS_BITS))
     }
 
     /// The eventfd this worker sleeps on, for an event loop that waits on it instead.
     #[cfg(not(feature = "loom"))]
     pub fn wake_fd(&self) -> std::os::fd::RawFd {
-        self.m.doorbells[self.id].fd()
+        self.bell().fd()
     }
 }
 
@@ -493,26 +499,25 @@ mod tests {
     fn empty_polls_clear_a_quiet_bit_and_never_hide_mail() {
         let mut e = matrix::<u32>(2, 4).unwrap();
         let (mut a, mut b) = (e.remove(0), e.remove(0));
-        let bell = |b: &Endpoint<u32>| b.class_bits();
         a.send(1, 1);
         let mut got = Vec::new();
         b.poll(|_, m| got.push(m));
         assert_eq!(got, [1]);
-        assert_ne!(bell(&b), 0, "the bit is sticky");
+        assert_ne!(b.class_bits(), 0, "the bit is sticky");
         assert!(!b.has_mail());
         // A message found by an empty poll is reported, and the bit stays.
         a.send(1, 2);
         assert!(b.poll_empty(), "mail in a box whose bit is set");
-        assert_ne!(bell(&b), 0);
+        assert_ne!(b.class_bits(), 0);
         b.poll(|_, m| got.push(m));
         assert_eq!(got, [1, 2]);
         // Empty polls: the bit goes after STICKY_POLLS of them, not before.
         for _ in 1..STICKY_POLLS {
             assert!(!b.poll_empty());
         }
-        assert_ne!(bell(&b), 0, "cleared too early");
+        assert_ne!(b.class_bits(), 0, "cleared too early");
         assert!(!b.poll_empty());
-        assert_eq!(bell(&b), 0, "a quiet bit is cleared");
+        assert_eq!(b.class_bits(), 0, "a quiet bit is cleared");
         // Mail after the clear rings the doorbell again and is found.
         a.send(1, 3);
         assert!(b.has_mail());

@@ -566,13 +566,26 @@ unsafe fn pick_next(w: *mut Worker) -> Option<Arc<Task>> {
 unsafe fn count_pick_and_poll(w: *mut Worker) {
     // SAFETY: per the contract.
     unsafe {
+        if must_poll(w) || (*w).endpoint.has_mail() {
+            poll_events(w);
+        }
+    }
+}
+
+/// Counts a pick; true for the one in every [`POLL_EVERY`] that must poll events.
+///
+/// # Safety
+/// `w` is this thread's worker.
+#[inline(always)]
+unsafe fn must_poll(w: *mut Worker) -> bool {
+    // SAFETY: per the contract.
+    unsafe {
         (*w).poll_in -= 1;
         if (*w).poll_in == 0 {
             (*w).poll_in = POLL_EVERY;
-            poll_events(w);
-        } else if (*w).endpoint.has_mail() {
-            poll_events(w);
+            return true;
         }
+        false
     }
 }
 
@@ -960,10 +973,7 @@ pub(crate) unsafe fn ipc_direct_switch(w: *mut Worker, target: *const Task) -> b
         }
         // This is a pick (see `count_pick_and_poll`); the one that must poll found
         // nothing to poll.
-        (*w).poll_in -= 1;
-        if (*w).poll_in == 0 {
-            (*w).poll_in = POLL_EVERY;
-        }
+        must_poll(w);
         me.park.park_begin();
         let me_ptr = Arc::as_ptr(&me);
         let next = (*w).ipc_parked.replace(me).expect("checked");
