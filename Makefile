@@ -3,10 +3,10 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make uninstall [PREFIX=/usr/local] [DESTDIR=]
 #   make test                       every test: the workspace (Rust and C), the loom
-#                                   models of the message boxes, the park word and the
-#                                   IPC protocol (built with loom's atomics), then the
-#                                   fiber core on aarch64 under qemu when the cross
-#                                   toolchain is installed (see README)
+#                                   models, weft-kv's client suite (pytest), the fiber
+#                                   core on aarch64 under qemu when the cross toolchain
+#                                   is installed; ends with "total: N passed, N failed,
+#                                   N skipped" and fails if any test failed
 # NO_BUILD=1 installs what is already in $(BUILD_DIR) without running cargo.
 
 PREFIX     ?= /usr/local
@@ -40,19 +40,11 @@ uninstall:
 	rm -f $(addprefix $(INCDIR)/,$(notdir $(HEADERS)))
 	-rmdir $(INCDIR) 2>/dev/null
 
-AARCH64 = aarch64-unknown-linux-gnu
-
+# Every test, to the end whatever fails, with one summary line (tests/run-all says
+# what each phase runs). WEFT_TEST_PHASES="rust loom pytest aarch64" picks phases.
 test:
-	$(CARGO) test --workspace
-	$(CARGO) test -p weft-runtime --features loom --test loom_msgbox --test loom_park --test loom_ipc
-	@$(MAKE) --no-print-directory test-aarch64
+	@CARGO="$(CARGO)" bash tests/run-all
 
 # The fiber core (context switch, ownership, signals, overflow, registry) on aarch64.
 test-aarch64:
-	@if rustup target list --installed 2>/dev/null | grep -qx $(AARCH64) \
-	    && command -v qemu-aarch64 >/dev/null && command -v aarch64-linux-gnu-gcc >/dev/null; then \
-	  echo "cross-testing the fiber core on aarch64 under qemu"; \
-	  $(CARGO) test -p weft-fiber --target $(AARCH64); \
-	else \
-	  echo "aarch64: cross toolchain not installed, fiber core NOT cross-tested (rustup target add $(AARCH64); apt-get install qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"; \
-	fi
+	@CARGO="$(CARGO)" WEFT_TEST_PHASES=aarch64 bash tests/run-all

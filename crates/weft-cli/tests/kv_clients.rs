@@ -4,22 +4,27 @@
 //! the `weft` binary cargo built for this test.
 //!
 //! The suite is Python because the proof is that *real* clients work unchanged; this
-//! harness only makes `cargo test` (and so `make test` and CI) run it: `python3 -m
-//! pytest -q tests/kv` from the repository root, with `WEFT_BIN` set to this build's
-//! `weft` and `KV_TARGET=weft` (unless `KV_TARGET` is set already: `KV_TARGET=redis`
-//! runs the same suite against redis-server alone, which checks the tests).
+//! harness lets `cargo test` run it: `python3 -m pytest -q tests/kv` from the
+//! repository root, with `WEFT_BIN` set to this build's `weft` and `KV_TARGET=weft`
+//! (unless `KV_TARGET` is set already: `KV_TARGET=redis` runs the same suite against
+//! redis-server alone, which checks the tests). `make test` runs pytest as a phase of its
+//! own instead (tests/run-all), so that each Python test counts in its summary.
 //!
 //! When python3, pytest, redis-py 8, redis-server, redis-cli or redis-benchmark is
-//! missing, the test prints what is missing and how to install it, and passes; with
-//! `WEFT_REQUIRE_KV_CLIENTS=1` (CI sets it, after installing them) a missing tool is a
-//! failure instead. pytest's output is printed (`--nocapture` shows it on success too)
-//! and the test fails when pytest does, or when it runs longer than 15 minutes.
+//! missing, the test says what is missing and how to install it, and is skipped (see
+//! tests/support/skip.rs); with `WEFT_REQUIRE_KV_CLIENTS=1` (CI sets it, after
+//! installing them) a missing tool is a failure instead. pytest's output is printed
+//! (`--nocapture` shows it on success too) and the test fails when pytest does, or when
+//! it runs longer than 15 minutes (it takes about a minute alone).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long the suite may take before it is killed (it takes about a minute).
+#[path = "../../../tests/support/skip.rs"]
+mod skip;
+
+/// How long the suite may take before it is killed: a ceiling against a hang only.
 const SUITE_LIMIT: Duration = Duration::from_secs(15 * 60);
 
 fn repo_root() -> PathBuf {
@@ -78,7 +83,7 @@ fn real_clients_against_weft_kv() {
         if std::env::var("WEFT_REQUIRE_KV_CLIENTS").is_ok_and(|v| v == "1") {
             panic!("{msg}\n(WEFT_REQUIRE_KV_CLIENTS=1: a missing tool is a failure)");
         }
-        println!("SKIPPED: {msg}");
+        skip::skip(&msg);
         return;
     }
 
