@@ -33,9 +33,13 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
-/// How long one C test may run before it counts as hung.
+#[path = "../../../tests/support/skip.rs"]
+mod skip;
+
+/// How long one C test may run before it counts as hung (a ceiling against a hang only:
+/// the tests take a second or two, longer on a busy machine).
 const TIMEOUT: Duration = Duration::from_secs(120);
-/// Under valgrind everything is much slower.
+/// Under valgrind everything is much slower, and slower still on a busy machine.
 const VALGRIND_TIMEOUT: Duration = Duration::from_secs(600);
 
 const CFLAGS: &[&str] = &["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"];
@@ -573,7 +577,7 @@ fn c_overflow_other_thread() {
 #[test]
 fn c_thread_exit_valgrind() {
     if std::env::var_os("WEFT_SKIP_VALGRIND").is_some_and(|v| v == "1") {
-        eprintln!("WEFT_SKIP_VALGRIND=1: skipping the valgrind run of thread_exit");
+        skip::skip("WEFT_SKIP_VALGRIND=1: the valgrind run of thread_exit is skipped");
         return;
     }
     let valgrind = ["/usr/bin/valgrind", "/usr/local/bin/valgrind"]
