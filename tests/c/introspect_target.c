@@ -17,6 +17,8 @@
  *   beta <address of weft_target_beta>
  *   main <fiber id of the converted main thread>
  *   stack <id> <stack size> (one line per created fiber, default mode only)
+ *   wall <id> <ns> (default mode: the wall time main spent in its switches to that
+ *                   fiber, which bounds the fiber's run time)
  *   ready <id of fiber 0> <id of fiber 1> ... (nothing after "ready" in many mode)
  * and parks (spin mode: keeps switching) until stdin closes (or it is killed), then
  * exits normally, which removes its registry. */
@@ -119,7 +121,8 @@ static void park_until_stdin_closes(void) {
 static int run_default(int k) {
     struct fiber_arg *args = calloc((size_t)k, sizeof *args);
     LPVOID *f = calloc((size_t)k, sizeof *f);
-    if (!args || !f)
+    uint64_t *wall = calloc((size_t)k, sizeof *wall);
+    if (!args || !f || !wall)
         DIE("out of memory");
     for (int i = 0; i < k; i++) {
         args[i].index = i;
@@ -129,8 +132,11 @@ static int run_default(int k) {
             DIE("CreateFiber %d failed", i);
     }
     for (int i = 0; i < k; i++)
-        for (int j = 0; j <= i; j++)
+        for (int j = 0; j <= i; j++) {
+            uint64_t t0 = now_ns();
             SwitchToFiber(f[i]);
+            wall[i] += now_ns() - t0;
+        }
 
     pthread_t t;
     if (pthread_create(&t, NULL, contender, NULL) != 0 || pthread_join(t, NULL) != 0)
@@ -142,6 +148,7 @@ static int run_default(int k) {
             DIE("weft_fiber_stats failed");
         printf("stack %llu %llu\n", (unsigned long long)s.id,
                (unsigned long long)s.stack_size);
+        printf("wall %llu %llu\n", (unsigned long long)s.id, (unsigned long long)wall[i]);
     }
     printf("ready");
     for (int i = 0; i < k; i++)
@@ -152,6 +159,7 @@ static int run_default(int k) {
     park_until_stdin_closes();
     for (int i = 0; i < k; i++)
         DeleteFiber(f[i]);
+    free(wall);
     free(f);
     free(args);
     ConvertFiberToThread();

@@ -1,11 +1,14 @@
 //! `weft bench kv --quick --json` runs to the end against the real weft-kv and a
 //! redis-server and reports both sides of every row as JSON lines (servers started and
 //! stopped, client workers checking every reply, redis-benchmark's CSV, how busy the
-//! client was). It is skipped,
-//! with a message, where redis-server or redis-benchmark is missing.
+//! client was). It is skipped (see tests/support/skip.rs) where redis-server or
+//! redis-benchmark is missing.
 
 use std::collections::BTreeSet;
 use std::process::Command;
+
+#[path = "../../../tests/support/skip.rs"]
+mod skip;
 
 fn on_path(name: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -15,7 +18,9 @@ fn on_path(name: &str) -> bool {
 #[test]
 fn bench_kv_quick_json_has_both_impls_on_every_row() {
     if !on_path("redis-server") || !on_path("redis-benchmark") {
-        eprintln!("skipped: redis-server and redis-benchmark are needed (Debian: redis-server, redis-tools)");
+        skip::skip(
+            "redis-server and redis-benchmark are needed (Debian: redis-server, redis-tools)",
+        );
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_weft"))

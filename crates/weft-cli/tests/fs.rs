@@ -26,7 +26,7 @@ use weft_fiber::introspect::{self, FiberInfo};
 use weft_fiber::FiberState;
 
 mod common;
-use common::{profile_dir, text, weft, Target, WEFT};
+use common::{profile_dir, skip, text, weft, Target, WEFT};
 
 // ---- libweft, the target program, the registry directory ------------------------
 
@@ -63,10 +63,10 @@ fn registry_dir() -> PathBuf {
     scratch().join("registry")
 }
 
-/// True (and says so) when the FUSE tests are to be skipped.
+/// True (and reported as a skip) when the FUSE tests are to be skipped.
 fn skip_fuse() -> bool {
     if std::env::var_os("WEFT_SKIP_FUSE").is_some_and(|v| v == "1") {
-        eprintln!("WEFT_SKIP_FUSE=1: skipping a test that mounts a FUSE filesystem");
+        skip("WEFT_SKIP_FUSE=1: this test mounts a FUSE filesystem");
         return true;
     }
     false
@@ -123,10 +123,10 @@ impl Mount {
     }
 
     /// Waits until `DIR/<rel>` exists. Fails clearly if the mount process
-    /// exits first (FUSE unavailable, ...) or nothing appears in 20 s.
+    /// exits first (FUSE unavailable, ...) or nothing appears in 60 s.
     fn wait_for(&mut self, rel: &str) {
         let path = self.dir.join(rel);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 panic!(
@@ -144,7 +144,7 @@ impl Mount {
             }
             assert!(
                 Instant::now() < deadline,
-                "{} did not appear within 20 s of `weft fs mount`\n--- its stderr ---\n{}",
+                "{} did not appear within 60 s of `weft fs mount`\n--- its stderr ---\n{}",
                 path.display(),
                 self.log()
             );
@@ -357,7 +357,13 @@ fn fs_shows_every_fiber_and_umount_ends_the_mount() {
         assert_eq!(before.entry, entry, "{what}");
         assert_eq!(v["activations"], (i + 1).to_string(), "{what}");
         assert_eq!(v["failed activations"], "0", "{what}");
-        assert!(shown < 60_000_000_000, "{what}: implausible run time");
+        // Run time is wall time while the fiber is current: no more than the target
+        // spent switching to it (with 1% and 1 ms for converting clock ticks).
+        let wall = u128::from(t.walls[&f.id]);
+        assert!(
+            shown <= wall + wall / 100 + 1_000_000,
+            "{what}: run time beyond the {wall} ns the target spent switching to it"
+        );
         if i == 0 {
             assert!(shown >= 50_000_000, "fiber 0 spins 50 ms\n{what}");
         }
@@ -388,9 +394,9 @@ fn fs_shows_every_fiber_and_umount_ends_the_mount() {
     // weft fs umount: succeeds, the mount process exits 0, DIR is empty again.
     let o = weft(&registry_dir(), &["fs", "umount", root.to_str().unwrap()]);
     assert!(o.status.success(), "weft fs umount failed\n{}", text(&o));
-    let st = wait_exit(&mut m.child, Duration::from_secs(10)).unwrap_or_else(|| {
+    let st = wait_exit(&mut m.child, Duration::from_secs(60)).unwrap_or_else(|| {
         panic!(
-            "weft fs mount did not exit within 10 s of weft fs umount\n{}",
+            "weft fs mount did not exit within 60 s of weft fs umount\n{}",
             m.log()
         )
     });
@@ -439,8 +445,8 @@ fn fs_sigint_and_sigterm_unmount_cleanly() {
 
         // SAFETY: signalling our own child by its pid.
         assert_eq!(unsafe { libc::kill(m.pid(), sig) }, 0);
-        let st = wait_exit(&mut m.child, Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("weft fs mount did not exit within 10 s of {name}"));
+        let st = wait_exit(&mut m.child, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("weft fs mount did not exit within 60 s of {name}"));
         assert!(
             st.success(),
             "weft fs mount exited with {st} (signal {:?}) after {name}\n{}",

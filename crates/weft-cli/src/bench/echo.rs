@@ -800,11 +800,24 @@ mod tests {
     use super::*;
 
     /// Every server echoes every byte (the client checks them; a difference is an
-    /// error), in quick mode, with JSON lines.
+    /// error), in quick mode, with JSON lines (kept, not printed): one requests and one
+    /// throughput line per server and size.
     #[test]
     fn quick_run_every_server_echoes_exactly() {
-        let mut rep = Reporter::new(true);
+        let mut rep = Reporter::kept(true);
         run(&mut rep, true).unwrap();
+        let rows: Vec<serde_json::Value> = rep
+            .lines()
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(!rows.is_empty(), "no JSON line: {:?}", rep.lines());
+        for r in &rows {
+            assert!(r["value"].as_f64().unwrap() > 0.0, "{r}");
+            let name = r["name"].as_str().unwrap();
+            assert!(name.starts_with("tcp-echo/"), "{r}");
+        }
     }
 
     /// Each server, driven directly: requests complete, at both sizes.
@@ -866,7 +879,7 @@ mod tests {
     /// The full benchmark, release figures: `cargo test --release -p weft-cli --bins
     /// echo -- --ignored --nocapture`.
     #[test]
-    #[ignore]
+    #[ignore = "the full echo benchmark (minutes, prints its tables): run it by hand for figures"]
     fn full_run() {
         let mut rep = Reporter::new(false);
         run(&mut rep, false).unwrap();

@@ -211,15 +211,43 @@ pub fn json_line(suite: &str, name: &str, impl_name: &str, value: f64, unit: &st
 /// lines to stdout.
 pub struct Reporter {
     json: bool,
+    /// Every line, kept here instead of written out (tests).
+    #[cfg(test)]
+    kept: Option<Vec<String>>,
 }
 
 impl Reporter {
     pub fn new(json: bool) -> Self {
-        Reporter { json }
+        Reporter {
+            json,
+            #[cfg(test)]
+            kept: None,
+        }
+    }
+
+    /// A reporter that keeps its lines (table and JSON) for the test to look at, so that
+    /// none reaches the test run's output.
+    #[cfg(test)]
+    pub fn kept(json: bool) -> Self {
+        Reporter {
+            json,
+            kept: Some(Vec::new()),
+        }
+    }
+
+    /// The lines kept so far (see [`Reporter::kept`]).
+    #[cfg(test)]
+    pub fn lines(&self) -> &[String] {
+        self.kept.as_deref().unwrap_or_default()
     }
 
     /// One line of the human-readable table.
     pub fn line(&mut self, text: impl Display) {
+        #[cfg(test)]
+        if let Some(kept) = self.kept.as_mut() {
+            kept.push(text.to_string());
+            return;
+        }
         // A closed pipe (`weft bench fibers | head`) is not worth a panic.
         let _ = if self.json {
             writeln!(std::io::stderr().lock(), "{text}")
@@ -234,6 +262,11 @@ impl Reporter {
             return;
         }
         if let Some(line) = m.json_line() {
+            #[cfg(test)]
+            if let Some(kept) = self.kept.as_mut() {
+                kept.push(line);
+                return;
+            }
             let _ = writeln!(std::io::stdout().lock(), "{line}");
         }
     }

@@ -12,6 +12,11 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 use std::time::{Duration, Instant};
 
+#[path = "../../../../tests/support/skip.rs"]
+mod skip;
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use skip::{note, skip};
+
 pub const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
 pub fn workspace() -> PathBuf {
@@ -129,6 +134,9 @@ pub struct Target {
     pub lines: HashMap<String, Vec<String>>,
     /// The "stack <id> <size>" lines.
     pub stacks: HashMap<u64, u64>,
+    /// The "wall <id> <ns>" lines: how long the target's main fiber spent in its
+    /// switches to each fiber (so the most run time that fiber can have).
+    pub walls: HashMap<u64, u64>,
 }
 
 impl Target {
@@ -147,6 +155,7 @@ impl Target {
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut lines = HashMap::new();
         let mut stacks = HashMap::new();
+        let mut walls = HashMap::new();
         loop {
             let mut l = String::new();
             let n = out.read_line(&mut l).expect("read the target's stdout");
@@ -157,8 +166,9 @@ impl Target {
             let mut words = l.split_whitespace().map(str::to_string);
             let Some(key) = words.next() else { continue };
             let rest: Vec<String> = words.collect();
-            if key == "stack" {
-                stacks.insert(rest[0].parse().unwrap(), rest[1].parse().unwrap());
+            if key == "stack" || key == "wall" {
+                let into = if key == "stack" { &mut stacks } else { &mut walls };
+                into.insert(rest[0].parse().unwrap(), rest[1].parse().unwrap());
                 continue;
             }
             let done = key == "ready";
@@ -172,6 +182,7 @@ impl Target {
             stdin,
             lines,
             stacks,
+            walls,
         }
     }
     pub fn pid(&self) -> i32 {
