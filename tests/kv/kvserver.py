@@ -111,7 +111,7 @@ class Server:
 
     # ---- life ------------------------------------------------------------------------
 
-    def start(self, timeout=30.0):
+    def start(self, timeout=60.0):
         assert self.proc is None or self.proc.poll() is not None, "server already running"
         self.starts += 1
         log = open(self.logpath, "ab")
@@ -149,7 +149,7 @@ class Server:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
-    def stop(self, timeout=20.0):
+    def stop(self, timeout=60.0):
         """SIGTERM (a clean end for both servers); returns the exit status."""
         if self.proc is None:
             return None
@@ -187,7 +187,7 @@ class Server:
             return redis.Redis(host="127.0.0.1", port=self.port, protocol=protocol, **kw)
         return redis.Redis(unix_socket_path=self.sock, protocol=protocol, **kw)
 
-    def raw(self, timeout=10.0) -> socket.socket:
+    def raw(self, timeout=60.0) -> socket.socket:
         """A plain socket on the Unix socket, for inline commands and bad input."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(timeout)

@@ -84,6 +84,12 @@ def run_rounds(server, rounds, rng, min_s, max_s):
         writers = [Writer(server, i, next_n[i]) for i in range(WRITERS)]
         for w in writers:
             w.start()
+        # Some write acknowledged before the kill, however slow a busy machine makes
+        # the writers to start (the ceiling only stops a hang); then a random moment.
+        deadline = time.monotonic() + 60
+        while not any(w.acked for w in writers) and any(w.is_alive() for w in writers):
+            assert time.monotonic() < deadline, "no write acknowledged within 60 s"
+            time.sleep(0.01)
         time.sleep(rng.uniform(min_s, max_s))
         server.kill9()
         for w in writers:

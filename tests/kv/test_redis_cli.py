@@ -88,7 +88,7 @@ def test_interactive_session_on_a_terminal(kv, r):
     os.close(slave)
     buf = b""
 
-    def expect(what, timeout=15):
+    def expect(what, timeout=60):
         nonlocal buf
         deadline = time.monotonic() + timeout
         while what not in buf:
@@ -115,7 +115,7 @@ def test_interactive_session_on_a_terminal(kv, r):
         os.write(master, b"GET nope\r")
         expect(b"(nil)")
         os.write(master, b"quit\r")
-        assert p.wait(15) == 0
+        assert p.wait(60) == 0
     finally:
         if p.poll() is None:
             p.kill()

@@ -123,9 +123,12 @@ def test_key_expiry_commands(c):
 
 
 def test_expiry_really_expires(c):
+    t0 = time.monotonic()
     assert c.set("gone", "soon", ex=1) is True
     assert c.set("gone-px", "soon", px=800) is True
-    assert c.ttl("gone") in (0, 1)
+    ttl = c.ttl("gone")
+    # 1 or 0 seconds left; or already gone, when a busy machine took a second to ask.
+    assert ttl in (0, 1) or (ttl == -2 and time.monotonic() - t0 >= 0.9), ttl
     time.sleep(1.1)
     assert c.get("gone") is None
     assert c.get("gone-px") is None

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 
-def read_until_closed(s, timeout=10):
+def read_until_closed(s, timeout=60):
     """Everything the peer sends until it closes the connection (fails on time-out)."""
     s.settimeout(timeout)
     out = b""

@@ -3,6 +3,8 @@
 //! without persistence, and kills it at the end. Without /usr/bin/redis-server (or
 //! `redis-server` on the PATH) the tests print why and pass without checking.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,14 +22,12 @@ struct Redis {
 
 impl Redis {
     /// Starts a redis-server, or `None` (with a message) if there is none.
-    fn start(test: &str) -> Option<Redis> {
+    fn start() -> Option<Redis> {
         let exe = ["/usr/bin/redis-server", "redis-server"]
             .into_iter()
             .find(|e| Command::new(e).arg("--version").output().is_ok());
         let Some(exe) = exe else {
-            eprintln!(
-                "{test}: skipped: redis-server is not installed (apt-get install redis-server)"
-            );
+            common::skip("redis-server is not installed (apt-get install redis-server)");
             return None;
         };
         let dir = tempfile::tempdir().unwrap();
@@ -53,7 +53,7 @@ impl Redis {
             port,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Client::connect(&r.unix()).is_err() || Client::connect(&r.tcp()).is_err() {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
@@ -87,7 +87,7 @@ fn bulk(b: &[u8]) -> Reply {
 
 #[test]
 fn set_get_nil_errors_integers_arrays() {
-    let Some(r) = Redis::start("set_get_nil_errors_integers_arrays") else {
+    let Some(r) = Redis::start() else {
         return;
     };
     for addr in [r.unix(), r.tcp()] {
@@ -121,7 +121,7 @@ fn set_get_nil_errors_integers_arrays() {
 
 #[test]
 fn hello_3_and_maps() {
-    let Some(r) = Redis::start("hello_3_and_maps") else {
+    let Some(r) = Redis::start() else {
         return;
     };
     let mut c = Client::connect(&r.unix()).unwrap();
@@ -163,7 +163,7 @@ fn hello_3_and_maps() {
 
 #[test]
 fn auth_refused_and_accepted() {
-    let Some(r) = Redis::start("auth_refused_and_accepted") else {
+    let Some(r) = Redis::start() else {
         return;
     };
     let mut c = Client::connect(&r.tcp()).unwrap();
@@ -186,7 +186,7 @@ fn auth_refused_and_accepted() {
 
 #[test]
 fn pipelining_1000_commands() {
-    let Some(r) = Redis::start("pipelining_1000_commands") else {
+    let Some(r) = Redis::start() else {
         return;
     };
     let mut c = Client::connect(&r.unix()).unwrap();
@@ -206,7 +206,7 @@ fn pipelining_1000_commands() {
 
 #[test]
 fn large_and_binary_values() {
-    let Some(r) = Redis::start("large_and_binary_values") else {
+    let Some(r) = Redis::start() else {
         return;
     };
     for addr in [r.unix(), r.tcp()] {
@@ -232,7 +232,7 @@ fn large_and_binary_values() {
 
 #[test]
 fn server_gone_is_an_error() {
-    let Some(mut r) = Redis::start("server_gone_is_an_error") else {
+    let Some(mut r) = Redis::start() else {
         return;
     };
     let mut c = Client::connect(&r.unix()).unwrap();

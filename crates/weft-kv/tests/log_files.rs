@@ -3,6 +3,8 @@
 //! publish and abort, write errors (ENOSPC on a tiny tmpfs, when root), and the writer
 //! on a green thread and on a plain thread.
 
+mod common;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -625,7 +627,7 @@ fn writer_on_a_green_thread_uses_the_linked_syslet() {
         );
         assert!(after.sqes >= before.sqes + 62, "{before:?} -> {after:?}");
     } else {
-        println!("no io_uring chain engine here: the syslet ran on cachemiss threads");
+        common::note("no io_uring chain engine here: the syslet ran on cachemiss threads");
     }
 }
 
@@ -636,7 +638,7 @@ impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            println!("skipped: not root (mounting a tmpfs to fill needs it)");
+            common::skip("not root (mounting a tmpfs to fill needs it)");
             return None;
         }
         fs::create_dir_all(dir).unwrap();
@@ -647,7 +649,7 @@ impl Tmpfs {
             .map(|s| s.success())
             .unwrap_or(false);
         if !ok {
-            println!("skipped: mounting a tmpfs on {} failed", dir.display());
+            common::skip(&format!("mounting a tmpfs on {} failed", dir.display()));
             return None;
         }
         Some(Tmpfs(dir.to_path_buf()))

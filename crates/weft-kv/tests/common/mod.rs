@@ -2,6 +2,11 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../../tests/support/skip.rs"]
+mod skip;
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use skip::{note, skip};
+
 pub use weft_kv::commands::{self, check_arity, lookup, Ctx, Exec};
 pub use weft_kv::keyspace::Keyspace;
 pub use weft_kv::log::{decode, Record};
