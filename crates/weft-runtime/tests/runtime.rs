@@ -2,12 +2,12 @@
 //! panics, and shutdown.
 
 mod common;
-use common::Flag;
-use std::sync::atomic::{AtomicUsize, Ordering::*};
+use common::{wait_until, Flag, PATIENCE};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_runtime::park::{park, Unparker};
-use weft_runtime::{current_worker, sleep, spawn, spawn_on, yield_now, Runtime};
+use weft_runtime::{current_worker, sleep, spawn, spawn_on, yield_now, Runtime, ThreadBuilder};
 
 fn rt(n: usize) -> Runtime {
     Runtime::builder().workers(n).build().unwrap()
@@ -70,28 +70,33 @@ fn yield_interleaves_threads_of_one_worker() {
 
 #[test]
 fn sleep_parks_only_the_green_thread() {
+    // One worker: a green thread ticks and yields until the other is back from its sleep.
+    // It can tick while the other sleeps only if that sleep left the worker free.
     let rt = rt(1);
-    let (slept, ticks) = rt.block_on(|| {
+    let (slept, ticks_during_the_sleep) = rt.block_on(|| {
         let ticks = Arc::new(AtomicUsize::new(0));
-        let t2 = ticks.clone();
+        let awake = Arc::new(AtomicBool::new(false));
+        let (t2, a2) = (ticks.clone(), awake.clone());
         let busy = spawn_on(0, move || {
-            let end = Instant::now() + Duration::from_millis(100);
-            while Instant::now() < end {
-                t2.fetch_add(1, Relaxed);
+            while !a2.load(SeqCst) {
+                t2.fetch_add(1, SeqCst);
                 yield_now();
             }
         });
+        let before = ticks.load(SeqCst);
         let t0 = Instant::now();
         sleep(Duration::from_millis(50));
         let slept = t0.elapsed();
+        let during = ticks.load(SeqCst) - before;
+        awake.store(true, SeqCst);
         busy.join().unwrap();
-        (slept, ticks.load(Relaxed))
+        (slept, during)
     });
-    assert!(slept >= Duration::from_millis(50), "{slept:?}");
-    assert!(slept < Duration::from_secs(5), "{slept:?}");
+    assert!(slept >= Duration::from_millis(50), "woke early: {slept:?}");
+    assert!(slept < PATIENCE, "{slept:?}");
     assert!(
-        ticks > 10,
-        "the other green thread ran while this one slept ({ticks})"
+        ticks_during_the_sleep > 0,
+        "the other green thread never ran while this one slept"
     );
 }
 
@@ -208,6 +213,7 @@ fn shutdown_unwinds_a_thread_joining_a_parked_thread() {
                 park(); // never woken
             }
         });
+        let tid = target.id();
         let joined = Arc::new(AtomicUsize::new(0));
         let j2 = joined.clone();
         let joiner = rt.spawn_on(jw, move || {
@@ -217,10 +223,15 @@ fn shutdown_unwinds_a_thread_joining_a_parked_thread() {
             j2.store(2, SeqCst);
             r.is_err()
         });
-        while joined.load(SeqCst) == 0 {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        std::thread::sleep(Duration::from_millis(10)); // the joiner parks in join
+        // Both have been switched out (after the flag, the joiner's next step is its
+        // join): parked, the joined one for good, the joiner in its join.
+        let jid = joiner.id();
+        wait_until("both threads parked", || {
+            joined.load(SeqCst) == 1
+                && [tid, jid]
+                    .iter()
+                    .all(|&id| common::fiber(id).is_some_and(|f| f.deactivations >= 1))
+        });
         drop(rt);
         assert_eq!(
             dropped.load(SeqCst),
@@ -239,6 +250,34 @@ fn shutdown_unwinds_a_thread_joining_a_parked_thread() {
             ),
         }
     }
+}
+
+/// Runs `release` on another OS thread once the calling thread has gone to sleep in the
+/// kernel for good: for the tests below, once it waits in `Runtime::drop` for the
+/// workers, that is, after the drop has set the shutdown flag. ("For good": asleep at
+/// every look for 20 looks in a row; a brief wait, for a lock in malloc say, ends
+/// sooner.)
+fn release_once_this_thread_waits(
+    release: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    std::thread::spawn(move || {
+        let stat = format!("/proc/self/task/{tid}/stat");
+        // The state is the first field after the command name, which is in parentheses.
+        let asleep = || {
+            std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| Some(s[s.rfind(')')? + 1..].trim_start().starts_with('S')))
+                .unwrap_or(false)
+        };
+        let mut looks = 0;
+        wait_until("the dropping thread waits for its workers", || {
+            looks = if asleep() { looks + 1 } else { 0 };
+            looks >= 20
+        });
+        release();
+    })
 }
 
 #[test]
@@ -277,12 +316,9 @@ fn shutdown_drops_never_run_threads() {
         })
         .collect();
     // Drop sets the shutdown flag at once, then waits for the worker; the holder lets go
-    // 100 ms later, from another thread.
+    // once this thread waits there.
     let h3 = holding.clone();
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
-        h3.store(2, SeqCst);
-    });
+    let releaser = release_once_this_thread_waits(move || h3.store(2, SeqCst));
     drop(rt);
     releaser.join().unwrap();
     assert_eq!(
@@ -301,65 +337,85 @@ fn shutdown_drops_never_run_threads() {
     }
 }
 
-#[test]
-fn a_thread_that_never_yields_does_not_starve_its_worker() {
-    // One worker: a green thread spins for 300 ms without any runtime call; another
-    // green thread on the same worker must get to run within about one slice (10 ms),
-    // and keep running while the spinner spins.
-    let rt = rt(1);
-    let (first_gap, runs) = rt.block_on(|| {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s2 = stop.clone();
-        let t0 = Instant::now();
-        let spinner = spawn_on(0, move || {
-            let mut x = 0u64;
-            while !s2.load(Relaxed) && t0.elapsed() < Duration::from_millis(300) {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
-            }
-            x
-        });
-        let ticker = spawn_on(0, move || {
-            let mut runs = 0;
-            let mut first = None;
-            while t0.elapsed() < Duration::from_millis(250) {
-                first.get_or_insert_with(|| t0.elapsed());
-                runs += 1;
-                yield_now();
-            }
-            (first.unwrap_or(Duration::MAX), runs)
-        });
-        let r = ticker.join().unwrap();
-        stop.store(true, Relaxed);
-        spinner.join().unwrap();
-        r
-    });
-    assert!(
-        first_gap < Duration::from_millis(100),
-        "first run after {first_gap:?}"
-    );
-    assert!(
-        runs >= 5,
-        "the ticker ran only {runs} times in 250 ms beside a spinner"
-    );
-}
-
-/// A green thread that spins 150 ms without a runtime call spawns another on the same
-/// (only) worker first: how long until that one runs?
-fn wait_beside_a_spinner(rt: &Runtime) -> Duration {
-    rt.block_on(|| {
-        spawn_on(0, || {
+/// On the only worker of `rt`, a green thread spins with no runtime call until a ticker
+/// beside it on the same worker has had `ticks` turns while it spun (the ticker yields
+/// between turns, so each turn needs the spinner switched out again), then is told to
+/// stop. Whether the ticker stopped the spinner; `false` if the spinner gave up after
+/// PATIENCE, the ticker having had too few turns.
+fn a_ticker_stops_a_spinner(rt: &Runtime, ticks: usize) -> bool {
+    rt.block_on(move || {
+        spawn_on(0, move || {
+            let spinning = Arc::new(AtomicBool::new(true));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (sp, st) = (spinning.clone(), stop.clone());
+            let ticker = spawn_on(0, move || {
+                let mut n = 0;
+                while n < ticks && sp.load(SeqCst) {
+                    n += 1;
+                    yield_now();
+                }
+                st.store(true, SeqCst);
+            });
             let t0 = Instant::now();
-            let ticker = spawn_on(0, move || t0.elapsed());
-            while t0.elapsed() < Duration::from_millis(150) {
-                std::hint::black_box(0);
+            let mut x = 0u64;
+            'spin: while !stop.load(Relaxed) {
+                for _ in 0..4096 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+                    if stop.load(Relaxed) {
+                        break 'spin;
+                    }
+                }
+                if t0.elapsed() > PATIENCE {
+                    break;
+                }
             }
-            ticker
+            let stopped = stop.load(SeqCst);
+            spinning.store(false, SeqCst);
+            ticker.join().unwrap();
+            stopped
         })
         .join()
         .unwrap()
-        .join()
-        .unwrap()
     })
+}
+
+/// On the only worker of `rt`, a green thread spawned `preemptible` (or not) spawns a
+/// ticker on the same worker, then spins with no runtime call for `spin` (wall time: how
+/// long it gives the ticker to cut in). Whether the ticker ran before the spinner was
+/// done.
+fn the_ticker_ran_before_the_spinner_was_done(
+    rt: &Runtime,
+    preemptible: bool,
+    spin: Duration,
+) -> bool {
+    rt.block_on(move || {
+        ThreadBuilder::new()
+            .preemptible(preemptible)
+            .spawn_on(0, move || {
+                let done = Arc::new(AtomicBool::new(false));
+                let d2 = done.clone();
+                let ticker = spawn_on(0, move || !d2.load(SeqCst));
+                let t0 = Instant::now();
+                while t0.elapsed() < spin {
+                    std::hint::black_box(0);
+                }
+                done.store(true, SeqCst);
+                ticker.join().unwrap()
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    })
+}
+
+#[test]
+fn a_thread_that_never_yields_does_not_starve_its_worker() {
+    // One worker: a green thread spins without any runtime call until another green
+    // thread on the same worker has run 5 times beside it, yielding in between.
+    assert!(
+        a_ticker_stops_a_spinner(&rt(1), 5),
+        "the ticker did not get 5 turns beside a spinner in {PATIENCE:?}"
+    );
 }
 
 #[test]
@@ -369,16 +425,14 @@ fn without_preemption_the_spinner_keeps_its_worker() {
         .preempt(false)
         .build()
         .unwrap();
-    let gap = wait_beside_a_spinner(&rt);
     assert!(
-        gap >= Duration::from_millis(150),
-        "ran after {gap:?}: something preempted"
+        !the_ticker_ran_before_the_spinner_was_done(&rt, true, Duration::from_millis(200)),
+        "something preempted the spinner"
     );
-    let rt = rt_preempting();
-    let gap = wait_beside_a_spinner(&rt);
+    // The same setup with preemption: the ticker cuts in.
     assert!(
-        gap < Duration::from_millis(100),
-        "preemption: ran only after {gap:?}"
+        a_ticker_stops_a_spinner(&rt_preempting(), 1),
+        "preemption: the ticker never ran beside the spinner in {PATIENCE:?}"
     );
 }
 
@@ -399,9 +453,18 @@ fn a_std_mutex_held_by_a_preempted_thread_does_not_deadlock_its_worker() {
         spawn_on(0, move || {
             let mut g = m2.lock().unwrap();
             let m3 = m2.clone();
-            let b = spawn_on(0, move || m3.lock().unwrap().push("b"));
+            let b_started = Arc::new(AtomicBool::new(false));
+            let b2 = b_started.clone();
+            let b = spawn_on(0, move || {
+                b2.store(true, SeqCst);
+                m3.lock().unwrap().push("b")
+            });
+            // Spin (holding the lock) until B has started: B ran because A was
+            // preempted, then went on to block in the lock; A sees the flag only once B
+            // has been switched out of that wait.
             let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_millis(60) {
+            while !b_started.load(SeqCst) {
+                assert!(t0.elapsed() < PATIENCE, "B never ran beside the spinning A");
                 std::hint::black_box(0);
             }
             g.push("a");
@@ -420,33 +483,53 @@ fn a_std_mutex_held_by_a_preempted_thread_does_not_deadlock_its_worker() {
 
 #[test]
 fn unstarted_threads_of_a_blocked_worker_are_taken_by_another() {
-    // Worker 0's only running thread blocks its OS thread in a plain sleep (not a weft
-    // call) after spawning more work there; the monitor wakes worker 1, which steals
-    // the never-run threads, so they finish long before the sleep ends.
+    // Worker 0's only running thread spawns more work there, then blocks its OS thread
+    // in plain sleeps (no weft call) until that work has run: the monitor must wake
+    // worker 1, which steals the never-run threads. The blocker is not preemptible, so
+    // the signal never switches it out and worker 0 stays blocked.
     let rt = Runtime::builder().workers(2).preempt(true).build().unwrap();
-    let (elapsed, ran_on) = rt.block_on(|| {
-        spawn_on(0, || {
-            let t0 = Instant::now();
-            let hs: Vec<_> = (0..4)
-                .map(|_| spawn(move || (t0.elapsed(), current_worker())))
-                .collect();
-            std::thread::sleep(Duration::from_millis(300));
-            hs
-        })
-        .join()
-        .unwrap()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .fold((Duration::ZERO, Vec::new()), |(m, mut v), (e, w)| {
-            v.push(w);
-            (m.max(e), v)
-        })
+    let ran = rt.block_on(|| {
+        ThreadBuilder::new()
+            .preemptible(false)
+            .spawn_on(0, || {
+                let blocked = Arc::new(AtomicBool::new(false));
+                let ran = Arc::new(AtomicUsize::new(0));
+                let hs: Vec<_> = (0..4)
+                    .map(|_| {
+                        let (b, r) = (blocked.clone(), ran.clone());
+                        spawn(move || {
+                            r.fetch_add(1, SeqCst);
+                            (current_worker(), b.load(SeqCst))
+                        })
+                    })
+                    .collect();
+                blocked.store(true, SeqCst);
+                let t0 = Instant::now();
+                while ran.load(SeqCst) < 4 {
+                    if t0.elapsed() > PATIENCE {
+                        break; // the assertions below report it
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                blocked.store(false, SeqCst);
+                hs
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
     });
+    // A spawn is a preemption point: had the monitor flagged the blocker while it was
+    // spawning, a thread may have run on worker 0 before it blocked. Every thread that
+    // ran while it was blocked must have run on worker 1, and some did.
+    let while_blocked: Vec<_> = ran.iter().filter(|r| r.1).map(|r| r.0).collect();
     assert!(
-        elapsed < Duration::from_millis(250),
-        "ran only after {elapsed:?}: {ran_on:?}"
+        !while_blocked.is_empty(),
+        "no never-run thread ran while worker 0 was blocked (for {PATIENCE:?}): {ran:?}"
     );
-    assert!(ran_on.iter().all(|w| *w == Some(1)), "{ran_on:?}");
+    assert!(while_blocked.iter().all(|w| *w == Some(1)), "{ran:?}");
 }
 
 #[test]
@@ -454,18 +537,26 @@ fn green_threads_are_in_the_introspection_registry() {
     // What `weft ps` reads: every green thread is a fiber with its activations and the
     // OS thread (a worker) it last ran on.
     let rt = rt(2);
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let back = Arc::new(AtomicUsize::new(0));
     let hs: Vec<_> = (0..20)
         .map(|i| {
-            let stop = stop.clone();
+            let (stop, back) = (stop.clone(), back.clone());
             rt.spawn_on(i % 2, move || {
+                let mut first = true;
                 while !stop.load(Relaxed) {
                     sleep(Duration::from_millis(1));
+                    if std::mem::take(&mut first) {
+                        back.fetch_add(1, SeqCst);
+                    }
                 }
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(50));
+    // Each has run, parked in a sleep and run again: at least 2 activations.
+    wait_until("every green thread back from a sleep", || {
+        back.load(SeqCst) == 20
+    });
     let snap = weft_fiber::introspect::read(std::process::id() as i32).unwrap();
     for h in &hs {
         let f = snap
@@ -483,9 +574,10 @@ fn green_threads_are_in_the_introspection_registry() {
         h.join().unwrap();
     }
     // A joiner may look a moment before the finished thread's slot is freed (by the
-    // context that runs after it): allow a second.
+    // context that runs after it).
     let mut left = Vec::new();
-    for _ in 0..100 {
+    let t0 = Instant::now();
+    while t0.elapsed() < PATIENCE {
         let snap = weft_fiber::introspect::read(std::process::id() as i32).unwrap();
         left = snap
             .fibers
@@ -531,24 +623,10 @@ fn a_thread_spawned_not_preemptible_keeps_its_worker_and_bad_stacks_are_errors()
     // The same spinner as above, spawned with preemption off in a preempting runtime:
     // the other thread waits for it.
     let rt = rt_preempting();
-    let gap = rt.block_on(|| {
-        weft_runtime::ThreadBuilder::new()
-            .preemptible(false)
-            .spawn_on(0, || {
-                let t0 = Instant::now();
-                let ticker = spawn_on(0, move || t0.elapsed());
-                while t0.elapsed() < Duration::from_millis(150) {
-                    std::hint::black_box(0);
-                }
-                ticker
-            })
-            .unwrap()
-            .join()
-            .unwrap()
-            .join()
-            .unwrap()
-    });
-    assert!(gap >= Duration::from_millis(150), "preempted after {gap:?}");
+    assert!(
+        !the_ticker_ran_before_the_spinner_was_done(&rt, false, Duration::from_millis(200)),
+        "the thread spawned not preemptible was preempted"
+    );
     // A stack the machine cannot map is an error, not a panic or an abort.
     let e = weft_runtime::ThreadBuilder::new()
         .stack_size(1 << 50)
@@ -576,16 +654,20 @@ fn spawn_on_threads_are_never_stolen() {
     // The test body runs on worker 0 and parks (weft's sleep), so worker 0 idles and
     // tries to steal.
     let on = rt.spawn_on(0, || {
-        let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let g2 = go.clone();
+        let go = Arc::new(AtomicBool::new(false));
+        let spinning = Arc::new(AtomicBool::new(false));
+        let (g2, s2) = (go.clone(), spinning.clone());
         let spinner = spawn_on(1, move || {
+            s2.store(true, SeqCst);
             while !g2.load(Relaxed) {
                 std::hint::spin_loop();
             }
         });
-        sleep(Duration::from_millis(20)); // the spinner holds worker 1
+        wait_until("the spinner holds worker 1", || spinning.load(SeqCst));
         let hs: Vec<_> = (0..8).map(|_| spawn_on(1, current_worker)).collect();
-        sleep(Duration::from_millis(50)); // worker 0 idles, may steal
+        // Worker 0 idles and may steal meanwhile: a window for the fault to show in,
+        // not a condition of passing.
+        sleep(Duration::from_millis(50));
         go.store(true, Relaxed);
         spinner.join().unwrap();
         hs.into_iter()
@@ -640,10 +722,7 @@ fn a_never_run_threads_closure_may_park_while_it_is_dropped() {
         })
     };
     let s3 = stage.clone();
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
-        s3.store(2, SeqCst);
-    });
+    let releaser = release_once_this_thread_waits(move || s3.store(2, SeqCst));
     drop(rt); // hangs if the destructor's park blocks the worker
     releaser.join().unwrap();
     assert_eq!(dropped.load(SeqCst), 1);

@@ -9,6 +9,19 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 use weft_runtime::{spawn, spawn_on, Runtime};
 
+/// How long a test waits for something that must happen before it calls it a hang: only
+/// a broken runtime reaches it, however loaded the machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits (1 ms sleeps) until `done()` holds; fails naming `what` after PATIENCE.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < PATIENCE, "{what}: not after {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Held by every test: they measure process-wide things (descriptors, counters).
 static SERIAL: StdMutex<()> = StdMutex::new(());
 
@@ -74,6 +87,10 @@ fn preemption_never_reenters_the_global_allocator() {
     let _serial = serial();
     let rt = Runtime::builder().workers(1).preempt(true).build().unwrap();
     REENTERED.store(0, Relaxed);
+    // Two allocating hogs on the one worker, each for a while: a bounded amount of
+    // allocation, in time only so that the monitor gets to signal during it (how long
+    // is not what is checked). A #[global_allocator] keeps the handler from switching
+    // in the program's own code at all, so the hogs run one after the other.
     let r = rt.block_on(|| {
         ARMED.store(true, Relaxed);
         let hog = || {
@@ -106,7 +123,7 @@ fn preemption_never_reenters_the_global_allocator() {
 fn a_flagged_thread_yields_at_its_next_runtime_call() {
     let _serial = serial();
     let rt = Runtime::builder().workers(1).preempt(true).build().unwrap();
-    let waited = rt.block_on(|| {
+    let other_ran = rt.block_on(|| {
         weft_runtime::ThreadBuilder::new()
             .preemptible(false)
             .spawn(|| {
@@ -116,23 +133,24 @@ fn a_flagged_thread_yields_at_its_next_runtime_call() {
                 let m = weft_runtime::sync::Mutex::new(0u64);
                 let (tx, rx) = weft_runtime::chan::unbounded::<u32>();
                 let t0 = Instant::now();
-                while !other_ran.load(SeqCst) && t0.elapsed() < Duration::from_millis(1000) {
+                while !other_ran.load(SeqCst) && t0.elapsed() < PATIENCE {
                     // Runtime calls that do not block: a lock and a channel operation.
                     *m.lock() += 1;
                     tx.send(1).unwrap();
                     rx.recv().unwrap();
                 }
-                let waited = t0.elapsed();
+                let ran = other_ran.load(SeqCst);
                 h.join().unwrap();
-                waited
+                ran
             })
             .unwrap()
             .join()
             .unwrap()
     });
+    // The other thread can run only if this loop's runtime calls yielded.
     assert!(
-        waited < Duration::from_millis(300),
-        "the other thread waited {waited:?}: the flag was never honoured"
+        other_ran,
+        "the other thread never ran in {PATIENCE:?}: the flag was never honoured"
     );
 }
 
@@ -171,15 +189,23 @@ fn an_idle_worker_is_not_signalled_after_its_last_thread_exits() {
         .build()
         .unwrap();
     rt.block_on(|| ()); // one green thread, which exits to the scheduler
-    std::thread::sleep(Duration::from_millis(50));
+    // Measured against the monitor's own wake-ups (it sleeps between ticks; the tests
+    // here run one at a time, so it is the only monitor): with the fault, the worker is
+    // signalled at every tick and wakes as often as the monitor does.
     let a = ctxt_switches("revidle-0").expect("worker thread");
-    std::thread::sleep(Duration::from_millis(300));
+    let m0 = ctxt_switches("weft-monitor").expect("monitor thread");
+    wait_until("30 monitor ticks", || {
+        ctxt_switches("weft-monitor").expect("monitor thread") >= m0 + 30
+    });
     let b = ctxt_switches("revidle-0").expect("worker thread");
+    let m1 = ctxt_switches("weft-monitor").expect("monitor thread");
     drop(rt);
     assert!(
-        b - a < 30,
-        "an idle worker woke {} times in 300 ms (SIGURG every tick)",
-        b - a
+        (b - a) * 2 < m1 - m0,
+        "an idle worker woke {} times while the monitor ticked {} times (SIGURG every \
+         tick)",
+        b - a,
+        m1 - m0
     );
 }
 
@@ -194,12 +220,21 @@ impl Drop for Flag {
 
 static LATE: StdMutex<Vec<weft_runtime::JoinHandle<()>>> = StdMutex::new(Vec::new());
 
+/// Whether an OS thread of this process is named `name`.
+fn thread_named(name: &str) -> bool {
+    std::fs::read_dir("/proc/self/task").unwrap().any(|e| {
+        std::fs::read_to_string(e.unwrap().path().join("comm"))
+            .is_ok_and(|c| c.trim() == name)
+    })
+}
+
 /// A value whose destructor (run by the shutdown unwind) spawns onto worker 1.
 struct SpawnOnDrop(Arc<AtomicUsize>);
 impl Drop for SpawnOnDrop {
     fn drop(&mut self) {
-        // Let worker 1 (which has no green thread) finish its shutdown first.
-        std::thread::sleep(Duration::from_millis(200));
+        // Let worker 1 (which has no green thread) finish its shutdown first: its OS
+        // thread is gone.
+        wait_until("worker 1 ended", || !thread_named("revended-1"));
         let f = Flag(self.0.clone());
         let h = spawn_on(1, move || {
             let _f = f;
@@ -218,7 +253,13 @@ impl Drop for SpawnOnDrop {
 fn a_spawn_to_an_ended_worker_is_cancelled() {
     let _serial = serial();
     let dropped = Arc::new(AtomicUsize::new(0));
-    let rt = Runtime::builder().workers(2).build().unwrap();
+    let rt = Runtime::builder()
+        .workers(2)
+        .name("revended")
+        .build()
+        .unwrap();
+    // (A worker names its OS thread as it starts.)
+    wait_until("worker 1 started", || thread_named("revended-1"));
     let started = Arc::new(AtomicBool::new(false));
     let (s2, d2) = (started.clone(), dropped.clone());
     let parked = rt.spawn_on(0, move || {
@@ -228,18 +269,14 @@ fn a_spawn_to_an_ended_worker_is_cancelled() {
             weft_runtime::park::park();
         }
     });
-    while !started.load(SeqCst) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    std::thread::sleep(Duration::from_millis(20));
+    wait_until("the thread started", || started.load(SeqCst));
     drop(rt);
     assert!(parked.join().unwrap_err().is::<weft_runtime::Shutdown>());
     let late = std::mem::take(&mut *LATE.lock().unwrap());
     assert_eq!(late.len(), 1);
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        late[0].is_finished(),
-        "the spawn that reached ended worker 1 was never cancelled (a join would hang)"
+    wait_until(
+        "the spawn that reached ended worker 1 cancelled (a join would hang)",
+        || late[0].is_finished(),
     );
     assert_eq!(dropped.load(SeqCst), 1, "its closure was never dropped");
 }
@@ -271,7 +308,12 @@ fn a_wake_after_the_runtime_is_gone_leaks_nothing() {
             u.unpark();
         }
         drop(u);
-        std::thread::sleep(Duration::from_millis(20));
+        // What the runtime held is closed by the last owner, maybe a pool thread that
+        // ends a moment later: wait for it (a leak never comes back, and fails here).
+        let t0 = Instant::now();
+        while open_fds() > before && t0.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         (before, open_fds())
     };
     let (b0, a0) = cycle(false);
@@ -292,23 +334,23 @@ fn a_wake_after_the_runtime_is_gone_leaks_nothing() {
 fn a_thread_mostly_in_libc_yields_at_its_next_runtime_call() {
     let _serial = serial();
     let rt = Runtime::builder().workers(1).preempt(true).build().unwrap();
-    let waited = rt.block_on(|| {
+    let other_ran = rt.block_on(|| {
         let other_ran = Arc::new(AtomicBool::new(false));
         let o = other_ran.clone();
         let h = spawn(move || o.store(true, SeqCst));
         let m = weft_runtime::sync::Mutex::new(0u64);
         let t0 = Instant::now();
-        while !other_ran.load(SeqCst) && t0.elapsed() < Duration::from_millis(1000) {
+        while !other_ran.load(SeqCst) && t0.elapsed() < PATIENCE {
             std::thread::sleep(Duration::from_millis(1)); // blocks the worker, in libc
             *m.lock() += 1; // a runtime call
         }
-        let waited = t0.elapsed();
+        let ran = other_ran.load(SeqCst);
         h.join().unwrap();
-        waited
+        ran
     });
     assert!(
-        waited < Duration::from_millis(300),
-        "the other thread waited {waited:?}: the flag was never honoured"
+        other_ran,
+        "the other thread never ran in {PATIENCE:?}: the flag was never honoured"
     );
 }
 
@@ -346,14 +388,7 @@ fn join_outcomes_are_delivered_or_dropped_exactly_once() {
     });
     drop(h);
     gate.store(true, SeqCst);
-    let t0 = Instant::now();
-    while DROPS.load(SeqCst) < 2 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "a detached result was not dropped"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("a detached result dropped", || DROPS.load(SeqCst) >= 2);
     // Detached after the thread ended: the handle drops it.
     let h = rt.spawn(|| Counted(2));
     while !h.is_finished() {

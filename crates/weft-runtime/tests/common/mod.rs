@@ -1,7 +1,58 @@
 //! What the I/O test files share: running a case on every backend this machine has.
 #![allow(dead_code)] // each test file uses its own subset
 
+use std::time::{Duration, Instant};
 use weft_runtime::{IoBackend, Runtime};
+
+#[path = "../../../../tests/support/skip.rs"]
+mod skip;
+#[allow(unused_imports)] // each test file uses its own subset
+pub use skip::{note, skip};
+
+/// How long a test waits for something that must happen before it calls it a hang. Only
+/// a broken runtime reaches it, however loaded the machine: tests check that things
+/// happen and in which order, never how fast.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits until `done()` holds, checking every millisecond (a green thread parks, an OS
+/// thread sleeps); fails naming `what` if it still does not hold after [`PATIENCE`].
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < PATIENCE, "{what}: not after {PATIENCE:?}");
+        weft_runtime::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The green thread `id` (its `JoinHandle::id`) as the fiber registry reports it; `None`
+/// while the registry has no consistent entry for it.
+pub fn fiber(id: u64) -> Option<weft_fiber::introspect::FiberInfo> {
+    weft_fiber::introspect::read(std::process::id() as i32)
+        .ok()?
+        .fibers
+        .into_iter()
+        .find(|f| f.id == id)
+}
+
+/// From a green thread of a ONE-worker runtime: returns once the green thread `id` is
+/// parked. It has run, and one of our yields did not let it run again: a runnable
+/// thread of the same worker would have run before our yield returned.
+pub fn wait_parked(id: u64) {
+    let t0 = Instant::now();
+    let mut last = None;
+    loop {
+        let now = fiber(id).map(|f| f.activations);
+        if now.is_some_and(|a| a > 0) && now == last {
+            return;
+        }
+        last = now;
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "green thread {id} did not park in {PATIENCE:?}"
+        );
+        weft_runtime::yield_now();
+    }
+}
 
 /// The backends this machine can run: the thread pool always, io_uring where the kernel
 /// allows it (skipped with a note otherwise).
@@ -13,7 +64,15 @@ pub fn backends() -> Vec<IoBackend> {
         .build()
     {
         Ok(_) => v.push(IoBackend::Uring),
-        Err(e) => eprintln!("note: io_uring tests skipped: {e}"),
+        Err(e) => {
+            // Once per test binary: every test of it asks.
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                note(&format!(
+                    "io_uring cannot run here ({e}): only the thread-pool backend was tested"
+                ))
+            });
+        }
     }
     v
 }
