@@ -6,6 +6,7 @@
 #![cfg(not(feature = "loom"))]
 
 mod common;
+use common::{wait_until, PATIENCE};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -95,12 +96,12 @@ fn oneshot_recv_timeout_honours_the_timeout() {
         );
         let e = t0.elapsed();
         assert!(e >= Duration::from_millis(50), "returned early: {e:?}");
-        assert!(e < Duration::from_millis(1_000), "late: {e:?}");
+        assert!(e < PATIENCE, "late: {e:?}");
         let s = spawn_on(1, move || {
             sleep(Duration::from_millis(10));
             tx.send(3).unwrap();
         });
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(3));
+        assert_eq!(rx.recv_timeout(PATIENCE), Ok(3));
         s.join().unwrap();
         assert_eq!(
             rx.recv_timeout(Duration::from_millis(1)),
@@ -344,7 +345,7 @@ fn timeouts_are_honoured() {
         );
         let e = t0.elapsed();
         assert!(e >= Duration::from_millis(50), "recv returned early: {e:?}");
-        assert!(e < Duration::from_millis(1_000), "recv late: {e:?}");
+        assert!(e < PATIENCE, "recv late: {e:?}");
         tx.send(1).unwrap();
         assert_eq!(tx.try_send(2), Err(TrySendError::Full(2)));
         let t0 = Instant::now();
@@ -354,7 +355,7 @@ fn timeouts_are_honoured() {
         );
         let e = t0.elapsed();
         assert!(e >= Duration::from_millis(50), "send returned early: {e:?}");
-        assert!(e < Duration::from_millis(1_000), "send late: {e:?}");
+        assert!(e < PATIENCE, "send late: {e:?}");
         // A timed receive that gets a value from the other worker in time.
         assert_eq!(rx.recv(), Ok(1));
         let tx2 = tx.clone();
@@ -362,7 +363,7 @@ fn timeouts_are_honoured() {
             sleep(Duration::from_millis(10));
             tx2.send(9).unwrap();
         });
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(9));
+        assert_eq!(rx.recv_timeout(PATIENCE), Ok(9));
         s.join().unwrap();
     });
     // On an OS thread too.
@@ -399,14 +400,19 @@ fn a_full_bounded_channel_parks_only_the_sender() {
                 yield_now();
             }
         });
-        sleep(Duration::from_millis(30));
+        // Once the producer has filled the channel, the ticker keeps getting turns while
+        // this thread sleeps: the producer parked.
+        wait_until("the channel filled", || sent.load(SeqCst) >= 2);
+        let t = ticks.load(Relaxed);
+        wait_until("10 ticks beside the parked producer", || {
+            ticks.load(Relaxed) > t + 10
+        });
         assert_eq!(
             sent.load(SeqCst),
             2,
             "the producer parks on the full channel"
         );
         assert!(!producer.is_finished());
-        assert!(ticks.load(Relaxed) > 10, "the worker kept running others");
         let got: Vec<i32> = rx.iter().collect();
         assert_eq!(got, (0..10).collect::<Vec<_>>());
         producer.join().unwrap();

@@ -5,9 +5,9 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use weft_runtime::fs::{self, File};
-use weft_runtime::{blocking, io_backend, spawn_on, yield_now, IoBackend};
+use weft_runtime::{blocking, io_backend, IoBackend};
 
 mod common;
 use common::*;
@@ -100,46 +100,30 @@ fn open_missing_file_is_not_found_and_create_new_is_already_exists() {
     assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
 }
 
-/// While one green thread waits `delay` for a pipe, another on the same single worker
-/// keeps counting: the worker is not stalled.
+/// While one green thread waits for a pipe, another on the same single worker keeps
+/// counting: the writer writes only once it has counted enough.
 #[test]
 fn a_slow_pipe_read_does_not_stall_the_worker() {
     for b in backends() {
         let rt = rt1(b);
         let (r, w) = pipe();
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let t2 = ticks.clone();
         let writer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
+            wait_for_ticks(&t2);
             let mut w = std::fs::File::from(w);
             w.write_all(b"late").unwrap();
         });
-        let (got, ticks, waited) = rt.block_on(move || {
-            let done = Arc::new(AtomicBool::new(false));
-            let ticks = Arc::new(AtomicUsize::new(0));
-            let (d2, t2) = (done.clone(), ticks.clone());
-            let counter = spawn_on(0, move || {
-                while !d2.load(Acquire) {
-                    t2.fetch_add(1, Relaxed);
-                    weft_runtime::sleep(Duration::from_millis(1));
-                }
-            });
-            let t0 = Instant::now();
+        let (got, ticks) = rt.block_on(move || {
             let mut buf = [0u8; 16];
-            let n = r.read(&mut buf).unwrap();
-            let waited = t0.elapsed();
-            let seen = ticks.load(Relaxed);
-            done.store(true, Release);
-            counter.join().unwrap();
-            (buf[..n].to_vec(), seen, waited)
+            let (n, seen) = ticks_during(ticks, || r.read(&mut buf).unwrap());
+            (buf[..n].to_vec(), seen)
         });
         writer.join().unwrap();
         assert_eq!(got, b"late", "{b:?}");
         assert!(
-            waited >= Duration::from_millis(80),
-            "{b:?}: read returned early"
-        );
-        assert!(
-            ticks >= 20,
-            "{b:?}: the other green thread ran only {ticks} times in {waited:?}"
+            ticks >= TICKS,
+            "{b:?}: the other green thread ran only {ticks} times while the read waited"
         );
     }
 }
@@ -149,27 +133,22 @@ fn blocking_returns_values_propagates_panics_and_does_not_stall() {
     for b in backends() {
         let rt = rt1(b);
         let (v, ticks) = rt.block_on(|| {
-            let done = Arc::new(AtomicBool::new(false));
+            // The pool thread returns only once the worker has run another green thread
+            // meanwhile.
             let ticks = Arc::new(AtomicUsize::new(0));
-            let (d2, t2) = (done.clone(), ticks.clone());
-            let counter = spawn_on(0, move || {
-                while !d2.load(Acquire) {
-                    t2.fetch_add(1, Relaxed);
-                    yield_now();
-                    weft_runtime::sleep(Duration::from_millis(1));
-                }
-            });
-            let v = blocking(|| {
-                std::thread::sleep(Duration::from_millis(100));
-                String::from("from the pool")
-            });
-            let seen = ticks.load(Relaxed);
-            done.store(true, Release);
-            counter.join().unwrap();
-            (v, seen)
+            let t2 = ticks.clone();
+            ticks_during(ticks, || {
+                blocking(move || {
+                    wait_for_ticks(&t2);
+                    String::from("from the pool")
+                })
+            })
         });
         assert_eq!(v, "from the pool");
-        assert!(ticks >= 20, "{b:?}: the worker stalled ({ticks} ticks)");
+        assert!(
+            ticks >= TICKS,
+            "{b:?}: the worker stalled ({ticks} ticks while blocking() ran)"
+        );
 
         let p = rt.block_on(|| {
             std::panic::catch_unwind(|| blocking(|| -> u32 { panic!("pool boom") })).unwrap_err()
@@ -200,14 +179,11 @@ fn shutdown_with_a_green_thread_parked_in_a_pipe_read() {
             let _ = r.read(&mut buf);
             unreachable!("no data ever comes");
         });
-        while !started.load(Acquire) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        std::thread::sleep(Duration::from_millis(30));
+        wait_until("the reader started", || started.load(Acquire));
         let t0 = Instant::now();
         drop(rt);
         assert!(
-            t0.elapsed() < Duration::from_secs(3),
+            t0.elapsed() < PATIENCE,
             "{b:?}: shutdown took {:?}",
             t0.elapsed()
         );

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 use weft_runtime::net::{TcpListener, UnixStream};
-use weft_runtime::{chan, sleep, spawn, IoBackend, Runtime};
+use weft_runtime::{chan, spawn, IoBackend, Runtime};
 
 mod common;
 use common::*;
@@ -31,24 +31,25 @@ fn two_acceptors_on_one_listener_both_get_a_connection() {
             let l = Arc::new(TcpListener::bind("127.0.0.1:0").unwrap());
             let addr = l.local_addr().unwrap();
             let (tx, rx) = chan::unbounded();
-            for i in 0..2 {
-                let (l, tx) = (l.clone(), tx.clone());
-                spawn(move || {
-                    let (s, _) = l.accept().unwrap();
-                    tx.send(i).unwrap();
-                    drop(s);
-                });
+            let hs: Vec<_> = (0..2)
+                .map(|i| {
+                    let (l, tx) = (l.clone(), tx.clone());
+                    spawn(move || {
+                        let (s, _) = l.accept().unwrap();
+                        tx.send(i).unwrap();
+                        drop(s);
+                    })
+                })
+                .collect();
+            for h in &hs {
+                wait_parked(h.id()); // both acceptors parked
             }
-            sleep(Duration::from_millis(100)); // both acceptors parked
-            let c1 = std::net::TcpStream::connect(addr).unwrap();
-            sleep(Duration::from_millis(100));
-            let c2 = std::net::TcpStream::connect(addr).unwrap();
+            // One connection, taken by one of them; then the other.
             let mut got = 0;
-            for _ in 0..2 {
-                if rx.recv_timeout(Duration::from_secs(3)).is_ok() {
-                    got += 1;
-                }
-            }
+            let c1 = std::net::TcpStream::connect(addr).unwrap();
+            got += usize::from(rx.recv_timeout(PATIENCE).is_ok());
+            let c2 = std::net::TcpStream::connect(addr).unwrap();
+            got += usize::from(rx.recv_timeout(PATIENCE).is_ok());
             drop((c1, c2));
             got
         });
@@ -71,24 +72,24 @@ fn two_readers_on_one_stream_both_wake() {
             let (a, mut peer) = UnixStream::pair().unwrap();
             let a = Arc::new(a);
             let (tx, rx) = chan::unbounded();
-            for _ in 0..2 {
-                let (a, tx) = (a.clone(), tx.clone());
-                spawn(move || {
-                    let mut buf = [0u8; 1];
-                    let n = a.read(&mut buf).unwrap();
-                    tx.send(n).unwrap();
-                });
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    let (a, tx) = (a.clone(), tx.clone());
+                    spawn(move || {
+                        let mut buf = [0u8; 1];
+                        let n = a.read(&mut buf).unwrap();
+                        tx.send(n).unwrap();
+                    })
+                })
+                .collect();
+            for h in &hs {
+                wait_parked(h.id()); // both readers parked
             }
-            sleep(Duration::from_millis(100));
-            peer.write_all(b"x").unwrap();
-            sleep(Duration::from_millis(100));
-            peer.write_all(b"y").unwrap();
             let mut got = 0;
-            for _ in 0..2 {
-                if rx.recv_timeout(Duration::from_secs(3)).is_ok() {
-                    got += 1;
-                }
-            }
+            peer.write_all(b"x").unwrap();
+            got += usize::from(rx.recv_timeout(PATIENCE).is_ok());
+            peer.write_all(b"y").unwrap();
+            got += usize::from(rx.recv_timeout(PATIENCE).is_ok());
             got
         });
         if got != 2 {
@@ -163,16 +164,21 @@ fn listener_owned_by_thread_parked_in_accept_is_closed_at_shutdown() {
         let addr = rt.block_on(move || {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = l.local_addr().unwrap();
-            spawn(move || {
+            let h = spawn(move || {
                 let _ = l.accept();
             });
-            sleep(Duration::from_millis(50));
+            wait_parked(h.id());
             addr
         });
         drop(rt);
-        // Closes made by a pool thread are asynchronous: give them a moment.
-        std::thread::sleep(Duration::from_millis(200));
-        if let Err(e) = TcpListener::bind(addr) {
+        // Closes made by a pool thread are asynchronous: try again until they are done.
+        let t0 = std::time::Instant::now();
+        let mut bound = TcpListener::bind(addr);
+        while bound.is_err() && t0.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(1));
+            bound = TcpListener::bind(addr);
+        }
+        if let Err(e) = bound {
             failures.push(format!("{b:?}: listener still open after shutdown: {e}"));
         }
     }
@@ -189,17 +195,16 @@ fn stream_owned_by_thread_parked_in_recv_is_closed_at_shutdown() {
         rt.block_on(move || {
             let (a, peer) = UnixStream::pair().unwrap();
             tx.send(peer).unwrap();
-            spawn(move || {
+            let h = spawn(move || {
                 let mut buf = [0u8; 8];
                 let _ = a.read(&mut buf);
             });
-            sleep(Duration::from_millis(50));
+            wait_parked(h.id());
         });
         drop(rt);
-        std::thread::sleep(Duration::from_millis(200));
+        // Closes made by a pool thread are asynchronous: the read waits for EOF.
         let peer = rx.recv().unwrap();
-        peer.set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
+        peer.set_read_timeout(Some(PATIENCE)).unwrap();
         let mut buf = [0u8; 8];
         match peer.read(&mut buf) {
             Ok(0) => {}
@@ -221,18 +226,18 @@ fn a_timed_out_reader_does_not_unregister_another_reader() {
             let a = Arc::new(a);
             let (tx, rx) = chan::unbounded();
             let a1 = a.clone();
-            spawn(move || {
+            let h = spawn(move || {
                 let mut buf = [0u8; 1];
                 tx.send(a1.read(&mut buf).unwrap()).unwrap();
             });
-            sleep(Duration::from_millis(50)); // reader 1 parked, no timeout
+            wait_parked(h.id()); // reader 1 parked, no timeout
             a.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
             let mut buf = [0u8; 1];
             let r2 = a.read(&mut buf);
             assert!(r2.is_err(), "reader 2 should time out");
             a.set_read_timeout(None).unwrap();
             peer.write_all(b"x").unwrap();
-            rx.recv_timeout(Duration::from_secs(3)).is_ok()
+            rx.recv_timeout(PATIENCE).is_ok()
         });
         if !got {
             failures.push(format!("{b:?}: reader 1 never woke for the byte"));

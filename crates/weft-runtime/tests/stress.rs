@@ -16,8 +16,10 @@ fn every_message_arrives_once_in_order_and_no_wake_up_is_lost() {
         .unwrap_or(50_000);
     let endpoints = matrix::<(u64, u64)>(WORKERS, 64).unwrap();
     let (done_tx, done_rx) = mpsc::channel();
+    let all_done = std::sync::Arc::new(std::sync::Barrier::new(WORKERS));
     for mut e in endpoints {
         let done = done_tx.clone();
+        let all_done = all_done.clone();
         std::thread::spawn(move || {
             let me = e.id();
             let mut next_seq = [0u64; WORKERS]; // next expected from each sender
@@ -54,7 +56,7 @@ fn every_message_arrives_once_in_order_and_no_wake_up_is_lost() {
             }
             done.send((me, received, sleeps)).unwrap();
             // Keep the endpoint (and its boxes) alive until every worker is done.
-            std::thread::sleep(Duration::from_millis(200));
+            all_done.wait();
         });
     }
     drop(done_tx);
@@ -70,8 +72,7 @@ fn every_message_arrives_once_in_order_and_no_wake_up_is_lost() {
             ),
         }
     }
-    for (id, received, sleeps) in finished {
+    for (id, received, _sleeps) in finished {
         assert_eq!(received, per_pair * WORKERS as u64, "worker {id}");
-        eprintln!("worker {id}: {received} messages, {sleeps} sleeps");
     }
 }

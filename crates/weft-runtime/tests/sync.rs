@@ -6,6 +6,7 @@
 #![cfg(not(feature = "loom"))]
 
 mod common;
+use common::{wait_until, PATIENCE};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,8 +91,11 @@ fn mutex_waiters_and_parked_holders_let_the_worker_run() {
                 yield_now();
             }
         });
-        sleep(Duration::from_millis(30));
-        assert!(ticks.load(Relaxed) > 10, "the worker ran other threads");
+        // This holder parks (with the lock) until the ticker has had 10 turns: the
+        // worker runs others while both the holder and the waiter are parked.
+        wait_until("10 ticks beside a parked holder and waiter", || {
+            ticks.load(Relaxed) > 10
+        });
         assert!(!waiter.is_finished(), "the waiter waits for the lock");
         drop(g);
         waiter.join().unwrap();
@@ -107,15 +111,15 @@ fn mutex_try_lock_and_lock_timeout() {
     let m = Arc::new(Mutex::new(5));
     let held = Arc::new(AtomicBool::new(false));
     let (m2, held2) = (m.clone(), held.clone());
+    // The holder keeps the lock until told to let go.
+    let (let_go, told) = weft_runtime::chan::oneshot::channel::<()>();
     let holder = rt.spawn_on(0, move || {
         let g = m2.lock();
         held2.store(true, SeqCst);
-        sleep(Duration::from_millis(300));
+        let _ = told.recv();
         drop(g);
     });
-    while !held.load(SeqCst) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the holder took the lock", || held.load(SeqCst));
     let m3 = m.clone();
     rt.block_on(move || {
         assert!(m3.try_lock().is_none());
@@ -124,7 +128,7 @@ fn mutex_try_lock_and_lock_timeout() {
         assert!(m3.lock_timeout(Duration::from_millis(50)).is_none());
         let e = t0.elapsed();
         assert!(e >= Duration::from_millis(50), "returned early: {e:?}");
-        assert!(e < Duration::from_millis(250), "late: {e:?}");
+        assert!(e < PATIENCE, "late: {e:?}");
     });
     // From an OS thread too.
     let t0 = Instant::now();
@@ -132,7 +136,8 @@ fn mutex_try_lock_and_lock_timeout() {
     assert!(t0.elapsed() >= Duration::from_millis(20));
     // A long timeout succeeds once the holder lets go.
     let m4 = m.clone();
-    let v = rt.block_on(move || *m4.lock_timeout(Duration::from_secs(5)).expect("got it"));
+    let_go.send(()).unwrap();
+    let v = rt.block_on(move || *m4.lock_timeout(PATIENCE).expect("got it"));
     assert_eq!(v, 5);
     holder.join().unwrap();
     let mut m = Arc::try_unwrap(m).unwrap();
@@ -260,7 +265,7 @@ fn condvar_notify_all_wakes_every_waiter() {
     let (m, cv) = &*shared;
     for r in 1..=ROUNDS {
         // Wait until all N are parked in round r (they register before unlocking).
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + PATIENCE;
         loop {
             let mut g = m.lock();
             if g.waiting == N {
@@ -274,7 +279,7 @@ fn condvar_notify_all_wakes_every_waiter() {
             assert!(Instant::now() < deadline, "waiters did not all arrive");
             std::thread::sleep(Duration::from_micros(200));
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + PATIENCE;
         while woke.load(SeqCst) < N * r as usize {
             assert!(
                 Instant::now() < deadline,
@@ -300,7 +305,7 @@ fn condvar_wait_timeout_honours_the_timeout_and_reports_notifications() {
         let e = t0.elapsed();
         assert!(timed_out);
         assert!(e >= Duration::from_millis(50), "returned early: {e:?}");
-        assert!(e < Duration::from_millis(1_000), "late: {e:?}");
+        assert!(e < PATIENCE, "late: {e:?}");
         drop(g);
         // Notified from the other worker after 20 ms: not a timeout.
         let p3 = p2.clone();
@@ -310,7 +315,7 @@ fn condvar_wait_timeout_honours_the_timeout_and_reports_notifications() {
             p3.1.notify_one();
         });
         let (g, timed_out) =
-            cv.wait_timeout_while(m.lock(), Duration::from_secs(5), |ready| !*ready);
+            cv.wait_timeout_while(m.lock(), PATIENCE, |ready| !*ready);
         assert!(!timed_out);
         assert!(*g);
         drop(g);
@@ -401,7 +406,7 @@ fn semaphore_try_acquire_timeout_hand_off_and_add_permits() {
         sleep(Duration::from_millis(20));
         s2.add_permits(1);
     });
-    let p = sem.acquire_timeout(Duration::from_secs(5));
+    let p = sem.acquire_timeout(PATIENCE);
     assert!(p.is_some());
     h.join().unwrap();
 }

@@ -167,7 +167,7 @@ fn a_read_that_would_block_goes_async_and_completes_in_the_ring() {
         "nothing yet"
     );
     write_all(w, b"ping");
-    assert_eq!(ctx.wait(1, Some(Duration::from_secs(10))), 1);
+    assert_eq!(ctx.wait(1, Some(Duration::from_secs(60))), 1);
     let d = ctx.take().unwrap().ok().unwrap();
     assert_eq!((d.id, d.ret), (h.0, 4));
     assert_eq!(&d.program.buffer(buf)[..4], b"ping");
@@ -222,7 +222,7 @@ fn no_complete_posts_nothing() {
     assert!(matches!(ctx.exec(b.build().unwrap()), Outcome::Async(_)));
     write_all(w, b"x");
     let t = Instant::now();
-    while ctx.in_flight() > 0 && t.elapsed() < Duration::from_secs(10) {
+    while ctx.in_flight() > 0 && t.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(ctx.in_flight(), 0);
@@ -547,7 +547,25 @@ fn dropping_the_context_while_a_syslet_runs_is_safe() {
         write_all(w, &[7u8; 64]);
         ends.push((r, w, junk));
     }
-    std::thread::sleep(Duration::from_millis(50));
+    // Each read has finished once its pipe is empty again: only then are its
+    // descriptors closed (closed sooner, their numbers could be reused by another test
+    // before a late read runs).
+    for (r, _, _) in &ends {
+        let t = Instant::now();
+        loop {
+            let mut p = libc::pollfd {
+                fd: *r,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd on the stack; zero timeout.
+            if unsafe { libc::poll(&mut p, 1, 0) } == 0 {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(60), "a read never ran");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     for (r, w, _) in ends {
         unsafe {
             libc::close(r);

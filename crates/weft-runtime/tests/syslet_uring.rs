@@ -219,7 +219,7 @@ fn no_complete_is_like_skip_cqe() {
         let before = engine_stats();
         assert!(matches!(ctx.exec(prog(true)), Outcome::Async(_)));
         let t = Instant::now();
-        while ctx.in_flight() > 0 && t.elapsed() < Duration::from_secs(10) {
+        while ctx.in_flight() > 0 && t.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(ctx.in_flight(), 0, "engine {on}");
@@ -439,7 +439,7 @@ fn efault_in_the_middle_of_a_chain() {
             if let Some(c) = ctx.pop() {
                 break c;
             }
-            assert!(t.elapsed() < Duration::from_secs(10));
+            assert!(t.elapsed() < Duration::from_secs(60));
             ctx.wait(1, Some(Duration::from_millis(100)));
         };
         assert_eq!(c.id, h.0);
@@ -637,7 +637,7 @@ fn results_feeding_later_atoms_cut_the_chain_and_stay_exact() {
             if let Some(c) = ctx.pop() {
                 break c;
             }
-            assert!(t.elapsed() < Duration::from_secs(10));
+            assert!(t.elapsed() < Duration::from_secs(60));
             ctx.wait(1, Some(Duration::from_millis(100)));
         };
         assert_eq!(
@@ -660,7 +660,7 @@ fn results_feeding_later_atoms_cut_the_chain_and_stay_exact() {
 /// engine; `WEFT_SYSLET_MEASURE_DROP=1` drops the page cache before each pass (root).
 /// `cargo test --release -p weft-runtime --test syslet_uring -- --ignored --nocapture`
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a check: run it by hand (see above)"]
 fn measure_open_read_close() {
     let n: usize = std::env::var("WEFT_SYSLET_MEASURE_FILES")
         .ok()

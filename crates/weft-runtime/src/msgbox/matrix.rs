@@ -541,7 +541,7 @@ mod tests {
             b.poll(|_, m| got = Some(m));
         }
         assert_eq!(got, Some(7));
-        assert!(t0.elapsed() < Duration::from_secs(10));
+        assert!(t0.elapsed() < Duration::from_secs(60));
         t.join().unwrap();
     }
 
@@ -552,7 +552,7 @@ mod tests {
         e[0].wait(Some(Duration::from_millis(30)));
         let waited = t0.elapsed();
         assert!(
-            waited >= Duration::from_millis(25) && waited < Duration::from_secs(5),
+            waited >= Duration::from_millis(25) && waited < Duration::from_secs(60),
             "{waited:?}"
         );
         let waker = e.pop().unwrap();
@@ -562,9 +562,9 @@ mod tests {
             waker
         });
         let t0 = std::time::Instant::now();
-        e[0].wait(Some(Duration::from_secs(30)));
+        e[0].wait(Some(Duration::from_secs(120)));
         assert!(
-            t0.elapsed() < Duration::from_secs(10),
+            t0.elapsed() < Duration::from_secs(60),
             "wake ended the sleep"
         );
         t.join().unwrap();

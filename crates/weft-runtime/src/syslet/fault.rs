@@ -731,7 +731,7 @@ mod tests {
     /// Rough cost of the fast path; `cargo test --release -- --ignored --nocapture
     /// read_u64_cost`.
     #[test]
-    #[ignore]
+    #[ignore = "a measurement, not a check: run it by hand (see above)"]
     fn read_u64_cost() {
         const N: u64 = 100_000_000;
         let v: Vec<u64> = (0..64).collect();

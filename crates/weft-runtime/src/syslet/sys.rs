@@ -1451,15 +1451,18 @@ mod tests {
                 0
             );
             // Blocking, then done: a read on a pipe that another thread fills.
+            // The writer writes only once the read was found to block.
             let (r, w) = pipe();
             let wfd = w.as_raw_fd();
+            let (go, wait) = std::sync::mpsc::channel::<()>();
             let t = std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                wait.recv().unwrap();
                 libc::write(wfd, b"zz".as_ptr().cast(), 2);
                 drop(w);
             });
             let rd = a(&[r.as_raw_fd() as u64, buf.as_mut_ptr() as u64, 4]);
             assert_eq!(try_nowait(nr("read"), rd), None);
+            go.send(()).unwrap();
             assert_eq!(run_blocking(nr("read"), rd), 2);
             t.join().unwrap();
         }

@@ -1,6 +1,8 @@
 //! What the I/O test files share: running a case on every backend this machine has.
 #![allow(dead_code)] // each test file uses its own subset
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_runtime::{IoBackend, Runtime};
 
@@ -51,6 +53,39 @@ pub fn wait_parked(id: u64) {
             "green thread {id} did not park in {PATIENCE:?}"
         );
         weft_runtime::yield_now();
+    }
+}
+
+/// How many turns [`ticks_during`]'s ticker must get for a test to call its worker free.
+pub const TICKS: usize = 20;
+
+/// Runs `work` on the calling green thread while another green thread on worker 0 (the
+/// same one, in a one-worker runtime) counts its turns in `ticks` (one 1 ms sleep each);
+/// returns `work`'s value and the turns counted while it ran. A `work` that blocks its
+/// OS thread leaves the ticker no turn. The side that ends `work` (a peer writing, say)
+/// waits for the turns with [`wait_for_ticks`] on a clone of `ticks`.
+pub fn ticks_during<T>(ticks: Arc<AtomicUsize>, work: impl FnOnce() -> T) -> (T, usize) {
+    let done = Arc::new(AtomicBool::new(false));
+    let (t2, d2) = (ticks.clone(), done.clone());
+    let ticker = weft_runtime::spawn_on(0, move || {
+        while !d2.load(SeqCst) {
+            t2.fetch_add(1, SeqCst);
+            weft_runtime::sleep(Duration::from_millis(1));
+        }
+    });
+    let out = work();
+    let seen = ticks.load(SeqCst);
+    done.store(true, SeqCst);
+    ticker.join().unwrap();
+    (out, seen)
+}
+
+/// For the other side of [`ticks_during`] (an OS thread): waits until the ticker has had
+/// [`TICKS`] turns, or for [`PATIENCE`] (then the caller's check of the count fails).
+pub fn wait_for_ticks(ticks: &AtomicUsize) {
+    let t0 = Instant::now();
+    while ticks.load(SeqCst) < TICKS && t0.elapsed() < PATIENCE {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
