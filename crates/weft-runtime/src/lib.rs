@@ -38,6 +38,11 @@
 
 // Under the `loom` feature only the lock-free protocols are built (on loom's atomics),
 // for the model checks in tests/loom_*.rs; the runtime itself is not.
+/// How a unit test reports what it could not run here (shared with the test files).
+#[cfg(test)]
+#[path = "../../../tests/support/skip.rs"]
+mod test_skip;
+
 #[cfg(not(feature = "loom"))]
 mod blocking;
 #[cfg(not(feature = "loom"))]

@@ -180,6 +180,9 @@ fn shutdown_with_a_green_thread_parked_in_a_pipe_read() {
             unreachable!("no data ever comes");
         });
         wait_until("the reader started", || started.load(Acquire));
+        // Parked in its read (seen from a green thread of the same, only worker).
+        let id = h.id();
+        rt.spawn(move || wait_parked(id)).join().unwrap();
         let t0 = Instant::now();
         drop(rt);
         assert!(

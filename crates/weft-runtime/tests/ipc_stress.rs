@@ -22,7 +22,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{mpsc, Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use weft_runtime::ipc::{self, ErrorKind, Message, Stage, Tid, Timeout};
 use weft_runtime::{spawn_on, Runtime};
 
@@ -237,9 +237,7 @@ fn run(workers: usize) {
                     .chain(tids.iter().cloned())
                     .collect::<Vec<_>>(),
             );
-            let t0 = Instant::now();
             let creports: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
-            let elapsed = t0.elapsed();
             stop.store(true, Release);
             for s in &servers {
                 while !s.is_finished() {
@@ -249,12 +247,12 @@ fn run(workers: usize) {
             }
             let cancels: u64 = creports.iter().map(|r| r.cancels).sum();
             let sreports: Vec<_> = servers.into_iter().map(|s| s.join().unwrap()).collect();
-            (creports, sreports, cancels, elapsed)
+            (creports, sreports, cancels)
         });
         let _ = tx.send(out);
     });
     let limit = Duration::from_secs(if full { 1200 } else { 120 });
-    let (creports, sreports, cancels, elapsed) = match rx.recv_timeout(limit) {
+    let (creports, sreports, cancels) = match rx.recv_timeout(limit) {
         Ok(r) => r,
         Err(mpsc::RecvTimeoutError::Timeout) => panic!(
             "{workers} workers: the calls did not finish in {limit:?}: a request or a \
@@ -311,7 +309,7 @@ fn run(workers: usize) {
     let mut f: Vec<_> = failures.into_iter().collect();
     f.sort_by_key(|((k, s), _)| (format!("{s:?}"), format!("{k:?}")));
     eprintln!(
-        "{workers} workers: {} calls in {elapsed:.2?}: {ok} answered, {unsent} failed at \
+        "{workers} workers: {} calls: {ok} answered, {unsent} failed at \
          the send (given back), {gave_up} gave up on the reply; {cancels} cancels; \
          failures {f:?}",
         ok + unsent + gave_up

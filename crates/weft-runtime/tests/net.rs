@@ -199,29 +199,29 @@ fn unix_sockets_echo_and_pairs_work() {
 fn shutdown_with_green_threads_parked_in_accept_and_recv() {
     for b in backends() {
         let rt = rt1(b);
-        let parked = Arc::new(AtomicUsize::new(0));
         let l = Arc::new(TcpListener::bind("127.0.0.1:0").unwrap());
         let addr = l.local_addr().unwrap();
         let peer = std::net::TcpStream::connect(addr).unwrap();
-        let (l2, p2) = (l.clone(), parked.clone());
+        let l2 = l.clone();
+        let (inner_tx, inner_rx) = std::sync::mpsc::channel();
         let h_accept = rt.spawn(move || {
             // The first accept takes `peer`; then recv on it, while another accepts.
             let (s, _) = l2.accept().unwrap();
             let l3 = l2.clone();
-            let p3 = p2.clone();
-            spawn(move || {
-                p3.fetch_add(1, AcqRel);
+            let inner = spawn(move || {
                 let _ = l3.accept();
                 unreachable!("nobody else connects");
             });
-            p2.fetch_add(1, AcqRel);
+            inner_tx.send(inner.id()).unwrap();
             let mut buf = [0u8; 16];
             let _ = s.read(&mut buf);
             unreachable!("the peer never writes");
         });
-        wait_until("both threads on their way to park", || {
-            parked.load(Acquire) >= 2
-        });
+        let ids = [h_accept.id(), inner_rx.recv_timeout(PATIENCE).unwrap()];
+        // Both parked (seen from a green thread of the same, only worker).
+        rt.spawn(move || ids.iter().for_each(|&id| wait_parked(id)))
+            .join()
+            .unwrap();
         let t0 = Instant::now();
         drop(rt);
         assert!(

@@ -369,7 +369,22 @@ fn cancel_in_the_middle_of_a_chain() {
         let Outcome::Async(h) = ctx.exec(b.build().unwrap()) else {
             panic!("async")
         };
-        std::thread::sleep(Duration::from_millis(30));
+        // Cancelled once the first write has run (its byte is in the pipe): the chain
+        // is then at its read, which blocks.
+        let t = Instant::now();
+        loop {
+            let mut p = libc::pollfd {
+                fd: r2,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd on the stack; zero timeout.
+            if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(60), "engine {on}: no write");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert!(ctx.cancel(h));
         let d = ctx.wait_for(h).unwrap();
         assert_eq!(d.program.get(w0), 1, "engine {on}: the first write ran");
@@ -513,7 +528,15 @@ fn an_atom_io_uring_cannot_do_goes_on_a_cachemiss_thread() {
         b.atom(libc::SYS_readv, &[fd2, iovp, cnt]);
         let before = engine_stats();
         let o = ctx.exec(b.build().unwrap());
-        std::thread::sleep(Duration::from_millis(20));
+        if engine_used(on) {
+            // The write comes only once the engine has handed the chain on (written
+            // sooner, the readv would not block and need no hand-off).
+            let t = Instant::now();
+            while engine_stats().offloaded == before.offloaded {
+                assert!(t.elapsed() < Duration::from_secs(60), "engine {on}: no hand-off");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         unsafe { libc::write(w2, b"22".as_ptr().cast(), 2) };
         let d = finish(ctx, o);
         assert_eq!((d.atom, d.ret, d.program.get(n)), (1, 2, 1), "engine {on}");

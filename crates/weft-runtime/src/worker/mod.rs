@@ -1424,10 +1424,29 @@ mod tests {
         let bits = rt.block_on(|| {
             spawn_on(0, || {
                 // A thread on worker 1 whose end wakes its joiner here, parked by then:
-                // mail from 1.
-                spawn_on(1, || crate::sleep(std::time::Duration::from_millis(20)))
-                    .join()
-                    .unwrap();
+                // mail from 1. It ends once this thread has been switched out (after
+                // its spawn, its next step is the join).
+                let me = weft_fiber::current_id().unwrap();
+                let switched_out = move || {
+                    weft_fiber::introspect::read(std::process::id() as i32)
+                        .ok()
+                        .and_then(|s| s.fibers.into_iter().find(|f| f.id == me))
+                        .map(|f| f.deactivations)
+                };
+                let before = loop {
+                    if let Some(d) = switched_out() {
+                        break d;
+                    }
+                };
+                spawn_on(1, move || {
+                    let t0 = std::time::Instant::now();
+                    while switched_out().is_none_or(|d| d == before) {
+                        assert!(t0.elapsed().as_secs() < 60, "the joiner never parked");
+                        crate::sleep(std::time::Duration::from_millis(1));
+                    }
+                })
+                .join()
+                .unwrap();
                 let w = super::current();
                 // SAFETY: our worker; a short read of its endpoint.
                 let before = unsafe { (*w).endpoint.class_bits() };
