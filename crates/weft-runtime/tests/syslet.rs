@@ -6,6 +6,8 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use weft_runtime::syslet::*;
 
+mod common;
+
 const ENOENT: i64 = -(libc::ENOENT as i64);
 
 fn pipe() -> (i32, i32) {
@@ -551,20 +553,7 @@ fn dropping_the_context_while_a_syslet_runs_is_safe() {
     // descriptors closed (closed sooner, their numbers could be reused by another test
     // before a late read runs).
     for (r, _, _) in &ends {
-        let t = Instant::now();
-        loop {
-            let mut p = libc::pollfd {
-                fd: *r,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd on the stack; zero timeout.
-            if unsafe { libc::poll(&mut p, 1, 0) } == 0 {
-                break;
-            }
-            assert!(t.elapsed() < Duration::from_secs(60), "a read never ran");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until("every read ran", || !common::readable(*r));
     }
     for (r, w, _) in ends {
         unsafe {

@@ -10,6 +10,8 @@
 use std::time::{Duration, Instant};
 use weft_runtime::syslet::*;
 
+mod common;
+
 const ENOENT: i64 = -(libc::ENOENT as i64);
 const EBADF: i64 = -(libc::EBADF as i64);
 const EFAULT: i64 = -(libc::EFAULT as i64);
@@ -371,20 +373,7 @@ fn cancel_in_the_middle_of_a_chain() {
         };
         // Cancelled once the first write has run (its byte is in the pipe): the chain
         // is then at its read, which blocks.
-        let t = Instant::now();
-        loop {
-            let mut p = libc::pollfd {
-                fd: r2,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd on the stack; zero timeout.
-            if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
-                break;
-            }
-            assert!(t.elapsed() < Duration::from_secs(60), "engine {on}: no write");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until("the first write", || common::readable(r2));
         assert!(ctx.cancel(h));
         let d = ctx.wait_for(h).unwrap();
         assert_eq!(d.program.get(w0), 1, "engine {on}: the first write ran");
@@ -531,11 +520,9 @@ fn an_atom_io_uring_cannot_do_goes_on_a_cachemiss_thread() {
         if engine_used(on) {
             // The write comes only once the engine has handed the chain on (written
             // sooner, the readv would not block and need no hand-off).
-            let t = Instant::now();
-            while engine_stats().offloaded == before.offloaded {
-                assert!(t.elapsed() < Duration::from_secs(60), "engine {on}: no hand-off");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            common::wait_until("the engine handed the chain on", || {
+                engine_stats().offloaded != before.offloaded
+            });
         }
         unsafe { libc::write(w2, b"22".as_ptr().cast(), 2) };
         let d = finish(ctx, o);

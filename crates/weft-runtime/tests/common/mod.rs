@@ -56,6 +56,17 @@ pub fn wait_parked(id: u64) {
     }
 }
 
+/// Whether the descriptor `fd` has data to read now (a zero-timeout poll).
+pub fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack; zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
 /// How many turns [`ticks_during`]'s ticker must get for a test to call its worker free.
 pub const TICKS: usize = 20;
 
