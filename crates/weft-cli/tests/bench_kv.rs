@@ -1,4 +1,4 @@
-//! `weft bench kv --quick --json` runs to the end against the real weft-kv and a
+//! `weft bench kv --quick --json` (with the smoke sizes) runs to the end against the real weft-kv and a
 //! redis-server and reports both sides of every row as JSON lines (servers started and
 //! stopped, client workers checking every reply, redis-benchmark's CSV, how busy the
 //! client was). It is skipped (see tests/support/skip.rs) where redis-server or
@@ -25,6 +25,8 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
     }
     let out = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["bench", "kv", "--quick", "--json"])
+        // Tiny sizes: this proves the suite runs end to end, not how fast.
+        .env("WEFT_BENCH_KV_SMOKE", "1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -14,6 +14,9 @@
 //! SIGTERM at the end (or on an error: [`Server`]'s `Drop`), and its directory removed.
 //! `WEFT_BENCH_KV_SELF=redis` makes the "weft" side a second redis-server (impl name
 //! `redis-stand-in`): it proves the suite itself without weft-kv, and the tests use it.
+//! `WEFT_BENCH_KV_SMOKE=1` runs every part with tiny sizes (a key space of 1,000, 500
+//! operations per cell, 2,000 redis-benchmark requests): it proves in seconds that the
+//! suite runs end to end, as the tests do; its figures mean nothing.
 //!
 //! Two parts:
 //!
@@ -57,6 +60,10 @@ use std::time::{Duration, Instant};
 const SUITE: &str = "kv";
 /// The seed's key space: keys `key:000000` .. `key:099999`.
 const KEYS: u64 = 100_000;
+/// The sizes of a smoke run (`WEFT_BENCH_KV_SMOKE=1`).
+const SMOKE_KEYS: u64 = 1_000;
+const SMOKE_OPS: u64 = 500;
+const SMOKE_RB_REQUESTS: u64 = 2_000;
 /// The seed's process counts.
 const PROCS: [usize; 6] = [1, 2, 4, 6, 8, 10];
 /// Operations per table cell (each of read and write; mixed does both).
@@ -150,8 +157,24 @@ pub fn method_line(opts: &Options) -> String {
     )
 }
 
+/// Whether this is a smoke run (`WEFT_BENCH_KV_SMOKE=1`, inherited by the client workers).
+fn smoke() -> bool {
+    std::env::var_os("WEFT_BENCH_KV_SMOKE").is_some_and(|v| v == "1")
+}
+
+/// The key space: the seed's, or a smoke run's.
+fn key_space() -> u64 {
+    if smoke() {
+        SMOKE_KEYS
+    } else {
+        KEYS
+    }
+}
+
 fn seed_ops(opts: &Options) -> u64 {
-    if opts.quick {
+    if smoke() {
+        SMOKE_OPS
+    } else if opts.quick {
         SEED_OPS_QUICK
     } else {
         SEED_OPS
@@ -237,8 +260,9 @@ fn key_value(k: u64) -> (String, String) {
 fn populate(socket: &Path) -> Result<(), String> {
     let mut conn = Conn::connect(socket)?;
     let mut k = 0;
-    while k < KEYS {
-        let end = (k + 1000).min(KEYS);
+    let keys = key_space();
+    while k < keys {
+        let end = (k + 1000).min(keys);
         for i in k..end {
             let (key, value) = key_value(i);
             conn.queue(&[b"SET", key.as_bytes(), value.as_bytes()]);
@@ -266,7 +290,8 @@ fn seed_table(
     rep.line(format!(
         "seed table: {ops} reads, {ops} writes, and {ops} reads + {ops} writes mixed, split over \
          P client processes, each with its own connection on the Unix socket, one command at \
-         a time; random keys of a key space of {KEYS} (all populated), every GET's value checked"
+         a time; random keys of a key space of {} (all populated), every GET's value checked",
+        key_space()
     ));
     rep.line(
         "  cell = wall time from the go signal (all clients connected) until the last client \
@@ -443,13 +468,14 @@ pub fn client_worker_main(socket: &Path, op: Op, ops: u64, seed: u64) -> Result<
         Ok(1) => {}
         _ => return Err("the bench runner went away before the go signal".to_string()),
     }
+    let keys = key_space();
     let mut rng = seed | 1;
     let mut next_key = || {
         // xorshift64
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        key_value(rng % KEYS)
+        key_value(rng % keys)
     };
     let t0 = Instant::now();
     for i in 0..ops {
@@ -549,7 +575,9 @@ enum Transport {
 }
 
 fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Result<(), String> {
-    let n = if opts.quick {
+    let n = if smoke() {
+        SMOKE_RB_REQUESTS
+    } else if opts.quick {
         RB_REQUESTS_QUICK
     } else {
         RB_REQUESTS
@@ -563,8 +591,9 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
         return Ok(());
     };
     let runs = rb_runs(opts);
+    let keys = key_space();
     rep.line(format!(
-        "redis-benchmark: -t set,get -n {n} -c {RB_CLIENTS} -r {KEYS} --csv, without and with \
+        "redis-benchmark: -t set,get -n {n} -c {RB_CLIENTS} -r {keys} --csv, without and with \
          -P {RB_PIPELINE}, over TCP (127.0.0.1) and the Unix socket; median of {runs} run(s), \
          servers alternating run by run; it shares the CPUs with the server, alike for both"
     ));
@@ -602,7 +631,7 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
                         .arg("-c")
                         .arg(RB_CLIENTS.to_string())
                         .arg("-r")
-                        .arg(KEYS.to_string())
+                        .arg(key_space().to_string())
                         .arg("-P")
                         .arg(pipeline.to_string())
                         .arg("--csv");
