@@ -3,8 +3,8 @@
 
 mod common;
 use std::time::{Duration, Instant};
-use weft_runtime::ipc::{self, ErrorKind, Message, Stage, Timeout};
 use weft_runtime::chan::oneshot;
+use weft_runtime::ipc::{self, ErrorKind, Message, Stage, Timeout};
 use weft_runtime::{spawn_on, Runtime};
 
 fn rt(n: usize) -> Runtime {

@@ -155,7 +155,10 @@ fn a_slow_socket_read_does_not_stall_the_worker_and_timeouts_fire() {
             "{b:?}: the worker stalled ({ticks} ticks while the read waited)"
         );
         assert_eq!(timed_out, ErrorKind::TimedOut, "{b:?}");
-        assert!(waited >= Duration::from_millis(40), "{b:?}: after {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(40),
+            "{b:?}: after {waited:?}"
+        );
     }
 }
 
@@ -343,10 +346,7 @@ fn accept_and_connect_take_timeouts() {
                 took >= Duration::from_millis(60),
                 "{b:?}: returned after {took:?}"
             );
-            assert!(
-                took < PATIENCE,
-                "{b:?}: returned after {took:?}"
-            );
+            assert!(took < PATIENCE, "{b:?}: returned after {took:?}");
             // A connection within the timeout is accepted; connect_timeout connects.
             let c = spawn(move || TcpStream::connect_timeout(&addr, Duration::from_secs(5)));
             let (s, _) = l.accept_timeout(Duration::from_secs(5)).unwrap();

@@ -156,24 +156,40 @@ fn a_flagged_thread_yields_at_its_next_runtime_call() {
 
 // ---------------------------------------------------------------------------------
 
-fn ctxt_switches(name: &str) -> Option<u64> {
-    for e in std::fs::read_dir("/proc/self/task").ok()? {
-        let p = e.ok()?.path();
-        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        if comm.trim() == name {
-            let st = std::fs::read_to_string(p.join("status")).ok()?;
-            let mut n = 0;
-            for l in st.lines() {
-                if l.starts_with("voluntary_ctxt_switches")
-                    || l.starts_with("nonvoluntary_ctxt_switches")
-                {
-                    n += l.split_whitespace().nth(1)?.parse::<u64>().ok()?;
-                }
-            }
-            return Some(n);
-        }
-    }
-    None
+/// The ids of this process's threads named `name` (a thread that is ending may still
+/// be listed).
+fn threads_named(name: &str) -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let comm = std::fs::read_to_string(p.join("comm")).ok()?;
+            (comm.trim() == name).then(|| p.file_name().unwrap().to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+/// The thread `tid`'s context switches (voluntary and not) so far.
+fn ctxt_switches(tid: &str) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .unwrap_or_else(|e| panic!("thread {tid}: {e}"));
+    st.lines()
+        .filter(|l| {
+            l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches")
+        })
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// The id of the one thread named `name`, once only one is (a namesake of an earlier
+/// runtime may still be ending).
+fn the_thread_named(name: &str) -> String {
+    let mut found = Vec::new();
+    wait_until(&format!("one thread named {name}"), || {
+        found = threads_named(name);
+        found.len() == 1
+    });
+    found.remove(0)
 }
 
 /// A worker whose last green thread has exited is idle: the monitor must not treat it
@@ -189,16 +205,18 @@ fn an_idle_worker_is_not_signalled_after_its_last_thread_exits() {
         .build()
         .unwrap();
     rt.block_on(|| ()); // one green thread, which exits to the scheduler
-    // Measured against the monitor's own wake-ups (it sleeps between ticks; the tests
-    // here run one at a time, so it is the only monitor): with the fault, the worker is
-    // signalled at every tick and wakes as often as the monitor does.
-    let a = ctxt_switches("revidle-0").expect("worker thread");
-    let m0 = ctxt_switches("weft-monitor").expect("monitor thread");
-    wait_until("30 monitor ticks", || {
-        ctxt_switches("weft-monitor").expect("monitor thread") >= m0 + 30
-    });
-    let b = ctxt_switches("revidle-0").expect("worker thread");
-    let m1 = ctxt_switches("weft-monitor").expect("monitor thread");
+                        // Measured against the monitor's own wake-ups (it sleeps between ticks; the tests
+                        // here run one at a time, so it is the only monitor): with the fault, the worker is
+                        // signalled at every tick and wakes as often as the monitor does.
+    let (worker, monitor) = (
+        the_thread_named("revidle-0"),
+        the_thread_named("weft-monitor"),
+    );
+    let a = ctxt_switches(&worker);
+    let m0 = ctxt_switches(&monitor);
+    wait_until("30 monitor ticks", || ctxt_switches(&monitor) >= m0 + 30);
+    let b = ctxt_switches(&worker);
+    let m1 = ctxt_switches(&monitor);
     drop(rt);
     assert!(
         (b - a) * 2 < m1 - m0,
@@ -220,21 +238,13 @@ impl Drop for Flag {
 
 static LATE: StdMutex<Vec<weft_runtime::JoinHandle<()>>> = StdMutex::new(Vec::new());
 
-/// Whether an OS thread of this process is named `name`.
-fn thread_named(name: &str) -> bool {
-    std::fs::read_dir("/proc/self/task").unwrap().any(|e| {
-        std::fs::read_to_string(e.unwrap().path().join("comm"))
-            .is_ok_and(|c| c.trim() == name)
-    })
-}
-
 /// A value whose destructor (run by the shutdown unwind) spawns onto worker 1.
 struct SpawnOnDrop(Arc<AtomicUsize>);
 impl Drop for SpawnOnDrop {
     fn drop(&mut self) {
         // Let worker 1 (which has no green thread) finish its shutdown first: its OS
         // thread is gone.
-        wait_until("worker 1 ended", || !thread_named("revended-1"));
+        wait_until("worker 1 ended", || threads_named("revended-1").is_empty());
         let f = Flag(self.0.clone());
         let h = spawn_on(1, move || {
             let _f = f;
@@ -259,7 +269,9 @@ fn a_spawn_to_an_ended_worker_is_cancelled() {
         .build()
         .unwrap();
     // (A worker names its OS thread as it starts.)
-    wait_until("worker 1 started", || thread_named("revended-1"));
+    wait_until("worker 1 started", || {
+        !threads_named("revended-1").is_empty()
+    });
     let started = Arc::new(AtomicBool::new(false));
     let (s2, d2) = (started.clone(), dropped.clone());
     let parked = rt.spawn_on(0, move || {

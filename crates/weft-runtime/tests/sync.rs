@@ -314,8 +314,7 @@ fn condvar_wait_timeout_honours_the_timeout_and_reports_notifications() {
             *p3.0.lock() = true;
             p3.1.notify_one();
         });
-        let (g, timed_out) =
-            cv.wait_timeout_while(m.lock(), PATIENCE, |ready| !*ready);
+        let (g, timed_out) = cv.wait_timeout_while(m.lock(), PATIENCE, |ready| !*ready);
         assert!(!timed_out);
         assert!(*g);
         drop(g);
