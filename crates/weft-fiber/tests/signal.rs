@@ -28,6 +28,10 @@ extern "C" fn on_alarm(_: libc::c_int) {
         tick % FIBERS
     };
     unsafe {
+        // A handler leaves the thread's last error as it found it, as it would errno: a
+        // tick can land just after another handler's switch has succeeded and before
+        // that handler reads GetLastError, and must not make that switch look refused.
+        let saved = GetLastError();
         SetLastError(0);
         SwitchToFiber(HANDLES[next]);
         // A tick that lands while this thread is in the middle of a switch (often under
@@ -41,6 +45,7 @@ extern "C" fn on_alarm(_: libc::c_int) {
             ERROR_BUSY => {}
             e => OTHER_ERRORS.store(e as usize, Relaxed),
         }
+        SetLastError(saved);
     }
 }
 
