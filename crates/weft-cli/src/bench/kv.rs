@@ -598,7 +598,7 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
          servers alternating run by run; it shares the CPUs with the server, alike for both"
     ));
     rep.line(format!(
-        "  target (issue 7): weft >= {TARGET_RATIO}x redis-server's requests/s with a p99 no \
+        "  target: weft >= {TARGET_RATIO}x redis-server's requests/s with a p99 no \
          higher"
     ));
     let mut head = format!("  {:<5} {:>3} {:<4}", "conn", "P", "test");

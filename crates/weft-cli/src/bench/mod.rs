@@ -35,24 +35,25 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The benchmark suites `weft bench` knows.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Suite {
-    /// Fibers: context switch, create, FLS read vs ucontext/Boost/pthread,
-    /// and the seed's many-fibers workload table.
+    /// Fibers: context switch, create, FLS read vs ucontext/Boost/pthread, and a
+    /// many-fibers workload (F fibers over one OS thread per CPU, in P processes) beside
+    /// published figures of a user-space and a kernel fiber implementation.
     Fibers,
-    /// The runtime (issue 4): green-thread spawn, yield and cross-worker round trips
-    /// vs pthreads and Go, the message boxes vs the raw cache-line and futex round
-    /// trips, and the memory of N parked green threads (`--parked N`).
+    /// Green threads: spawn, yield and cross-worker round trips vs pthreads and Go, the
+    /// message boxes vs the raw cache-line and futex round trips, and the memory of N
+    /// parked green threads (`--parked N`).
     Runtime,
     /// Synchronous IPC between green threads (call / reply_and_wait): the local and
     /// cross-worker round trips, idle, busy and under load, vs a futex hand-off and Go
-    /// channels, beside the seed's section 16 figures (ns and TSC cycles).
+    /// channels, beside published microkernel IPC figures (ns and TSC cycles).
     Ipc,
-    /// Syslets (seed 001's async-test): open+read+close of 1,000 small files, cached and
-    /// uncached (root: drop_caches), sync vs syslets on one worker and on every worker vs
-    /// a hand-written io_uring loop, beside the seed's figures.
+    /// Syslets: open+read+close of 1,000 small files, cached and uncached (root:
+    /// drop_caches), sync vs syslets on one worker and on every worker vs a hand-written
+    /// io_uring loop, beside published figures.
     Syslets,
-    /// weft-kv (issue 7) vs redis-server at the same durability: the seed's table (100,000
-    /// reads / writes / mixed over 1-10 client processes) and redis-benchmark (set, get;
-    /// TCP and Unix socket; with and without pipelining), beside the 1.5x target.
+    /// weft-kv vs redis-server at the same durability: 100,000 reads / writes / mixed
+    /// over 1-10 client processes, and redis-benchmark (set, get; TCP and Unix socket;
+    /// with and without pipelining), against a target of 1.5x redis-server.
     Kv,
 }
 
