@@ -1,8 +1,9 @@
 //! `weft ps [PID] [--json]`: the processes using weft, or the fibers of one of them.
 //!
 //! Without a PID: one row per process that has a fiber registry (pid, user, fibers,
-//! command). Registries left behind by processes that died are removed (when this user
-//! may) and mentioned on stderr.
+//! command). Listing changes nothing: registries left behind by processes that died are
+//! counted in one line on stderr. `--prune` removes those this user may remove (a
+//! starting weft process also removes its own user's).
 //!
 //! With a PID: one row per fiber, with the seed's `/proc/<pid>/fibers/<id>` fields plus
 //! the entry point resolved to a symbol, the thread it runs on now, stack size and stack
@@ -26,6 +27,10 @@ pub struct Args {
     /// One JSON object per line on stdout (per fiber, or per process).
     #[arg(long)]
     pub json: bool,
+    /// Remove the registries left behind by processes that died (those this user may
+    /// remove), then list.
+    #[arg(long, conflicts_with = "pid")]
+    pub prune: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -33,7 +38,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut out = BufWriter::with_capacity(1 << 16, out);
     let r = match args.pid {
         Some(pid) => fibers(pid, args.json, &mut out),
-        None => processes(args.json, &mut out),
+        None => processes(args.json, args.prune, &mut out),
     };
     let r = r.and_then(|()| out.flush().map_err(Error::Io));
     match r {
@@ -76,6 +81,14 @@ pub(crate) fn explain(e: &IntrospectError) -> String {
 
 // ---- weft ps -------------------------------------------------------------------
 
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
 struct ProcRow {
     pid: i32,
     uid: u32,
@@ -86,36 +99,48 @@ struct ProcRow {
     running: Option<usize>,
 }
 
-fn processes(json: bool, out: &mut impl Write) -> Result<(), Error> {
+fn processes(json: bool, prune: bool, out: &mut impl Write) -> Result<(), Error> {
     let dir = reg::registry_dir();
-    let entries = reg::list().map_err(|e| {
-        Error::Msg(format!(
-            "cannot list the registries in {}: {e}",
+    let list = || {
+        reg::list().map_err(|e| {
+            Error::Msg(format!(
+                "cannot list the registries in {}: {e}",
+                dir.display()
+            ))
+        })
+    };
+    let mut entries = list()?;
+    if prune {
+        let removed = reg::clean_stale().map_err(|e| {
+            Error::Msg(format!(
+                "cannot prune the registries in {}: {e}",
+                dir.display()
+            ))
+        })?;
+        eprintln!(
+            "weft ps: removed {} stale {}",
+            removed.len(),
+            plural(removed.len(), "registry", "registries")
+        );
+        entries = list()?;
+    }
+    // Stale registries: one line, whatever their number.
+    let stale: Vec<&reg::ProcessEntry> = entries.iter().filter(|e| !e.alive).collect();
+    if !stale.is_empty() {
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        let mine = stale.iter().filter(|e| e.uid == me).count();
+        let hint = if prune || mine == 0 {
+            "other users' (their owners or root can remove them with weft ps --prune)"
+        } else {
+            "weft ps --prune removes them"
+        };
+        eprintln!(
+            "weft ps: {} stale {} in {} (left by processes that died): {hint}",
+            stale.len(),
+            plural(stale.len(), "registry", "registries"),
             dir.display()
-        ))
-    })?;
-
-    // Stale registries: say so, and remove those this user may remove.
-    if entries.iter().any(|e| !e.alive) {
-        let removed = reg::clean_stale().unwrap_or_default();
-        for e in entries.iter().filter(|e| !e.alive) {
-            let why = if std::path::Path::new(&format!("/proc/{}", e.pid)).exists() {
-                "pid reused by another process"
-            } else {
-                "process gone"
-            };
-            if removed.contains(&e.pid) {
-                eprintln!("weft ps: removed stale registry of pid {} ({why})", e.pid);
-            } else {
-                eprintln!(
-                    "weft ps: stale registry of pid {} ({why}) at {} belongs to {}; \
-                     run weft ps as that user or as root to remove it",
-                    e.pid,
-                    e.path.display(),
-                    intro::user_name(e.uid)
-                );
-            }
-        }
+        );
     }
 
     let mut rows: Vec<ProcRow> = Vec::new();

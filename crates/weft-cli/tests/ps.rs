@@ -284,32 +284,45 @@ fn stale_registry_of_a_killed_process_is_reported_and_removed() {
         text(&o)
     );
 
-    // The process list reports it, removes it, and does not list it.
-    let o = weft(&reg.0, &["ps", "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(json_lines(&o).is_empty(), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains(&format!(
-            "removed stale registry of pid {pid} (process gone)"
-        )),
-        "{}",
-        text(&o)
-    );
-    assert!(!file.exists(), "stale registry not removed");
+    // Listing does not list it, says so in one line, and changes nothing.
+    for args in [&["ps", "--json"][..], &["ps"][..]] {
+        let o = weft(&reg.0, args);
+        assert!(o.status.success(), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let stale_lines = err.lines().filter(|l| l.contains(" stale registr")).count();
+        assert_eq!(stale_lines, 1, "{}", text(&o));
+        assert!(
+            err.contains("1 stale registry") && err.contains("weft ps --prune"),
+            "{}",
+            text(&o)
+        );
+        assert!(!String::from_utf8_lossy(&o.stdout).contains(&pid.to_string()));
+        assert!(file.exists(), "a listing removed a registry");
+    }
+    assert!(json_lines(&weft(&reg.0, &["ps", "--json"])).is_empty());
 
-    // The same with the table.
-    let mut t = Target::start(&reg.0, &["1"]);
-    let pid = t.pid();
-    t.kill();
-    let o = weft(&reg.0, &["ps"]);
+    // --prune removes it, and says how many it removed.
+    let o = weft(&reg.0, &["ps", "--prune", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("removed 1 stale registry"), "{}", text(&o));
+    assert!(!err.contains("weft ps --prune removes"), "{}", text(&o));
+    assert!(!file.exists(), "stale registry not removed by --prune");
+
+    // A weft process that starts removes the stale registries its user left.
+    let mut dead = Target::start(&reg.0, &["1"]);
+    let dead_pid = dead.pid();
+    dead.kill();
+    assert!(reg.registry(dead_pid).exists());
+    let mut live = Target::start(&reg.0, &["1"]);
     assert!(
-        String::from_utf8_lossy(&o.stderr)
-            .contains(&format!("removed stale registry of pid {pid}")),
-        "{}",
-        text(&o)
+        !reg.registry(dead_pid).exists(),
+        "a starting weft process left its user's stale registry"
     );
-    assert!(!reg.registry(pid).exists());
+    assert!(reg.registry(live.pid()).exists());
+    let o = weft(&reg.0, &["ps"]);
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    live.kill();
 }
 
 // ---- (d) no torn record while the target switches --------------------------------------

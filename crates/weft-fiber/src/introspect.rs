@@ -108,8 +108,8 @@ impl fmt::Display for IntrospectError {
             IntrospectError::NoSuchProcess { pid } => write!(f, "no process {pid}"),
             IntrospectError::Stale { pid } => write!(
                 f,
-                "process {pid} died without removing its fiber registry (stale); `weft ps` removes \
-                 stale registries"
+                "process {pid} died without removing its fiber registry (stale); `weft ps --prune` \
+                 removes stale registries"
             ),
             IntrospectError::PermissionDenied { pid, path } => write!(
                 f,

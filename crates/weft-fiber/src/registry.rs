@@ -23,8 +23,9 @@
 //!
 //! The file is created when the process first creates or converts a fiber and removed
 //! at normal exit (`atexit`). A process that dies leaves it behind; readers recognise
-//! it as stale (the pid is gone, or belongs to a process that started later) and clean
-//! it. A forked child copies the registry into a file of its own, so the parent's
+//! it as stale (the pid is gone, or belongs to a process that started later), and the
+//! next weft process of the same user to create its registry removes it (as does `weft
+//! ps --prune`). A forked child copies the registry into a file of its own, so the parent's
 //! statistics are never written by the child. If no registry can be created, weft keeps
 //! working with private memory and says once on stderr that `weft ps` will not see it;
 //! `WEFT_REGISTRY=off` asks for that quietly.
@@ -337,6 +338,11 @@ impl Registry {
             h.capacity.store(FIRST_SLOTS as u64, Release);
         }
         if r.path.is_some() {
+            // Registries left by this user's processes that died (killed, or crashed
+            // before exit) are removed by the next weft process that starts, so they do
+            // not pile up; a listing (`weft ps`) only reports them. Ours is alive: its
+            // header already holds this process's start time.
+            let _ = crate::introspect::clean_stale();
             // SAFETY: registering process-wide hooks once, when the registry is created.
             unsafe {
                 libc::atexit(remove_at_exit);
