@@ -36,13 +36,13 @@
 //! Everything that blocks (join, sync, channels, sleep, I/O) is written on [`park`]
 //! and works from green threads and plain OS threads alike.
 
-// Under the `loom` feature only the lock-free protocols are built (on loom's atomics),
-// for the model checks in tests/loom_*.rs; the runtime itself is not.
 /// How a unit test reports what it could not run here (shared with the test files).
 #[cfg(test)]
 #[path = "../../../tests/support/skip.rs"]
 mod test_skip;
 
+// Under the `loom` feature only the lock-free protocols are built (on loom's atomics),
+// for the model checks in tests/loom_*.rs; the runtime itself is not.
 #[cfg(not(feature = "loom"))]
 mod blocking;
 #[cfg(not(feature = "loom"))]

@@ -166,9 +166,13 @@ impl Target {
             let mut words = l.split_whitespace().map(str::to_string);
             let Some(key) = words.next() else { continue };
             let rest: Vec<String> = words.collect();
-            if key == "stack" || key == "wall" {
-                let into = if key == "stack" { &mut stacks } else { &mut walls };
-                into.insert(rest[0].parse().unwrap(), rest[1].parse().unwrap());
+            let per_fiber = match key.as_str() {
+                "stack" => Some(&mut stacks),
+                "wall" => Some(&mut walls),
+                _ => None,
+            };
+            if let Some(map) = per_fiber {
+                map.insert(rest[0].parse().unwrap(), rest[1].parse().unwrap());
                 continue;
             }
             let done = key == "ready";
