@@ -1,5 +1,6 @@
-# weft: build and install libweft, the Windows Fibers API on Linux.
-#   make build                      cargo build --release -p weft-capi
+# weft: build and install the weft command and libweft (the C library: the Windows
+# Fibers API, green threads, IPC and syslets, with the headers in include/weft/).
+#   make build                      cargo build --release -p libweft -p weft-cli
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make uninstall [PREFIX=/usr/local] [DESTDIR=]
 #   make test                       every test: the workspace (Rust and C), the loom
@@ -7,7 +8,10 @@
 #                                   core on aarch64 under qemu when the cross toolchain
 #                                   is installed; ends with "total: N passed, N failed,
 #                                   N skipped" and fails if any test failed
-# NO_BUILD=1 installs what is already in $(BUILD_DIR) without running cargo.
+# make install puts weft in $(PREFIX)/bin, libweft.so and libweft.a in $(PREFIX)/lib,
+# the headers in $(PREFIX)/include/weft and weft.pc in $(PREFIX)/lib/pkgconfig.
+# NO_BUILD=1 installs what is already in $(BUILD_DIR) without running cargo (the weft
+# command only if it is there).
 
 PREFIX     ?= /usr/local
 CARGO      ?= cargo
@@ -15,6 +19,7 @@ PROFILE    ?= release
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 BUILD_DIR  ?= $(TARGET_DIR)/$(PROFILE)
 VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+BINDIR      = $(DESTDIR)$(PREFIX)/bin
 LIBDIR      = $(DESTDIR)$(PREFIX)/lib
 INCDIR      = $(DESTDIR)$(PREFIX)/include/weft
 HEADERS     = $(wildcard include/weft/*.h)
@@ -24,10 +29,12 @@ HEADERS     = $(wildcard include/weft/*.h)
 all: build
 
 build:
-	$(CARGO) build --profile $(if $(filter debug,$(PROFILE)),dev,$(PROFILE)) -p weft-capi
+	$(CARGO) build --profile $(if $(filter debug,$(PROFILE)),dev,$(PROFILE)) -p libweft -p weft-cli
 
 install: $(if $(NO_BUILD),,build)
 	install -d $(LIBDIR)/pkgconfig $(INCDIR)
+	@if [ -z "$(NO_BUILD)" ] || [ -f $(BUILD_DIR)/weft ]; then \
+		install -d $(BINDIR) && install -m 755 $(BUILD_DIR)/weft $(BINDIR)/weft; fi
 	install -m 755 $(BUILD_DIR)/libweft.so $(LIBDIR)/libweft.so
 	install -m 644 $(BUILD_DIR)/libweft.a $(LIBDIR)/libweft.a
 	install -m 644 $(HEADERS) $(INCDIR)/
@@ -36,6 +43,7 @@ install: $(if $(NO_BUILD),,build)
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 uninstall:
+	rm -f $(BINDIR)/weft
 	rm -f $(LIBDIR)/libweft.so $(LIBDIR)/libweft.a $(LIBDIR)/pkgconfig/weft.pc
 	rm -f $(addprefix $(INCDIR)/,$(notdir $(HEADERS)))
 	-rmdir $(INCDIR) 2>/dev/null

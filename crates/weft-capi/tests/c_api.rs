@@ -20,9 +20,9 @@
 //!   C99 and C++11.
 //!
 //! The library is the one next to this test binary (`<target>/<profile>/`,
-//! where `cargo test -p weft-capi` puts `libweft.so` and `libweft.a`). If it
+//! where `cargo build -p libweft` puts `libweft.so` and `libweft.a`). If it
 //! is missing or older than a source file of weft-fiber, weft-runtime or
-//! weft-capi, the harness runs `cargo build -p weft-capi` for the same
+//! weft-capi, the harness runs `cargo build -p libweft` for the same
 //! profile first.
 
 use std::ffi::OsStr;
@@ -125,7 +125,7 @@ fn ensure_library_fresh(dir: &Path) {
     let target_dir = dir.parent().expect("target dir");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
-    cmd.arg("build").arg("-p").arg("weft-capi");
+    cmd.arg("build").arg("-p").arg("libweft");
     match profile {
         "debug" => {}
         "release" => {
@@ -141,14 +141,11 @@ fn ensure_library_fresh(dir: &Path) {
         "libweft in {} is missing or stale; running {cmd:?}",
         dir.display()
     );
-    let status = cmd.status().expect("run cargo build -p weft-capi");
-    assert!(
-        status.success(),
-        "cargo build -p weft-capi failed: {status}"
-    );
+    let status = cmd.status().expect("run cargo build -p libweft");
+    assert!(status.success(), "cargo build -p libweft failed: {status}");
     assert!(
         fresh(&so) && fresh(&a),
-        "cargo build -p weft-capi did not produce a fresh {} and {}",
+        "cargo build -p libweft did not produce a fresh {} and {}",
         so.display(),
         a.display()
     );
@@ -429,7 +426,7 @@ fn c_syslet_header_cxx11() {
 #[test]
 fn syslet_layouts_match_header() {
     use core::mem::{offset_of, size_of};
-    use weft::{SysletUatom as A, WeftSysletCompletion as C};
+    use weft_capi::{SysletUatom as A, WeftSysletCompletion as C};
     assert_eq!(size_of::<A>(), 88);
     assert_eq!(offset_of!(A, flags), 0);
     assert_eq!(offset_of!(A, nr), 8);
@@ -463,7 +460,7 @@ fn syslet_layouts_match_header() {
 #[test]
 fn ipc_msg_layout_matches_header() {
     use core::mem::{offset_of, size_of};
-    use weft::WeftIpcMsg as M;
+    use weft_capi::WeftIpcMsg as M;
     assert_eq!(size_of::<M>(), 48);
     assert_eq!(offset_of!(M, words), 0);
     assert_eq!(offset_of!(M, payload), 32);
@@ -474,7 +471,7 @@ fn ipc_msg_layout_matches_header() {
 #[test]
 fn stats_layout_matches_header() {
     use core::mem::{offset_of, size_of};
-    use weft::WeftFiberStats as S;
+    use weft_capi::WeftFiberStats as S;
     assert_eq!(size_of::<S>(), 64);
     assert_eq!(offset_of!(S, id), 0);
     assert_eq!(offset_of!(S, entry), 8);
@@ -492,7 +489,7 @@ fn stats_layout_matches_header() {
 #[test]
 fn fiber_info_layout_matches_header() {
     use core::mem::{offset_of, size_of};
-    use weft::WeftFiberInfo as I;
+    use weft_capi::WeftFiberInfo as I;
     assert_eq!(size_of::<I>(), 80);
     assert_eq!(offset_of!(I, id), 0);
     assert_eq!(offset_of!(I, state), 8);
@@ -717,6 +714,15 @@ fn make_install_and_pkg_config() {
     ] {
         assert!(prefix.join(f).is_file(), "make install did not install {f}");
     }
+    // The weft command goes to bin/ too (with NO_BUILD=1, when cargo has built it).
+    let cli_built = lib.join("weft").is_file();
+    if cli_built {
+        let out = Command::new(prefix.join("bin/weft"))
+            .arg("--version")
+            .output()
+            .expect("make install did not install bin/weft");
+        assert!(out.status.success(), "installed weft --version failed");
+    }
     for h in ["fibers.h", "introspect.h", "runtime.h", "ipc.h", "syslet.h"] {
         assert_eq!(
             std::fs::read(prefix.join("include/weft").join(h)).unwrap(),
@@ -799,5 +805,9 @@ fn make_install_and_pkg_config() {
     ] {
         assert!(!prefix.join(f).exists(), "make uninstall left {f}");
     }
+    assert!(
+        !prefix.join("bin/weft").exists(),
+        "make uninstall left bin/weft"
+    );
     let _ = std::fs::remove_dir_all(&prefix);
 }

@@ -22,14 +22,14 @@ mod top;
 
 // Link libweft's C entry points (SwitchToFiber, ...) into this binary: the C
 // peers in peers/peers.c call them as a C program would.
-use weft as _;
+use weft_capi as _;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "weft", version, about = "weft: Windows Fibers API on Linux")]
+#[command(name = "weft", version, about = "weft: fibers, green threads and a Redis-compatible store for Linux")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -12,7 +12,7 @@
 //!
 //! libweft is the one in `<target>/<profile>/`, next to the `weft` binary; if it
 //! is missing or older than a source file of weft-fiber or weft-capi, the
-//! harness runs `cargo build -p weft-capi` for the same profile first.
+//! harness runs `cargo build -p libweft` for the same profile first.
 
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -7,7 +7,7 @@
 //!
 //! libweft is the one in `<target>/<profile>/`, next to the `weft` binary; if it is
 //! missing or older than a source file of weft-fiber or weft-capi, the harness runs
-//! `cargo build -p weft-capi` for the same profile first (as `weft-capi/tests/c_api.rs`
+//! `cargo build -p libweft` for the same profile first (as `weft-capi/tests/c_api.rs`
 //! does).
 
 use std::collections::HashMap;

@@ -35,21 +35,8 @@ pub mod server;
 pub mod shard;
 pub mod store;
 
-// The Rust examples of the README and of the guides in docs/, compiled and run as
-// doc-tests of this crate (the top of the stack: every part is reachable from here), so
-// that they cannot rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeExamples;
-
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/runtime.md")]
-struct RuntimeGuideExamples;
-
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/ipc.md")]
-struct IpcGuideExamples;
-
+// The Rust examples of docs/kv-resp.md, compiled and run as doc-tests so that they
+// cannot rot (those of the README and the other guides are the `weft` crate's).
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/kv-resp.md")]
 struct KvProtocolGuideExamples;

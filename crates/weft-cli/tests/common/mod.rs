@@ -68,7 +68,7 @@ pub fn lib_dir() -> &'static Path {
             let profile = dir.file_name().and_then(OsStr::to_str).unwrap_or("debug");
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "weft-capi"]);
+            cmd.args(["build", "-p", "libweft"]);
             match profile {
                 "debug" => {}
                 "release" => {
@@ -84,8 +84,8 @@ pub fn lib_dir() -> &'static Path {
                 "libweft.so in {} is missing or stale; running {cmd:?}",
                 dir.display()
             );
-            let st = cmd.status().expect("run cargo build -p weft-capi");
-            assert!(st.success(), "cargo build -p weft-capi failed: {st}");
+            let st = cmd.status().expect("run cargo build -p libweft");
+            assert!(st.success(), "cargo build -p libweft failed: {st}");
             assert!(so.exists(), "cargo build did not produce {}", so.display());
         }
         dir
