@@ -145,7 +145,9 @@ pub struct ServeArgs {
     /// 4gb - 1: a key's entry keeps lengths in 32 bits) [default: 512mb].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_bulk: Option<u64>,
-    /// Worker threads, each owning a shard of the keys; 0: half the CPUs, at least one, leaving cores for the clients (docs/kv.md) [default: 0].
+    /// Worker threads; 0: half the CPUs, at least one, leaving the others to the clients.
+    /// A new data directory gets one shard per worker; an existing one keeps its shards,
+    /// shared out among the workers [default: 0].
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
 }

@@ -25,8 +25,14 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, socket: &Path) -> Server {
+        Server::start_with(dir, socket, &["--workers", "2"])
+    }
+
+    fn start_with(dir: &Path, socket: &Path, extra: &[&str]) -> Server {
         let child = Command::new(WEFT)
-            .args(["kv", "serve", "--port", "0", "--workers", "2", "--dir"])
+            .args(["kv", "serve", "--port", "0"])
+            .args(extra)
+            .arg("--dir")
             .arg(dir)
             .arg("--socket")
             .arg(socket)
@@ -228,4 +234,58 @@ fn a_pipeline_across_both_workers_answers_in_order() {
     );
     drop(s);
     srv.shutdown();
+}
+
+/// The shard logs (`shard-NNN.log`) of a data directory.
+fn shard_logs(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let n = e.as_ref().unwrap().file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("shard-") && n.ends_with(".log")
+        })
+        .count()
+}
+
+#[test]
+fn server_and_store_give_a_new_directory_the_same_default_shards() {
+    let d = tempfile::tempdir().unwrap();
+    let want = weft_kv::server::default_workers();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(want, (cpus / 2).max(1), "half the CPUs, at least one");
+
+    // The server without --workers.
+    let served = d.path().join("served");
+    let s = Server::start_with(&served, &d.path().join("s.sock"), &[]);
+    assert_eq!(run(&mut s.client().unwrap(), &["SET", "k", "v"]), ok());
+    s.shutdown();
+    assert_eq!(shard_logs(&served), want, "shards of a directory the server made");
+
+    // The embedded store.
+    let stored = d.path().join("stored");
+    drop(Store::open(&stored).unwrap());
+    assert_eq!(shard_logs(&stored), want, "shards of a directory the store made");
+
+    // A directory keeps its shard count whatever the worker count: 3 shards made by a
+    // 3-worker server, served again by the default worker count, keep every key.
+    let three = d.path().join("three");
+    let s = Server::start_with(&three, &d.path().join("t.sock"), &["--workers", "3"]);
+    let mut c = s.client().unwrap();
+    for i in 0..30 {
+        assert_eq!(run(&mut c, &["SET", &format!("k{i}"), &format!("{i}")]), ok());
+    }
+    drop(c);
+    s.shutdown();
+    let s = Server::start_with(&three, &d.path().join("t.sock"), &[]);
+    let mut c = s.client().unwrap();
+    for i in 0..30 {
+        assert_eq!(
+            run(&mut c, &["GET", &format!("k{i}")]),
+            Reply::Bulk(format!("{i}").into_bytes())
+        );
+    }
+    drop(c);
+    s.shutdown();
+    assert_eq!(shard_logs(&three), 3);
 }

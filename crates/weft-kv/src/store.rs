@@ -58,14 +58,17 @@ pub enum SetOutcome {
 
 impl Store {
     /// Opens (creating if needed) the store in `dir`, with fsync every second.
+    ///
+    /// A new directory gets [`crate::server::default_workers`] shards, as `weft kv
+    /// serve` would give it, so the server and the embedded store can open each other's
+    /// directories (one at a time: a directory is locked while open).
     pub fn open(dir: impl AsRef<Path>) -> io::Result<Store> {
         Store::open_with(dir, Fsync::EverySec)
     }
 
     /// Opens the store in `dir` with fsync policy `fsync`.
     pub fn open_with(dir: impl AsRef<Path>, fsync: Fsync) -> io::Result<Store> {
-        let default_shards = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let dd = DataDir::open(dir.as_ref(), default_shards)?;
+        let dd = DataDir::open(dir.as_ref(), crate::server::default_workers())?;
         let now = crate::shard::now_ms();
         let mut shards = Vec::new();
         for s in 0..dd.shards() {

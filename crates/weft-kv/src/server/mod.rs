@@ -199,18 +199,27 @@ impl Server {
     }
 }
 
+/// How many workers the server runs when `--workers` is not given, and how many shards
+/// a new data directory gets (from the server or from [`crate::store::Store::open`]):
+/// half the CPUs, at least one.
+///
+/// A local store's clients are processes of the same machine, and each request costs
+/// a client about as much CPU as the server, so the server leaves them half the CPUs.
+/// A data directory keeps the shard count it was created with; when it differs from
+/// the worker count, shard `s` belongs to worker `s % workers`.
+pub fn default_workers() -> usize {
+    // Measured on 2 CPUs (redis-benchmark -c 50 -P 16 over the Unix socket): 1 worker
+    // did GET 700k/s and SET 326k/s, 2 workers 350k/s and 166k/s, at twice the CPU per
+    // request: the second worker competed with the client for a core and sent half of
+    // every connection's commands across workers.
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
 /// Runs the server until SHUTDOWN, SIGTERM or SIGINT, or a fatal error: creates the
 /// data directory if needed, recovers every shard's log, binds the sockets and serves.
 pub fn serve(config: Config) -> io::Result<()> {
-    // By default half the CPUs (at least one): a local store's clients are processes
-    // of the same machine, and each request costs a client about as much CPU as the
-    // server (redis-benchmark: ~9 us per request, weft-kv ~7-10 us). On a 2-core
-    // machine a second worker only competes with the client for a core, and sends
-    // half of every connection's commands across workers: measured (redis-benchmark
-    // -c 50 -P 16 over the Unix socket), 1 worker did GET 700k/s and SET 326k/s, 2
-    // workers 350k/s and 166k/s, at twice the CPU per request.
     let workers = if config.workers == 0 {
-        std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+        default_workers()
     } else {
         config.workers
     };
