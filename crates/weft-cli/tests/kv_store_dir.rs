@@ -260,12 +260,20 @@ fn server_and_store_give_a_new_directory_the_same_default_shards() {
     let s = Server::start_with(&served, &d.path().join("s.sock"), &[]);
     assert_eq!(run(&mut s.client().unwrap(), &["SET", "k", "v"]), ok());
     s.shutdown();
-    assert_eq!(shard_logs(&served), want, "shards of a directory the server made");
+    assert_eq!(
+        shard_logs(&served),
+        want,
+        "shards of a directory the server made"
+    );
 
     // The embedded store.
     let stored = d.path().join("stored");
     drop(Store::open(&stored).unwrap());
-    assert_eq!(shard_logs(&stored), want, "shards of a directory the store made");
+    assert_eq!(
+        shard_logs(&stored),
+        want,
+        "shards of a directory the store made"
+    );
 
     // A directory keeps its shard count whatever the worker count: 3 shards made by a
     // 3-worker server, served again by the default worker count, keep every key.
@@ -273,7 +281,10 @@ fn server_and_store_give_a_new_directory_the_same_default_shards() {
     let s = Server::start_with(&three, &d.path().join("t.sock"), &["--workers", "3"]);
     let mut c = s.client().unwrap();
     for i in 0..30 {
-        assert_eq!(run(&mut c, &["SET", &format!("k{i}"), &format!("{i}")]), ok());
+        assert_eq!(
+            run(&mut c, &["SET", &format!("k{i}"), &format!("{i}")]),
+            ok()
+        );
     }
     drop(c);
     s.shutdown();
