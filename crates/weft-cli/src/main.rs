@@ -29,7 +29,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "weft", version, about = "weft: fibers, green threads and a Redis-compatible store for Linux")]
+#[command(
+    name = "weft",
+    version,
+    about = "weft: fibers, green threads and a Redis-compatible store for Linux"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
