@@ -30,6 +30,7 @@
 
 use crate::error::Error;
 use crate::fiber::{self, FiberRecord, Start, FINISHED, READY, RUNNING};
+use crate::registry::LabelText;
 use crate::stack::{self, Stack};
 use crate::stats::{self, FiberStats};
 use crate::{fls, thread, tls};
@@ -44,6 +45,23 @@ pub fn convert_thread() -> Result<ThreadFiber, Error> {
     Ok(ThreadFiber {
         rec: NonNull::new(rec).expect("convert returned null"),
     })
+}
+
+/// Names the calling fiber (a green thread, a fiber, or a converted thread), as `weft
+/// ps`, `weft top` and `weft fs` show it; `""` removes the name. A name longer than 48
+/// bytes is shown cut, ending in `...`. Fails with `NotAFiber` if the calling thread is
+/// not a fiber.
+pub fn set_name(name: &str) -> Result<(), Error> {
+    let t = tls::thread();
+    // SAFETY: a non-null pointer is this thread's live state; its current fiber runs
+    // here (this call), so this thread owns that fiber's slot and label.
+    unsafe {
+        if t.is_null() || (*t).current.is_null() {
+            return Err(Error::NotAFiber);
+        }
+        (*(*t).current).slot().label().set_name(name);
+    }
+    Ok(())
 }
 
 /// The fiber a thread became with [`convert_thread`]. Dropping it on that thread while it
@@ -114,12 +132,14 @@ unsafe impl Sync for Fiber {}
 #[derive(Debug, Clone)]
 pub struct Builder {
     stack_size: usize,
+    name: String,
 }
 
 impl Default for Builder {
     fn default() -> Self {
         Builder {
             stack_size: crate::stack::DEFAULT_STACK_SIZE,
+            name: String::new(),
         }
     }
 }
@@ -132,7 +152,16 @@ impl Builder {
         self
     }
 
-    /// Creates the fiber; it starts running `f` on its first `switch_to`.
+    /// A name for the fiber, shown by `weft ps`, `weft top` and `weft fs` (default
+    /// none). A name longer than 48 bytes is shown cut, ending in `...`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Creates the fiber; it starts running `f` on its first `switch_to`. The caller's
+    /// source location and `f`'s type name are recorded for `weft ps`.
+    #[track_caller]
     pub fn spawn<F: FnOnce() + Send + 'static>(self, f: F) -> Result<Fiber, Error> {
         unsafe fn call<F: FnOnce()>(data: *mut (), me: *mut FiberRecord) {
             // SAFETY: `data` is the Box<F> made in `spawn`, taken exactly once.
@@ -162,6 +191,11 @@ impl Builder {
             call::<F> as *const () as usize,
             core::ptr::null_mut(),
             stack,
+            &LabelText {
+                name: &self.name,
+                function: core::any::type_name::<F>(),
+                location: Some(core::panic::Location::caller()),
+            },
         );
         Ok(Fiber {
             rec: NonNull::new(rec).expect("create returned null"),
@@ -171,6 +205,7 @@ impl Builder {
 
 impl Fiber {
     /// Creates a fiber with the default stack that will run `f`.
+    #[track_caller]
     pub fn new<F: FnOnce() + Send + 'static>(f: F) -> Result<Fiber, Error> {
         Builder::default().spawn(f)
     }

@@ -49,7 +49,7 @@ use crate::arch;
 use crate::clock;
 use crate::error::Error;
 use crate::fls::FlsStorage;
-use crate::registry::{self, Slot};
+use crate::registry::{self, LabelText, Slot};
 use crate::stack::Stack;
 use crate::thread::{self, ThreadState};
 use crate::tls;
@@ -134,12 +134,16 @@ impl FiberRecord {
         entry: usize,
         param: *mut c_void,
         stack: Option<Stack>,
+        label: &LabelText<'_>,
     ) -> Self {
         let id = thread::take_id(&NEXT_ID);
         let slot = thread::take_slot();
         // SAFETY: a fresh slot is ours until the record is freed.
         unsafe {
             let sl = &*slot;
+            // The label first: a reader that sees the new id in the slot finds the
+            // label written for it.
+            sl.label().write(id, label);
             sl.begin_write();
             sl.id.store(id, Relaxed);
             sl.activations.store(0, Relaxed);
@@ -216,9 +220,16 @@ pub(crate) fn create(
     entry: usize,
     param: *mut c_void,
     stack: Stack,
+    label: &LabelText<'_>,
 ) -> *mut FiberRecord {
     let top = stack.top();
-    let rec = Box::into_raw(Box::new(FiberRecord::new(start, entry, param, Some(stack))));
+    let rec = Box::into_raw(Box::new(FiberRecord::new(
+        start,
+        entry,
+        param,
+        Some(stack),
+        label,
+    )));
     // SAFETY: the stack is ours and unused; `rec` outlives every run of the fiber.
     unsafe { *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast()) };
     rec
@@ -234,8 +245,9 @@ pub(crate) fn create_in_stack(
     param: *mut c_void,
     stack: Stack,
     top: *mut u8,
+    label: &LabelText<'_>,
 ) -> *mut FiberRecord {
-    let mut record = FiberRecord::new(start, entry, param, Some(stack));
+    let mut record = FiberRecord::new(start, entry, param, Some(stack), label);
     record.in_stack = true;
     record.scheduled = true;
     let at = (top as usize - core::mem::size_of::<FiberRecord>()) & !63;

@@ -9,7 +9,7 @@
 //! Tick counts become time with the registry's (TSC, CLOCK_MONOTONIC) pair and one taken
 //! now: the time-stamp counter is the same on every CPU of the machine.
 
-use crate::registry::{self, Header, Slot, HEADER_SIZE, MAGIC, SLOT_SIZE};
+use crate::registry::{self, Header, Label, Slot, HEADER_SIZE, MAGIC, SLOT_SIZE, SLOT_SIZE_V1};
 use crate::stats::FiberState;
 use core::sync::atomic::{fence, Ordering::*};
 use std::fmt;
@@ -78,6 +78,33 @@ pub enum IntrospectError {
         pid: i32,
     },
     NoSuchProcess {
+    /// The name the program gave it (a green thread's `ThreadBuilder::name`, C's
+    /// `weft_spawn_named`, `weft_fiber::set_name`), cut to 48 bytes.
+    pub name: Option<String>,
+    /// The function it runs as `std::any::type_name` spells it (Rust fibers and green
+    /// threads; for others, [`entry`](Self::entry) says), cut to 104 bytes.
+    pub function: Option<String>,
+    /// Where it was spawned (Rust fibers and green threads).
+    pub spawned_at: Option<SpawnSite>,
+}
+
+/// A source location: where a fiber was spawned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnSite {
+    /// The source file as the compiler named it; a path longer than 64 bytes keeps
+    /// its end, after `...`.
+    pub file: String,
+    /// Line, from 1.
+    pub line: u32,
+    /// Column, from 1.
+    pub column: u32,
+}
+
+impl fmt::Display for SpawnSite {
+    /// `file:line`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
         pid: i32,
     },
     /// A registry whose process died without removing it.
@@ -156,7 +183,7 @@ pub(crate) fn read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
     let mut deadline = None;
     let mut tries = 0u32;
     loop {
-        if let Some(r) = try_read_slot(s, now) {
+        if let Some(r) = attempt() {
             return Some(r);
         }
         tries += 1;
@@ -178,6 +205,12 @@ pub(crate) fn read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
 pub const READ_PATIENCE: Duration = Duration::from_millis(50);
 
 #[inline(always)]
+    with_patience(|| try_read_slot(s, now))
+}
+
+/// Calls `attempt` until it gives a consistent copy, for up to [`READ_PATIENCE`].
+#[inline(always)]
+fn with_patience<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
 fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
     let before = s.seq.load(Acquire);
     if before & 1 == 1 {
@@ -202,6 +235,43 @@ fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
     if s.seq.load(Relaxed) != before {
         return None;
     }
+/// A label's texts, copied consistently.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawLabel {
+    pub id: u64,
+    pub line: u32,
+    pub column: u32,
+    pub name: Vec<u8>,
+    pub file: Vec<u8>,
+    pub function: Vec<u8>,
+}
+
+/// Copies a label under its own seqlock, giving up as [`read_slot`] does. Its writers
+/// are rare (a fiber's creation, a rename), so the first try nearly always succeeds.
+pub(crate) fn read_label(l: &Label) -> Option<RawLabel> {
+    with_patience(|| {
+        let before = l.seq.load(Acquire);
+        if before & 1 == 1 {
+            return None;
+        }
+        let r = RawLabel {
+            id: l.id.load(Relaxed),
+            line: l.line.load(Relaxed),
+            column: l.column.load(Relaxed),
+            name: registry::load_text(&l.name),
+            file: registry::load_text(&l.file),
+            function: registry::load_text(&l.function),
+        };
+        fence(Acquire);
+        (l.seq.load(Relaxed) == before).then_some(r)
+    })
+}
+
+/// A label field's text, or None when empty.
+fn text(bytes: &[u8]) -> Option<String> {
+    (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
+}
+
     if r.state == registry::SLOT_RUNNING && start != 0 {
         r.run_ticks += now.saturating_sub(start);
     }
@@ -313,12 +383,18 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
     if h.magic != MAGIC {
         return Err(bad("wrong magic number"));
     }
-    if h.version != 1 || h.slot_size as usize != SLOT_SIZE {
-        return Err(bad(&format!(
-            "version {} with {}-byte slots",
-            h.version, h.slot_size
-        )));
-    }
+    // Version 1 (slots without labels) is still read: a process linked with an
+    // older weft.
+    let labels = match (h.version, h.slot_size as usize) {
+        (1, SLOT_SIZE_V1) => false,
+        (registry::VERSION, SLOT_SIZE) => true,
+        (v, size) => {
+            return Err(bad(&format!("version {v} with {size}-byte slots")));
+        }
+    };
+    let stride = h.slot_size as usize;
+    let map = map.with_stride(stride);
+    let h = map.header();
     // The rate the process published: the same for every reader, so run times never
     // go backwards between readings.
     if h.ticks_per_sec.is_nan() || h.ticks_per_sec <= 0.0 {
@@ -329,10 +405,24 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
     let now = crate::clock::ticks();
     let mut fibers = Vec::with_capacity(used);
     let mut unreadable = 0;
-    for i in 0..used {
-        let Some(r) = read_slot(map.slot(i), now) else {
-            unreadable += 1;
-            continue;
+    'slots: for i in 0..used {
+        let mut attempts = 0;
+        let (r, label) = loop {
+            let Some(r) = read_slot(map.slot(i), now) else {
+                unreadable += 1;
+                continue 'slots;
+            };
+            if !labels || r.state == registry::SLOT_FREE {
+                break (r, None);
+            }
+            match read_label(map.label(i)) {
+                Some(l) if l.id == r.id => break (r, Some(l)),
+                // The slot was freed and given to another fiber between the two
+                // copies (or its label is being written): read both again, a few
+                // times, then show the fiber without its label.
+                _ if attempts < 3 => attempts += 1,
+                _ => break (r, None),
+            }
         };
         let state = match r.state {
             registry::SLOT_READY => FiberState::Ready,
@@ -365,6 +455,7 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
 
 /// A read-only mapping of a registry file.
 struct Mapping {
+        let label = label.unwrap_or_default();
     base: *const u8,
     len: usize,
 }
@@ -379,6 +470,13 @@ impl Mapping {
                 what: format!("only {len} bytes"),
             });
         }
+            name: text(&label.name),
+            function: text(&label.function),
+            spawned_at: text(&label.file).map(|file| SpawnSite {
+                file,
+                line: label.line,
+                column: label.column,
+            }),
         // SAFETY: a read-only shared mapping of a file we opened; unmapped on drop.
         let p = unsafe {
             libc::mmap(
@@ -392,6 +490,8 @@ impl Mapping {
         };
         if p == libc::MAP_FAILED {
             return Err(IntrospectError::Io(io::Error::last_os_error()));
+    /// Bytes from one slot to the next (the header's `slot_size`, once checked).
+    stride: usize,
         }
         Ok(Mapping {
             base: p.cast(),
@@ -403,11 +503,24 @@ impl Mapping {
         unsafe { &*self.base.cast::<Header>() }
     }
     fn slots(&self) -> usize {
-        (self.len - HEADER_SIZE) / SLOT_SIZE
+        (self.len - HEADER_SIZE) / self.stride
     }
     fn slot(&self, i: usize) -> &Slot {
-        // SAFETY: i < slots(): inside the mapping.
-        unsafe { &*self.base.add(HEADER_SIZE + i * SLOT_SIZE).cast::<Slot>() }
+        // SAFETY: i < slots(): the whole slot is inside the mapping (a Slot is the
+        // first 128 bytes of a slot of either version).
+        unsafe { &*self.base.add(HEADER_SIZE + i * self.stride).cast::<Slot>() }
+    }
+    /// The label of slot `i` (version 2 only).
+    fn label(&self, i: usize) -> &Label {
+        debug_assert_eq!(self.stride, SLOT_SIZE);
+        // SAFETY: i < slots() and slots are SLOT_SIZE bytes apart, so the label (bytes
+        // 128..384 of the slot) is inside the mapping.
+        unsafe {
+            &*self
+                .base
+                .add(HEADER_SIZE + i * self.stride + SLOT_SIZE_V1)
+                .cast::<Label>()
+        }
     }
 }
 
@@ -417,3 +530,10 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.base as *mut _, self.len) };
     }
 }
+            stride: SLOT_SIZE,
+    /// The mapping, reading slots `stride` bytes apart (one of the checked sizes).
+    fn with_stride(mut self, stride: usize) -> Mapping {
+        debug_assert!(stride == SLOT_SIZE || stride == SLOT_SIZE_V1);
+        self.stride = stride;
+        self
+    }

@@ -51,7 +51,7 @@ mod tls;
 mod valgrind;
 pub mod win;
 
-pub use api::{convert_thread, current_id, Builder, Fiber, FlsKey, ThreadFiber};
+pub use api::{convert_thread, current_id, set_name, Builder, Fiber, FlsKey, ThreadFiber};
 pub use clock::{set_run_time_accounting, set_statistics_enabled};
 pub use error::{message as error_message, Error};
 pub use fls::{FlsCallback, FLS_MAXIMUM_AVAILABLE, FLS_OUT_OF_INDEXES};

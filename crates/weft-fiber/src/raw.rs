@@ -17,9 +17,26 @@
 
 use crate::error::Error;
 use crate::fiber::{self, FiberRecord, Start};
+use crate::registry::LabelText;
 use crate::stack::{self, Stack};
 use crate::{thread, tls};
 use core::ptr::NonNull;
+
+/// What `weft ps`, `weft top` and `weft fs` show about a new fiber besides its
+/// statistics (see [`RawFiber::spawn_with`]). Empty fields are shown as unknown.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpawnInfo<'a> {
+    /// A name for people (`""`: none); cut to 48 bytes.
+    pub name: &'a str,
+    /// The function the fiber runs, as `std::any::type_name` spells it (`""`: readers
+    /// show the entry point's symbol instead).
+    pub function: &'static str,
+    /// Where the fiber was spawned.
+    pub location: Option<&'static core::panic::Location<'static>>,
+    /// The entry point address readers resolve to a symbol, for a fiber that runs a
+    /// foreign function (a C green thread's start routine); 0: the fiber's own.
+    pub entry: usize,
+}
 
 /// A fiber handle without ownership (see the module comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +49,25 @@ unsafe impl Sync for RawFiber {}
 
 impl RawFiber {
     /// Creates a fiber with a stack of `stack_size` usable bytes (0: the default) that
-    /// will run `f` on its first switch. `f` must end with [`RawFiber::exit_to`].
+    /// will run `f` on its first switch. `f` must end with [`RawFiber::exit_to`]. The
+    /// caller's source location and `f`'s type name are recorded for `weft ps`.
+    #[track_caller]
     pub fn spawn<F: FnOnce() + Send + 'static>(stack_size: usize, f: F) -> Result<RawFiber, Error> {
+        let info = SpawnInfo {
+            function: core::any::type_name::<F>(),
+            location: Some(core::panic::Location::caller()),
+            ..SpawnInfo::default()
+        };
+        Self::spawn_with(stack_size, &info, f)
+    }
+
+    /// [`spawn`](Self::spawn), with what `weft ps` shows about the fiber given by the
+    /// caller (a scheduler names the function its user gave it, not its own wrapper).
+    pub fn spawn_with<F: FnOnce() + Send + 'static>(
+        stack_size: usize,
+        info: &SpawnInfo<'_>,
+        f: F,
+    ) -> Result<RawFiber, Error> {
         unsafe fn call<F: FnOnce()>(data: *mut (), _me: *mut FiberRecord) {
             // SAFETY: `data` is the closure written at the top of this fiber's stack by
             // `spawn`, read exactly once (moved onto the frame below before it runs).
@@ -69,12 +103,21 @@ impl RawFiber {
             call: call::<F>,
             drop: drop_in_place::<F>,
         };
+        let entry = match info.entry {
+            0 => call::<F> as *const () as usize,
+            e => e,
+        };
         let rec = fiber::create_in_stack(
             start,
-            call::<F> as *const () as usize,
+            entry,
             core::ptr::null_mut(),
             stack,
             data as *mut u8,
+            &LabelText {
+                name: info.name,
+                function: info.function,
+                location: info.location,
+            },
         );
         Ok(RawFiber(NonNull::new(rec).expect("create returned null")))
     }

@@ -5,7 +5,9 @@
 //!
 //! One file per process, `<dir>/weft-<pid>` (dir: `$WEFT_REGISTRY_DIR`, else
 //! `/dev/shm`, else `$XDG_RUNTIME_DIR`), mode 0600 so only the same user (and root) can
-//! read it. A 4 KiB [`Header`], then an array of 128-byte [`Slot`]s, one per fiber.
+//! read it. A 4 KiB [`Header`], then an array of 384-byte slots, one per fiber: the
+//! 128-byte [`Slot`] of statistics, then the 256-byte [`Label`] that says what the
+//! fiber is (its name, where it was spawned, the function it runs).
 //! The file grows (doubling) as fibers are created; this process maps it into a
 //! reservation of address space large enough that slots never move, so a fiber record
 //! can keep a plain pointer to its slot. Freed slots are reused.
@@ -18,6 +20,12 @@
 //! the fields between two reads of an equal, even `seq` (see `introspect.rs`). On x86
 //! this costs the switch two plain stores per slot and compiler fences. The one counter
 //! other threads change, `failed_activations`, is a single atomic outside the seqlock.
+//!
+//! A label has a seqlock of its own, so that readers copy its 256 bytes without racing
+//! the switches that keep changing the statistics' `seq`. It is written when the fiber
+//! is created (before the slot shows the fiber) and when the running fiber renames
+//! itself: by one thread at a time, as the statistics are. It repeats the fiber id, so
+//! a reader can tell a label that belongs to the slot's next fiber.
 //!
 //! # Lifetime
 //!
@@ -32,14 +40,20 @@
 
 use core::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::*};
 use std::ffi::CString;
+use std::panic::Location;
 use std::path::PathBuf;
 
-/// Identifies a registry file and its layout version.
+/// Identifies a registry file (the header's `version` says which layout).
 pub const MAGIC: [u8; 8] = *b"WEFTREG1";
+/// The layout this process writes: 2 added the label after each slot's statistics.
+pub const VERSION: u32 = 2;
 pub const HEADER_SIZE: usize = 4096;
-pub const SLOT_SIZE: usize = 128;
-/// Address space reserved for slots: 512 Mi fibers.
-const RESERVE_SLOTS: usize = 512 << 20;
+/// Bytes from one slot to the next: its statistics, then its label.
+pub const SLOT_SIZE: usize = 384;
+/// The slot size of version 1, which had no labels (readers still read it).
+pub const SLOT_SIZE_V1: usize = 128;
+/// Address space reserved for slots: 256 Mi fibers.
+const RESERVE_SLOTS: usize = 256 << 20;
 const FIRST_SLOTS: usize = 1024;
 
 /// Slot states as readers see them.
@@ -97,7 +111,47 @@ pub struct Slot {
     _reserved: [u32; 9],
 }
 
-const _: () = assert!(core::mem::size_of::<Slot>() == SLOT_SIZE);
+/// Label field sizes in bytes (UTF-8, padded with NULs; a text that fills its field
+/// has no NUL).
+pub const NAME_BYTES: usize = 48;
+pub const FILE_BYTES: usize = 64;
+pub const FUNCTION_BYTES: usize = 104;
+
+/// What a fiber is, for people (256 bytes, right after its [`Slot`]): the name the
+/// program gave it, where it was spawned, the function it runs. Empty texts mean
+/// unknown. Written under its own `seq` (see the module comment).
+#[repr(C, align(64))]
+pub struct Label {
+    pub seq: AtomicU32,
+    /// Line of the spawn site (0: unknown).
+    pub line: AtomicU32,
+    /// The fiber this label describes (the slot's `id` once both are written).
+    pub id: AtomicU64,
+    /// Column of the spawn site.
+    pub column: AtomicU32,
+    _reserved: u32,
+    /// The writer's own: which static texts `file` and `function` hold now (address and
+    /// length in this process), so a reused slot skips copying the same ones again.
+    /// Meaningless to readers.
+    pub file_key: AtomicU64,
+    pub function_key: AtomicU64,
+    pub name: [AtomicU64; NAME_BYTES / 8],
+    /// The spawn site's source file; a long path keeps its end.
+    pub file: [AtomicU64; FILE_BYTES / 8],
+    /// `std::any::type_name` of the closure or function; a long one keeps its start.
+    pub function: [AtomicU64; FUNCTION_BYTES / 8],
+}
+
+/// A slot as this process lays it out: the statistics, then the label.
+#[repr(C)]
+pub(crate) struct SlotMem {
+    slot: Slot,
+    label: Label,
+}
+
+const _: () = assert!(core::mem::size_of::<Slot>() == SLOT_SIZE_V1);
+const _: () = assert!(core::mem::size_of::<Label>() == 256);
+const _: () = assert!(core::mem::size_of::<SlotMem>() == SLOT_SIZE);
 const _: () = assert!(core::mem::size_of::<Header>() <= HEADER_SIZE);
 
 impl Slot {
@@ -129,6 +183,138 @@ impl Slot {
     pub(crate) fn bump(c: &AtomicU64) {
         c.store(c.load(Relaxed) + 1, Relaxed);
     }
+
+    /// The label that follows this slot.
+    #[inline(always)]
+    pub(crate) fn label(&self) -> &Label {
+        // SAFETY: every slot this process writes is the start of a `SlotMem` (registry
+        // slots are SLOT_SIZE apart, private ones are allocated as `SlotMem`), so its
+        // label follows it, live as long as the slot.
+        unsafe { &(*(self as *const Slot).cast::<SlotMem>()).label }
+    }
+}
+
+/// What a new fiber's label says (see [`Label`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LabelText<'a> {
+    pub name: &'a str,
+    pub function: &'static str,
+    pub location: Option<&'static Location<'static>>,
+}
+
+impl Label {
+    /// Writes the label of fiber `id` (the slot's owner, before the slot shows it).
+    pub(crate) fn write(&self, id: u64, text: &LabelText<'_>) {
+        let seq = self.seq.load(Relaxed);
+        self.seq.store(seq.wrapping_add(1), Relaxed);
+        fence(Release);
+        self.id.store(id, Relaxed);
+        let (file, line, column) = text
+            .location
+            .map_or(("", 0, 0), |l| (l.file(), l.line(), l.column()));
+        self.line.store(line, Relaxed);
+        self.column.store(column, Relaxed);
+        store_static(&self.file, &self.file_key, file, Keep::End);
+        store_static(
+            &self.function,
+            &self.function_key,
+            text.function,
+            Keep::Start,
+        );
+        store_text(&self.name, text.name, Keep::Start);
+        self.seq.store(seq.wrapping_add(2), Release);
+    }
+
+    /// Renames the fiber (its owner only).
+    pub(crate) fn set_name(&self, name: &str) {
+        let seq = self.seq.load(Relaxed);
+        self.seq.store(seq.wrapping_add(1), Relaxed);
+        fence(Release);
+        store_text(&self.name, name, Keep::Start);
+        self.seq.store(seq.wrapping_add(2), Release);
+    }
+}
+
+/// Which end of a text too long for its field is kept (the other becomes `...`).
+#[derive(Clone, Copy)]
+enum Keep {
+    Start,
+    End,
+}
+
+/// `s` cut to fit `cap` bytes: whole characters only, `...` where text was cut off.
+fn fit(s: &str, cap: usize, keep: Keep) -> (&str, &str, &str) {
+    if s.len() <= cap {
+        return ("", s, "");
+    }
+    let room = cap - 3;
+    match keep {
+        Keep::Start => {
+            let mut end = room;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            ("", &s[..end], "...")
+        }
+        Keep::End => {
+            let mut start = s.len() - room;
+            while !s.is_char_boundary(start) {
+                start += 1;
+            }
+            ("...", &s[start..], "")
+        }
+    }
+}
+
+/// Stores `s` (cut to fit) in `field`, NUL-padded; words past the NUL are left as they
+/// are (readers stop at the first NUL).
+fn store_text(field: &[AtomicU64], s: &str, keep: Keep) {
+    let cap = field.len() * 8;
+    debug_assert!(cap <= FUNCTION_BYTES);
+    let (pre, mid, post) = fit(s, cap, keep);
+    let mut buf = [0u8; FUNCTION_BYTES];
+    let len = pre.len() + mid.len() + post.len();
+    buf[..pre.len()].copy_from_slice(pre.as_bytes());
+    buf[pre.len()..pre.len() + mid.len()].copy_from_slice(mid.as_bytes());
+    buf[pre.len() + mid.len()..len].copy_from_slice(post.as_bytes());
+    // The words holding the text and its NUL (none when it fills the field).
+    let words = (len + 1).div_ceil(8).min(field.len());
+    for (w, chunk) in field[..words].iter().zip(buf.chunks_exact(8)) {
+        w.store(u64::from_ne_bytes(chunk.try_into().unwrap()), Relaxed);
+    }
+}
+
+/// [`store_text`] for a static text, skipped when `key` says the field holds it already.
+fn store_static(field: &[AtomicU64], key: &AtomicU64, s: &'static str, keep: Keep) {
+    // Address and length, told apart as long as addresses fit in 48 bits; else 0,
+    // which is never taken as "already there".
+    let addr = s.as_ptr() as u64;
+    let k = if addr < (1 << 48) && s.len() < (1 << 16) && !s.is_empty() {
+        addr | ((s.len() as u64) << 48)
+    } else {
+        0
+    };
+    if k != 0 && key.load(Relaxed) == k {
+        return;
+    }
+    store_text(field, s, keep);
+    key.store(k, Relaxed);
+}
+
+/// The text of a label field: up to its first NUL.
+pub(crate) fn load_text(field: &[AtomicU64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for w in field {
+        let b = w.load(Relaxed).to_ne_bytes();
+        match b.iter().position(|&c| c == 0) {
+            Some(n) => {
+                out.extend_from_slice(&b[..n]);
+                break;
+            }
+            None => out.extend_from_slice(&b),
+        }
+    }
+    out
 }
 
 /// The directory registries live in.
@@ -244,15 +430,15 @@ pub(crate) fn free_slot(slot: *mut Slot) {
         }
     }
     unlock();
-    // SAFETY: not in the registry, so it came from `private_slot`.
-    drop(unsafe { Box::from_raw(slot) });
+    // SAFETY: not in the registry, so it came from `private_slot`: a Box<SlotMem>.
+    drop(unsafe { Box::from_raw(slot.cast::<SlotMem>()) });
 }
 
 /// A slot outside the registry (it is full, or could not be made): the fiber works, but
 /// readers do not see it.
 fn private_slot() -> *mut Slot {
-    // SAFETY: a Slot is plain atomics, valid when zeroed.
-    Box::into_raw(Box::new(unsafe { core::mem::zeroed::<Slot>() }))
+    // SAFETY: a SlotMem is plain atomics (and a reserved word), valid when zeroed.
+    Box::into_raw(Box::new(unsafe { core::mem::zeroed::<SlotMem>() })).cast()
 }
 
 impl Registry {
@@ -326,7 +512,7 @@ impl Registry {
         unsafe {
             let h = &mut *r.base.cast::<Header>();
             h.magic = MAGIC;
-            h.version = 1;
+            h.version = VERSION;
             h.slot_size = SLOT_SIZE as u32;
             h.pid.store(pid, Relaxed);
             h.uid = libc::getuid();
@@ -576,5 +762,81 @@ mod tests {
             [4, 8, 16, 24, 32, 40, 48, 52, 56, 64, 72, 80, 88]
         );
         assert_eq!(core::mem::size_of::<Slot>(), 128);
+        // The label, from the start of the slot.
+        let l = |o: usize| offset_of!(SlotMem, label) + o;
+        assert_eq!(
+            [
+                l(offset_of!(Label, seq)),
+                l(offset_of!(Label, line)),
+                l(offset_of!(Label, id)),
+                l(offset_of!(Label, column)),
+                l(offset_of!(Label, file_key)),
+                l(offset_of!(Label, function_key)),
+                l(offset_of!(Label, name)),
+                l(offset_of!(Label, file)),
+                l(offset_of!(Label, function)),
+            ],
+            [128, 132, 136, 144, 152, 160, 168, 216, 280]
+        );
+        assert_eq!(core::mem::size_of::<SlotMem>(), 384);
+    }
+
+    fn label_texts(l: &Label) -> [String; 3] {
+        [&l.name[..], &l.file[..], &l.function[..]]
+            .map(|f| String::from_utf8(load_text(f)).expect("whole characters"))
+    }
+
+    #[test]
+    fn long_texts_are_cut_at_characters_and_marked() {
+        // SAFETY: a Label is plain atomics (and a reserved word), valid when zeroed.
+        let l: Box<Label> = Box::new(unsafe { core::mem::zeroed() });
+        // A name of 2-byte characters: cut between two, with room for "...".
+        let name = "é".repeat(40);
+        let function: &'static str =
+            Box::leak(format!("a::{}::{{{{closure}}}}", "b".repeat(200)).into());
+        let at: &'static Location<'static> = Location::caller();
+        l.write(
+            7,
+            &LabelText {
+                name: &name,
+                function,
+                location: Some(at),
+            },
+        );
+        let [n, f, fun] = label_texts(&l);
+        assert_eq!(n, format!("{}...", "é".repeat(22)));
+        assert!(n.len() <= NAME_BYTES);
+        assert_eq!(f, at.file());
+        assert_eq!(fun.len(), FUNCTION_BYTES);
+        assert!(fun.starts_with("a::bbb") && fun.ends_with("bb..."), "{fun}");
+        assert_eq!(l.id.load(Relaxed), 7);
+        assert_eq!(l.line.load(Relaxed), at.line());
+        assert_eq!(l.seq.load(Relaxed) % 2, 0);
+
+        // A shorter text over a longer one: the NUL ends it; an empty name clears it.
+        l.write(
+            8,
+            &LabelText {
+                name: "",
+                function: "short",
+                location: None,
+            },
+        );
+        assert_eq!(label_texts(&l), ["", "", "short"].map(String::from));
+        l.set_name("renamed");
+        assert_eq!(label_texts(&l)[0], "renamed");
+        // Exactly the field's size: no NUL, all of it.
+        let full = "n".repeat(NAME_BYTES);
+        l.set_name(&full);
+        assert_eq!(label_texts(&l)[0], full);
+        assert_eq!(l.id.load(Relaxed), 8);
+
+        // A long path keeps its end (the file's name), after "...", from a whole
+        // character (the cut would fall inside one here).
+        let file = format!("{}/xy.rs", "é".repeat(50));
+        store_text(&l.file, &file, Keep::End);
+        let f = String::from_utf8(load_text(&l.file)).unwrap();
+        assert_eq!(f, format!("...{}/xy.rs", "é".repeat(27)));
+        assert!(f.len() <= FILE_BYTES);
     }
 }

@@ -168,6 +168,7 @@ pub(crate) fn ensure_main(t: *mut ThreadState) -> *mut FiberRecord {
                 0,
                 ptr::null_mut(),
                 None,
+                &Default::default(),
             )));
             (*rec).state.store(RUNNING, Relaxed);
             (*rec).thread.store(t, Relaxed);

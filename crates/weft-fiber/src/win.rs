@@ -179,6 +179,7 @@ fn create(
         routine as usize,
         param,
         stack,
+        &Default::default(),
     ))
 }
 

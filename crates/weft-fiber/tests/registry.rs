@@ -238,3 +238,147 @@ fn the_registry_is_removed_at_exit_and_stale_after_a_kill() {
         Err(IntrospectError::NoSuchProcess { .. })
     ));
 }
+
+/// The fiber `id` in this process's registry.
+fn listed(id: u64) -> introspect::FiberInfo {
+    introspect::read(0)
+        .unwrap()
+        .fibers
+        .into_iter()
+        .find(|x| x.id == id)
+        .unwrap_or_else(|| panic!("fiber {id} is not listed"))
+}
+
+#[test]
+fn labels_name_a_fiber_and_where_it_was_spawned() {
+    setup();
+    std::thread::spawn(|| {
+        assert!(matches!(
+            weft_fiber::set_name("not a fiber"),
+            Err(weft_fiber::Error::NotAFiber)
+        ));
+        let main = Arc::new(convert_thread().unwrap());
+        // A converted thread has no spawn site, and a name once it gives itself one.
+        let home = listed(main.id());
+        assert_eq!(
+            (home.name, home.function, home.spawned_at),
+            (None, None, None)
+        );
+        weft_fiber::set_name("the test thread").unwrap();
+        assert_eq!(listed(main.id()).name.as_deref(), Some("the test thread"));
+
+        let back = main.clone();
+        let line = line!() + 1;
+        let f = Fiber::builder().name("named fiber").spawn(move || loop {
+            back.switch_to().unwrap();
+        });
+        let f = f.unwrap();
+        let x = listed(f.id());
+        assert_eq!(x.name.as_deref(), Some("named fiber"));
+        let function = x.function.expect("a Rust fiber records its closure's type");
+        assert!(
+            function.starts_with("registry::labels_name_a_fiber_and_where_it_was_spawned::")
+                && function.ends_with("{{closure}}"),
+            "{function}"
+        );
+        let at = x
+            .spawned_at
+            .expect("a Rust fiber records where it was spawned");
+        assert_eq!((at.file.as_str(), at.line), (file!(), line), "{at:?}");
+        f.switch_to().unwrap();
+        drop(f);
+
+        // The next fiber reuses the slot: none of the old label is left.
+        let back = main.clone();
+        let line = line!() + 1;
+        let g = Fiber::new(move || loop {
+            back.switch_to().unwrap();
+        })
+        .unwrap();
+        let y = listed(g.id());
+        assert_eq!(y.name, None, "{y:?}");
+        assert_eq!(y.spawned_at.map(|a| a.line), Some(line));
+        // The fiber renames itself while it runs.
+        let h = Fiber::new(move || {
+            weft_fiber::set_name("renamed").unwrap();
+        })
+        .unwrap();
+        h.switch_to().unwrap();
+        assert_eq!(listed(h.id()).name.as_deref(), Some("renamed"));
+        assert_eq!(listed(main.id()).name.as_deref(), Some("the test thread"));
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn a_reader_racing_a_renaming_fiber_never_sees_a_torn_name() {
+    setup();
+    let long = "a".repeat(40);
+    let short = "bbbbbbb".to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let renames = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (id_tx, id_rx) = std::sync::mpsc::channel();
+    let (s2, r2, l2, sh2) = (stop.clone(), renames.clone(), long.clone(), short.clone());
+    let renamer = std::thread::spawn(move || {
+        let main = convert_thread().unwrap();
+        weft_fiber::set_name(&sh2).unwrap();
+        id_tx.send(main.id()).unwrap();
+        while !s2.load(Relaxed) {
+            weft_fiber::set_name(&l2).unwrap();
+            weft_fiber::set_name(&sh2).unwrap();
+            r2.fetch_add(1, Relaxed);
+        }
+    });
+    let id = id_rx.recv().unwrap();
+    let t0 = std::time::Instant::now();
+    let mut reads = 0u64;
+    // On until both sides have had their chances; the ceiling only stops a hang.
+    while (reads < 2_000 || renames.load(Relaxed) < 10_000)
+        && t0.elapsed() < std::time::Duration::from_secs(60)
+    {
+        let x = listed(id);
+        let name = x.name.unwrap_or_default();
+        assert!(name == long || name == short, "torn name {name:?}");
+        reads += 1;
+    }
+    stop.store(true, Relaxed);
+    renamer.join().unwrap();
+    assert!(reads >= 2_000, "only {reads} reads in 60 s");
+}
+
+#[test]
+fn a_version_1_registry_is_still_read() {
+    setup();
+    // A live process to own the file: a v1 registry of it, written by hand.
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id() as i32;
+    let mut file = vec![0u8; 4096 + 2 * 128];
+    let put = |b: &mut Vec<u8>, at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+    put(&mut file, 0, b"WEFTREG1");
+    put(&mut file, 8, &1u32.to_ne_bytes());
+    put(&mut file, 12, &128u32.to_ne_bytes());
+    put(&mut file, 16, &pid.to_ne_bytes());
+    put(&mut file, 48, &2u64.to_ne_bytes()); // capacity
+    put(&mut file, 56, &1u64.to_ne_bytes()); // used
+    put(&mut file, 64, &1e9f64.to_ne_bytes()); // ticks per second
+    let slot = 4096;
+    put(&mut file, slot + 4, &1u32.to_ne_bytes()); // ready
+    put(&mut file, slot + 8, &42u64.to_ne_bytes()); // id
+    put(&mut file, slot + 16, &3u64.to_ne_bytes()); // activations
+    put(&mut file, slot + 24, &3u64.to_ne_bytes()); // deactivations
+    let path = introspect::registry_dir().join(format!("weft-{pid}"));
+    std::fs::write(&path, &file).unwrap();
+    let read = introspect::read(pid);
+    let _ = std::fs::remove_file(&path);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    let snap = read.unwrap();
+    assert_eq!(snap.fibers.len(), 1, "{snap:?}");
+    let f = &snap.fibers[0];
+    assert_eq!((f.id, f.state, f.activations), (42, FiberState::Ready, 3));
+    assert_eq!((&f.name, &f.function, &f.spawned_at), (&None, &None, &None));
+}

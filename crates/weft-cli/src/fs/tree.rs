@@ -619,6 +619,9 @@ mod tests {
             run_time: Duration::from_nanos(1_234_567),
             stack_base: 0,
             stack_size: 65536,
+            name: None,
+            function: None,
+            spawned_at: None,
         }
     }
 
