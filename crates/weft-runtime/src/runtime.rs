@@ -19,11 +19,11 @@ use crate::msgbox;
 use crate::shim::CachePadded;
 use crate::task::{JoinHandle, Outcome, Task, MAX_WORKERS};
 use crate::worker::{self, Shared, Worker, WorkerShared};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weft_fiber::raw::{self, RawFiber};
+use weft_fiber::raw::{self, RawFiber, SpawnInfo};
 
 /// Settings every worker reads.
 #[derive(Debug, Clone)]
@@ -148,9 +148,10 @@ impl Builder {
         for (id, (ep, dq)) in endpoints.into_iter().zip(deques).enumerate() {
             let shared2 = shared.clone();
             let cpu = (self.pin && !cpus.is_empty()).then(|| cpus[id % cpus.len()]);
+            let name = format!("{}-{id}", self.name);
             let t = std::thread::Builder::new()
-                .name(format!("{}-{id}", self.name))
-                .spawn(move || worker_main(id, shared2, ep, dq, cpu))?;
+                .name(name.clone())
+                .spawn(move || worker_main(id, &name, shared2, ep, dq, cpu))?;
             threads.push(t);
         }
         let monitor = if self.preempt {
@@ -191,6 +192,7 @@ fn pin_to(cpu: usize) {
 
 fn worker_main(
     id: usize,
+    name: &str,
     shared: Arc<Shared>,
     ep: msgbox::Endpoint<worker::Mail>,
     dq: crossbeam_deque::Worker<Arc<Task>>,
@@ -204,6 +206,8 @@ fn worker_main(
         .tid
         .store(unsafe { libc::gettid() }, Relaxed);
     let me = weft_fiber::convert_thread().expect("a new worker thread is not yet a fiber");
+    // `weft ps` shows the worker's own fiber under its thread's name.
+    let _ = weft_fiber::set_name(name);
     let mut w = match Worker::new(id, shared, ep, dq, RawFiber::of_thread(&me)) {
         Ok(w) => Box::new(w),
         Err(e) => panic!("weft: worker {id} cannot set up its I/O: {e}"),
@@ -250,6 +254,7 @@ impl Runtime {
 
     /// Runs `f` on a green thread and waits for it (blocking the calling OS thread, or
     /// parking the calling green thread). A panic in `f` is resumed here.
+    #[track_caller]
     pub fn block_on<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         match self.spawn(f).join() {
             Ok(v) => v,
@@ -260,24 +265,26 @@ impl Runtime {
     /// Starts a green thread on some worker (round robin from outside the runtime; the
     /// caller's own worker from a green thread of this runtime, where it runs at the
     /// caller's next switch, and an idle worker may steal it until then).
+    #[track_caller]
     pub fn spawn<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> JoinHandle<T> {
-        spawn_in(&self.shared, None, f)
+        spawn_in(&self.shared, None, Location::caller(), f)
     }
 
     /// Starts a green thread on worker `worker` (it stays there).
     ///
     /// # Panics
     /// If `worker` is not below [`Runtime::workers`].
+    #[track_caller]
     pub fn spawn_on<T: Send + 'static>(
         &self,
         worker: usize,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> JoinHandle<T> {
         check_worker(&self.shared, worker);
-        spawn_in(&self.shared, Some(worker), f)
+        spawn_in(&self.shared, Some(worker), Location::caller(), f)
     }
 
     /// Shuts down (as dropping it does) and waits for the workers to end.
@@ -329,22 +336,40 @@ fn check_worker(shared: &Shared, worker: usize) {
 fn spawn_in<T: Send + 'static>(
     shared: &Arc<Shared>,
     to: Option<usize>,
+    at: &'static Location<'static>,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> JoinHandle<T> {
-    try_spawn_in(shared, to, &ThreadBuilder::new(), f)
+    try_spawn_in(shared, to, &ThreadBuilder::new(), at, f)
         .unwrap_or_else(|e| panic!("weft: cannot create a green thread: {e}"))
 }
 
-fn try_spawn_in<T: Send + 'static>(
+/// Spawns `f`, spawned by the code at `at` (what `weft ps` shows as its spawn site).
+fn try_spawn_in<T: Send + 'static, F: FnOnce() -> T + Send + 'static>(
     shared: &Arc<Shared>,
     to: Option<usize>,
     opts: &ThreadBuilder,
-    f: impl FnOnce() -> T + Send + 'static,
+    at: &'static Location<'static>,
+    f: F,
 ) -> std::io::Result<JoinHandle<T>> {
+    // What `weft ps` shows: the user's function (not the wrapper below) and the call
+    // that spawned it; a foreign function is shown by its entry address instead.
+    let info = match opts.foreign_entry {
+        0 => SpawnInfo {
+            name: &opts.name,
+            function: std::any::type_name::<F>(),
+            location: Some(at),
+            entry: 0,
+        },
+        entry => SpawnInfo {
+            name: &opts.name,
+            entry,
+            ..SpawnInfo::default()
+        },
+    };
     // The closure holds no reference to its task (that would be a cycle through the
     // task's never-run fiber): it finds itself as the worker's current thread.
     let stack_size = opts.stack_size.unwrap_or(shared.config.stack_size);
-    let fiber = RawFiber::spawn(stack_size, move || {
+    let fiber = RawFiber::spawn_with(stack_size, &info, move || {
         // The thread's entry of its worker's live list, in this base frame until exit.
         let node = worker::LiveNode::new();
         // SAFETY: `node` is not moved before `exit_current`, which never returns.
@@ -379,12 +404,13 @@ fn try_spawn_in<T: Send + 'static>(
 }
 
 /// Options for one green thread, as `std::thread::Builder` is for OS threads: its
-/// stack size and whether it may be preempted. Its `spawn` methods return an
+/// name, stack size and whether it may be preempted. Its `spawn` methods return an
 /// `io::Error` (instead of panicking) when the stack cannot be allocated.
 ///
 /// ```
 /// let rt = weft_runtime::Runtime::builder().workers(1).build().unwrap();
 /// let h = weft_runtime::ThreadBuilder::new()
+///     .name("answer")     // as `weft ps` shows it
 ///     .stack_size(64 * 1024)
 ///     .preemptible(false) // never switched out by the 10 ms preemption
 ///     .spawn_in(&rt, || 6 * 7)
@@ -395,6 +421,9 @@ fn try_spawn_in<T: Send + 'static>(
 pub struct ThreadBuilder {
     stack_size: Option<usize>,
     preemptible: bool,
+    name: String,
+    /// A foreign function's address, shown as the thread's entry point (0: none).
+    foreign_entry: usize,
 }
 
 impl Default for ThreadBuilder {
@@ -402,6 +431,8 @@ impl Default for ThreadBuilder {
         ThreadBuilder {
             stack_size: None,
             preemptible: true,
+            name: String::new(),
+            foreign_entry: 0,
         }
     }
 }
@@ -425,20 +456,37 @@ impl ThreadBuilder {
         self.preemptible = on;
         self
     }
+    /// A name for the thread, shown by `weft ps`, `weft top` and `weft fs` beside where
+    /// it was spawned (default none). A name longer than 48 bytes is shown cut, ending
+    /// in `...`. The thread can rename itself with `weft_fiber::set_name`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+    /// The thread runs the foreign function at `addr` (a C start routine): `weft ps`
+    /// shows it as the entry point, instead of the Rust closure and its spawn site.
+    #[doc(hidden)]
+    pub fn foreign_entry(mut self, addr: usize) -> Self {
+        self.foreign_entry = addr;
+        self
+    }
     /// Spawns in the caller's runtime (from a green thread), like [`spawn`].
     ///
     /// # Panics
     /// Outside a runtime's green thread.
+    #[track_caller]
     pub fn spawn<T: Send + 'static>(
         self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::io::Result<JoinHandle<T>> {
-        with_current_shared(|s| try_spawn_in(s, None, &self, f))
+        let at = Location::caller();
+        with_current_shared(|s| try_spawn_in(s, None, &self, at, f))
     }
     /// Spawns on worker `worker` of the caller's runtime, like [`spawn_on`].
     ///
     /// # Panics
     /// Outside a runtime's green thread, or if `worker` does not exist.
+    #[track_caller]
     pub fn spawn_on<T: Send + 'static>(
         self,
         worker: usize,
@@ -446,15 +494,31 @@ impl ThreadBuilder {
     ) -> std::io::Result<JoinHandle<T>> {
         let s = current_shared();
         check_worker(&s, worker);
-        try_spawn_in(&s, Some(worker), &self, f)
+        try_spawn_in(&s, Some(worker), &self, Location::caller(), f)
     }
     /// Spawns in runtime `rt`, from anywhere, like [`Runtime::spawn`].
+    #[track_caller]
     pub fn spawn_in<T: Send + 'static>(
         self,
         rt: &Runtime,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::io::Result<JoinHandle<T>> {
-        try_spawn_in(&rt.shared, None, &self, f)
+        try_spawn_in(&rt.shared, None, &self, Location::caller(), f)
+    }
+    /// Spawns on worker `worker` of runtime `rt`, from anywhere, like
+    /// [`Runtime::spawn_on`].
+    ///
+    /// # Panics
+    /// If `worker` is not below [`Runtime::workers`].
+    #[track_caller]
+    pub fn spawn_on_in<T: Send + 'static>(
+        self,
+        rt: &Runtime,
+        worker: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::io::Result<JoinHandle<T>> {
+        check_worker(&rt.shared, worker);
+        try_spawn_in(&rt.shared, Some(worker), &self, Location::caller(), f)
     }
 }
 
@@ -489,21 +553,24 @@ fn current_shared() -> Arc<Shared> {
 ///
 /// # Panics
 /// When called outside a green thread or worker of a runtime.
+#[track_caller]
 pub fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-    with_current_shared(|s| spawn_in(s, None, f))
+    let at = Location::caller();
+    with_current_shared(|s| spawn_in(s, None, at, f))
 }
 
 /// Starts a green thread on worker `worker` of the caller's runtime.
 ///
 /// # Panics
 /// Outside a runtime, or if `worker` does not exist.
+#[track_caller]
 pub fn spawn_on<T: Send + 'static>(
     worker: usize,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> JoinHandle<T> {
     let s = current_shared();
     check_worker(&s, worker);
-    spawn_in(&s, Some(worker), f)
+    spawn_in(&s, Some(worker), Location::caller(), f)
 }
 
 /// Number of workers of the caller's runtime (None outside one).

@@ -595,6 +595,119 @@ fn green_threads_are_in_the_introspection_registry() {
     );
 }
 
+/// A green thread's body that parks until `stop`.
+fn parked(stop: Arc<AtomicBool>) -> impl FnOnce() + Send + 'static {
+    move || {
+        while !stop.load(Relaxed) {
+            sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+#[test]
+fn green_threads_show_their_name_and_spawn_site() {
+    // What `weft ps` shows of a green thread: the call that spawned it (every spawn
+    // function passes its caller's location on), its closure's type, and its name.
+    let rt = Runtime::builder()
+        .workers(2)
+        .name("labels-rt")
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut expect: Vec<(u64, u32, Option<&str>)> = Vec::new();
+    let mut hs = Vec::new();
+    let mut add = |h: weft_runtime::JoinHandle<()>, line: u32, name: Option<&'static str>| {
+        expect.push((h.id(), line, name));
+        hs.push(h);
+    };
+    let line = line!() + 1;
+    let h = rt.spawn(parked(stop.clone()));
+    add(h, line, None);
+    let line = line!() + 1;
+    let h = rt.spawn_on(1, parked(stop.clone()));
+    add(h, line, None);
+    let b = ThreadBuilder::new().name("built");
+    let line = line!() + 1;
+    let h = b.spawn_in(&rt, parked(stop.clone()));
+    add(h.unwrap(), line, Some("built"));
+    let b = ThreadBuilder::new().name("built on 0");
+    let line = line!() + 1;
+    let h = b.spawn_on_in(&rt, 0, parked(stop.clone()));
+    add(h.unwrap(), line, Some("built on 0"));
+    // From inside: the free functions and the builder's own spawns.
+    let s2 = stop.clone();
+    let block_on_line = line!() + 1;
+    let (inner, me) = rt.block_on(move || {
+        let mut v = Vec::new();
+        let line = line!() + 1;
+        let h = spawn(parked(s2.clone()));
+        v.push((h, line, None));
+        let line = line!() + 1;
+        let h = spawn_on(1, parked(s2.clone()));
+        v.push((h, line, None));
+        let b = ThreadBuilder::new().name("inner");
+        let line = line!() + 1;
+        let h = b.spawn(parked(s2.clone()));
+        v.push((h.unwrap(), line, Some("inner")));
+        let b = ThreadBuilder::new().name("inner on 1");
+        let line = line!() + 1;
+        let h = b.spawn_on(1, parked(s2.clone()));
+        v.push((h.unwrap(), line, Some("inner on 1")));
+        let me = weft_fiber::introspect::read(0)
+            .unwrap()
+            .fibers
+            .into_iter()
+            .find(|f| Some(f.id) == weft_fiber::current_id())
+            .expect("the block_on thread is listed");
+        (v, me)
+    });
+    for (h, line, name) in inner {
+        add(h, line, name);
+    }
+    let at = me.spawned_at.as_ref().expect("block_on records its caller");
+    assert_eq!(
+        (at.file.as_str(), at.line),
+        (file!(), block_on_line),
+        "{me:?}"
+    );
+    assert!(
+        me.function.as_deref().is_some_and(
+            |f| f.starts_with("runtime::green_threads_show_their_name_and_spawn_site::")
+        ),
+        "{me:?}"
+    );
+
+    let snap = weft_fiber::introspect::read(0).unwrap();
+    for (id, line, name) in &expect {
+        let f = snap
+            .fibers
+            .iter()
+            .find(|f| f.id == *id)
+            .unwrap_or_else(|| panic!("green thread {id} not in the registry"));
+        assert_eq!(f.name.as_deref(), *name, "{f:?}");
+        assert_eq!(
+            f.function.as_deref(),
+            Some("runtime::parked::{{closure}}"),
+            "{f:?}"
+        );
+        let at = f.spawned_at.as_ref().expect("a spawn site");
+        assert_eq!((at.file.as_str(), at.line), (file!(), *line), "{f:?}");
+    }
+    // The workers' own fibers carry their threads' names.
+    for w in ["labels-rt-0", "labels-rt-1"] {
+        assert!(
+            snap.fibers
+                .iter()
+                .any(|f| f.is_thread_fiber && f.name.as_deref() == Some(w)),
+            "no worker fiber named {w}"
+        );
+    }
+    stop.store(true, Relaxed);
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
 #[test]
 fn shutdown_leaks_nothing_under_valgrind() {
     // The shutdown tests above, run again in this same binary under valgrind's
