@@ -66,18 +66,6 @@ pub struct FiberInfo {
     pub stack_base: u64,
     /// Usable stack bytes (0 for converted threads).
     pub stack_size: u64,
-}
-
-/// Why a registry could not be read.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum IntrospectError {
-    /// The process exists but has no registry (it does not use weft, or has not created
-    /// or converted a fiber yet, or runs with WEFT_REGISTRY=off).
-    NotUsingWeft {
-        pid: i32,
-    },
-    NoSuchProcess {
     /// The name the program gave it (a green thread's `ThreadBuilder::name`, C's
     /// `weft_spawn_named`, `weft_fiber::set_name`), cut to 48 bytes.
     pub name: Option<String>,
@@ -105,6 +93,18 @@ impl fmt::Display for SpawnSite {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.file, self.line)
     }
+}
+
+/// Why a registry could not be read.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IntrospectError {
+    /// The process exists but has no registry (it does not use weft, or has not created
+    /// or converted a fiber yet, or runs with WEFT_REGISTRY=off).
+    NotUsingWeft {
+        pid: i32,
+    },
+    NoSuchProcess {
         pid: i32,
     },
     /// A registry whose process died without removing it.
@@ -180,6 +180,12 @@ pub(crate) struct RawSlot {
 /// owner kept the slot busy for [`READ_PATIENCE`] (a writer stopped in the middle of an
 /// update, by a debugger say): the caller counts it rather than show a torn copy.
 pub(crate) fn read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
+    with_patience(|| try_read_slot(s, now))
+}
+
+/// Calls `attempt` until it gives a consistent copy, for up to [`READ_PATIENCE`].
+#[inline(always)]
+fn with_patience<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
     let mut deadline = None;
     let mut tries = 0u32;
     loop {
@@ -204,37 +210,6 @@ pub(crate) fn read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
 /// How long a reader retries a slot its owner keeps busy.
 pub const READ_PATIENCE: Duration = Duration::from_millis(50);
 
-#[inline(always)]
-    with_patience(|| try_read_slot(s, now))
-}
-
-/// Calls `attempt` until it gives a consistent copy, for up to [`READ_PATIENCE`].
-#[inline(always)]
-fn with_patience<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
-fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
-    let before = s.seq.load(Acquire);
-    if before & 1 == 1 {
-        return None;
-    }
-    let mut r = RawSlot {
-        state: s.state.load(Relaxed),
-        id: s.id.load(Relaxed),
-        activations: s.activations.load(Relaxed),
-        deactivations: s.deactivations.load(Relaxed),
-        run_ticks: s.run_ticks.load(Relaxed),
-        last_tid: s.last_tid.load(Relaxed),
-        creator_tid: s.creator_tid.load(Relaxed),
-        entry: s.entry.load(Relaxed),
-        failed_activations: 0,
-        stack_base: 0,
-        stack_size: 0,
-        flags: 0,
-    };
-    let start = s.switched_in_at.load(Relaxed);
-    fence(Acquire);
-    if s.seq.load(Relaxed) != before {
-        return None;
-    }
 /// A label's texts, copied consistently.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RawLabel {
@@ -272,6 +247,31 @@ fn text(bytes: &[u8]) -> Option<String> {
     (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
 }
 
+#[inline(always)]
+fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
+    let before = s.seq.load(Acquire);
+    if before & 1 == 1 {
+        return None;
+    }
+    let mut r = RawSlot {
+        state: s.state.load(Relaxed),
+        id: s.id.load(Relaxed),
+        activations: s.activations.load(Relaxed),
+        deactivations: s.deactivations.load(Relaxed),
+        run_ticks: s.run_ticks.load(Relaxed),
+        last_tid: s.last_tid.load(Relaxed),
+        creator_tid: s.creator_tid.load(Relaxed),
+        entry: s.entry.load(Relaxed),
+        failed_activations: 0,
+        stack_base: 0,
+        stack_size: 0,
+        flags: 0,
+    };
+    let start = s.switched_in_at.load(Relaxed);
+    fence(Acquire);
+    if s.seq.load(Relaxed) != before {
+        return None;
+    }
     if r.state == registry::SLOT_RUNNING && start != 0 {
         r.run_ticks += now.saturating_sub(start);
     }
@@ -430,6 +430,7 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
             registry::SLOT_FINISHED => FiberState::Finished,
             _ => continue,
         };
+        let label = label.unwrap_or_default();
         fibers.push(FiberInfo {
             id: r.id,
             state,
@@ -444,6 +445,13 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
             run_time: Duration::from_nanos((r.run_ticks as f64 * ns_per_tick) as u64),
             stack_base: r.stack_base,
             stack_size: r.stack_size,
+            name: text(&label.name),
+            function: text(&label.function),
+            spawned_at: text(&label.file).map(|file| SpawnSite {
+                file,
+                line: label.line,
+                column: label.column,
+            }),
         });
     }
     Ok(Snapshot {
@@ -455,9 +463,10 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
 
 /// A read-only mapping of a registry file.
 struct Mapping {
-        let label = label.unwrap_or_default();
     base: *const u8,
     len: usize,
+    /// Bytes from one slot to the next (the header's `slot_size`, once checked).
+    stride: usize,
 }
 
 impl Mapping {
@@ -470,13 +479,6 @@ impl Mapping {
                 what: format!("only {len} bytes"),
             });
         }
-            name: text(&label.name),
-            function: text(&label.function),
-            spawned_at: text(&label.file).map(|file| SpawnSite {
-                file,
-                line: label.line,
-                column: label.column,
-            }),
         // SAFETY: a read-only shared mapping of a file we opened; unmapped on drop.
         let p = unsafe {
             libc::mmap(
@@ -490,13 +492,18 @@ impl Mapping {
         };
         if p == libc::MAP_FAILED {
             return Err(IntrospectError::Io(io::Error::last_os_error()));
-    /// Bytes from one slot to the next (the header's `slot_size`, once checked).
-    stride: usize,
         }
         Ok(Mapping {
             base: p.cast(),
             len,
+            stride: SLOT_SIZE,
         })
+    }
+    /// The mapping, reading slots `stride` bytes apart (one of the checked sizes).
+    fn with_stride(mut self, stride: usize) -> Mapping {
+        debug_assert!(stride == SLOT_SIZE || stride == SLOT_SIZE_V1);
+        self.stride = stride;
+        self
     }
     fn header(&self) -> &Header {
         // SAFETY: the mapping holds at least the header.
@@ -530,10 +537,3 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.base as *mut _, self.len) };
     }
 }
-            stride: SLOT_SIZE,
-    /// The mapping, reading slots `stride` bytes apart (one of the checked sizes).
-    fn with_stride(mut self, stride: usize) -> Mapping {
-        debug_assert!(stride == SLOT_SIZE || stride == SLOT_SIZE_V1);
-        self.stride = stride;
-        self
-    }
