@@ -5,13 +5,24 @@ use core::ffi::CStr;
 use std::any::Any;
 use std::fmt;
 
+/// No error: the last operation succeeded.
 pub const ERROR_SUCCESS: u32 = 0;
+/// The operation is not valid here. The Rust API reports a fiber that panicked with this
+/// code ([`Error::Panicked`]).
 pub const ERROR_INVALID_FUNCTION: u32 = 1;
+/// The fiber handle is no longer valid: the fiber has finished or was deleted.
 pub const ERROR_INVALID_HANDLE: u32 = 6;
+/// No memory or address space for a fiber's stack or record.
 pub const ERROR_NOT_ENOUGH_MEMORY: u32 = 8;
+/// A parameter is invalid: a bad fiber handle, FLS index or flags, or a conversion back
+/// to a thread from a fiber other than the thread's own.
 pub const ERROR_INVALID_PARAMETER: u32 = 87;
+/// The fiber is running on another thread (or a signal handler tried to switch in the
+/// middle of a switch); try again once it has switched away.
 pub const ERROR_BUSY: u32 = 170;
+/// The thread is already a fiber (`ConvertThreadToFiber` called twice).
 pub const ERROR_ALREADY_FIBER: u32 = 1280;
+/// The thread is not a fiber: call `ConvertThreadToFiber` first.
 pub const ERROR_ALREADY_THREAD: u32 = 1281;
 
 /// What went wrong in a fiber operation.
@@ -27,9 +38,15 @@ pub enum Error {
     /// A parameter was out of range; the text names it.
     InvalidParameter(&'static str),
     /// The fiber is running on another thread (a fiber runs on one thread at a time).
-    Busy { fiber: u64 },
+    Busy {
+        /// The id of the busy fiber (as [`Fiber::id`](crate::Fiber::id) reports it).
+        fiber: u64,
+    },
     /// The fiber has finished and cannot be switched to.
-    Finished { fiber: u64 },
+    Finished {
+        /// The id of the finished fiber.
+        fiber: u64,
+    },
     /// A signal handler tried to switch while this thread was in the middle of a switch.
     Interrupted,
     /// No memory (or address space) for a stack or a record.

@@ -22,7 +22,9 @@ pub use registry::registry_dir;
 /// One registry file found in [`registry_dir`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessEntry {
+    /// The process id the registry belongs to.
     pub pid: i32,
+    /// The registry file.
     pub path: PathBuf,
     /// Owner of the file (the user the process runs as).
     pub uid: u32,
@@ -34,7 +36,9 @@ pub struct ProcessEntry {
 /// Every fiber of one process at one moment (each fiber consistent on its own).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// The process read.
     pub pid: i32,
+    /// Its fibers (created fibers, converted threads and green threads), in slot order.
     pub fibers: Vec<FiberInfo>,
     /// Slots whose owner kept them busy for longer than [`READ_PATIENCE`], so no
     /// consistent copy could be taken (they are not in `fibers`).
@@ -44,23 +48,31 @@ pub struct Snapshot {
 /// One fiber as a reader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FiberInfo {
+    /// Process-unique id, never reused.
     pub id: u64,
+    /// Ready, running or finished.
     pub state: FiberState,
     /// A converted thread rather than a created fiber.
     pub is_thread_fiber: bool,
     /// Start routine address in the target (0 for converted threads).
     pub entry: u64,
+    /// Kernel thread id of the thread that created (or converted) it.
     pub creator_tid: i32,
     /// The thread it runs on now (only when running).
     pub running_on: Option<i32>,
     /// The thread it last ran on (0 if it never ran).
     pub last_tid: i32,
+    /// Successful switches into it.
     pub activations: u64,
+    /// Switches into it that were refused (it was running on another thread, or had
+    /// finished).
     pub failed_activations: u64,
     /// Switches away from it. A consistent running fiber has one activation more than
     /// this, a ready one as many; a converted thread starts running without an
     /// activation (converting is not a switch), so it has one fewer than that.
     pub deactivations: u64,
+    /// Total time it has run, including the current slice if it is running (slices run
+    /// while run-time accounting is off, `WEFT_RUN_TIME=off`, are not counted).
     pub run_time: Duration,
     /// Lowest usable stack address (0 for converted threads).
     pub stack_base: u64,
@@ -102,23 +114,36 @@ pub enum IntrospectError {
     /// The process exists but has no registry (it does not use weft, or has not created
     /// or converted a fiber yet, or runs with WEFT_REGISTRY=off).
     NotUsingWeft {
+        /// The process asked for.
         pid: i32,
     },
+    /// No process has this id.
     NoSuchProcess {
+        /// The process asked for.
         pid: i32,
     },
     /// A registry whose process died without removing it.
     Stale {
+        /// The process that owned the registry.
         pid: i32,
     },
+    /// The registry belongs to another user (registries are readable only by the user
+    /// the process runs as, and root).
     PermissionDenied {
+        /// The process asked for.
         pid: i32,
+        /// Its registry file.
         path: PathBuf,
     },
+    /// The file is not a registry this version of weft can read (another format version,
+    /// or damaged).
     BadFormat {
+        /// The registry file.
         path: PathBuf,
+        /// What is wrong with it.
         what: String,
     },
+    /// Any other I/O error while reading the registry.
     Io(io::Error),
 }
 

@@ -34,6 +34,8 @@
 //! 4. No Rust frame is ever unwound by a thread exit started from a fiber (`arch`,
 //!    `exit_thread_at`).
 
+#![warn(missing_docs)]
+
 mod api;
 mod arch;
 mod clock;

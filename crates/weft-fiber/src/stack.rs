@@ -158,6 +158,7 @@ pub struct StackCache {
 }
 
 impl StackCache {
+    /// An empty cache (usable in a `static`).
     pub const fn new() -> Self {
         StackCache {
             stacks: Vec::new(),

@@ -25,6 +25,7 @@ pub enum FiberState {
 pub struct FiberStats {
     /// Process-unique id, never reused.
     pub id: u64,
+    /// Whether it was ready, running or finished when the snapshot was taken.
     pub state: FiberState,
     /// Address of the start routine (0 for a converted thread).
     pub entry: usize,

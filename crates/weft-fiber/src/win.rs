@@ -46,32 +46,56 @@ use core::ffi::{c_char, c_void};
 use core::ptr;
 use core::sync::atomic::Ordering::*;
 
+/// Windows' untyped pointer: fiber handles, fiber data and FLS values.
 pub type LPVOID = *mut c_void;
+/// Windows' untyped pointer (the same as [`LPVOID`]).
 pub type PVOID = *mut c_void;
+/// Windows' 32-bit unsigned integer: error codes, flags and FLS indexes.
 pub type DWORD = u32;
+/// Windows' boolean: [`TRUE`] (any nonzero value) or [`FALSE`].
 pub type BOOL = i32;
+/// A size in bytes (stack sizes).
 pub type SIZE_T = usize;
+/// A fiber's start routine: called with the `lpParameter` given to `CreateFiber`. If it
+/// returns, the thread running it exits, as on Windows.
 pub type LPFIBER_START_ROUTINE = Option<unsafe extern "C" fn(LPVOID)>;
+/// An FLS callback (`FlsAlloc`'s argument): called with a fiber's non-NULL value when
+/// the value goes away: the fiber is deleted, its thread exits, or the index is freed.
 pub type PFLS_CALLBACK_FUNCTION = Option<unsafe extern "C" fn(PVOID)>;
 
+/// The [`BOOL`] for true.
 pub const TRUE: BOOL = 1;
+/// The [`BOOL`] for false: the function failed (see `GetLastError`).
 pub const FALSE: BOOL = 0;
+/// Flag for `CreateFiberEx` and `ConvertThreadToFiberEx`: also save and restore the
+/// floating-point control state (MXCSR, the x87 control word) on a switch. weft always
+/// does, so the flag is accepted and changes nothing.
 pub const FIBER_FLAG_FLOAT_SWITCH: DWORD = 0x1;
 
 /// Per-fiber statistics for C (`struct weft_fiber_stats` in fibers.h).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WeftFiberStats {
+    /// Process-unique id, never reused.
     pub id: u64,
+    /// Address of the start routine (0 for a converted thread).
     pub entry: usize,
+    /// Usable stack bytes (0 for a converted thread).
     pub stack_size: usize,
+    /// Successful switches into the fiber.
     pub activations: u64,
+    /// Switches into the fiber that were refused (it was running on another thread, or
+    /// had finished).
     pub failed_activations: u64,
+    /// Time the fiber has run, in nanoseconds.
     pub run_time_ns: u64,
     /// 0 ready, 1 running, 2 finished.
     pub state: u32,
+    /// Kernel thread id (`gettid`) of the thread that created or converted it.
     pub creator_tid: i32,
+    /// Kernel thread id of the thread that ran it last (0 if it never ran).
     pub last_tid: i32,
+    /// Always 0 (padding to 64 bytes).
     pub _reserved: u32,
 }
 
