@@ -1,7 +1,7 @@
 //! # weft-runtime: the M:N runtime (layer 2)
 //!
 //! Many green threads over one worker thread per CPU, partitioned like the split
-//! multiprocessor model of the Fiasco kernel (seed 003): each worker owns its run queue,
+//! multiprocessor model of the Fiasco microkernel: each worker owns its run queue,
 //! timers and I/O, and workers talk only through an n x n matrix of message boxes.
 //!
 //! ```
@@ -35,6 +35,8 @@
 //!
 //! Everything that blocks (join, sync, channels, sleep, I/O) is written on [`park`]
 //! and works from green threads and plain OS threads alike.
+
+#![warn(missing_docs)]
 
 /// How a unit test reports what it could not run here (shared with the test files).
 #[cfg(test)]

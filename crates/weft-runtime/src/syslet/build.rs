@@ -63,28 +63,58 @@ pub struct Builder {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BuildError {
     /// An atom names a system call number weft does not know.
-    UnknownSyscall { atom: usize, nr: u64 },
+    UnknownSyscall {
+        /// The atom's position in the program (0 for the first).
+        atom: usize,
+        /// The system call number it names.
+        nr: u64,
+    },
     /// An atom names a system call that cannot run in a syslet (fork, exec, exit...).
-    ForbiddenSyscall { atom: usize, name: &'static str },
+    ForbiddenSyscall {
+        /// The atom's position in the program.
+        atom: usize,
+        /// The system call's name.
+        name: &'static str,
+    },
     /// An atom has fewer arguments than its system call takes.
     MissingArgument {
+        /// The atom's position in the program.
         atom: usize,
+        /// The system call's name.
         name: &'static str,
+        /// How many arguments the system call takes.
         takes: u8,
+        /// How many the atom has.
         given: usize,
     },
     /// More than six arguments.
-    TooManyArguments { atom: usize, given: usize },
+    TooManyArguments {
+        /// The atom's position in the program.
+        atom: usize,
+        /// How many arguments it has.
+        given: usize,
+    },
     /// `next` names an atom that does not exist.
     BadJump {
+        /// The atom whose `next` is wrong.
         atom: usize,
+        /// The position it names.
         target: usize,
+        /// How many atoms the program has.
         atoms: usize,
     },
     /// `SYSLET_SKIP_TO_NEXT_ON_STOP` on the last atom: there is no linearly next one.
-    SkipPastEnd { atom: usize },
+    SkipPastEnd {
+        /// The atom's position in the program (the last one).
+        atom: usize,
+    },
     /// Unknown flag bits, or ASYNC with SYNC.
-    BadFlags { atom: usize, flags: u64 },
+    BadFlags {
+        /// The atom's position in the program.
+        atom: usize,
+        /// Its flags, as given.
+        flags: u64,
+    },
     /// A program without atoms.
     Empty,
 }

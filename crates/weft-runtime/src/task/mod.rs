@@ -14,7 +14,7 @@
 //! bytes: with `Arc`'s two counts that is a 56-byte allocation, the allocator's 64-byte
 //! class (1,000,000 parked threads then fit in 4 GiB: a stack page, a registry slot
 //! and this). What does not have to outlive the stack lives on it: the links of the
-//! worker's list of live threads are a [`LiveNode`](crate::worker::LiveNode) in the
+//! worker's list of live threads are a `LiveNode` (of the internal `worker` module) in the
 //! thread's base frame, and the closure sits at the top of the stack (the fiber core).
 //! The small fields are packed: the park word and the flags are a byte each, the owner
 //! 16 bits (so a runtime has at most 65,534 workers), the timer sequence 32 bits.
@@ -26,8 +26,8 @@
 //!
 //! ## The join word
 //!
-//! [`JoinCell`] is one word: `PENDING` (0); `WAITING` or `WAITING_OS` with the
-//! joiner's [`Unparker`](crate::park::Unparker) as a raw word (a green joiner's task
+//! `JoinCell` (internal) is one word: `PENDING` (0); `WAITING` or `WAITING_OS` with the
+//! joiner's [`Unparker`] as a raw word (a green joiner's task
 //! count, `Arc::into_raw`; an OS thread's boxed handle); `OK` or `ERR` with a thin
 //! pointer to the outcome (`Box<Aligned<T>>`, which allocates nothing for a `()` result,
 //! or `Box<Box<dyn Any + Send>>` for a panic); `DETACHED` (the handle was dropped
