@@ -8,7 +8,7 @@
 //! the receiver as the vector's own buffer (a boxed slice: no second copy),
 //! which it gives back with `weft_ipc_payload_free`.
 //!
-//! Every operation runs under [`guard`]: no panic and no runtime shutdown
+//! Every operation runs under the internal `guard` of [`runtime`](crate::runtime): no panic and no runtime shutdown
 //! unwind reaches C. Errors are returned, set as `GetLastError`, and their
 //! stage is kept for `weft_ipc_error_stage` (per OS thread, like
 //! `GetLastError`).

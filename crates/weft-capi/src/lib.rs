@@ -35,6 +35,7 @@
 //! one catches it and returns an error code.
 
 #![allow(non_snake_case)]
+#![warn(missing_docs)]
 
 use core::ffi::c_char;
 
@@ -339,20 +340,31 @@ pub unsafe extern "C" fn weft_error_message(code: DWORD) -> *const c_char {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WeftFiberInfo {
+    /// Process-unique id, never reused.
     pub id: u64,
     /// `WEFT_FIBER_READY` (0), `WEFT_FIBER_RUNNING` (1) or `WEFT_FIBER_FINISHED` (2).
     pub state: u32,
+    /// 1 for a converted thread, 0 for a created fiber.
     pub is_thread_fiber: u32,
+    /// Start routine address in the target process (0 for a converted thread).
     pub entry: u64,
+    /// Kernel thread id of the thread that created (or converted) it.
     pub creator_tid: i32,
-    /// 0 when the fiber is not running.
+    /// Kernel thread id of the thread it runs on now; 0 when the fiber is not running.
     pub running_on: i32,
+    /// Kernel thread id of the thread it last ran on (0 if it never ran).
     pub last_tid: i32,
+    /// Always 0.
     pub reserved: i32,
+    /// Successful switches into it.
     pub activations: u64,
+    /// Switches into it that were refused (running on another thread, or finished).
     pub failed_activations: u64,
+    /// Time it has run, in nanoseconds.
     pub run_time_ns: u64,
+    /// Lowest usable stack address (0 for a converted thread).
     pub stack_base: u64,
+    /// Usable stack bytes (0 for a converted thread).
     pub stack_size: u64,
 }
 

@@ -11,15 +11,16 @@
 //! when a runtime shuts down, a green thread parked in it is resumed with a
 //! [`Shutdown`] unwind raised from its park, meant to unwind the thread to its
 //! base. A C thread's stack has C frames in the way, so every entry point that
-//! can park runs under [`guard`], which catches it and returns
+//! can park runs under an internal `guard` function, which catches it and returns
 //! `WEFT_ERR_SHUTDOWN` instead: the C function is told to return.
 //!
 //! The runtime raises that unwind once per thread; later parks of the thread
 //! return at once, which would turn a retry loop in C (or the IPC protocol's
 //! own wait loop, resumed in a half-finished operation) into a busy loop that
 //! keeps the shutdown waiting. So a thread that has seen it is remembered
-//! ([`shutdown`]) until its function returns, and every blocking call it makes
-//! meanwhile fails with `WEFT_ERR_SHUTDOWN` without entering the runtime.
+//! (the internal `shutdown` module) until its function returns, and every
+//! blocking call it makes meanwhile fails with `WEFT_ERR_SHUTDOWN` without
+//! entering the runtime.
 
 use crate::{
     set_error, DWORD, ERROR_NOT_ENOUGH_MEMORY, WEFT_ERR_INTERNAL, WEFT_ERR_INVALID_ARGUMENT,

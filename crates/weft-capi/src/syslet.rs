@@ -1,8 +1,8 @@
 //! Syslets for C: `include/weft/syslet.h`, over [`weft_runtime::syslet`].
 //!
 //! A `weft_syslet_ctx *` is a boxed [`Context`] (a completion ring and the syslets in
-//! flight). C programs write the atoms themselves (`struct syslet_uatom`, the seed's
-//! layout: [`SysletUatom`]) and own them and everything they point to; submitting one
+//! flight). C programs write the atoms themselves (`struct syslet_uatom`, the layout of
+//! the original Linux syslet patches: [`SysletUatom`]) and own them and everything they point to; submitting one
 //! is [`Context::exec_raw`]. The executor already turns bad pointers into `-EFAULT`
 //! results, so nothing here has to trust the atoms, except `weft_syslet_validate`,
 //! which walks them before anything runs and reads each one with `process_vm_readv`
@@ -10,7 +10,7 @@
 //!
 //! Entry points that may park (`async_exec` and `weft_syslet_exec` with a
 //! `SYSLET_SYNC` atom on a green thread, `async_wait`) run under
-//! [`guard`]: the runtime's shutdown unwind becomes `WEFT_ERR_SHUTDOWN`, a panic
+//! the internal `guard` of [`runtime`](crate::runtime): the runtime's shutdown unwind becomes `WEFT_ERR_SHUTDOWN`, a panic
 //! `WEFT_ERR_INTERNAL`. The others cannot park and only catch panics.
 //!
 //! Completions are taken with [`Context::take`], not [`Context::pop`]: `take` also
@@ -149,7 +149,7 @@ unsafe fn exec(ctx: *mut WeftSysletCtx, first: *mut SysletUatom) -> Result<RawOu
     Ok(r)
 }
 
-/// The seed's `sys_async_exec`: runs the syslet at `first`; returns its final atom when
+/// The original syslets' `sys_async_exec`: runs the syslet at `first`; returns its final atom when
 /// it finished inline (`*handle` = 0, result in `weft_syslet_last_ret()`), or NULL when
 /// it went asynchronous (`*handle` = its handle) or on error (`*handle` = 0, the code as
 /// `GetLastError`).
@@ -229,7 +229,7 @@ pub extern "C" fn weft_syslet_last_ret() -> i64 {
     LAST_RET.try_with(Cell::get).unwrap_or(0)
 }
 
-/// The seed's `sys_async_wait`: waits until at least `min_completions` completions are
+/// The original syslets' `sys_async_wait`: waits until at least `min_completions` completions are
 /// in the ring of `ctx`, or `timeout_ns` passes (-1: no limit; 0: do not wait); returns
 /// how many are there, or -1 with the error as `GetLastError`.
 ///
