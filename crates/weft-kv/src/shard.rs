@@ -8,7 +8,7 @@
 //! writer has reported that LSN written (and fsynced, under `fsync always`). A command
 //! that logged nothing waits only for the records of what it read (`Shard::run`).
 
-use crate::commands::{self, Command, Ctx, Exec, ShardFn};
+use crate::commands::{Ctx, ShardFn};
 use crate::keyspace::Keyspace;
 use crate::resp::Reply;
 
@@ -107,22 +107,9 @@ impl Shard {
     }
 }
 
-/// The function a [`Command`] of kind Shard or Split runs on a shard.
-pub fn shard_fn(cmd: &Command) -> Option<ShardFn> {
-    match cmd.exec {
-        Exec::Shard(f) | Exec::Split(f, _) => Some(f),
-        Exec::Server => None,
-    }
-}
-
 /// The time in Unix milliseconds.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Whether `cmd` may grow memory (refused over the limit).
-pub fn denies_oom(cmd: &Command) -> bool {
-    cmd.flags & commands::flags::DENYOOM != 0
 }

@@ -132,24 +132,24 @@ fn expire_generic(
     Reply::Int(1)
 }
 
-/// EXPIRE key seconds [NX|XX|GT|LT]: see [`expire_generic`].
+/// EXPIRE key seconds [NX|XX|GT|LT]: see `expire_generic`.
 pub fn expire(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let now = ctx.now_ms as i64;
     expire_generic(ks, args, ctx, now, true)
 }
 
-/// PEXPIRE key milliseconds [NX|XX|GT|LT]: see [`expire_generic`].
+/// PEXPIRE key milliseconds [NX|XX|GT|LT]: see `expire_generic`.
 pub fn pexpire(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let now = ctx.now_ms as i64;
     expire_generic(ks, args, ctx, now, false)
 }
 
-/// EXPIREAT key unix-seconds [NX|XX|GT|LT]: see [`expire_generic`].
+/// EXPIREAT key unix-seconds [NX|XX|GT|LT]: see `expire_generic`.
 pub fn expireat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     expire_generic(ks, args, ctx, 0, true)
 }
 
-/// PEXPIREAT key unix-ms [NX|XX|GT|LT]: see [`expire_generic`].
+/// PEXPIREAT key unix-ms [NX|XX|GT|LT]: see `expire_generic`.
 pub fn pexpireat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     expire_generic(ks, args, ctx, 0, false)
 }

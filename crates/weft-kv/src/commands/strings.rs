@@ -132,7 +132,7 @@ fn expire_at(args: &[&[u8]], arg: &[u8], secs: bool, abs: bool, now_ms: u64) -> 
     }
 }
 
-/// SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL].
+/// SET key value [NX|XX] \[GET\] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL].
 ///
 /// - Without KEEPTTL the key's old expiry is dropped; with EX/PX/EXAT/PXAT the new
 ///   one is set (a time already passed removes the key, answering as if set).
@@ -325,17 +325,17 @@ fn incr_by(ks: &mut Keyspace, key: &[u8], by: i64, ctx: &mut Ctx<'_>) -> Reply {
     Reply::Int(new)
 }
 
-/// INCR key: see [`incr_by`].
+/// INCR key: see `incr_by`.
 pub fn incr(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     incr_by(ks, args[1], 1, ctx)
 }
 
-/// DECR key: see [`incr_by`].
+/// DECR key: see `incr_by`.
 pub fn decr(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     incr_by(ks, args[1], -1, ctx)
 }
 
-/// INCRBY key increment: see [`incr_by`]; a bad increment is `ERR value is not an
+/// INCRBY key increment: see `incr_by`; a bad increment is `ERR value is not an
 /// integer or out of range`.
 pub fn incrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     match arg_i64(args[2]) {
@@ -344,7 +344,7 @@ pub fn incrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     }
 }
 
-/// DECRBY key decrement: see [`incr_by`]; a decrement of i64::MIN cannot be negated:
+/// DECRBY key decrement: see `incr_by`; a decrement of i64::MIN cannot be negated:
 /// `ERR decrement would overflow` (Redis 7.0's words).
 pub fn decrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     match arg_i64(args[2]) {

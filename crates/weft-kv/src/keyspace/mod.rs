@@ -3,7 +3,7 @@
 //! # Structure
 //! Every key is ordered by a 56-bit keyed hash (SipHash with a per-process random key,
 //! std's `RandomState`: an attacker who picks keys cannot aim them at one place).
-//! - The index ([`index`]) maps hashes to entries and keeps them **in hash order**: an
+//! - The index (`index.rs`) maps hashes to entries and keeps them **in hash order**: an
 //!   open-addressing table with linear probing whose home slot is the hash's top bits
 //!   and whose clusters are kept sorted by hash, grown by doubling a few slots per
 //!   insert or removal. A lookup reads its home slot and the few after it (one or two
@@ -332,7 +332,8 @@ impl Keyspace {
 
     /// Sets `key` to `value` expiring at `expire_at_ms` (or never), replacing any
     /// previous value and expiry. An expiry already passed is stored (a time of 0 as 1,
-    /// see [`expiry`]; the key then behaves as absent); commands remove the key instead.
+    /// see the private `expiry` helper; the key then behaves as absent); commands remove
+    /// the key instead.
     pub fn set(&mut self, key: &[u8], value: &[u8], expire_at_ms: Option<u64>) {
         let h = self.hash(key);
         let expire = expiry(expire_at_ms);

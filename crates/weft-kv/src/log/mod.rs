@@ -17,7 +17,7 @@
 //! - [`DataDir`] (dir.rs): the directory, its `LOCK` (an exclusive flock: one process
 //!   at a time), its manifest `weft-kv.meta` (format version and the shard count, fixed
 //!   at creation so the key-to-shard mapping never changes), the log paths.
-//! - [`recover`] (recover.rs): replays a log at start-up. The first frame that does not
+//! - [`recover()`] (recover.rs): replays a log at start-up. The first frame that does not
 //!   decode ends the good part; if no valid frame follows anywhere after it, it is a
 //!   **torn tail** and the file is cut there (and fsynced) and reported; if one does,
 //!   it is **corruption in the middle**: [`RecoverError::Corrupt`] names file, offset

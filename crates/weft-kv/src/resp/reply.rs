@@ -43,8 +43,8 @@ pub enum Reply {
     Double(f64),
     /// `#t` / `#f` in RESP3; the integer 1 / 0 in RESP2.
     Bool(bool),
-    /// Already encoded into the connection's output buffer by the command itself
-    /// ([`crate::commands::Ctx::bulk`]): encodes to nothing.
+    /// Already encoded into the connection's output buffer by the command itself (GET
+    /// writes its value straight there): encodes to nothing.
     Written,
     /// `=n\r\ntxt:...` in RESP3 (the format is three characters, e.g. `txt`); a bulk
     /// string in RESP2.

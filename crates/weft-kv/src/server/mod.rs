@@ -16,10 +16,10 @@
 //! Shut-down (SHUTDOWN, SIGTERM, SIGINT): every log written and fsynced, the Unix
 //! socket removed, exit.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod config;
-pub mod conn;
-pub mod shards;
+pub(crate) mod conn;
+pub(crate) mod shards;
 
 pub use config::{Config, Fsync};
 
@@ -33,7 +33,7 @@ use std::time::Instant;
 use weft_runtime::{Runtime, ThreadBuilder};
 
 /// The settings CONFIG SET may change while the server runs.
-pub struct Settings {
+pub(crate) struct Settings {
     fsync: AtomicU8,
     maxmemory: AtomicU64,
     maxclients: AtomicUsize,
@@ -148,7 +148,7 @@ impl Settings {
 }
 
 /// A size: a number with an optional k, kb, m, mb, g, gb suffix (as Redis's config).
-pub fn parse_size(s: &str) -> Option<u64> {
+pub(crate) fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim().to_ascii_lowercase();
     let (num, mul) = [
         ("gb", 1u64 << 30),
@@ -166,7 +166,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
 }
 
 /// The running server: its configuration, shards and counters.
-pub struct Server {
+pub(crate) struct Server {
     /// The configuration it started with.
     pub config: Config,
     /// What CONFIG SET may change.
