@@ -1,12 +1,17 @@
 //! weft: lightweight concurrency for Linux.
 //!
-//! This crate is the one to depend on. It gathers weft's parts, each behind a feature:
+//! This crate is the one to depend on. It gathers weft's parts, each behind a feature.
+//!
+//! # Features
 //!
 //! | feature | module | what |
 //! |---|---|---|
 //! | `fibers` (default) | [`fiber`] | fibers with the Windows Fibers API ([`fiber::win`]) and a Rust API ([`fiber::Fiber`]), fiber-local storage, per-fiber statistics, and reading another process's fibers ([`fiber::introspect`]) |
-//! | `runtime` | `runtime` | green threads over one pinned worker per CPU (`runtime::Runtime`, `runtime::spawn`), locks and channels that park only the green thread, files and sockets on io_uring, synchronous IPC (`runtime::ipc`) and syslets (`runtime::syslet`) |
-//! | `kv` | `kv` | the weft-kv store embedded in a program (`kv::Store`), on the same files as the `weft kv serve` daemon, and a client for that daemon (`kv::Client`) |
+//! | `runtime` | [`runtime`] | green threads over one pinned worker per CPU ([`runtime::Runtime`], [`runtime::spawn`]), locks and channels that park only the green thread, files and sockets on io_uring, synchronous IPC ([`runtime::ipc`]) and syslets ([`runtime::syslet`]) |
+//! | `kv` | [`kv`] | the weft-kv store embedded in a program ([`kv::Store`]), on the same files as the `weft kv serve` daemon, and a client for that daemon ([`kv::Client`]) |
+//!
+//! Links to a part whose feature was off when these docs were built lead back to this
+//! table; `cargo doc -p weft --all-features` documents every part.
 //!
 //! ```toml
 //! [dependencies]
@@ -19,15 +24,15 @@
 //!   `libweft` (the README says how); from Rust, [`fiber::win`] has the same functions
 //!   with the same names and error codes. [`fiber::Fiber`] is the safe Rust form: a
 //!   panic inside a fiber comes back as an error from the switch that ran it.
-//! - **Writing a server with many connections**: build a `runtime::Runtime`, and
-//!   write plain blocking-style code on green threads: `runtime::net::TcpStream`'s
+//! - **Writing a server with many connections**: build a [`runtime::Runtime`], and
+//!   write plain blocking-style code on green threads: [`runtime::net::TcpStream`]'s
 //!   reads park only the green thread, not the worker.
-//! - **Talking between green threads**: `runtime::chan` for queues;
-//!   `runtime::ipc` for synchronous request and reply, the partner on the same
+//! - **Talking between green threads**: [`runtime::chan`] for queues;
+//!   [`runtime::ipc`] for synchronous request and reply, the partner on the same
 //!   worker or on another.
-//! - **Many system calls at once without threads**: `runtime::syslet`.
+//! - **Many system calls at once without threads**: [`runtime::syslet`].
 //! - **A store shared by processes**: run `weft kv serve` and use any Redis client, or
-//!   embed `kv::Store` in one process.
+//!   embed [`kv::Store`] in one process.
 //!
 //! # Environment
 //!
@@ -38,7 +43,24 @@
 //!
 //! The guides in the repository's `docs/` say how each part is built and what it
 //! promises.
-
+#![cfg_attr(
+    not(feature = "runtime"),
+    doc = "",
+    doc = "[`runtime`]: #features",
+    doc = "[`runtime::Runtime`]: #features",
+    doc = "[`runtime::spawn`]: #features",
+    doc = "[`runtime::ipc`]: #features",
+    doc = "[`runtime::syslet`]: #features",
+    doc = "[`runtime::net::TcpStream`]: #features",
+    doc = "[`runtime::chan`]: #features"
+)]
+#![cfg_attr(
+    not(feature = "kv"),
+    doc = "",
+    doc = "[`kv`]: #features",
+    doc = "[`kv::Store`]: #features",
+    doc = "[`kv::Client`]: #features"
+)]
 #![warn(missing_docs)]
 
 pub use weft_fiber as fiber;
@@ -47,7 +69,9 @@ pub use weft_fiber as fiber;
 pub use weft_runtime as runtime;
 
 /// The weft-kv store embedded in a program: the same files, durability and commands as
-/// the `weft kv serve` daemon, in one process.
+/// the `weft kv serve` daemon, in one process ([`Store`](kv::Store)), and a blocking
+/// client for that daemon ([`Client`](kv::Client)). [`Fsync`](kv::Fsync) says when writes
+/// reach the disk; both answer commands with a [`Reply`](kv::Reply).
 ///
 /// ```
 /// # fn main() -> std::io::Result<()> {
@@ -62,10 +86,7 @@ pub use weft_runtime as runtime;
 /// ```
 #[cfg(feature = "kv")]
 pub mod kv {
-    pub use weft_kv::client::{Addr, Client};
-    pub use weft_kv::resp::Reply;
-    pub use weft_kv::server::Fsync;
-    pub use weft_kv::store::{SetOutcome, Store};
+    pub use weft_kv::{Addr, Client, Fsync, Reply, SetOutcome, Store};
 }
 
 // The Rust snippets of the README and of docs/runtime.md and ipc.md, compiled and run as
