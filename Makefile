@@ -6,7 +6,8 @@
 #   make test                       every test: the workspace (Rust and C), the loom
 #                                   models, weft-kv's client suite (pytest), the fiber
 #                                   core on aarch64 under qemu when the cross toolchain
-#                                   is installed; ends with "total: N passed, N failed,
+#                                   is installed, and the API docs building without a
+#                                   warning; ends with "total: N passed, N failed,
 #                                   N skipped" and fails if any test failed
 # make install puts weft in $(PREFIX)/bin, libweft.so and libweft.a in $(PREFIX)/lib,
 # the headers in $(PREFIX)/include/weft and weft.pc in $(PREFIX)/lib/pkgconfig.
@@ -49,7 +50,7 @@ uninstall:
 	-rmdir $(INCDIR) 2>/dev/null
 
 # Every test, to the end whatever fails, with one summary line (tests/run-all says
-# what each phase runs). WEFT_TEST_PHASES="rust loom pytest aarch64" picks phases.
+# what each phase runs). WEFT_TEST_PHASES="rust loom pytest aarch64 docs" picks phases.
 test:
 	@CARGO="$(CARGO)" bash tests/run-all
 
