@@ -3,10 +3,11 @@
  *
  * A syslet is a small program of system calls ("atoms") with stop
  * conditions, branches and loops, submitted with one call.  It runs at once
- * on the caller's thread as long as no atom would block (the seed's "cached"
- * case: the final atom comes straight back); when one would, the rest moves
- * to a "cachemiss" thread and the call returns; the completion later arrives
- * in the context's ring, which the program drains without a system call.
+ * on the caller's thread as long as no atom would block (the kernel
+ * syslets' "cached" case: the final atom comes straight back); when one
+ * would, the rest moves to a "cachemiss" thread and the call returns; the
+ * completion later arrives in the context's ring, which the program drains
+ * without a system call.
  * This is Ingo Molnar's 2007 design (sys_async_exec, sys_async_wait,
  * sys_umem_add) done in user space by weft; the C face of the Rust module
  * weft_runtime::syslet (docs/syslets.md has the details).
@@ -38,8 +39,8 @@
  *     }                                          // else: ended at `end`
  *     weft_syslet_ctx_free(ctx);
  *
- * Atoms and how a syslet runs (the seed's rules)
- * -----------------------------------------------
+ * Atoms and how a syslet runs (the kernel syslets' rules)
+ * -------------------------------------------------------
  *   - Arguments are pointers to values, read when the atom runs.  An atom's
  *     ret_ptr and a later atom's arg_ptr[i] may point to the same variable:
  *     that is how a result feeds a later argument.  The arguments end at the
@@ -153,7 +154,7 @@ extern "C" {
  * asynchronous there, or its completion has been popped). */
 #define WEFT_ERR_SYSLET_NOT_IN_FLIGHT 0x20000208u
 
-/* ---- The atom (the seed's struct syslet_uatom) ---------------------------- */
+/* ---- The atom (the kernel syslets' struct syslet_uatom) ------------------ */
 
 /* One system call of a syslet: 88 bytes, the layout of the Rust
  * weft_runtime::syslet::SysletUatom. */
@@ -201,7 +202,8 @@ typedef char weft_syslet_check_uatom_args[offsetof(struct syslet_uatom, arg_ptr)
     (SYSLET_ASYNC | SYSLET_SYNC | SYSLET_NO_COMPLETE | SYSLET_STOP_MASK |     \
      SYSLET_SKIP_TO_NEXT_ON_STOP)
 
-/* weft's sys_umem_add(ptr, val) (the seed's): outside Linux's numbers. */
+/* weft's sys_umem_add(ptr, val) (as in the kernel syslets): outside Linux's
+ * numbers. */
 #define SYS_UMEM_ADD 0x100000UL
 
 /* ---- Contexts ---------------------------------------------------------------- */
@@ -231,7 +233,8 @@ struct weft_syslet_completion {
     uint64_t handle;           /* its handle; 0 if it finished inline */
 };
 
-/* The seed's sys_async_exec: runs the syslet whose first atom is `first`.
+/* The kernel syslets' sys_async_exec: runs the syslet whose first atom is
+ * `first`.
  *   - It finished inline: returns its final atom, sets *handle to 0; the
  *     result is in the atom's *ret_ptr (if any) and weft_syslet_last_ret().
  *   - It went asynchronous: returns NULL and sets *handle to its handle
@@ -260,7 +263,7 @@ int64_t weft_syslet_last_ret(void);
 /* No time limit, for async_wait(). */
 #define WEFT_SYSLET_TIMEOUT_NEVER ((int64_t)-1)
 
-/* The seed's sys_async_wait: waits until at least min_completions
+/* The kernel syslets' sys_async_wait: waits until at least min_completions
  * completions are in the ring, or timeout_ns nanoseconds pass (-1: no limit;
  * 0: do not wait).  Returns how many completions are in the ring (fewer than
  * min_completions if the timeout passed), or -1 on error:

@@ -340,7 +340,7 @@ pub(crate) unsafe fn switch_to_owned(to: *mut FiberRecord) -> Result<*mut FiberR
 /// from the return-stack buffer, whose top is always the *other* side's call site
 /// there, so it would mispredict at every switch; the indirect jump's predictor learns
 /// the alternation (two fibers' round trip: 54 ns through `ret`, 29 ns through the
-/// jump, on the machine of docs/benchmarks.md, stop 16).
+/// jump, on a 2-CPU x86_64 VM; docs/benchmarks.md has the record).
 ///
 /// # Safety
 /// As [`switch_to_owned`].

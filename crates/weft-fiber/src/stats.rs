@@ -1,4 +1,4 @@
-//! Per-fiber statistics: the fields the seed's `/proc/<pid>/fibers/<id>` shows, kept for
+//! Per-fiber statistics: the fields `weft fs` shows in `<pid>/fibers/<id>`, kept for
 //! every fiber from its creation. The switch updates them (see `fiber.rs`); this module
 //! reads them into a snapshot. A snapshot taken while the fiber runs elsewhere is
 //! approximate (fields are read one by one), never torn within a field.

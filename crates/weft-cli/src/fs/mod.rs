@@ -1,9 +1,9 @@
-//! `weft fs mount DIR` and `weft fs umount DIR`: the seed's `/proc/<pid>/fibers`
-//! as a FUSE filesystem.
+//! `weft fs mount DIR` and `weft fs umount DIR`: a `/proc/<pid>/fibers` view of
+//! every weft process, as a FUSE filesystem.
 //!
 //! A user-space library cannot add to `/proc`, so weft serves the same view
-//! from a FUSE mount: `DIR/<pid>/fibers/<id>` is a text file with the seed's
-//! fields (whether the fiber is running, its entry point, the thread that
+//! from a FUSE mount: `DIR/<pid>/fibers/<id>` is a text file with the
+//! fiber's fields (whether the fiber is running, its entry point, the thread that
 //! created it, its successful and failed activations and its total execution
 //! time), read from the process's registry ([`weft_fiber::introspect`]) when
 //! it is looked up, listed or opened. The tree and the text are in [`tree`].

@@ -46,7 +46,7 @@
 //! - **Atomic send-to-receive.** A `call` is receiving from its server from the moment
 //!   its message is delivered, before the server can run, so a server's reply with
 //!   timeout zero (which [`reply_and_wait`] uses) always finds its caller waiting, on
-//!   one worker or across workers (seed 003, section 11.3.4).
+//!   one worker or across workers (as in Fiasco's multiprocessor IPC).
 //! - **Errors** ([`IpcError`]): timed out, cancelled ([`cancel`]), partner dead (a
 //!   sender or caller waiting on a thread that exits is woken with it), not a green
 //!   thread, invalid partner (itself, or another runtime's). The error says at which
@@ -977,7 +977,7 @@ pub fn reply_and_wait(
 }
 
 /// Cancels the IPC operation `tid` is blocked in, if any: it fails with
-/// [`ErrorKind::Cancelled`] (the seed's `lthread_ex_regs`). Works from any green
+/// [`ErrorKind::Cancelled`] (L4's `lthread_ex_regs`). Works from any green
 /// thread or OS thread; returns at once.
 pub fn cancel(tid: &Tid) {
     let w = worker::current();

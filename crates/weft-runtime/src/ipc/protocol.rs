@@ -1,7 +1,8 @@
 //! The rendezvous protocol of synchronous IPC: each thread's IPC state, the requests
 //! workers send each other, and the handlers that run them.
 //!
-//! This is seed 003's cross-processor IPC path (sections 11.3 and 12.3) with green
+//! This is the cross-processor IPC path of the Fiasco microkernel's multiprocessor
+//! design (Sven Schneider, TU Chemnitz, 2006, sections 11.3 and 12.3) with green
 //! threads for kernel threads and workers for processors. The module knows nothing of
 //! the runtime: it is driven through [`Env`] (which worker am I, post a request to a
 //! worker, wake a thread), so the loom model (`tests/loom_ipc.rs`) runs this very code
@@ -17,8 +18,8 @@
 //! owner through a [`Req`] in the message boxes, and the owner handles requests one at
 //! a time, between its green threads' steps.
 //!
-//! One exception, as in the seed ("the receiver can read the register message of the
-//! sender"): while a thread's send is in flight, the worker of its partner reads the
+//! One exception, as in Fiasco, where a receiver may read its sender's register
+//! message: while a thread's send is in flight, the worker of its partner reads the
 //! sender's `out` part (the message, and whether the send is a call) and takes the
 //! message from it. (A request from another worker usually carries a copy of what the
 //! partner's worker needs, `SendCopy`, and then `out` is not read at all.) The sender
@@ -33,7 +34,7 @@
 //! | `Send`      | receiver's worker | deliver if the receiver waits for `who`; else refuse (timeout zero) or queue `who` |
 //! | `Cancel`    | receiver's worker | take `who` out of the queue if it is still there: answers `Removed` or `Missed` |
 //! | `Watch`     | partner's worker  | note that `who` receives from the partner (answered by `Gone` if it is dead) |
-//! | `Abort`     | `who`'s worker    | cancel `who`'s operation (the seed's `lthread_ex_regs`) |
+//! | `Abort`     | `who`'s worker    | cancel `who`'s operation (L4's `lthread_ex_regs`) |
 //! | `Delivered`, `Refused`, `Dead` | sender's worker | the outcome of a send |
 //! | `Gone`      | receiver's worker | the partner `who` receives from has exited        |
 //! | `Removed`, `Missed` | sender's worker | the answer to `Cancel`                     |
@@ -53,7 +54,7 @@
 //!   delivery is not acknowledged (below), so for a call a `Missed` with no answer
 //!   before it *means* delivered: the call fails at its receive stage. Delivered
 //!   exactly once, or failed, never both.
-//! - **The atomic transition from send to receive** (seed 11.3.4). A call is receiving
+//! - **The atomic transition from send to receive** (Fiasco's design, 11.3.4). A call is receiving
 //!   from its server from the moment its request is delivered. Its delivery is not
 //!   even acknowledged (one message less per call across workers): the server learns
 //!   the call's number at delivery, and its next send to the caller names it

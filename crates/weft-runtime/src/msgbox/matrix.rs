@@ -18,8 +18,8 @@
 //! sender's own overflow list for that destination (in order, behind nothing newer) and
 //! moves into the box on the sender's next send, poll or wait. A worker holding overflow
 //! sleeps at most [`ROOM_RETRY`] at a time, so it retries while it keeps serving its own
-//! boxes, as the seed's processors keep serving incoming requests while they wait on
-//! their own: two workers filling each other's boxes cannot deadlock.
+//! boxes, as the processors of Fiasco's multiprocessor IPC keep serving incoming
+//! requests while they wait on their own: two workers filling each other's boxes cannot deadlock.
 
 use super::park::{Doorbell, CLASSES, CLASS_BITS, STICKY_POLLS, WOKEN};
 use super::spsc::Spsc;

@@ -1,6 +1,6 @@
 //! Message boxes: how workers talk to each other (the only way they do).
 //!
-//! Seed 003's multiprocessor Fiasco gives every ordered pair of processors a message box
+//! The multiprocessor design of the Fiasco microkernel gives every ordered pair of processors a message box
 //! and handles every cross-processor operation as a request in one. weft's workers do
 //! the same: waking a green thread owned by another worker, `spawn_on`, and later the
 //! cross-worker IPC requests all travel through the matrix built by [`matrix`].

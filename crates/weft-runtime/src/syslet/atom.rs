@@ -1,4 +1,4 @@
-//! The syslet ABI: the atom as the seed defined it, and its flags.
+//! The syslet ABI: the atom as the kernel syslets defined it, and its flags.
 //!
 //! ```c
 //! struct syslet_uatom {
@@ -14,9 +14,9 @@
 //! Arguments are pointers to values, read when the atom runs: one atom's `ret_ptr`
 //! and a later atom's `arg_ptr[i]` can point to the same variable, so a result feeds
 //! a later argument (an `open`'s descriptor into a `read`). Arguments after the first
-//! NULL pointer are 0, as in the seed's `copy_uatom`.
+//! NULL pointer are 0, as in the kernel syslets' `copy_uatom`.
 //!
-//! ## How a syslet runs (the seed's rules)
+//! ## How a syslet runs (the kernel syslets' rules)
 //!
 //! After an atom runs, its result is stored at `ret_ptr` (if not NULL) and checked
 //! against the atom's stop conditions. If one holds, the syslet **stops** there and that
@@ -28,7 +28,7 @@
 
 use core::ffi::c_void;
 
-/// One system call of a syslet (the seed's `struct syslet_uatom`, same layout).
+/// One system call of a syslet (the kernel syslets' `struct syslet_uatom`, same layout).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct SysletUatom {
@@ -123,7 +123,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layout_is_the_seeds() {
+    fn layout_is_the_kernel_syslets() {
         assert_eq!(core::mem::size_of::<SysletUatom>(), 8 * 11);
         assert_eq!(core::mem::offset_of!(SysletUatom, arg_ptr), 32);
         assert_eq!(core::mem::offset_of!(SysletUatom, private), 80);

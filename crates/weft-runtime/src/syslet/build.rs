@@ -214,7 +214,7 @@ impl Builder {
     }
 
     /// Appends `umem_add(&counter, delta)`: adds the value of `delta` to `counter` and
-    /// returns the new value (the seed's `sys_umem_add`; with a delta of 0, reads it).
+    /// returns the new value (the kernel syslets' `sys_umem_add`; with a delta of 0, reads it).
     pub fn umem_add(&mut self, counter: Var, delta: Var) -> AtomId {
         let p = self.var();
         self.addr_of.push((p, counter));

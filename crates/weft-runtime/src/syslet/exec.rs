@@ -1,7 +1,7 @@
 //! The executor: runs a syslet's atoms inline while they do not block, and hands the
 //! rest to a cachemiss thread when one would.
 //!
-//! This is the seed's opportunistic path, done in user space. The kernel's syslets ran
+//! This is the kernel syslets' opportunistic path, done in user space. The kernel's syslets ran
 //! an atom and switched the user context to a "cachemiss" thread only if the atom hit
 //! `schedule()`. User space cannot see that happen, so each atom is tried in a form
 //! that fails instead of blocking (`sys::try_nowait`: `openat2` with `RESOLVE_CACHED`,
@@ -396,7 +396,7 @@ pub(crate) unsafe fn offload(
 }
 
 /// Ends a syslet that went asynchronous at `atom` with `ret`: posts its completion, or,
-/// for a NO_COMPLETE ending, posts nothing (the seed's rule) and forgets the job.
+/// for a NO_COMPLETE ending, posts nothing (as the kernel syslets did) and forgets the job.
 pub(crate) fn finish(
     job: &Job,
     ring: &Ring,

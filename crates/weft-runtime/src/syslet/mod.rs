@@ -1,7 +1,7 @@
 //! Syslets: programs of system calls, submitted with one call, run asynchronously,
-//! with completions in a ring (Ingo Molnar's 2007 design, seed 001).
+//! with completions in a ring (after Ingo Molnar's 2007 kernel syslets).
 //!
-//! A syslet is a chain of **atoms** ([`SysletUatom`], the seed's layout), each one
+//! A syslet is a chain of **atoms** ([`SysletUatom`], the kernel syslets' layout), each one
 //! system call whose arguments are pointers to values, with stop conditions, branches
 //! ("skip to the linearly next atom on stop") and loops (`next` pointing back). Write
 //! one with the [`Builder`] (which owns everything the atoms point to and checks the
@@ -10,7 +10,7 @@
 //! ```
 //! use weft_runtime::syslet::{Builder, Context, Outcome, SYSLET_STOP_ON_NON_POSITIVE};
 //!
-//! // Count down from 3 with umem_add, in a loop: the seed's loop construct.
+//! // Count down from 3 with umem_add, in a loop (`next` pointing back).
 //! let mut b = Builder::new();
 //! let (counter, minus_one) = (b.value(3), b.value(-1));
 //! let step = b.umem_add(counter, minus_one);
@@ -26,7 +26,8 @@
 //! ## Running: inline when it will not block, else a cachemiss thread
 //!
 //! [`Context::exec`] runs the atoms at once on the caller's thread as long as each can
-//! complete without blocking (the seed's opportunistic path: its "cached" case) and
+//! complete without blocking (the kernel syslets' opportunistic path: their "cached"
+//! case) and
 //! returns [`Outcome::Done`] with the final atom's result: nothing goes to the ring.
 //! When an atom would block, the rest of the syslet moves to a **cachemiss thread** and
 //! `exec` returns [`Outcome::Async`]; the completion arrives in the context's ring,
@@ -66,7 +67,7 @@ pub use ring::Completion;
 #[doc(hidden)]
 pub use uring::{engine_available, engine_stats, EngineStats};
 
-/// weft's `sys_umem_add(ptr, val)` (the seed's): adds `val` to the 64-bit value at
+/// weft's `sys_umem_add(ptr, val)` (as in the kernel syslets): adds `val` to the 64-bit value at
 /// `ptr` and returns the new value; with `val` 0 it reads it.
 pub const SYS_UMEM_ADD: u64 = sys::SYS_UMEM_ADD;
 

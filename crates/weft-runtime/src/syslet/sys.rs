@@ -45,14 +45,14 @@
 //!   which gets the same `EAGAIN`: the right result, later.
 //!
 //! Results are the kernel's: `>= 0`, or `-errno`. [`SYS_UMEM_ADD`] is weft's own call
-//! (the seed's `sys_umem_add`), run through `fault.rs` so a bad pointer is `-EFAULT`.
+//! (the kernel syslets' `sys_umem_add`), run through `fault.rs` so a bad pointer is `-EFAULT`.
 
 use super::fault;
 
-/// weft's own pseudo system call: `sys_umem_add(ptr, val)` from the seed: `*ptr += val`
+/// weft's own pseudo system call: `sys_umem_add(ptr, val)` of the kernel syslets: `*ptr += val`
 /// (atomically), returns the new value. Outside Linux's numbers.
 ///
-/// The result is the new value, which may be negative: like the seed's, it can be
+/// The result is the new value, which may be negative: as in the kernel syslets, it can be
 /// mistaken for `-errno` by a stop condition on negative results. A bad `ptr` gives
 /// `-EFAULT`, a misaligned one `-EINVAL`.
 pub(crate) const SYS_UMEM_ADD: u64 = 1 << 20;

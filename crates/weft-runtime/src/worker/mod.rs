@@ -817,8 +817,8 @@ unsafe fn switch_away_to(w: *mut Worker, requeue: bool, prefer: Option<Arc<Task>
 /// ([`SPIN_BEFORE_SLEEP`](crate::msgbox::SPIN_BEFORE_SLEEP)) from the parking thread
 /// itself. A wake-up that arrives meanwhile (the reply of a cross-worker ping-pong,
 /// typically) is served at once, and if it is for the parking thread itself, it simply
-/// returns: no switch at all. (Seed 003's processors keep serving incoming requests
-/// while they wait for their own.)
+/// returns: no switch at all. (Fiasco's multiprocessor IPC does the same: processors
+/// keep serving incoming requests while they wait for their own.)
 ///
 /// # Safety
 /// `w` is this thread's worker.
