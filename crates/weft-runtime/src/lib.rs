@@ -90,7 +90,7 @@ pub mod park_state;
 pub use task::state as park_state;
 
 #[cfg(not(feature = "loom"))]
-pub use runtime::{sleep, spawn, spawn_on, workers, Builder, Runtime, ThreadBuilder};
+pub use runtime::{set_name, sleep, spawn, spawn_on, workers, Builder, Runtime, ThreadBuilder};
 #[cfg(not(feature = "loom"))]
 pub use task::JoinHandle;
 #[cfg(not(feature = "loom"))]

@@ -458,7 +458,7 @@ impl ThreadBuilder {
     }
     /// A name for the thread, shown by `weft ps`, `weft top` and `weft fs` beside where
     /// it was spawned (default none). A name longer than 48 bytes is shown cut, ending
-    /// in `...`. The thread can rename itself with `weft_fiber::set_name`.
+    /// in `...`. The thread can rename itself with [`set_name`].
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
@@ -571,6 +571,13 @@ pub fn spawn_on<T: Send + 'static>(
     let s = current_shared();
     check_worker(&s, worker);
     spawn_in(&s, Some(worker), Location::caller(), f)
+}
+
+/// Names the calling green thread, as [`ThreadBuilder::name`] does, for `weft ps`,
+/// `weft top` and `weft fs`; `""` removes the name. Returns false outside a green
+/// thread (or fiber), where there is nothing to name.
+pub fn set_name(name: &str) -> bool {
+    weft_fiber::set_name(name).is_ok()
 }
 
 /// Number of workers of the caller's runtime (None outside one).

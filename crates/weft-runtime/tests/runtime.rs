@@ -638,6 +638,7 @@ fn green_threads_show_their_name_and_spawn_site() {
     let s2 = stop.clone();
     let block_on_line = line!() + 1;
     let (inner, me) = rt.block_on(move || {
+        assert!(weft_runtime::set_name("block-on"));
         let mut v = Vec::new();
         let line = line!() + 1;
         let h = spawn(parked(s2.clone()));
@@ -664,6 +665,8 @@ fn green_threads_show_their_name_and_spawn_site() {
     for (h, line, name) in inner {
         add(h, line, name);
     }
+    assert_eq!(me.name.as_deref(), Some("block-on"), "it named itself");
+    assert!(!weft_runtime::set_name("x"), "a plain thread has nothing to name");
     let at = me.spawned_at.as_ref().expect("block_on records its caller");
     assert_eq!(
         (at.file.as_str(), at.line),
