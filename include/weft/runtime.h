@@ -141,6 +141,15 @@ weft_thread *weft_spawn(weft_runtime *rt, weft_thread_fn fn, void *arg);
  * worker. */
 weft_thread *weft_spawn_on(weft_runtime *rt, unsigned int worker, weft_thread_fn fn, void *arg);
 
+/* As weft_spawn(), and names the thread `name` (UTF-8; NULL or "" for no
+ * name).  `weft ps PID`, `weft top PID` and `weft fs` show the name beside
+ * the thread's entry point (fn, as a symbol).  The name is copied: `name` may
+ * be freed once the call returns.  A name longer than 48 bytes is shown cut,
+ * ending in "...".  A thread can also name itself with
+ * weft_thread_set_name(), which works for threads from weft_spawn_on() and
+ * weft_runtime_run() too. */
+weft_thread *weft_spawn_named(weft_runtime *rt, const char *name, weft_thread_fn fn, void *arg);
+
 /* The thread's id: its IPC address (weft/ipc.h) and its fiber id as
  * `weft ps` shows it.  Never 0 for a valid handle (0 with
  * WEFT_ERR_INVALID_ARGUMENT if t is NULL).  Once asked for, the id stays
@@ -171,6 +180,13 @@ uint32_t weft_yield(void);
  * run meanwhile); from a plain OS thread, sleeps.  Errors: WEFT_ERR_SHUTDOWN
  * (it may then return early). */
 uint32_t weft_sleep_ns(uint64_t ns);
+
+/* Names the calling green thread `name` (UTF-8; NULL or "" removes the name),
+ * as weft_spawn_named() does; the name is copied.  Also names a fiber of
+ * weft/fibers.h (the one running).
+ * Errors: WEFT_ERR_NOT_GREEN_THREAD (the calling thread is neither a green
+ * thread nor a fiber). */
+uint32_t weft_thread_set_name(const char *name);
 
 #ifdef __cplusplus
 } /* extern "C" */

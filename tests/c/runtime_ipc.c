@@ -493,6 +493,9 @@ int main(void) {
     CHECK_ERR(weft_runtime_free(NULL) == WEFT_ERR_INVALID_ARGUMENT, WEFT_ERR_INVALID_ARGUMENT);
     CHECK_ERR(weft_runtime_workers(NULL) == 0, WEFT_ERR_INVALID_ARGUMENT);
     weft_thread_detach(NULL);
+    CHECK_ERR(weft_spawn_named(NULL, "n", nothing_fn, NULL) == NULL, WEFT_ERR_INVALID_ARGUMENT);
+    /* Naming needs a green thread (or fiber): this is a plain thread. */
+    CHECK_ERR(weft_thread_set_name("n") == WEFT_ERR_NOT_GREEN_THREAD, WEFT_ERR_NOT_GREEN_THREAD);
 
     rt = weft_runtime_new(2);
     CHECK(rt != NULL);
@@ -510,6 +513,9 @@ int main(void) {
     t = weft_spawn(rt, nothing_fn, NULL);
     CHECK(t != NULL);
     weft_thread_detach(t);
+    t = weft_spawn_named(rt, NULL, nothing_fn, (void *)0x78);
+    CHECK(t != NULL);
+    CHECK(join_result(t) == (void *)0x78);
 
     CHECK_EQ(weft_runtime_run(rt, green_main, &rt, &result), 0);
     CHECK(result == (void *)0x1234);

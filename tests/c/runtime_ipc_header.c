@@ -46,6 +46,7 @@ static const any_fn all_functions[] = {
     (any_fn)weft_ipc_self,         (any_fn)weft_ipc_send,        (any_fn)weft_ipc_receive,
     (any_fn)weft_ipc_call,         (any_fn)weft_ipc_reply_and_wait, (any_fn)weft_ipc_cancel,
     (any_fn)weft_ipc_error_stage,  (any_fn)GetLastError,         (any_fn)weft_error_message,
+    (any_fn)weft_spawn_named,      (any_fn)weft_thread_set_name,
 };
 
 int main(void) {

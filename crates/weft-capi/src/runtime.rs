@@ -24,9 +24,10 @@
 
 use crate::{
     set_error, DWORD, ERROR_NOT_ENOUGH_MEMORY, WEFT_ERR_INTERNAL, WEFT_ERR_INVALID_ARGUMENT,
-    WEFT_ERR_SHUTDOWN, WEFT_ERR_SYSTEM, WEFT_ERR_WRONG_THREAD,
+    WEFT_ERR_NOT_GREEN_THREAD, WEFT_ERR_SHUTDOWN, WEFT_ERR_SYSTEM, WEFT_ERR_WRONG_THREAD,
 };
-use core::ffi::{c_uint, c_void};
+use core::ffi::{c_char, c_uint, c_void};
+use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -213,7 +214,7 @@ pub unsafe extern "C" fn weft_runtime_run(
 ) -> DWORD {
     // SAFETY: per the contract (`rt`, `f` and `arg` as for weft_spawn, `result` as
     // for join).
-    let r = unsafe { spawn(rt, None, f, arg).and_then(|t| join(t, result)) };
+    let r = unsafe { spawn(rt, None, "", f, arg).and_then(|t| join(t, result)) };
     code(r)
 }
 
@@ -236,13 +237,14 @@ pub unsafe extern "C" fn weft_runtime_free(rt: *mut WeftRuntime) -> DWORD {
     code(catch_unwind(AssertUnwindSafe(move || drop(rt))).map_err(|_| WEFT_ERR_INTERNAL))
 }
 
-/// Spawns `f(arg)` in `rt`, on `worker` if given.
+/// Spawns `f(arg)` in `rt`, on `worker` if given, named `name` ("" for none).
 ///
 /// # Safety
 /// As `weft_spawn`.
 unsafe fn spawn(
     rt: *mut WeftRuntime,
     worker: Option<c_uint>,
+    name: &str,
     f: WeftThreadFn,
     arg: *mut c_void,
 ) -> Result<Box<WeftThread>, DWORD> {
@@ -255,21 +257,15 @@ unsafe fn spawn(
         Some(w) => Some(w as usize),
         None => None,
     };
+    // `weft ps` shows the C function as the thread's entry point.
+    let b = ThreadBuilder::new().name(name).foreign_entry(f as usize);
     // Spawning may yield (a preemption point), so it may see the shutdown unwind.
-    let handle = guarded(|| match worker {
-        None => ThreadBuilder::new()
-            .spawn_in(rt, move || body(f, arg))
-            .map_err(|_| ERROR_NOT_ENOUGH_MEMORY),
-        // Runtime::spawn_on has no fallible form: it panics when no stack can be
-        // mapped (the worker index was checked above). Say what it is.
-        Some(w) => {
-            catch_unwind(AssertUnwindSafe(|| rt.spawn_on(w, move || body(f, arg)))).map_err(|p| {
-                if p.is::<Shutdown>() {
-                    std::panic::resume_unwind(p)
-                }
-                ERROR_NOT_ENOUGH_MEMORY
-            })
+    let handle = guarded(|| {
+        match worker {
+            None => b.spawn_in(rt, move || body(f, arg)),
+            Some(w) => b.spawn_on_in(rt, w, move || body(f, arg)),
         }
+        .map_err(|_| ERROR_NOT_ENOUGH_MEMORY)
     })?;
     Ok(Box::new(WeftThread {
         handle,
@@ -308,8 +304,57 @@ pub unsafe extern "C" fn weft_spawn(
     arg: *mut c_void,
 ) -> *mut WeftThread {
     // SAFETY: per the contract.
-    let r = unsafe { spawn(rt, None, f, arg) };
+    let r = unsafe { spawn(rt, None, "", f, arg) };
     handle_or_null(r)
+}
+
+/// The text of a C string for a name: "" for NULL, invalid UTF-8 replaced.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+unsafe fn name_of<'a>(name: *const c_char) -> std::borrow::Cow<'a, str> {
+    if name.is_null() {
+        return "".into();
+    }
+    // SAFETY: a NUL-terminated string (the contract).
+    unsafe { CStr::from_ptr(name) }.to_string_lossy()
+}
+
+/// As `weft_spawn`, naming the thread `name` (NULL or "": no name) for `weft
+/// ps`, `weft top` and `weft fs`.
+///
+/// # Safety
+/// As `weft_spawn`; `name` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_spawn_named(
+    rt: *mut WeftRuntime,
+    name: *const c_char,
+    f: WeftThreadFn,
+    arg: *mut c_void,
+) -> *mut WeftThread {
+    // SAFETY: per the contract.
+    let r = catch_unwind(AssertUnwindSafe(|| unsafe {
+        spawn(rt, None, &name_of(name), f, arg)
+    }))
+    .unwrap_or(Err(WEFT_ERR_INTERNAL));
+    handle_or_null(r)
+}
+
+/// Names the calling green thread (or fiber) `name` (NULL or "": no name) for
+/// `weft ps`, `weft top` and `weft fs`. Returns 0, or
+/// `WEFT_ERR_NOT_GREEN_THREAD` from a thread that is not a fiber.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn weft_thread_set_name(name: *const c_char) -> DWORD {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: per the contract.
+        let name = unsafe { name_of(name) };
+        weft_fiber::set_name(&name).map_err(|_| WEFT_ERR_NOT_GREEN_THREAD)
+    }))
+    .unwrap_or(Err(WEFT_ERR_INTERNAL));
+    code(r)
 }
 
 /// As `weft_spawn`, on worker `worker`, where the thread stays.
@@ -324,7 +369,7 @@ pub unsafe extern "C" fn weft_spawn_on(
     arg: *mut c_void,
 ) -> *mut WeftThread {
     // SAFETY: per the contract.
-    let r = unsafe { spawn(rt, Some(worker), f, arg) };
+    let r = unsafe { spawn(rt, Some(worker), "", f, arg) };
     handle_or_null(r)
 }
 
