@@ -283,7 +283,8 @@ pub fn serve(config: Config) -> io::Result<()> {
                 unsafe { libc::sigwait(&set, &mut sig) };
                 eprintln!("weft-kv: signal {sig}: shutting down");
                 let s = server.clone();
-                rt.spawn(move || {
+                let b = ThreadBuilder::new().name("kv-shutdown");
+                let _ = b.spawn_in(&rt, move || {
                     if let Err(e) = s.shards.fsync_all() {
                         eprintln!("weft-kv: cannot write the logs before exiting: {e}");
                         std::process::exit(1);
@@ -295,6 +296,7 @@ pub fn serve(config: Config) -> io::Result<()> {
 
     let s = server.clone();
     rt.block_on(move || -> io::Result<()> {
+        weft_runtime::set_name("kv-main");
         s.shards.start(writers)?;
         let mut listeners = Vec::new();
         if let Some(path) = s.config.unix_socket.clone() {
@@ -307,7 +309,7 @@ pub fn serve(config: Config) -> io::Result<()> {
             })?;
             eprintln!("weft-kv: listening on tcp {addr}");
             let s2 = s.clone();
-            listeners.push(weft_runtime::spawn(move || loop {
+            listeners.push(spawn_named(format!("kv-listen tcp {addr}"), move || loop {
                 if let Ok((c, _)) = l.accept() {
                     let _ = c.set_nodelay(true);
                     accept(&s2, c);
@@ -348,11 +350,24 @@ fn bind_unix(path: &std::path::Path, s: Arc<Server>) -> io::Result<weft_runtime:
     })?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     eprintln!("weft-kv: listening on unix {}", path.display());
-    Ok(weft_runtime::spawn(move || loop {
+    Ok(spawn_named("kv-listen unix".into(), move || loop {
         if let Ok(c) = l.accept() {
             accept(&s, c);
         }
     }))
+}
+
+/// Spawns `f` as a green thread named `name`, as `weft ps` shows it (as
+/// `weft_runtime::spawn` does, which panics when no stack can be made).
+#[track_caller]
+fn spawn_named<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> weft_runtime::JoinHandle<T> {
+    ThreadBuilder::new()
+        .name(name)
+        .spawn(f)
+        .unwrap_or_else(|e| panic!("weft-kv: cannot create a green thread: {e}"))
 }
 
 /// Takes a new connection: refused when the server is full, else served by a green
@@ -372,6 +387,7 @@ where
     let worker = (id as usize) % s.workers;
     let s2 = s.clone();
     let spawned = ThreadBuilder::new()
+        .name(format!("kv-conn {id}"))
         .preemptible(false)
         .spawn_on(worker, move || conn::serve(s2, stream, id));
     if spawned.is_err() {

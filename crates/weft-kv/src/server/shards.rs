@@ -196,11 +196,13 @@ impl Shards {
         for (s, writer) in writers.into_iter().enumerate() {
             let me = self.clone();
             let h = ThreadBuilder::new()
+                .name(format!("kv-shard {s}"))
                 .preemptible(false)
                 .spawn_on(self.owner(s), move || me.serve_ipc(s))?;
             let _ = self.list[s].tid.set(h.tid());
             let me = self.clone();
             ThreadBuilder::new()
+                .name(format!("kv-flusher {s}"))
                 .preemptible(false)
                 .spawn_on(self.owner(s), move || me.flusher(s, writer))?;
         }
@@ -208,6 +210,7 @@ impl Shards {
         for w in 0..self.list.len().min(weft_runtime::workers().unwrap_or(1)) {
             let me = me.clone();
             ThreadBuilder::new()
+                .name(format!("kv-housekeeping {w}"))
                 .preemptible(false)
                 .spawn_on(w, move || me.housekeeping(w))?;
         }
@@ -416,6 +419,7 @@ impl Shards {
                 any = true;
                 let me = self.clone();
                 let _ = ThreadBuilder::new()
+                    .name(format!("kv-compact {s}"))
                     .preemptible(false)
                     .spawn_on(self.owner(s), move || me.compact(s));
             }
@@ -512,6 +516,7 @@ impl Shards {
                 if grown && !sh.rewriting.swap(true, AcqRel) {
                     let me = self.clone();
                     let _ = ThreadBuilder::new()
+                        .name(format!("kv-compact {s}"))
                         .preemptible(false)
                         .spawn_on(self.owner(s), move || me.compact(s));
                 }
