@@ -10,6 +10,16 @@
  *                              fiber 3 times, which fails each time.
  *   introspect_target spin     two fibers switching between each other forever.
  *   introspect_target many N   N fibers (16 KiB stacks); every 100th is activated once.
+ *   introspect_target green    a runtime of 2 workers and four green threads that
+ *                              park: "green-alpha" (weft_spawn_named), one with a
+ *                              name too long to keep whole, one without a name
+ *                              (weft_spawn), and one on worker 1 (weft_spawn_on)
+ *                              that names itself "renamed-by-itself"
+ *                              (weft_thread_set_name). Prints "greenfn <address of
+ *                              weft_target_green>", "renamerfn <address of
+ *                              weft_target_renamer>", "long <the long name>", and
+ *                              its ready line lists the four in that order. The
+ *                              main thread's fiber is named "target-main".
  *
  * Then it prints, on stdout:
  *   tid <gettid() of the main thread>
@@ -24,6 +34,7 @@
  * exits normally, which removes its registry. */
 #define _GNU_SOURCE
 #include <weft/fibers.h>
+#include <weft/runtime.h>
 
 #include <pthread.h>
 #include <stdint.h>
@@ -211,6 +222,62 @@ static int run_spin(void) {
     return 0;
 }
 
+/* ---- green mode ----------------------------------------------------------- */
+
+#define LONG_NAME "a green thread whose name is much longer than forty-eight bytes"
+
+/* Parks until the runtime shuts down. */
+__attribute__((noinline)) void *weft_target_green(void *unused) {
+    (void)unused;
+    while (weft_sleep_ns(1000000) == 0) {
+    }
+    return NULL;
+}
+
+static int g_renamed;
+
+__attribute__((noinline)) void *weft_target_renamer(void *unused) {
+    (void)unused;
+    if (weft_thread_set_name("renamed-by-itself") != 0)
+        DIE("weft_thread_set_name failed");
+    __atomic_store_n(&g_renamed, 1, __ATOMIC_RELEASE);
+    return weft_target_green(NULL);
+}
+
+static int run_green(void) {
+    /* The main thread is a fiber (of weft/fibers.h): it can be named too. */
+    if (weft_thread_set_name("target-main") != 0)
+        DIE("weft_thread_set_name on the main fiber failed");
+    weft_runtime *rt = weft_runtime_new(2);
+    if (!rt)
+        DIE("weft_runtime_new failed");
+    weft_thread *t[4] = {
+        weft_spawn_named(rt, "green-alpha", weft_target_green, NULL),
+        weft_spawn_named(rt, LONG_NAME, weft_target_green, NULL),
+        weft_spawn(rt, weft_target_green, NULL),
+        weft_spawn_on(rt, 1, weft_target_renamer, NULL),
+    };
+    for (int i = 0; i < 4; i++)
+        if (!t[i])
+            DIE("spawning green thread %d failed", i);
+    while (!__atomic_load_n(&g_renamed, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    printf("greenfn %p\nrenamerfn %p\nlong %s\n", (void *)weft_target_green,
+           (void *)weft_target_renamer, LONG_NAME);
+    printf("ready");
+    for (int i = 0; i < 4; i++)
+        printf(" %llu", (unsigned long long)weft_thread_id(t[i]));
+    printf("\n");
+    fflush(stdout);
+    park_until_stdin_closes();
+    for (int i = 0; i < 4; i++)
+        weft_thread_detach(t[i]);
+    if (weft_runtime_free(rt) != 0)
+        DIE("weft_runtime_free failed");
+    ConvertFiberToThread();
+    return 0;
+}
+
 /* ---- many mode ------------------------------------------------------------ */
 
 static VOID WINAPI many_entry(LPVOID unused) {
@@ -250,6 +317,8 @@ int main(int argc, char **argv) {
 
     if (argc > 1 && strcmp(argv[1], "spin") == 0)
         return run_spin();
+    if (argc > 1 && strcmp(argv[1], "green") == 0)
+        return run_green();
     if (argc > 2 && strcmp(argv[1], "many") == 0)
         return run_many(strtol(argv[2], NULL, 10));
     int k = argc > 1 ? atoi(argv[1]) : 8;

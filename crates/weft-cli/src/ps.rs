@@ -5,9 +5,11 @@
 //! counted in one line on stderr. `--prune` removes those this user may remove (a
 //! starting weft process also removes its own user's).
 //!
-//! With a PID: one row per fiber, with the seed's `/proc/<pid>/fibers/<id>` fields plus
-//! the entry point resolved to a symbol, the thread it runs on now, stack size and stack
-//! high-water mark. The registry is read once, the target's maps and smaps once, and each
+//! With a PID: one row per fiber: whether it runs and on which thread, the thread that
+//! created it, its activations, failed activations and run time, its stack size and
+//! stack high-water mark, its name and spawn site (from the registry's label), and its
+//! entry: the function it runs (a Rust closure's type name) or the entry point resolved
+//! to a symbol. The registry is read once, the target's maps and smaps once, and each
 //! distinct entry address is resolved once, so 100,000 fibers take well under a second.
 //!
 //! `--json`: one JSON object per line (per process, or per fiber) and nothing else on
@@ -270,13 +272,15 @@ fn write_json(
                 )
             });
         let opt = |v: Option<u64>| v.map_or_else(|| "null".to_string(), |n| n.to_string());
+        let site = f.spawned_at.as_ref();
         writeln!(
             out,
             "{{\"pid\":{pid},\"id\":{},\"state\":\"{}\",\"is_thread_fiber\":{},\
              \"running_on\":{},{entry},\"creator_tid\":{},\"last_tid\":{},\
              \"activations\":{},\"failed_activations\":{},\"run_time_ns\":{},\
              \"deactivations\":{},\"stack_base\":\"{:#x}\",\"stack_size\":{},\
-             \"stack_high_water\":{}}}",
+             \"stack_high_water\":{},\"name\":{},\"function\":{},\"spawn_file\":{},\
+             \"spawn_line\":{},\"spawn_column\":{}}}",
             f.id,
             intro::state_name(f.state),
             f.is_thread_fiber,
@@ -290,6 +294,11 @@ fn write_json(
             f.stack_base,
             f.stack_size,
             opt(details.stack_high_water(f)),
+            serde_json::to_string(&f.name).unwrap(),
+            serde_json::to_string(&f.function).unwrap(),
+            serde_json::to_string(&site.map(|s| &s.file)).unwrap(),
+            opt(site.map(|s| u64::from(s.line))),
+            opt(site.map(|s| u64::from(s.column))),
         )?;
     }
     Ok(())
@@ -302,7 +311,7 @@ fn write_table(
 ) -> Result<(), Error> {
     // Column text first (entry labels once per distinct entry), then widths.
     let mut labels: HashMap<(u64, bool), String> = HashMap::new();
-    let rows: Vec<[String; 11]> = fibers
+    let rows: Vec<[String; 13]> = fibers
         .iter()
         .map(|f| {
             let entry = labels
@@ -335,11 +344,13 @@ fn write_table(
                 intro::human_duration(f.run_time),
                 stack,
                 high,
+                intro::name_label(f).to_string(),
+                intro::site_label(f),
                 entry,
             ]
         })
         .collect();
-    const HEAD: [&str; 11] = [
+    const HEAD: [&str; 13] = [
         "ID",
         "STATE",
         "ON",
@@ -350,40 +361,30 @@ fn write_table(
         "RUN-TIME",
         "STACK",
         "HIGH-WATER",
+        "NAME",
+        "SPAWNED-AT",
         "ENTRY",
     ];
     let mut w = HEAD.map(str::len);
     for r in &rows {
         for (wi, c) in w.iter_mut().zip(r.iter()) {
-            *wi = (*wi).max(c.len());
+            *wi = (*wi).max(c.chars().count());
         }
     }
-    let line = |out: &mut dyn Write, c: [&str; 11]| -> io::Result<()> {
-        writeln!(
-            out,
-            "{:>w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {:>w5$}  {:>w6$}  {:>w7$}  {:>w8$}  {:>w9$}  {}",
-            c[0],
-            c[1],
-            c[2],
-            c[3],
-            c[4],
-            c[5],
-            c[6],
-            c[7],
-            c[8],
-            c[9],
-            c[10],
-            w0 = w[0],
-            w1 = w[1],
-            w2 = w[2],
-            w3 = w[3],
-            w4 = w[4],
-            w5 = w[5],
-            w6 = w[6],
-            w7 = w[7],
-            w8 = w[8],
-            w9 = w[9],
-        )
+    // STATE, NAME and SPAWNED-AT are text, aligned left; the numbers right; ENTRY, the
+    // last column, is not padded.
+    let line = |out: &mut dyn Write, c: [&str; 13]| -> io::Result<()> {
+        let mut l = String::new();
+        for (i, (text, width)) in c.iter().zip(w).enumerate() {
+            if i + 1 == c.len() {
+                l.push_str(text);
+            } else if matches!(i, 1 | 10 | 11) {
+                l.push_str(&format!("{text:<width$}  "));
+            } else {
+                l.push_str(&format!("{text:>width$}  "));
+            }
+        }
+        writeln!(out, "{l}")
     };
     line(out, HEAD)?;
     for r in &rows {

@@ -5,13 +5,21 @@
 //! redraws: a header (pid, command, fibers, switches per second over all fibers) and
 //! the fibers sorted by run-time rate or activation rate (ties by the totals).
 //!
-//! Interactive: the screen is cleared with ANSI escapes at each refresh and the view
-//! is cut to the terminal's height; `q` or Ctrl-C quits. When stdin is a terminal it is
-//! put in non-canonical, no-echo mode (signals still work) and restored on exit, also
-//! on Ctrl-C, which is caught rather than left to kill the process.
+//! A rate needs two samples: the first frame shows `-` for every rate (and for a fiber
+//! the previous sample could not account for), never a made-up 0.
 //!
-//! `--iterations N`: batch mode (like `top -b -n N`): N samples printed one after the
-//! other, nothing cleared, every fiber listed, the terminal left alone.
+//! Interactive, when stdout is a terminal: the screen is cleared with ANSI escapes at
+//! each refresh and the view is cut to the terminal's height; `q` or Ctrl-C quits.
+//! When stdin is a terminal it is put in non-canonical, no-echo mode (signals still
+//! work) and restored on exit, also on Ctrl-C, which is caught rather than left to kill
+//! the process.
+//!
+//! When stdout is not a terminal (`weft top PID > file`), frames are printed one after
+//! the other, each starting with its header line and followed by a blank line, with no
+//! escape codes and every fiber listed; it runs until interrupted, as on a terminal.
+//!
+//! `--iterations N`: batch mode (like `top -b -n N`): N frames printed that way, the
+//! terminal left alone.
 
 use std::collections::HashMap;
 use std::io::{self, IsTerminal, Write};
@@ -47,13 +55,45 @@ pub struct Args {
     pub iterations: Option<u64>,
 }
 
-/// One fiber's row: the sample and its rates over the last interval.
+/// One fiber's row: the sample and its rates over the last interval (`None` until
+/// they are known: a previous sample that accounts for the fiber is needed).
 struct Row<'a> {
     f: &'a FiberInfo,
     /// Activations per second since the previous sample.
-    act_rate: f64,
+    act_rate: Option<f64>,
     /// Run time over the interval as a percentage of wall time.
-    cpu: f64,
+    cpu: Option<f64>,
+}
+
+/// The previous sample: activations and run time by fiber id, when it was taken, and
+/// whether it saw every fiber (no slot was unreadable).
+struct Prev {
+    totals: Totals,
+    taken: Instant,
+    complete: bool,
+}
+
+/// A fiber's rates since `prev`, taken `dt` seconds earlier. A fiber missing from a
+/// complete previous sample was created since, from zero; one missing from an
+/// incomplete sample has no known rate.
+fn rates(f: &FiberInfo, prev: &Prev, dt: f64) -> Option<(f64, f64)> {
+    if dt <= 0.0 {
+        return None;
+    }
+    let (a0, r0) = match prev.totals.get(&f.id) {
+        Some(&t) => t,
+        None if prev.complete => (0, Duration::ZERO),
+        None => return None,
+    };
+    Some((
+        f.activations.saturating_sub(a0) as f64 / dt,
+        f.run_time.saturating_sub(r0).as_secs_f64() / dt * 100.0,
+    ))
+}
+
+/// A rate in a column: `-` until known.
+fn rate_text(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
 }
 
 /// Activations and run time by fiber id.
@@ -180,59 +220,57 @@ pub fn run(args: Args) -> Result<(), String> {
 
     install_signal_handlers();
     let interactive = !batch;
+    // Redrawn in place only on a terminal; anything else gets plain frames.
+    let redraw = interactive && io::stdout().is_terminal();
     let read_keys = interactive && io::stdin().is_terminal();
     let _term = TermGuard::new(interactive);
     let mut out = io::stdout().lock();
 
-    // The previous sample: activations and run time by fiber id, and when it was taken.
-    let mut prev: Option<(Totals, Instant)> = None;
+    let mut prev: Option<Prev> = None;
     let mut shown = 0u64;
     loop {
         let dt = prev
             .as_ref()
-            .map(|(_, t)| taken.duration_since(*t).as_secs_f64());
+            .map(|p| taken.duration_since(p.taken).as_secs_f64());
         let mut rows: Vec<Row<'_>> = snap
             .fibers
             .iter()
             .map(|f| {
-                let (act_rate, cpu) = match (&prev, dt) {
-                    (Some((p, _)), Some(dt)) if dt > 0.0 => {
-                        let (a0, r0) = p.get(&f.id).copied().unwrap_or((0, Duration::ZERO));
-                        (
-                            f.activations.saturating_sub(a0) as f64 / dt,
-                            f.run_time.saturating_sub(r0).as_secs_f64() / dt * 100.0,
-                        )
-                    }
-                    _ => (0.0, 0.0),
-                };
-                Row { f, act_rate, cpu }
+                let r = prev.as_ref().zip(dt).and_then(|(p, dt)| rates(f, p, dt));
+                Row {
+                    f,
+                    act_rate: r.map(|r| r.0),
+                    cpu: r.map(|r| r.1),
+                }
             })
             .collect();
+        // Unknown rates sort after known ones.
+        let key = |v: Option<f64>| v.unwrap_or(f64::NEG_INFINITY);
         match args.sort {
             SortKey::Runtime => rows.sort_by(|a, b| {
-                b.cpu
-                    .total_cmp(&a.cpu)
+                key(b.cpu)
+                    .total_cmp(&key(a.cpu))
                     .then(b.f.run_time.cmp(&a.f.run_time))
                     .then(a.f.id.cmp(&b.f.id))
             }),
             SortKey::Activations => rows.sort_by(|a, b| {
-                b.act_rate
-                    .total_cmp(&a.act_rate)
+                key(b.act_rate)
+                    .total_cmp(&key(a.act_rate))
                     .then(b.f.activations.cmp(&a.f.activations))
                     .then(a.f.id.cmp(&b.f.id))
             }),
         }
-        let limit = if batch {
-            usize::MAX
-        } else {
+        let limit = if redraw {
             terminal_rows().map_or(usize::MAX, |r| r.saturating_sub(5).max(1))
+        } else {
+            usize::MAX
         };
         let text = render(pid, &command, &rows, dt, args.sort, limit, &mut details);
-        let written = if batch {
-            writeln!(out, "{text}")
-        } else {
+        let written = if redraw {
             // Home, clear the screen, draw.
             write!(out, "\x1b[H\x1b[2J{text}")
+        } else {
+            writeln!(out, "{text}")
         };
         if let Err(e) = written.and_then(|()| out.flush()) {
             if e.kind() == io::ErrorKind::BrokenPipe {
@@ -245,18 +283,20 @@ pub fn run(args: Args) -> Result<(), String> {
             return Ok(());
         }
         if wait(interval, read_keys) {
-            if !batch {
+            if redraw {
                 let _ = writeln!(out);
             }
             return Ok(());
         }
-        prev = Some((
-            snap.fibers
+        prev = Some(Prev {
+            totals: snap
+                .fibers
                 .iter()
                 .map(|f| (f.id, (f.activations, f.run_time)))
                 .collect(),
             taken,
-        ));
+            complete: snap.unreadable == 0,
+        });
         snap = match reg::read(pid) {
             Ok(s) => s,
             Err(
@@ -292,7 +332,8 @@ fn render(
         .iter()
         .filter(|r| r.f.state == FiberState::Finished)
         .count();
-    let switches: f64 = rows.iter().map(|r| r.act_rate).sum();
+    // Over the fibers whose rate is known (all but those the previous sample missed).
+    let switches: f64 = rows.iter().filter_map(|r| r.act_rate).sum();
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -315,25 +356,51 @@ fn render(
         }
     );
     let _ = writeln!(s);
+    let shown = &rows[..rows.len().min(limit)];
+    // NAME and SPAWNED-AT as wide as the widest shown.
+    let sites: Vec<String> = shown.iter().map(|r| intro::site_label(r.f)).collect();
+    let name_w = shown
+        .iter()
+        .map(|r| intro::name_label(r.f).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let site_w = sites
+        .iter()
+        .map(|t| t.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     let _ = writeln!(
         s,
-        "{:>8}  {:<8}  {:>8}  {:>12}  {:>10}  {:>12}  {:>6}  {:>8}  ENTRY",
-        "ID", "STATE", "ON", "ACTIVATIONS", "ACT/S", "RUN-TIME", "%TIME", "FAILED"
+        "{:>8}  {:<8}  {:>8}  {:>12}  {:>10}  {:>12}  {:>6}  {:>8}  {:<name_w$}  {:<site_w$}  ENTRY",
+        "ID",
+        "STATE",
+        "ON",
+        "ACTIVATIONS",
+        "ACT/S",
+        "RUN-TIME",
+        "%TIME",
+        "FAILED",
+        "NAME",
+        "SPAWNED-AT"
     );
-    for r in rows.iter().take(limit) {
+    for (r, site) in shown.iter().zip(&sites) {
         let f = r.f;
         let _ = writeln!(
             s,
-            "{:>8}  {:<8}  {:>8}  {:>12}  {:>10.0}  {:>12}  {:>6.1}  {:>8}  {}",
+            "{:>8}  {:<8}  {:>8}  {:>12}  {:>10}  {:>12}  {:>6}  {:>8}  {:<name_w$}  {:<site_w$}  {}",
             f.id,
             intro::state_name(f.state),
             f.running_on
                 .map_or_else(|| "-".to_string(), |t| t.to_string()),
             f.activations,
-            r.act_rate,
+            rate_text(r.act_rate, 0),
             intro::human_duration(f.run_time),
-            r.cpu,
+            rate_text(r.cpu, 1),
             f.failed_activations,
+            intro::name_label(f),
+            site,
             details.entry_label(f),
         );
     }

@@ -422,6 +422,41 @@ fn fs_shows_every_fiber_and_umount_ends_the_mount() {
     );
 }
 
+/// A fiber's file ends with its name when it has one (here C green threads: a name,
+/// but no Rust spawn site or function).
+#[test]
+fn fs_shows_green_thread_names() {
+    if skip_fuse() {
+        return;
+    }
+    let t = Target::start(&registry_dir(), &["green"]);
+    let pid = t.pid();
+    let ids = t.ready_ids();
+    let mut m = Mount::start("names");
+    m.wait_for(&format!("{pid}/fibers"));
+    let cat = |id: u64| {
+        let path = m.dir.join(format!("{pid}/fibers/{id}"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cat {}: {e}", path.display()))
+    };
+    let named = cat(ids[0]);
+    assert!(
+        named.ends_with(" ms\nname: green-alpha\n"),
+        "the name after the fields:\n{named}"
+    );
+    assert!(named.contains("(weft_target_green)\n"), "{named}");
+    let renamed = cat(ids[3]);
+    assert!(
+        renamed.ends_with("\nname: renamed-by-itself\n"),
+        "{renamed}"
+    );
+    let unnamed = cat(ids[2]);
+    assert!(
+        unnamed.ends_with(" ms\n") && !unnamed.contains("name:"),
+        "no name line without a name:\n{unnamed}"
+    );
+    assert!(t.finish().success());
+}
+
 /// Ctrl-C (SIGINT) to `weft fs mount`: it unmounts and exits 0; so does SIGTERM.
 #[test]
 fn fs_sigint_and_sigterm_unmount_cleanly() {

@@ -557,6 +557,185 @@ fn which(name: &str) -> Result<PathBuf, ()> {
         .ok_or(())
 }
 
+// ---- names and spawn sites -------------------------------------------------------
+
+#[test]
+fn ps_shows_green_thread_names_and_entries() {
+    let reg = RegDir::new("names");
+    let t = Target::start(&reg.0, &["green"]);
+    let pid = t.pid();
+    let ids = t.ready_ids();
+    assert_eq!(ids.len(), 4);
+    let main_id: u64 = t.value("main").parse().unwrap();
+    let long = t.lines["long"].join(" ");
+    let (green, renamer) = (t.addr("greenfn"), t.addr("renamerfn"));
+
+    let o = weft(&reg.0, &["ps", &pid.to_string(), "--json"]);
+    let rows = json_lines(&o);
+    let all = format!("{rows:#?}");
+    let by_id: HashMap<u64, &Value> = rows
+        .iter()
+        .map(|r| (r["id"].as_u64().unwrap(), r))
+        .collect();
+    let row = |id: &u64| {
+        *by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("fiber {id} missing\n{all}"))
+    };
+    // A C green thread: its entry point is its C function, by address and symbol; it
+    // has no Rust spawn site or function.
+    for (i, id) in ids.iter().enumerate() {
+        let f = row(id);
+        let (addr, symbol) = if i == 3 {
+            (renamer, "weft_target_renamer")
+        } else {
+            (green, "weft_target_green")
+        };
+        assert_eq!(f["entry"], format!("{addr:#x}"), "{f:#}");
+        assert_eq!(f["entry_symbol"], symbol, "{f:#}");
+        assert_eq!(f["function"], Value::Null, "{f:#}");
+        assert_eq!(f["spawn_file"], Value::Null, "{f:#}");
+        assert_eq!(f["spawn_line"], Value::Null, "{f:#}");
+    }
+    assert_eq!(row(&ids[0])["name"], "green-alpha", "{all}");
+    // Cut at 48 bytes, marked.
+    let cut = row(&ids[1])["name"].as_str().unwrap().to_string();
+    assert!(
+        cut.len() <= 48 && cut.ends_with("...") && long.starts_with(&cut[..cut.len() - 3]),
+        "{cut:?} is not {long:?} cut to 48 bytes"
+    );
+    assert_eq!(row(&ids[2])["name"], Value::Null, "{all}");
+    assert_eq!(row(&ids[3])["name"], "renamed-by-itself", "{all}");
+    // The main thread's fiber named itself; the workers' fibers have their threads' names.
+    assert_eq!(row(&main_id)["name"], "target-main", "{all}");
+    for w in ["weft-worker-0", "weft-worker-1"] {
+        assert!(
+            rows.iter()
+                .any(|r| r["name"] == w && r["is_thread_fiber"] == true),
+            "no worker fiber named {w}\n{all}"
+        );
+    }
+
+    // The table: NAME and SPAWNED-AT before ENTRY.
+    let o = weft(&reg.0, &["ps", &pid.to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    let head = table.lines().next().unwrap();
+    assert!(
+        head.contains("NAME") && head.ends_with("SPAWNED-AT  ENTRY"),
+        "{table}"
+    );
+    let line = |id: u64| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+            .unwrap_or_else(|| panic!("no row for {id}\n{table}"))
+            .to_string()
+    };
+    assert!(line(ids[0]).contains("green-alpha"), "{table}");
+    assert!(line(ids[0]).ends_with("weft_target_green"), "{table}");
+    assert!(line(ids[3]).contains("renamed-by-itself"), "{table}");
+
+    // weft top shows the names too.
+    let o = weft(&reg.0, &["top", &pid.to_string(), "--iterations", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for n in [
+        "NAME",
+        "SPAWNED-AT",
+        "green-alpha",
+        "renamed-by-itself",
+        "target-main",
+    ] {
+        assert!(out.contains(n), "{n} missing from weft top\n{out}");
+    }
+    assert!(t.finish().success());
+}
+
+/// A `weft kv serve` on a Unix socket, its registry in `reg`; killed when dropped.
+struct KvServer {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for KvServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn ps_names_the_threads_of_weft_kv_serve() {
+    use std::io::{Read, Write};
+    let reg = RegDir::new("kv");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kv.sock");
+    let child = Command::new(WEFT)
+        .args(["kv", "serve", "--port", "0", "--workers", "2", "--dir"])
+        .arg(dir.path().join("data"))
+        .arg("--socket")
+        .arg(&socket)
+        .env("WEFT_REGISTRY_DIR", &reg.0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start weft kv serve");
+    let pid = child.id().to_string();
+    let _server = KvServer { child, _dir: dir };
+    // A client, served by a connection thread once it has had an answer.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut client = loop {
+        if let Ok(c) = std::os::unix::net::UnixStream::connect(&socket) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "weft kv serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    client.write_all(b"PING\r\n").unwrap();
+    let mut pong = [0u8; 7];
+    client.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"+PONG\r\n");
+
+    let o = weft(&reg.0, &["ps", &pid, "--json"]);
+    let rows = json_lines(&o);
+    let all = format!("{rows:#?}");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    for n in [
+        "kv-shard 0",
+        "kv-shard 1",
+        "kv-flusher 0",
+        "kv-flusher 1",
+        "kv-housekeeping 0",
+        "kv-listen unix",
+        "kv-main",
+        "weft-kv-0",
+    ] {
+        assert!(
+            names.contains(&n),
+            "no thread named {n:?}: {names:?}\n{all}"
+        );
+    }
+    assert!(
+        names.iter().any(|n| n.starts_with("kv-conn ")),
+        "no connection thread: {names:?}"
+    );
+    // Every green thread says where in weft-kv it was spawned and what it runs.
+    for r in rows.iter().filter(|r| r["is_thread_fiber"] == false) {
+        let file = r["spawn_file"].as_str().unwrap_or_default();
+        assert!(file.starts_with("crates/weft-kv/src/"), "{r:#}");
+        assert!(r["spawn_line"].as_u64().unwrap_or(0) > 0, "{r:#}");
+        let function = r["function"].as_str().unwrap_or_default();
+        assert!(function.starts_with("weft_kv::"), "{r:#}");
+    }
+    // The table's ENTRY column names functions, not the fiber core's trampoline.
+    let o = weft(&reg.0, &["ps", &pid]);
+    assert!(o.status.success(), "{}", text(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(!table.contains("RawFiber"), "{table}");
+    assert!(table.contains("weft_kv::server::"), "{table}");
+}
+
 // ---- weft top ----------------------------------------------------------------------------
 
 #[test]
@@ -605,6 +784,22 @@ fn top_batch_mode_shows_rates() {
         .and_then(|r| r.parse().ok())
         .unwrap_or_else(|| panic!("no switches/s in {second}"));
     assert!(rate > 0.0, "switches/s {rate}: {out}");
+    // The first frame has no rates yet: "-", not 0.
+    let first = out.split("weft top - pid").nth(1).unwrap();
+    assert!(first.contains("switches/s: -"), "{first}");
+    for row in frame_rows(first) {
+        assert_eq!(
+            (row[4], row[7]),
+            ("-", "-"),
+            "ACT/S and %TIME of {row:?}\n{out}"
+        );
+    }
+    for row in frame_rows(second) {
+        assert!(
+            row[4].parse::<f64>().is_ok() && row[7].parse::<f64>().is_ok(),
+            "rates of {row:?}\n{out}"
+        );
+    }
     let first_rows: Vec<u64> = second
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("ID"))
@@ -622,4 +817,93 @@ fn top_batch_mode_shows_rates() {
     // A pid without weft: the error of ps, exit 1.
     let o = weft(&reg.0, &["top", "2147483000", "--iterations", "1"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+}
+
+/// The fiber rows of one frame of `weft top`, split at whitespace (RUN-TIME takes two
+/// fields: ACT/S is field 4, %TIME field 7).
+fn frame_rows(frame: &str) -> Vec<Vec<&str>> {
+    frame
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("ID"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
+#[test]
+fn top_into_a_file_prints_plain_frames() {
+    use std::io::BufRead;
+    let reg = RegDir::new("top-file");
+    let t = Target::start(&reg.0, &["spin"]);
+    // Interactive mode (no --iterations) with stdout a pipe, as `weft top PID > file`.
+    let mut top = Command::new(WEFT)
+        .args(["top", &t.pid().to_string(), "--interval", "0.1"])
+        .env("WEFT_REGISTRY_DIR", &reg.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run weft top");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = top.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines
+        .iter()
+        .filter(|l| l.contains("weft top - pid"))
+        .count()
+        < 3
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => panic!("fewer than 3 frames in 60 s: {lines:#?}"),
+        }
+    }
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(top.id() as i32, libc::SIGTERM) };
+    let status = top.wait().unwrap();
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    let out = lines.join("\n");
+    assert!(status.success(), "weft top after SIGTERM: {status}\n{out}");
+    assert!(!out.contains('\x1b'), "escape codes in a file: {out:?}");
+    // Each frame starts with its header; every frame but the first after a blank line.
+    let headers: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("weft top - pid"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(headers[0], 0, "{out}");
+    for &h in &headers[1..] {
+        assert_eq!(
+            lines[h - 1],
+            "",
+            "no blank line before frame at line {h}\n{out}"
+        );
+    }
+    // Every fiber is listed in every frame; rates are "-" in the first one only.
+    let frames: Vec<&str> = out.split("weft top - pid").skip(1).collect();
+    for (i, frame) in frames.iter().take(3).enumerate() {
+        let rows = frame_rows(frame);
+        assert_eq!(rows.len(), 3, "frame {i}: {frame}");
+        for row in rows {
+            let known = row[4].parse::<f64>().is_ok() && row[7].parse::<f64>().is_ok();
+            let dash = row[4] == "-" && row[7] == "-";
+            assert!(
+                if i == 0 { dash } else { known },
+                "frame {i}: {row:?}\n{out}"
+            );
+        }
+    }
 }

@@ -149,7 +149,8 @@ fn start_time(pid: i32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// The text of `DIR/<pid>/fibers/<id>`: the seed's fields, one per line.
+/// The text of `DIR/<pid>/fibers/<id>`: one field per line, then what the
+/// fiber's label says, each line only when known.
 ///
 /// ```text
 /// running: yes
@@ -158,6 +159,9 @@ fn start_time(pid: i32) -> Option<u64> {
 /// activations: 3
 /// failed activations: 0
 /// total execution time: 1.234567 ms
+/// name: kv-conn 7
+/// spawned at: crates/weft-kv/src/server/mod.rs:371:10
+/// function: weft_kv::server::accept<weft_runtime::net::UnixStream>::{{closure}}
 /// ```
 ///
 /// `running` is `yes` or `no` (`no (finished)` once the fiber's routine has
@@ -165,7 +169,10 @@ fn start_time(pid: i32) -> Option<u64> {
 /// parentheses, its symbol (`name` or `name+0xoff`); a converted thread has no
 /// start routine: `none (converted thread)`. The parent thread is the id
 /// (gettid) of the thread that created the fiber. The time is in
-/// milliseconds with nanosecond precision.
+/// milliseconds with nanosecond precision. `name` is the name the program gave
+/// the fiber; `spawned at` the source file, line and column of the call that
+/// spawned it and `function` the type name of what it runs (Rust fibers and
+/// green threads).
 pub fn render(f: &FiberInfo, symbol: Option<&str>) -> String {
     let running = match f.state {
         FiberState::Running => "yes",
@@ -181,7 +188,7 @@ pub fn render(f: &FiberInfo, symbol: Option<&str>) -> String {
         }
     };
     let ns = f.run_time.as_nanos();
-    format!(
+    let mut text = format!(
         "running: {running}\n\
          entry point: {entry}\n\
          parent thread: {}\n\
@@ -193,7 +200,17 @@ pub fn render(f: &FiberInfo, symbol: Option<&str>) -> String {
         f.failed_activations,
         ns / 1_000_000,
         ns % 1_000_000
-    )
+    );
+    if let Some(name) = &f.name {
+        text += &format!("name: {name}\n");
+    }
+    if let Some(at) = &f.spawned_at {
+        text += &format!("spawned at: {}:{}:{}\n", at.file, at.line, at.column);
+    }
+    if let Some(function) = &f.function {
+        text += &format!("function: {function}\n");
+    }
+    text
 }
 
 impl FiberFs {
@@ -640,6 +657,30 @@ mod tests {
         let f = info(FiberState::Finished, 0x1000, false);
         let t = render(&f, None);
         assert!(t.starts_with("running: no (finished)\nentry point: 0x1000\n"));
+    }
+
+    #[test]
+    fn renders_the_label_after_the_fields() {
+        let mut f = info(FiberState::Ready, 0x1000, false);
+        f.name = Some("conn 7".to_string());
+        f.spawned_at = Some(weft_fiber::introspect::SpawnSite {
+            file: "src/server.rs".to_string(),
+            line: 42,
+            column: 9,
+        });
+        f.function = Some("server::accept::{{closure}}".to_string());
+        let t = render(&f, Some("call"));
+        assert!(
+            t.ends_with(
+                "total execution time: 1.234567 ms\nname: conn 7\n\
+                 spawned at: src/server.rs:42:9\nfunction: server::accept::{{closure}}\n"
+            ),
+            "{t}"
+        );
+        // Only what is known: a name alone.
+        f.spawned_at = None;
+        f.function = None;
+        assert!(render(&f, None).ends_with(" ms\nname: conn 7\n"));
     }
 
     #[test]

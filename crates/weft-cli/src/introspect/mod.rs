@@ -92,6 +92,18 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
+/// A fiber's name as a column shows it: `-` when it has none.
+pub fn name_label(f: &FiberInfo) -> &str {
+    f.name.as_deref().unwrap_or("-")
+}
+
+/// Where a fiber was spawned as a column shows it: `file:line`, `-` when unknown.
+pub fn site_label(f: &FiberInfo) -> String {
+    f.spawned_at
+        .as_ref()
+        .map_or_else(|| "-".to_string(), ToString::to_string)
+}
+
 /// What the registry does not say about a fiber and [`Details`] works out.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Extra {
@@ -164,11 +176,15 @@ impl Details {
         }
     }
 
-    /// How the entry point is shown: the symbol, `(thread)` for a converted thread,
-    /// else the address in hex.
+    /// How the entry point is shown: the function a Rust fiber or green thread runs
+    /// (its closure's type name, from the registry), else the entry point's symbol,
+    /// `(thread)` for a converted thread, else the address in hex.
     pub fn entry_label(&mut self, f: &FiberInfo) -> String {
         if f.is_thread_fiber {
             return "(thread)".to_string();
+        }
+        if let Some(function) = &f.function {
+            return function.clone();
         }
         match self.entry_symbol(f.entry) {
             Some(s) => s.to_string(),
