@@ -666,7 +666,10 @@ fn green_threads_show_their_name_and_spawn_site() {
         add(h, line, name);
     }
     assert_eq!(me.name.as_deref(), Some("block-on"), "it named itself");
-    assert!(!weft_runtime::set_name("x"), "a plain thread has nothing to name");
+    assert!(
+        !weft_runtime::set_name("x"),
+        "a plain thread has nothing to name"
+    );
     let at = me.spawned_at.as_ref().expect("block_on records its caller");
     assert_eq!(
         (at.file.as_str(), at.line),
