@@ -27,7 +27,8 @@ extern "C" {
 #endif
 
 /* One fiber as weft_introspect() sees it (80 bytes; same layout as the Rust
- * struct weft::WeftFiberInfo). */
+ * struct weft::WeftFiberInfo).  A fiber's name, spawn site and function are
+ * not in this record: `weft ps PID --json` shows them. */
 struct weft_fiber_info {
     uint64_t id;                 /* unique in its process, never reused */
     uint32_t state;              /* WEFT_FIBER_READY/RUNNING/FINISHED */
