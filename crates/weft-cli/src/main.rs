@@ -2,8 +2,9 @@
 //!
 //! This file is only the command line (clap derive) and the dispatch:
 //!
-//! * `weft bench <suite> [--json] [--quick]` runs a benchmark suite
-//!   (see [`bench`]; one module per suite under `src/bench/`).
+//! * `weft bench <suite> [--json] [--quick] [--plot DIR]` runs a benchmark suite,
+//!   `weft bench plot FILE --out DIR` draws the charts of a saved run (see [`bench`],
+//!   which holds these arguments too; one module per suite under `src/bench/`).
 //! * `weft bench-worker <job> ...` is hidden from `--help`: it is how a suite
 //!   re-executes this binary to run a workload in a fresh process (e.g. the
 //!   "4 processes at once" rows of `bench fibers`). It prints one JSON line.
@@ -42,7 +43,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a benchmark suite and print a table (or JSON lines with --json).
-    Bench(BenchArgs),
+    Bench(bench::Args),
     /// List the processes using weft, or (with a PID) the fibers of one of them.
     Ps(ps::Args),
     /// Watch the fibers of a process, refreshing like top (q or Ctrl-C quits).
@@ -62,36 +63,10 @@ enum Command {
     },
 }
 
-#[derive(clap::Args, Debug)]
-struct BenchArgs {
-    /// Which suite to run.
-    #[arg(value_enum)]
-    suite: bench::Suite,
-    /// Print one JSON object per line on stdout, {"suite","name","impl","value","unit"},
-    /// and nothing else there (the human-readable table then goes to stderr).
-    #[arg(long)]
-    json: bool,
-    /// Shorter run: 3 repetitions of ~5 ms batches and a 10x smaller workload
-    /// for the long benchmarks. Fine for a smoke test, noisier numbers.
-    #[arg(long)]
-    quick: bool,
-    /// `bench runtime` only: how many parked green threads the memory benchmark
-    /// creates (default 1000000, 10000 with --quick; 0 skips it).
-    #[arg(long, value_name = "N")]
-    parked: Option<usize>,
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(args) => bench::run(
-            args.suite,
-            bench::Options {
-                json: args.json,
-                quick: args.quick,
-                parked: args.parked,
-            },
-        ),
+        Command::Bench(args) => bench::main(args),
         Command::BenchWorker { job } => bench::run_worker(job),
         Command::Fs(cmd) => fs::run(cmd),
         Command::Kv(cmd) => return kv::run(cmd),

@@ -1,7 +1,10 @@
 //! `weft bench runtime --quick --json` runs to the end (a lost wake-up in the message
 //! boxes once made it hang) and reports every row as JSON: the message boxes, the
 //! green-thread spawn, yield and cross-worker round trips (with their Go rows when `go`
-//! is installed), and the parked-threads memory rows (a small `--parked` count).
+//! is installed), and the parked-threads memory rows (the default count, which changes
+//! no system setting). The ipc and syslets suites likewise, syslets' uncached rows with
+//! tiny sizes (as root and as another user), and `--plot` beside a run. With stderr a
+//! pipe, no progress line is drawn.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -9,7 +12,7 @@ use std::time::{Duration, Instant};
 #[test]
 fn bench_runtime_quick_json_reports_every_row() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["bench", "runtime", "--quick", "--json", "--parked", "2000"])
+        .args(["bench", "runtime", "--quick", "--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -29,6 +32,14 @@ fn bench_runtime_quick_json_reports_every_row() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    let table = String::from_utf8_lossy(&out.stderr);
+    no_progress_line(&table);
+    // The default count fits the default limit: nothing raised, nothing clamped.
+    assert!(
+        table.contains("(the default count; the full million: --parked 1000000"),
+        "{table}"
+    );
+    assert!(!table.contains("vm.max_map_count"), "{table}");
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<serde_json::Value> = text
         .lines()
@@ -125,8 +136,46 @@ fn bench_runtime_quick_json_reports_every_row() {
     assert_eq!(unit("parked").as_deref(), Some("count"));
     assert_eq!(unit("parked/rss-total").as_deref(), Some("bytes"));
     assert_eq!(unit("parked/shutdown").as_deref(), Some("s"));
+    // --quick's default count.
     let parked = rows.iter().find(|r| r["name"] == "parked").unwrap();
     assert_eq!(parked["value"].as_f64(), Some(2000.0));
+}
+
+/// The progress line is for a terminal only: a piped stderr (here the table's, with
+/// --json) has none of its carriage returns, escape sequences or estimates.
+fn no_progress_line(stderr: &str) {
+    assert!(!stderr.contains('\r'), "{stderr:?}");
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+    assert!(!stderr.contains(" left"), "{stderr}");
+}
+
+/// `weft bench --help` says what the default run measures, how to ask for the full
+/// million parked threads, and how to draw charts.
+#[test]
+fn bench_help_tells_the_parked_default_and_the_charts() {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for words in [
+        "--parked <N>",
+        "default 20000",
+        "--parked 1000000",
+        "vm.max_map_count",
+        "--plot <DIR>",
+        "plot",
+        "progress line",
+    ] {
+        assert!(help.contains(words), "{words:?} not in:\n{help}");
+    }
+    for history in ["issue", "seed", "stop "] {
+        assert!(
+            !help.to_lowercase().contains(history),
+            "{history:?} in:\n{help}"
+        );
+    }
 }
 
 /// `weft bench ipc --quick --json` runs to the end and reports every row of every group in
@@ -254,8 +303,10 @@ fn bench_ipc_quick_json_reports_every_row() {
 /// table says so, shows the targets and the seed's figures, and leaves no files behind.
 #[test]
 fn bench_syslets_quick_json_reports_the_cached_rows() {
+    let charts = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["bench", "syslets", "--quick", "--json"])
+        .args(["bench", "syslets", "--quick", "--json", "--plot"])
+        .arg(charts.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -318,8 +369,97 @@ fn bench_syslets_quick_json_reports_the_cached_rows() {
     );
     assert!(table.contains("uncached: skipped with --quick"), "{table}");
     assert!(table.contains("seed (async-test"), "{table}");
+    no_progress_line(&table);
+    // --plot: the cached table's chart, listed under the table (stdout stays JSON).
+    let svg_path = charts.path().join("syslets-cached.svg");
+    assert!(
+        table.contains(&format!("  {}", svg_path.display())),
+        "{table}"
+    );
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert!(svg.contains("<svg"));
+    for (_, imp) in &got {
+        assert!(
+            svg.contains(&format!("\n{imp}\n")),
+            "{imp} not in the chart"
+        );
+    }
     for base in ["/var/tmp".into(), std::env::temp_dir()] {
         let left = base.join(format!("weft-bench-syslets-{pid}"));
         assert!(!left.exists(), "{} left behind", left.display());
+    }
+}
+
+/// `weft bench syslets` with tiny sizes (WEFT_BENCH_SYSLETS_SMOKE=1) measures the uncached
+/// rows too: the suite evicts its own files from the page cache (no privilege needed,
+/// nothing else evicted) and checks they are out. Run as this user and, when this is
+/// root, as another user (nobody) too. Where the files land on tmpfs the rows are
+/// skipped and the table says why.
+#[test]
+fn bench_syslets_evicts_its_own_files_for_the_uncached_rows() {
+    let run = |as_nobody: bool| -> Option<(String, Vec<(String, String)>)> {
+        let mut cmd = if as_nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_weft"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_weft"))
+        };
+        let out = cmd
+            .args(["bench", "syslets", "--json"])
+            .env("WEFT_BENCH_SYSLETS_SMOKE", "1")
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&out.stderr).into_owned();
+        if as_nobody && !out.status.success() && table.contains("Permission denied") {
+            return None; // this binary's directory is closed to other users
+        }
+        assert!(out.status.success(), "({}):\n{table}", out.status);
+        let rows = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["name"].as_str().unwrap().to_string(),
+                    v["impl"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        Some((table, rows))
+    };
+    let mut users = vec![false];
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } == 0 && std::path::Path::new("/usr/bin/setpriv").exists() {
+        users.push(true);
+    }
+    for as_nobody in users {
+        let Some((table, rows)) = run(as_nobody) else {
+            continue;
+        };
+        if table.contains("uncached: skipped: the files are on tmpfs") {
+            continue;
+        }
+        assert!(
+            table.contains("the files' pages are evicted from the page cache"),
+            "{table}"
+        );
+        assert!(!table.contains("warning:"), "{table}");
+        assert!(!table.contains("drop_caches"), "{table}");
+        let uncached: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.0 == "uncached")
+            .map(|r| r.1.as_str())
+            .collect();
+        for imp in [
+            "sync",
+            "syslets-1-worker",
+            "syslets-all-workers",
+            "inline-floor",
+        ] {
+            assert!(uncached.contains(&imp), "no uncached {imp} row:\n{table}");
+        }
     }
 }

@@ -47,7 +47,7 @@
 //! direction: requests/s x message size). Ratios are weft / peer: above 1 means weft
 //! served more requests per second.
 
-use super::{median, Measurement, Reporter};
+use super::{median, progress, Measurement, Reporter};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -137,9 +137,18 @@ impl Kind {
     }
 }
 
+/// About how long [`run`] takes, in seconds (for the progress line).
+pub fn estimate(quick: bool) -> f64 {
+    let plan = Plan::new(quick);
+    // Each run also starts a server, connects and stops: ~50 ms.
+    let run = (plan.window + plan.warmup).as_secs_f64() + 0.05;
+    (SIZES.len() * Kind::ALL.len() * plan.runs) as f64 * run
+}
+
 /// Runs the benchmark: for each message size, every server with the same client; one
 /// table per size and ratio lines. An echo that differs from its request is an error.
 pub fn run(rep: &mut Reporter, quick: bool) -> Result<(), String> {
+    progress::part("tcp-echo");
     let plan = Plan::new(quick);
     // Which servers can run: io_uring may be refused by the kernel or a seccomp filter.
     let available: Vec<(Kind, Result<(), String>)> = Kind::ALL
@@ -177,13 +186,28 @@ pub fn run(rep: &mut Reporter, quick: bool) -> Result<(), String> {
         plan.window.as_millis(),
         plan.warmup.as_millis()
     ));
+    let servers = available.iter().filter(|a| a.1.is_ok()).count();
+    let steps = SIZES.len() * plan.runs * servers;
+    let mut step = 0;
     for size in SIZES {
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); available.len()];
-        for _ in 0..plan.runs {
+        for run in 0..plan.runs {
             for (i, (kind, ok)) in available.iter().enumerate() {
                 if ok.is_err() {
                     continue;
                 }
+                progress::step(
+                    format_args!(
+                        "{} messages, {}, run {} of {}",
+                        size_label(size),
+                        kind.name(),
+                        run + 1,
+                        plan.runs
+                    ),
+                    step,
+                    steps,
+                );
+                step += 1;
                 let rate = measure(*kind, &plan, size).map_err(|e| {
                     format!("tcp-echo {} with {}: {e}", size_label(size), kind.name())
                 })?;

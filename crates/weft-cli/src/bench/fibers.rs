@@ -44,6 +44,7 @@ use weft_fiber::win::{
     FlsGetValue, FlsSetValue, GetLastError, SwitchToFiber, DWORD, LPVOID,
 };
 
+use super::progress::{self, Part};
 use super::{
     measure_interleaved, median_of, peers, print_micro_table, print_target, Contender, Measurement,
     Options, Reporter, Suite,
@@ -55,6 +56,29 @@ const STACK_SIZE: usize = 64 * 1024;
 const FLS_OUT_OF_INDEXES: DWORD = 0xFFFF_FFFF;
 /// `GetLastError` after a switch to a fiber that runs on another thread.
 const ERROR_BUSY: DWORD = 170;
+
+/// The suite's parts for the progress line, with estimated seconds.
+pub fn parts(opts: &Options) -> Vec<Part> {
+    // A work unit takes about 4 ns an iteration on one CPU; the threads share the work,
+    // 4 processes at once do 4 times as much.
+    let per_process =
+        (seed_work(opts) * u64::from(WORK_ITERATIONS)) as f64 * 4e-9 / super::nproc() as f64;
+    let many = SEED_FIBERS.len() as f64 * (per_process * 5.0 + 0.1);
+    vec![
+        Part::micro("switch", opts, 6),
+        Part::micro("create", opts, 3),
+        Part::micro("fls-get", opts, 3),
+        Part::new("many fibers", many),
+    ]
+}
+
+fn seed_work(opts: &Options) -> u64 {
+    if opts.quick {
+        SEED_WORK_QUICK
+    } else {
+        SEED_WORK
+    }
+}
 
 /// Runs the suite: the three micro benchmarks, then the seed's table.
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
@@ -157,6 +181,7 @@ fn create_failed() -> String {
 }
 
 fn switch_rows(opts: &Options, rep: &mut Reporter, home: LPVOID) -> Result<(), String> {
+    progress::part("switch");
     // SAFETY: `bounce` only switches back to `home`, this thread's fiber.
     let pong = unsafe { CreateFiber(STACK_SIZE, Some(bounce), home) };
     if pong.is_null() {
@@ -222,6 +247,7 @@ fn switch_rows(opts: &Options, rep: &mut Reporter, home: LPVOID) -> Result<(), S
 }
 
 fn create_rows(opts: &Options, rep: &mut Reporter, home: LPVOID) -> Result<(), String> {
+    progress::part("create");
     let mut contenders = vec![
         Contender::new("weft", 1, |n| {
             let t = Instant::now();
@@ -262,6 +288,7 @@ fn create_rows(opts: &Options, rep: &mut Reporter, home: LPVOID) -> Result<(), S
 }
 
 fn fls_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
+    progress::part("fls-get");
     static VALUE: u8 = 0;
     let value = &VALUE as *const u8 as *mut c_void;
     // SAFETY: plain Windows-API calls on this (fiber) thread.
@@ -353,6 +380,46 @@ const SEED_KERNEL: SeedFigures = SeedFigures {
     multi_init: ["0.00775", "0.0065", "0.0065", "0.00775", "0.01925"],
     multi_run: ["1.040703", "1.152488", "1.25908", "1.3222558", "1.737544"],
 };
+
+/// One line of the published figures, for the charts.
+pub(super) struct Published {
+    /// Whose figures.
+    pub who: &'static str,
+    pub procs: usize,
+    /// "init" or "run".
+    pub metric: &'static str,
+    /// (fibers, seconds).
+    pub points: Vec<(usize, f64)>,
+}
+
+/// The published figures as numbers, for the charts.
+pub(super) fn published() -> Vec<Published> {
+    let mut out = Vec::new();
+    for (who, f) in [
+        ("user-space library", &SEED_USER),
+        ("kernel module", &SEED_KERNEL),
+    ] {
+        for (procs, metric, values) in [
+            (1, "init", &f.mono_init),
+            (1, "run", &f.mono_run),
+            (4, "init", &f.multi_init),
+            (4, "run", &f.multi_run),
+        ] {
+            let points = SEED_FIBERS
+                .iter()
+                .zip(values.iter())
+                .filter_map(|(&n, v)| Some((n, v.parse::<f64>().ok()?)))
+                .collect();
+            out.push(Published {
+                who,
+                procs,
+                metric,
+                points,
+            });
+        }
+    }
+    out
+}
 
 /// What one worker process reports (its one JSON line).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -884,11 +951,8 @@ fn average(runs: &[SeedRun]) -> SeedRun {
 }
 
 fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
-    let work = if opts.quick {
-        SEED_WORK_QUICK
-    } else {
-        SEED_WORK
-    };
+    progress::part("many fibers");
+    let work = seed_work(opts);
     let threads = super::nproc();
     rep.line("");
     rep.line(format!(
@@ -925,7 +989,19 @@ fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     ));
     let mut problems = Vec::new();
     for (i, &fibers) in SEED_FIBERS.iter().enumerate() {
-        for procs in [1usize, 4] {
+        for (j, procs) in [1usize, 4].into_iter().enumerate() {
+            progress::step(
+                format!(
+                    "{fibers} fibers, {procs} {}",
+                    if procs == 1 {
+                        "process"
+                    } else {
+                        "processes at once"
+                    }
+                ),
+                2 * i + j,
+                2 * SEED_FIBERS.len(),
+            );
             let runs = run_workers(procs, fibers, work)?;
             let avg = average(&runs);
             let (user, kernel) = if procs == 1 {

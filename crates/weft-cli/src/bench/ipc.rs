@@ -35,11 +35,12 @@
 //! server's worker is busy-polling.
 
 use super::gopeer::GoPeer;
+use super::progress::{self, Part};
 use super::runtime::{
     affinity, mutex_condvar, on_worker0, panic_text, pin, raw_cacheline, set_affinity,
 };
 use super::{
-    fmt_ns, measure_interleaved, median, median_of, print_target, Contender, Measurement,
+    fmt_ns, group, measure_interleaved, median, median_of, print_target, Contender, Measurement,
     MicroResult, Options, Reporter, Suite,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -71,6 +72,19 @@ const STOP: u64 = u64::MAX;
 /// How long the client sleeps before each call of "weft-asleep": long past the spin
 /// (a few us) an idle worker does before it sleeps.
 const ASLEEP_GAP: Duration = Duration::from_micros(200);
+
+/// The suite's parts for the progress line, with estimated seconds.
+pub fn parts(opts: &Options) -> Vec<Part> {
+    let asleep = opts.repetitions() as f64 * 64.0 * 250e-6;
+    let samples = if opts.quick { 20_000.0 } else { 200_000.0 };
+    let under_load = Part::micro("local-under-load", opts, 3).weight + 3.0 * samples * 200e-9;
+    vec![
+        Part::micro("local", opts, 4),
+        Part::new("cross", Part::micro("cross", opts, 5).weight + asleep),
+        Part::micro("cross-under-pingpong", opts, 3),
+        Part::new("local-under-load", under_load),
+    ]
+}
 
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -161,6 +175,7 @@ fn local_rows(
     on_cpu0: bool,
     go: &mut Result<GoPeer, String>,
 ) -> Result<Option<f64>, String> {
+    progress::part("local");
     let mut contenders = vec![
         ctx.weft("weft", 0, Env::Alone),
         go_contender(go, "pingpong1"),
@@ -268,6 +283,7 @@ fn cross_rows(
     pinned: bool,
     go: &mut Result<GoPeer, String>,
 ) -> Result<Option<f64>, String> {
+    progress::part("cross");
     let mut contenders = vec![
         Contender::new("raw-cacheline", 1, |n| raw_cacheline(pinned, n)),
         ctx.weft("weft-busy", 1, Env::Fillers),
@@ -348,7 +364,12 @@ fn asleep(ctx: &Ctx) -> Result<MicroResult, String> {
     }
     let calls: u64 = if ctx.opts.quick { 16 } else { 64 };
     let mut s = Vec::new();
-    for _ in 0..ctx.opts.repetitions() {
+    for k in 0..ctx.opts.repetitions() {
+        progress::step(
+            format_args!("{name}, batch {} of {}", k + 1, ctx.opts.repetitions()),
+            k,
+            ctx.opts.repetitions(),
+        );
         let rt = ctx.rt;
         let took = on_worker0(rt, move || {
             let server = Server::start(1);
@@ -383,6 +404,7 @@ fn under_pingpong_rows(
     rep: &mut Reporter,
     idle_before: Option<f64>,
 ) -> Result<(), String> {
+    progress::part("cross-under-pingpong");
     let mut contenders = vec![
         ctx.weft("weft", 1, Env::Alone),
         ctx.weft("weft-pingpong-on-server-worker", 1, Env::Load(1, 1)),
@@ -445,6 +467,7 @@ fn local_under_load_rows(
     rep: &mut Reporter,
     local_before: Option<f64>,
 ) -> Result<(), String> {
+    progress::part("local-under-load");
     let cases = [
         ("weft", Env::Alone),
         ("weft-pingpong-other-worker", Env::Load(1, 1)),
@@ -482,10 +505,11 @@ fn local_under_load_rows(
             "    {:<28} {:>8} {:>8} {:>8} {:>8} {:>10} {:>14}",
             "case", "p50", "p90", "p99", "p99.9", "max", "> 4,000 cycles"
         ));
-        for (name, env) in cases {
+        for (k, (name, env)) in cases.into_iter().enumerate() {
             if env.needs_two() && !ctx.two {
                 continue;
             }
+            progress::step(format_args!("{name}, single samples"), k, cases.len());
             let rt = ctx.rt;
             let mut s = on_worker0_vec(rt, move || sample_local(samples, env))?;
             s.sort_unstable();
@@ -779,19 +803,6 @@ fn tsc_per_ns(opts: &Options) -> Option<f64> {
     Some(c1.wrapping_sub(c0) as f64 / (t1 - t0).as_nanos() as f64)
 }
 
-/// `v` rounded, with thousands separated by commas (as the seed prints its figures).
-fn group(v: f64) -> String {
-    let s = format!("{:.0}", v.max(0.0));
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
-
 /// Prints a group (title; per implementation the median ns, min..max over the batches,
 /// the median in cycles and the ratio to `reference`) and emits its JSON lines: one in
 /// ns and, with rdtsc, one in cycles per measured row.
@@ -846,19 +857,5 @@ fn print_group(
                 r.note.as_deref().unwrap_or("not measured")
             )),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::group;
-
-    #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(group(0.4), "0");
-        assert_eq!(group(999.0), "999");
-        assert_eq!(group(1_298.0), "1,298");
-        assert_eq!(group(15_258.2), "15,258");
-        assert_eq!(group(1_234_567.0), "1,234,567");
     }
 }

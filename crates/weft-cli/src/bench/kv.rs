@@ -48,6 +48,7 @@
 //!
 //! Units in JSON: the table cells in "ms", throughput in "req/s", latencies in "ms".
 
+use super::progress::{self, Part};
 use super::{median, Measurement, Options, Reporter};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -189,8 +190,36 @@ fn rb_runs(opts: &Options) -> usize {
     }
 }
 
+/// redis-benchmark's requests per test.
+fn rb_requests(opts: &Options) -> u64 {
+    if smoke() {
+        SMOKE_RB_REQUESTS
+    } else if opts.quick {
+        RB_REQUESTS_QUICK
+    } else {
+        RB_REQUESTS
+    }
+}
+
+/// The suite's parts for the progress line, with estimated seconds (two servers).
+pub fn parts(opts: &Options) -> Vec<Part> {
+    let ops = seed_ops(opts) as f64;
+    // A command one at a time over a Unix socket: ~20 us; read, write, mixed (twice the
+    // commands), 6 process counts, 2 servers.
+    let table = 4.0 * ops * PROCS.len() as f64 * 2.0 * 20e-6;
+    // SET and GET at ~60,000 requests/s without pipelining, ~400,000 with.
+    let n = rb_requests(opts) as f64;
+    let rb = 2.0 * rb_runs(opts) as f64 * 2.0 * (2.0 * n / 60e3 + 2.0 * n / 400e3);
+    vec![
+        Part::new("servers", 1.0 + 2.0 * key_space() as f64 * 10e-6),
+        Part::new("clients table", table),
+        Part::new("redis-benchmark", rb),
+    ]
+}
+
 /// Runs the suite: starts the servers, the seed's table, then redis-benchmark.
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
+    progress::part("servers");
     let me = SelfKind::from_env()?;
     let exe = std::env::current_exe().map_err(|e| {
         format!(
@@ -285,6 +314,7 @@ fn seed_table(
     exe: &Path,
     servers: &[Server],
 ) -> Result<(), String> {
+    progress::part("clients table");
     let ops = seed_ops(opts);
     rep.line("");
     rep.line(format!(
@@ -312,7 +342,12 @@ fn seed_table(
     for (oi, op) in [Op::Read, Op::Write, Op::Mixed].into_iter().enumerate() {
         for (pi, &procs) in PROCS.iter().enumerate() {
             let mut cells: Vec<f64> = Vec::with_capacity(servers.len());
-            for s in servers {
+            for (si, s) in servers.iter().enumerate() {
+                progress::step(
+                    format_args!("{}, {procs} processes, {}", op.name(), s.impl_name),
+                    (oi * PROCS.len() + pi) * servers.len() + si,
+                    3 * PROCS.len() * servers.len(),
+                );
                 let took = run_cell(exe, &s.socket, op, ops, procs).map_err(|e| {
                     format!(
                         "seed table, {} with {procs} processes on {}: {e}",
@@ -575,13 +610,8 @@ enum Transport {
 }
 
 fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Result<(), String> {
-    let n = if smoke() {
-        SMOKE_RB_REQUESTS
-    } else if opts.quick {
-        RB_REQUESTS_QUICK
-    } else {
-        RB_REQUESTS
-    };
+    progress::part("redis-benchmark");
+    let n = rb_requests(opts);
     rep.line("");
     let Some(rb) = find_on_path("redis-benchmark") else {
         rep.line(
@@ -611,14 +641,30 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
     head.push_str(&format!(" | {:>12} {:>7} | target", "req/s w/r", "p99 w/r"));
     rep.line(head);
     let mut verdicts = (0, 0);
+    let steps = 2 * 2 * runs * servers.len();
+    let mut step = 0;
     for transport in [Transport::Tcp, Transport::Unix] {
         for pipeline in [1, RB_PIPELINE] {
             // samples[server] = runs of rows (SET, GET); busy[server] = the client's CPU
             // time over its wall time, per run.
             let mut samples: Vec<Vec<Vec<RbRow>>> = vec![Vec::new(); servers.len()];
             let mut busy: Vec<Vec<f64>> = vec![Vec::new(); servers.len()];
-            for _ in 0..runs {
+            for run in 0..runs {
                 for (i, s) in servers.iter().enumerate() {
+                    progress::step(
+                        format_args!(
+                            "{}, -P {pipeline}, {}, run {} of {runs}",
+                            match transport {
+                                Transport::Tcp => "TCP",
+                                Transport::Unix => "Unix socket",
+                            },
+                            s.impl_name,
+                            run + 1
+                        ),
+                        step,
+                        steps,
+                    );
+                    step += 1;
                     let mut cmd = Command::new(&rb);
                     match transport {
                         Transport::Tcp => {

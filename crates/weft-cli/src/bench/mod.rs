@@ -18,6 +18,11 @@
 //!   nproc, and the load average (a busy machine makes noisy numbers).
 //! * [`WorkerJob`]: workloads a suite runs in a fresh process by re-executing
 //!   this binary as `weft bench-worker <job> ...` (hidden from `--help`).
+//! * the progress line on a terminal's stderr ([`progress`]): each suite lists its
+//!   parts with estimated durations (`parts(opts)` beside its `run`) and says which
+//!   part and step runs.
+//! * the charts ([`plot`]): `--plot DIR` draws the run's tables as SVG files, `weft
+//!   bench plot FILE --out DIR` those of a run saved with `--json`.
 
 mod echo;
 pub mod fibers;
@@ -25,12 +30,109 @@ mod gopeer;
 mod ipc;
 mod kv;
 mod peers;
+pub mod plot;
+pub mod progress;
 pub mod runtime;
 mod syslets;
 
 use std::fmt::Display;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// `weft bench`: run a suite, or draw the charts of a saved run.
+#[derive(clap::Args, Debug)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    disable_help_subcommand = true,
+    after_help = "While a suite runs, a progress line (the part and step running, how far \
+                  the suite is, an estimate of the time left) is shown on stderr when \
+                  stderr is a terminal; never in a pipe or a file."
+)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Which suite to run.
+    #[arg(value_enum, required = true)]
+    suite: Option<Suite>,
+    /// Print one JSON object per line on stdout, {"suite","name","impl","value","unit"},
+    /// and nothing else there (the human-readable table then goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Shorter run: 3 repetitions of ~5 ms batches and a 10x smaller workload
+    /// for the long benchmarks. Fine for a smoke test, noisier numbers.
+    #[arg(long)]
+    quick: bool,
+    /// `bench runtime` only: how many parked green threads the memory benchmark creates
+    /// (default 20000, 2000 with --quick: sizes that fit the system's default limit on
+    /// memory mappings; 0 skips it). The full measurement is --parked 1000000: about 4
+    /// GiB of memory, and as root it raises vm.max_map_count for the run (restored
+    /// afterwards); without root it is clamped to what the limit allows.
+    #[arg(long, value_name = "N")]
+    parked: Option<usize>,
+    /// Also draw the tables as SVG charts into DIR (created if need be), one file per
+    /// table named <suite>-<table>.svg; the table lists the files.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Draw the charts of a run saved with --json: the same SVG files as --plot.
+    Plot {
+        /// The run's JSON lines (`weft bench <suite> --json > FILE`; several runs may be
+        /// in one file, a later row replacing the same earlier one); - reads stdin.
+        file: PathBuf,
+        /// The directory to write the charts into (created if need be).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+/// Runs `weft bench ...`.
+pub fn main(args: Args) -> Result<(), String> {
+    match (args.command, args.suite) {
+        (Some(Command::Plot { file, out }), _) => plot_file(&file, &out),
+        (None, Some(suite)) => run(
+            suite,
+            Options {
+                json: args.json,
+                quick: args.quick,
+                parked: args.parked,
+            },
+            args.plot.as_deref(),
+        ),
+        (None, None) => Err("name a suite to run (see weft bench --help)".to_string()),
+    }
+}
+
+/// `weft bench plot FILE --out DIR`.
+fn plot_file(file: &Path, out: &Path) -> Result<(), String> {
+    let text = if file == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        s
+    } else {
+        std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?
+    };
+    let rows = plot::parse_json_lines(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let files = plot::write_charts(&rows, out)?;
+    if files.is_empty() {
+        return Err(format!(
+            "{}: no table to draw ({} rows; a chart needs a table measured for two \
+             implementations or more)",
+            file.display(),
+            rows.len()
+        ));
+    }
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
 
 /// The benchmark suites `weft bench` knows.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -47,9 +149,10 @@ pub enum Suite {
     /// cross-worker round trips, idle, busy and under load, vs a futex hand-off and Go
     /// channels, beside published microkernel IPC figures (ns and TSC cycles).
     Ipc,
-    /// Syslets: open+read+close of 1,000 small files, cached and uncached (root:
-    /// drop_caches), sync vs syslets on one worker and on every worker vs a hand-written
-    /// io_uring loop, beside published figures.
+    /// Syslets: open+read+close of 1,000 small files, cached and uncached (the suite
+    /// evicts its own files from the page cache before each uncached pass), sync vs
+    /// syslets on one worker and on every worker vs a hand-written io_uring loop, beside
+    /// published figures.
     Syslets,
     /// weft-kv vs redis-server at the same durability: 100,000 reads / writes / mixed
     /// over 1-10 client processes, and redis-benchmark (set, get; TCP and Unix socket;
@@ -58,6 +161,17 @@ pub enum Suite {
 }
 
 impl Suite {
+    /// The suite's parts for the progress line, with estimated durations.
+    fn parts(self, opts: &Options) -> Vec<progress::Part> {
+        match self {
+            Suite::Fibers => fibers::parts(opts),
+            Suite::Runtime => runtime::parts(opts),
+            Suite::Ipc => ipc::parts(opts),
+            Suite::Syslets => syslets::parts(opts),
+            Suite::Kv => kv::parts(opts),
+        }
+    }
+
     /// The suite's name as typed on the command line and written in JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -111,7 +225,7 @@ pub struct Options {
     /// Fewer repetitions, shorter batches, smaller workloads.
     pub quick: bool,
     /// `bench runtime`: how many parked green threads the memory benchmark creates
-    /// (None: its default, 1,000,000, or 10,000 with `--quick`; 0 skips it).
+    /// (None: its default, 20,000, or 2,000 with `--quick`; 0 skips it).
     pub parked: Option<usize>,
 }
 
@@ -135,19 +249,36 @@ impl Options {
     }
 }
 
-/// Runs `suite`, printing its table (and JSON lines with `--json`).
-pub fn run(suite: Suite, opts: Options) -> Result<(), String> {
+/// Runs `suite`, printing its table (and JSON lines with `--json`), and with `plot`
+/// draws its charts there.
+pub fn run(suite: Suite, opts: Options, plot: Option<&Path>) -> Result<(), String> {
     let mut rep = Reporter::new(opts.json);
     for line in header_lines(suite, &opts) {
         rep.line(line);
     }
+    let line = progress::start(suite.name(), suite.parts(&opts));
     match suite {
         Suite::Fibers => fibers::run(&opts, &mut rep),
         Suite::Runtime => runtime::run(&opts, &mut rep),
         Suite::Ipc => ipc::run(&opts, &mut rep),
         Suite::Syslets => syslets::run(&opts, &mut rep),
         Suite::Kv => kv::run(&opts, &mut rep),
+    }?;
+    drop(line);
+    if let Some(dir) = plot {
+        let rows: Vec<plot::Row> = rep.measured.iter().filter_map(plot::Row::of).collect();
+        let files = plot::write_charts(&rows, dir)?;
+        rep.line("");
+        if files.is_empty() {
+            rep.line("charts: none (no table was measured for two implementations or more)");
+        } else {
+            rep.line(format!("charts ({}):", dir.display()));
+            for f in files {
+                rep.line(format!("  {}", f.display()));
+            }
+        }
     }
+    Ok(())
 }
 
 /// Runs a `bench-worker` job in this process.
@@ -212,6 +343,8 @@ pub fn json_line(suite: &str, name: &str, impl_name: &str, value: f64, unit: &st
 /// lines to stdout.
 pub struct Reporter {
     json: bool,
+    /// Every measurement with a value so far (`--plot` draws them).
+    measured: Vec<Measurement>,
     /// Every line, kept here instead of written out (tests).
     #[cfg(test)]
     kept: Option<Vec<String>>,
@@ -221,6 +354,7 @@ impl Reporter {
     pub fn new(json: bool) -> Self {
         Reporter {
             json,
+            measured: Vec::new(),
             #[cfg(test)]
             kept: None,
         }
@@ -232,6 +366,7 @@ impl Reporter {
     pub fn kept(json: bool) -> Self {
         Reporter {
             json,
+            measured: Vec::new(),
             kept: Some(Vec::new()),
         }
     }
@@ -249,16 +384,23 @@ impl Reporter {
             kept.push(text.to_string());
             return;
         }
-        // A closed pipe (`weft bench fibers | head`) is not worth a panic.
-        let _ = if self.json {
-            writeln!(std::io::stderr().lock(), "{text}")
-        } else {
-            writeln!(std::io::stdout().lock(), "{text}")
-        };
+        // A closed pipe (`weft bench fibers | head`) is not worth a panic. The progress
+        // line, if any, leaves the screen while the text is written.
+        progress::suspend(|| {
+            let _ = if self.json {
+                writeln!(std::io::stderr().lock(), "{text}")
+            } else {
+                writeln!(std::io::stdout().lock(), "{text}")
+            };
+        });
     }
 
-    /// Emits the JSON line of `m` (with `--json` and a value only).
+    /// Emits the JSON line of `m` (with `--json` and a value only), and keeps `m` for
+    /// the charts.
     pub fn emit(&mut self, m: &Measurement) {
+        if m.value.is_some() {
+            self.measured.push(m.clone());
+        }
         if !self.json {
             return;
         }
@@ -268,7 +410,9 @@ impl Reporter {
                 kept.push(line);
                 return;
             }
-            let _ = writeln!(std::io::stdout().lock(), "{line}");
+            progress::suspend(|| {
+                let _ = writeln!(std::io::stdout().lock(), "{line}");
+            });
         }
     }
 }
@@ -356,18 +500,37 @@ pub fn measure_interleaved(
     contenders: &mut [Contender<'_>],
 ) -> Result<Vec<MicroResult>, String> {
     let target = opts.batch_target();
+    let running = contenders.iter().filter(|c| c.batch.is_ok()).count();
+    let steps = running * (opts.repetitions() + 1);
+    let mut step = 0;
     let mut iters = Vec::with_capacity(contenders.len());
     for c in contenders.iter_mut() {
         iters.push(match &mut c.batch {
-            Ok(batch) => calibrate(batch, target)
-                .map_err(|e| format!("{} (while calibrating {}): {e}", c.impl_name, c.impl_name))?,
+            Ok(batch) => {
+                progress::step(format_args!("{}, calibrating", c.impl_name), step, steps);
+                step += 1;
+                calibrate(batch, target).map_err(|e| {
+                    format!("{} (while calibrating {}): {e}", c.impl_name, c.impl_name)
+                })?
+            }
             Err(_) => 0,
         });
     }
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
-    for _ in 0..opts.repetitions() {
+    for round in 0..opts.repetitions() {
         for (i, c) in contenders.iter_mut().enumerate() {
             if let Ok(batch) = &mut c.batch {
+                progress::step(
+                    format_args!(
+                        "{}, batch {} of {}",
+                        c.impl_name,
+                        round + 1,
+                        opts.repetitions()
+                    ),
+                    step,
+                    steps,
+                );
+                step += 1;
                 let took = batch(iters[i]).map_err(|e| format!("{}: {e}", c.impl_name))?;
                 let ops = (iters[i] * c.ops_per_iter) as f64;
                 samples[i].push(took.as_nanos() as f64 / ops);
@@ -449,6 +612,20 @@ pub fn print_micro_table(
             )),
         }
     }
+}
+
+/// `v` rounded, with thousands separated by commas: 1,298 (as the published figures
+/// the tables quote are printed).
+pub fn group(v: f64) -> String {
+    let s = format!("{:.0}", v.max(0.0));
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 /// A ns value with 2 decimals below 1000, 1 decimal above.
@@ -638,6 +815,15 @@ mod tests {
             median(&mut [10.0, 10.0, 1000.0, 9.0, 11.0, 10.0, 10.0]),
             10.0
         );
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(group(0.4), "0");
+        assert_eq!(group(999.0), "999");
+        assert_eq!(group(1_298.0), "1,298");
+        assert_eq!(group(15_258.2), "15,258");
+        assert_eq!(group(1_234_567.0), "1,234,567");
     }
 
     #[test]

@@ -27,11 +27,16 @@
 //!   (`runtime.Gosched`, GOMAXPROCS=1) and "pthread-sched-yield" (two threads
 //!   pinned to one CPU calling `sched_yield`).
 //!
-//! Then `parked`: N green threads (`--parked N`, default 1,000,000, 10,000 with
-//! `--quick`) with default stacks, spawned across the workers in batches, each parked
-//! forever: resident memory (VmRSS) per thread and in total, and how long the shutdown
-//! that unwinds them takes. Each stack is two mappings (stack + guard), so this first
-//! checks `vm.max_map_count` (raising it for the run when root, else clamping N).
+//! Then `parked`: N green threads (`--parked N`, default [`DEFAULT_PARKED`],
+//! [`DEFAULT_PARKED_QUICK`] with `--quick`) with default stacks, spawned across the
+//! workers in batches, each parked forever: resident memory (VmRSS) per thread and in
+//! total, and how long the shutdown that unwinds them takes. Each stack is two mappings
+//! (stack + guard), so this first checks `vm.max_map_count`. The default sizes fit the
+//! kernel's default limit (65,530) and change nothing; the full measurement, a million
+//! (about 4 GiB), runs only when asked for with `--parked 1000000`: as root it then
+//! raises `vm.max_map_count` for the run (and restores it), without root it clamps N
+//! to what the limit allows and says so. A default that does not fit (a lower limit)
+//! is clamped, never raised.
 //!
 //! Targets (issue 4): spawn <= 200 ns, yield <= 30 ns, a cross-worker round trip within
 //! 2x of the raw cache-line one with busy workers and no worse than a futex round trip
@@ -39,6 +44,7 @@
 //! Go spawn ~590 ns, pthread create + join ~60 us.
 
 use super::gopeer::GoPeer;
+use super::progress::{self, Part};
 use super::{
     measure_interleaved, median_of, peers, print_micro_table, print_target, Contender, Measurement,
     MicroResult, Options, Reporter, Suite,
@@ -59,6 +65,32 @@ const SEED_PTHREAD_CREATE_JOIN_NS: f64 = 60_000.0;
 const TARGET_SPAWN_NS: f64 = 200.0;
 const TARGET_YIELD_NS: f64 = 30.0;
 const TARGET_PARKED_1M_BYTES: f64 = 4.0 * (1u64 << 30) as f64;
+
+/// `parked`'s default counts: their mappings fit the kernel's default
+/// `vm.max_map_count` (65,530).
+pub const DEFAULT_PARKED: usize = 20_000;
+pub const DEFAULT_PARKED_QUICK: usize = 2_000;
+
+/// How many parked green threads this run creates (before the mapping limit).
+fn parked_count(opts: &Options) -> usize {
+    opts.parked.unwrap_or(if opts.quick {
+        DEFAULT_PARKED_QUICK
+    } else {
+        DEFAULT_PARKED
+    })
+}
+
+/// The suite's parts for the progress line, with estimated seconds.
+pub fn parts(opts: &Options) -> Vec<Part> {
+    vec![
+        Part::micro("cross-worker", opts, 7),
+        Part::micro("spawn", opts, 5),
+        Part::micro("yield", opts, 4),
+        Part::new("tcp-echo", super::echo::estimate(opts.quick)),
+        // Spawn and shutdown take a few microseconds a thread.
+        Part::new("parked", 0.2 + parked_count(opts) as f64 * 5e-6),
+    ]
+}
 
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -121,6 +153,7 @@ fn cross_worker_rows(
     rt: &Runtime,
     go: &mut Result<GoPeer, String>,
 ) -> Result<(), String> {
+    progress::part("cross-worker");
     let two = rt.workers() >= 2;
     let green = |busy: bool| {
         if two {
@@ -218,6 +251,7 @@ fn spawn_rows(
     rtd: &Runtime,
     go: &mut Result<GoPeer, String>,
 ) -> Result<(), String> {
+    progress::part("spawn");
     let mut contenders = vec![
         Contender::new("weft", 1, |n| green_spawn(rtd, n)),
         Contender::new("weft-1-worker", 1, |n| green_spawn(rt1, n)),
@@ -287,6 +321,7 @@ fn yield_rows(
     rt1: &Runtime,
     go: &mut Result<GoPeer, String>,
 ) -> Result<(), String> {
+    progress::part("yield");
     let mut contenders = vec![
         Contender::new("weft", 2, |n| green_yield(rt1, n)),
         Contender::new("weft-no-runtime", 2, |n| {
@@ -687,9 +722,11 @@ pub(super) fn set_affinity(set: &libc::cpu_set_t) -> bool {
     // SAFETY: `set` is a valid cpu_set_t of the size given.
     unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
 }
-/// Mappings kept free for everything else the process maps while the parked threads
+/// Mappings kept free for everything else the process maps while `n` parked threads
 /// exist (the registry's growth, the allocator, the workers' stacks, ...).
-const MAP_MARGIN: usize = 65_536;
+fn map_margin(n: usize) -> usize {
+    4096 + n / 16
+}
 /// Green threads each spawner (one per worker) spawns per round of `parked`.
 const PARKED_BATCH: usize = 8192;
 const MAX_MAP_COUNT: &str = "/proc/sys/vm/max_map_count";
@@ -764,8 +801,14 @@ fn mib(bytes: f64) -> String {
 }
 
 /// How many green threads the mapping limit allows: `want`, after raising
-/// `vm.max_map_count` if root, else fewer (with a line saying why).
-fn allowed_by_map_count(rep: &mut Reporter, want: usize, restore: &mut RestoreMapCount) -> usize {
+/// `vm.max_map_count` if `asked` for (`--parked N`) and root, else fewer (with a line
+/// saying why).
+fn allowed_by_map_count(
+    rep: &mut Reporter,
+    want: usize,
+    asked: bool,
+    restore: &mut RestoreMapCount,
+) -> usize {
     let maps = std::fs::read_to_string("/proc/self/maps")
         .map(|m| m.lines().count())
         .unwrap_or(1000);
@@ -778,13 +821,13 @@ fn allowed_by_map_count(rep: &mut Reporter, want: usize, restore: &mut RestoreMa
         ));
         return want;
     };
-    let need = maps + 2 * want + MAP_MARGIN;
+    let need = maps + 2 * want + map_margin(want);
     if limit >= need {
         return want;
     }
     // SAFETY: no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    if root && std::fs::write(MAX_MAP_COUNT, format!("{need}\n")).is_ok() {
+    if asked && root && std::fs::write(MAX_MAP_COUNT, format!("{need}\n")).is_ok() {
         restore.0 = Some(limit);
         rep.line(format!(
             "  raised vm.max_map_count from {limit} to {need} for this run (each stack is 2 \
@@ -792,20 +835,25 @@ fn allowed_by_map_count(rep: &mut Reporter, want: usize, restore: &mut RestoreMa
         ));
         return want;
     }
-    let n = limit.saturating_sub(maps + MAP_MARGIN) / 2;
+    // The largest n with 2n + margin(n) <= room.
+    let room = limit.saturating_sub(maps) as f64;
+    let n = ((room - 4096.0) / (2.0 + 1.0 / 16.0)).max(0.0) as usize;
     rep.line(format!(
         "  CLAMPED to {n} threads: vm.max_map_count is {limit} and each green thread's stack \
-         is 2 mappings (stack + guard), so {want} threads need about {need}; run \
-         `sysctl -w vm.max_map_count={need}` as root for the full count"
+         is 2 mappings (stack + guard), so {want} threads need about {need}; {}",
+        if asked {
+            format!("run as root, or `sysctl -w vm.max_map_count={need}`, for the full count")
+        } else {
+            "ask for a count with --parked N (as root it raises the limit for the run)".to_string()
+        }
     ));
     n
 }
 
 /// N green threads parked forever: resident memory, spawn rate, shutdown time.
 fn parked_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
-    let want = opts
-        .parked
-        .unwrap_or(if opts.quick { 10_000 } else { 1_000_000 });
+    progress::part("parked");
+    let want = parked_count(opts);
     rep.line("");
     if want == 0 {
         rep.line("parked: skipped (--parked 0)");
@@ -814,10 +862,15 @@ fn parked_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     rep.line(format!(
         "parked: {want} green threads with default stacks (1 MiB usable each, committed \
          lazily), spawned across the workers in batches of {PARKED_BATCH} per worker, each \
-         parked forever; resident memory from VmRSS (/proc/self/status) before and after"
+         parked forever; resident memory from VmRSS (/proc/self/status) before and after{}",
+        if opts.parked.is_none() {
+            " (the default count; the full million: --parked 1000000, about 4 GiB)"
+        } else {
+            ""
+        }
     ));
     let mut restore = RestoreMapCount(None);
-    let mut n = allowed_by_map_count(rep, want, &mut restore);
+    let mut n = allowed_by_map_count(rep, want, opts.parked.is_some(), &mut restore);
     if n == 0 {
         rep.line("  no room for any green thread: skipped");
         return Ok(());
@@ -829,6 +882,7 @@ fn parked_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     let t0 = Instant::now();
     let mut spawned = 0usize;
     while spawned < n {
+        progress::step(format_args!("{spawned} of {n} threads spawned"), spawned, n);
         let round = (n - spawned).min(PARKED_BATCH * workers);
         let target = spawned + round;
         let spawners: Vec<_> = (0..workers)
@@ -876,6 +930,7 @@ fn parked_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     }
     let spawn_time = t0.elapsed();
     let with = rss()?;
+    progress::step("shutdown", n, n);
     let t = Instant::now();
     drop(rt);
     let shutdown = t.elapsed();

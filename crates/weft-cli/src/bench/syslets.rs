@@ -34,15 +34,25 @@
 //!
 //! Method: cached, one untimed pass of each implementation, then [`CACHED_ROUNDS`] rounds
 //! in which each implementation runs one timed pass in turn (the first of a round
-//! rotating); uncached, [`UNCACHED_ROUNDS`] such rounds, each pass preceded by `sync; echo
-//! 3 > /proc/sys/vm/drop_caches` and by a one-file warm-up of the implementation on a file
-//! in another directory (so that the code it runs, which the drop evicts too, is paged
-//! back in before the timer starts). The figure of a row is the median pass. Without
-//! root (the drop fails), or on tmpfs, or with `--quick`, the uncached rows are skipped
-//! (and say why). The syslet programs are built once, before the passes, and re-run
-//! every pass (what building costs is printed beside).
+//! rotating); uncached, [`UNCACHED_ROUNDS`] such rounds, each pass preceded by the
+//! eviction of the suite's own files from the page cache ([`evict`]: per file
+//! `fdatasync`, then `posix_fadvise(POSIX_FADV_DONTNEED)`, then a check with `mincore`
+//! that none of its pages is left) and by a one-file warm-up of the implementation on a
+//! file in another directory, evicted too (so that the path a miss takes has run once
+//! before the timer starts). Nothing else on the machine is evicted, and no privilege
+//! is needed; the files' names and inodes stay cached, so an uncached pass waits for the
+//! files' data only. A pass that starts with some pages still cached is counted and
+//! reported under the table; where the first eviction leaves pages in the cache (tmpfs,
+//! or a file system that ignores the advice), or with `--quick`, the uncached rows are
+//! skipped (and say why). The figure of a row is the median pass. The syslet programs
+//! are built once, before the passes, and re-run every pass (what building costs is
+//! printed beside).
 //!
 //! JSON: name `cached` or `uncached`, value the median time per file (ns).
+//!
+//! `WEFT_BENCH_SYSLETS_SMOKE=1` runs every part, the uncached one too, with tiny sizes
+//! (20 files, one timed round each): it proves in a second that the suite runs end to
+//! end, as the tests do; its figures mean nothing.
 //!
 //! Diagnostics: with `WEFT_BENCH_TRACE=1` in the environment, every timed pass also
 //! prints to stderr the process's CPU time and, per group of threads (by name), their
@@ -57,6 +67,7 @@
 //! within 10% of the raw io_uring version. The seed's async-test: cached 31.6 ms sync vs
 //! 26.5 ms syslets (+19.2%), uncached 45.8 s vs 34.2 s (+33.9%).
 
+use super::progress::{self, Part};
 use super::{median, nproc, print_target, Measurement, Options, Reporter, Suite};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::ffi::{CStr, CString};
@@ -94,32 +105,81 @@ const SEED_CACHED_SYSLETS_MS: f64 = 26.5;
 const SEED_UNCACHED_SYNC_S: f64 = 45.8;
 const SEED_UNCACHED_SYSLETS_S: f64 = 34.2;
 
-const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
+/// The sizes of a smoke run (`WEFT_BENCH_SYSLETS_SMOKE=1`): it proves in a second that
+/// every part runs, the uncached one too (`--quick` skips it); its figures mean nothing.
+const SMOKE_FILES: usize = 20;
+
+/// How much a run does.
+struct Sizes {
+    files: usize,
+    /// Timed cached rounds.
+    cached: usize,
+    /// Timed uncached rounds; None with `--quick`.
+    uncached: Option<usize>,
+}
+
+fn sizes(opts: &Options) -> Sizes {
+    if std::env::var_os("WEFT_BENCH_SYSLETS_SMOKE").is_some_and(|v| v == "1") {
+        Sizes {
+            files: SMOKE_FILES,
+            cached: 1,
+            uncached: Some(1),
+        }
+    } else if opts.quick {
+        Sizes {
+            files: FILES_QUICK,
+            cached: CACHED_ROUNDS_QUICK,
+            uncached: None,
+        }
+    } else {
+        Sizes {
+            files: FILES,
+            cached: CACHED_ROUNDS,
+            uncached: Some(UNCACHED_ROUNDS),
+        }
+    }
+}
+
+/// The suite's parts for the progress line, with estimated seconds.
+pub fn parts(opts: &Options) -> Vec<Part> {
+    let z = sizes(opts);
+    let n = z.files as f64;
+    let mut parts = vec![
+        // Writing the files and a sync.
+        Part::new("files", 0.2 + n * 50e-6),
+        // Six implementations, a few us a file.
+        Part::new("cached", ((z.cached + 1) * 6) as f64 * n * 4e-6),
+    ];
+    if let Some(rounds) = z.uncached {
+        // Each pass: the eviction, then the reads from the disk.
+        parts.push(Part::new("uncached", (rounds * 6) as f64 * n * 100e-6));
+    }
+    parts
+}
 
 /// The `method:` line of the table header.
 pub fn method_line(opts: &Options) -> String {
-    let (files, rounds) = if opts.quick {
-        (FILES_QUICK, CACHED_ROUNDS_QUICK)
-    } else {
-        (FILES, CACHED_ROUNDS)
-    };
+    let z = sizes(opts);
     format!(
-        "method: one pass = open+read+close of {files} files; implementations take turns pass \
-         by pass; per implementation the median of {rounds} cached passes (after an untimed \
+        "method: one pass = open+read+close of {} files; implementations take turns pass \
+         by pass; per implementation the median of {} cached passes (after an untimed \
          one){}; sync / impl > 1 means impl is faster than sync",
-        if opts.quick {
-            String::from(" (uncached skipped with --quick)")
-        } else {
-            format!(
-                " and of {UNCACHED_ROUNDS} uncached passes (each after sync + drop_caches and \
-                 a one-file warm-up)"
-            )
+        z.files,
+        z.cached,
+        match z.uncached {
+            None => String::from(" (uncached skipped with --quick)"),
+            Some(rounds) => format!(
+                " and of {rounds} uncached passes (each after the files' pages are evicted \
+                 from the page cache, and a one-file warm-up)"
+            ),
         }
     )
 }
 
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
-    let n = if opts.quick { FILES_QUICK } else { FILES };
+    let z = sizes(opts);
+    let n = z.files;
+    progress::part("files");
     let files = Files::create(n)?;
     rep.line("");
     rep.line(format!(
@@ -205,6 +265,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     ];
 
     // Cached: one untimed pass each (it also fills the page cache), then the rounds.
+    progress::part("cached");
     for c in contenders.iter_mut() {
         if let Ok(run) = &mut c.run {
             if let Err(e) = run(&files.main, true) {
@@ -215,11 +276,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
             }
         }
     }
-    let rounds = if opts.quick {
-        CACHED_ROUNDS_QUICK
-    } else {
-        CACHED_ROUNDS
-    };
+    let rounds = z.cached;
     let cached = measure(&mut contenders, &files, rounds, false)?;
     print_case(
         rep,
@@ -234,8 +291,8 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     cached_targets(rep, &cached, workers, n);
 
     // Uncached.
-    let skip = if opts.quick {
-        Some("skipped with --quick (dropping the caches takes seconds a pass)".to_string())
+    let skip = if z.uncached.is_none() {
+        Some("skipped with --quick (each pass reads every file from the disk)".to_string())
     } else if !files.disk {
         Some(format!(
             "skipped: the files are on {} (no disk behind the page cache: uncached would \
@@ -243,21 +300,21 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
             files.fs
         ))
     } else {
-        match drop_caches() {
+        match evict(&files.main).and_then(|m| Ok(m.add(evict(&files.warm)?))) {
             Err(e) => Some(format!(
-                "skipped: cannot drop the caches ({e}: it needs root), so \
-                 there is no uncached figure"
+                "skipped: cannot evict the files from the page cache ({e}), so there is no \
+                 uncached figure"
             )),
-            Ok(()) => match resident(&files.warm.paths[0]) {
-                Some(false) => None,
-                Some(true) => Some(format!(
-                    "skipped: {DROP_CACHES} was written but a file's page is still resident \
-                     (mincore), so the caches are not really dropped here"
-                )),
-                None => Some("skipped: cannot check residency with mincore".to_string()),
-            },
+            Ok(left) if left.resident > 0 => Some(format!(
+                "skipped: after fdatasync and POSIX_FADV_DONTNEED, {} of the files' {} pages \
+                 are still in the page cache (mincore): {} keeps them here, so an uncached \
+                 pass would read cached data",
+                left.resident, left.pages, files.fs
+            )),
+            Ok(_) => None,
         }
     };
+    let uncached_rounds = z.uncached.unwrap_or(0);
     let uncached = match skip {
         Some(why) => {
             rep.line("");
@@ -265,18 +322,22 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
             None
         }
         None => {
-            let u = measure(&mut contenders, &files, UNCACHED_ROUNDS, true)?;
+            progress::part("uncached");
+            let u = measure(&mut contenders, &files, uncached_rounds, true)?;
             print_case(
                 rep,
                 "uncached",
                 &format!(
-                    "`sync; echo 3 > {DROP_CACHES}` before each pass (page cache, dentries \
-                     and inodes dropped), then a one-file warm-up of the implementation on a \
-                     file in another directory; median of {UNCACHED_ROUNDS} passes"
+                    "before each pass the files' pages are evicted from the page cache \
+                     (fdatasync + POSIX_FADV_DONTNEED per file, checked with mincore; only \
+                     these files, their names and inodes stay cached), then a one-file \
+                     warm-up of the implementation on a file in another directory; median \
+                     of {uncached_rounds} passes"
                 ),
                 n,
                 &u,
             );
+            left_cached_lines(rep, &u);
             rep.line(format!(
                 "  threads of this process after the uncached passes: {} syslet cachemiss \
                  (weft-cachemiss*, by the CPUs they may run on: {}), {} io-wq (iou-wrk-*)",
@@ -466,11 +527,116 @@ fn fs_type(p: &Path) -> Option<(String, bool)> {
     })
 }
 
-/// `sync; echo 3 > /proc/sys/vm/drop_caches`.
-fn drop_caches() -> Result<(), String> {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
-    std::fs::write(DROP_CACHES, "3").map_err(|e| format!("writing {DROP_CACHES}: {e}"))
+/// How many of a set of files' pages are in the page cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Residency {
+    pages: u64,
+    resident: u64,
+}
+
+impl Residency {
+    fn add(self, o: Residency) -> Residency {
+        Residency {
+            pages: self.pages + o.pages,
+            resident: self.resident + o.resident,
+        }
+    }
+}
+
+/// Evicts the files of `set` (and nothing else) from the page cache: per file
+/// `fdatasync` (a dirty page cannot be dropped), then `posix_fadvise(0, 0,
+/// POSIX_FADV_DONTNEED)` over the whole file. Returns how many of their pages are still
+/// in the cache after it, counted with `mincore` ([`residency`]). Needs no privilege.
+fn evict(set: &Set) -> Result<Residency, String> {
+    let mut r = Residency::default();
+    for p in &set.paths {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let fd = opened(fd, p)?;
+        let one = (|| {
+            // SAFETY: our descriptor.
+            if unsafe { libc::fdatasync(fd) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(format!("fdatasync {}: {e}", p.to_string_lossy()));
+            }
+            // SAFETY: our descriptor; offset 0 and length 0 mean the whole file.
+            let e = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+            if e != 0 {
+                let e = std::io::Error::from_raw_os_error(e);
+                return Err(format!("posix_fadvise {}: {e}", p.to_string_lossy()));
+            }
+            residency(fd, p)
+        })();
+        // SAFETY: our descriptor, closed once.
+        unsafe { libc::close(fd) };
+        r = r.add(one?);
+    }
+    Ok(r)
+}
+
+/// The pages of the file open on `fd` (of path `p`) and how many of them are in the
+/// page cache: `mincore` on a shared read-only mapping of it, which reads nothing.
+fn residency(fd: i32, p: &CStr) -> Result<Residency, String> {
+    let fail = |what: &str| {
+        let e = std::io::Error::last_os_error();
+        format!("{what} {}: {e}", p.to_string_lossy())
+    };
+    // SAFETY: a zeroed stat is valid; fstat fills it from our descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(fail("fstat"));
+    }
+    let len = st.st_size as usize;
+    if len == 0 {
+        return Ok(Residency::default());
+    }
+    // SAFETY: no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let pages = len.div_ceil(page);
+    // SAFETY: a fresh read-only shared mapping of `len` bytes of our descriptor; the
+    // kernel picks the address.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(fail("mmap"));
+    }
+    let mut v = vec![0u8; pages];
+    // SAFETY: `map` is a mapping of `len` bytes; `v` has a byte per page of it.
+    let rc = unsafe { libc::mincore(map, len, v.as_mut_ptr()) };
+    let err = (rc != 0).then(|| fail("mincore"));
+    // SAFETY: the mapping made above, unmapped once; nothing refers to it.
+    unsafe { libc::munmap(map, len) };
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(Residency {
+        pages: pages as u64,
+        resident: v.iter().filter(|&&b| b & 1 == 1).count() as u64,
+    })
+}
+
+/// Under the uncached table: the passes that started with some of their files' pages
+/// still in the page cache (the eviction did not take), if any.
+fn left_cached_lines(rep: &mut Reporter, rows: &[Row]) {
+    for r in rows {
+        if let Some(c) = r.left_cached.filter(|c| c.passes > 0) {
+            rep.line(format!(
+                "  warning: {}: {} of its {} passes started with some of the files' pages \
+                 still in the page cache (at most {} of {} pages): those passes read partly \
+                 cached data",
+                r.name, c.passes, c.of, c.max_resident, c.pages
+            ));
+        }
+    }
 }
 
 /// The threads of this process (their /proc/self/task directories) whose name starts
@@ -515,33 +681,6 @@ fn cpus_of(threads: &[PathBuf]) -> String {
     }
 }
 
-/// Whether the first page of `path` is in the page cache (mincore), without reading it.
-fn resident(path: &CStr) -> Option<bool> {
-    // SAFETY: plain system calls on our own descriptor and mapping, each checked.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return None;
-        }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
-        libc::close(fd);
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let mut v = 0u8;
-        let r = libc::mincore(p, 4096, &mut v);
-        libc::munmap(p, 4096);
-        (r == 0).then_some(v & 1 == 1)
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Measuring
 
@@ -568,10 +707,22 @@ struct Row {
     max: Duration,
     went_async: Option<f64>,
     note: Option<String>,
+    /// Uncached: how many passes started with pages still cached.
+    left_cached: Option<LeftCached>,
+}
+
+/// Of `of` uncached passes, how many started with some of the files' `pages` still in
+/// the page cache, and at most how many.
+#[derive(Clone, Copy, Debug, Default)]
+struct LeftCached {
+    passes: usize,
+    of: usize,
+    max_resident: u64,
+    pages: u64,
 }
 
 /// `rounds` rounds, each a timed pass of every contender (the first of each round
-/// rotating); uncached, each pass after a drop of the caches and a warm-up pass.
+/// rotating); uncached, each pass after the eviction of the files and a warm-up pass.
 fn measure(
     contenders: &mut [Contender<'_>],
     files: &Files,
@@ -581,13 +732,27 @@ fn measure(
     let k = contenders.len();
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); k];
     let mut asyncs = vec![0usize; k];
+    let mut left = vec![LeftCached::default(); k];
     for round in 0..rounds {
         for j in 0..k {
             let i = (round + j) % k;
             let c = &mut contenders[i];
+            progress::step(
+                format_args!("{}, pass {} of {rounds}", c.name, round + 1),
+                round * k + j,
+                rounds * k,
+            );
             let Ok(run) = &mut c.run else { continue };
             if uncached {
-                drop_caches()?;
+                let r = evict(&files.main)?;
+                evict(&files.warm)?;
+                let l = &mut left[i];
+                l.of += 1;
+                l.pages = r.pages;
+                if r.resident > 0 {
+                    l.passes += 1;
+                    l.max_resident = l.max_resident.max(r.resident);
+                }
                 run(&files.warm, false).map_err(|e| format!("{} (warm-up): {e}", c.name))?;
             }
             let trace = std::env::var_os("WEFT_BENCH_TRACE").is_some();
@@ -639,7 +804,8 @@ fn measure(
         .iter()
         .zip(samples)
         .zip(asyncs)
-        .map(|((c, mut s), a)| match &c.run {
+        .zip(left)
+        .map(|(((c, mut s), a), l)| match &c.run {
             Ok(_) => {
                 let mut ns: Vec<f64> = s.iter().map(|d| d.as_nanos() as f64).collect();
                 let m = median(&mut ns);
@@ -654,6 +820,7 @@ fn measure(
                         .starts_with("syslets")
                         .then(|| a as f64 / rounds as f64),
                     note: None,
+                    left_cached: uncached.then_some(l),
                 }
             }
             Err(why) => Row {
@@ -663,6 +830,7 @@ fn measure(
                 max: Duration::ZERO,
                 went_async: None,
                 note: Some(why.clone()),
+                left_cached: None,
             },
         })
         .collect())
@@ -1473,5 +1641,47 @@ impl RawUring {
             took,
             went_async: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After the files are read (so cached), `evict` leaves none of their pages in the
+    /// page cache, and `residency` sees them come back when they are read again.
+    #[test]
+    fn evicting_the_files_leaves_none_of_their_pages_cached() {
+        let files = Files::create(8).unwrap();
+        if !files.disk {
+            // tmpfs keeps its pages: nothing to evict them to (the suite skips there).
+            return;
+        }
+        let cached = |set: &Set| {
+            set.paths.iter().fold(Residency::default(), |r, p| {
+                // SAFETY: a NUL-terminated path.
+                let fd = unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                let fd = opened(fd, p).unwrap();
+                let one = residency(fd, p).unwrap();
+                // SAFETY: our descriptor.
+                unsafe { libc::close(fd) };
+                r.add(one)
+            })
+        };
+        sync_pass(&files.main).unwrap();
+        let before = cached(&files.main);
+        assert!(before.pages >= 8, "{before:?}");
+        assert_eq!(before.resident, before.pages, "read just now: all cached");
+        let left = evict(&files.main).unwrap();
+        assert_eq!(
+            left,
+            Residency {
+                pages: before.pages,
+                resident: 0
+            }
+        );
+        assert_eq!(cached(&files.main).resident, 0);
+        sync_pass(&files.main).unwrap();
+        assert_eq!(cached(&files.main).resident, before.pages);
     }
 }
