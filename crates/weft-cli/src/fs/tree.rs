@@ -4,7 +4,7 @@
 //! /                       one directory per live process using weft (its pid)
 //! /<pid>/                 one directory, "fibers"
 //! /<pid>/fibers/          one file per fiber, named by its id
-//! /<pid>/fibers/<id>      the seed's fields, one per line (see [`render`])
+//! /<pid>/fibers/<id>      the fiber's fields, one per line (see [`render`])
 //! ```
 //!
 //! Nothing is kept between requests except what makes one open file or one
@@ -643,7 +643,7 @@ mod tests {
     }
 
     #[test]
-    fn renders_the_seed_fields() {
+    fn renders_every_field() {
         let f = info(FiberState::Ready, 0x55d0c0a1b2c0, false);
         assert_eq!(
             render(&f, Some("weft_target_alpha")),
