@@ -45,6 +45,23 @@ fn del_exists_touch_type() {
 }
 
 #[test]
+fn expiretime_of_the_latest_expiry_rounds_without_overflow() {
+    let mut t = T::new();
+    let max = i64::MAX.to_string();
+    assert_eq!(t.run(&["set", "k", "v", "pxat", &max]), Reply::OK);
+    assert_eq!(t.run(&["pexpiretime", "k"]), Reply::Int(i64::MAX));
+    // Redis's answer: i64::MAX ms rounded to the nearest second.
+    assert_eq!(
+        t.run(&["expiretime", "k"]),
+        Reply::Int(9_223_372_036_854_776)
+    );
+    assert_eq!(
+        t.run(&["ttl", "k"]),
+        Reply::Int((i64::MAX - NOW as i64 + 500) / 1000)
+    );
+}
+
+#[test]
 fn expire_family() {
     let mut t = T::new();
     assert_eq!(t.run(&["expire", "k", "10"]), Reply::Int(0));

@@ -10,6 +10,8 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use proptest::prelude::{Rng as _, RngExt};
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use weft_kv::commands::{self, check_arity, lookup, Ctx, Exec};
 use weft_kv::keyspace::Keyspace;
 use weft_kv::resp::Reply;
@@ -258,5 +260,162 @@ fn replies_match_redis_server() {
         let want = redis.run(&args);
         let got = ours(&mut ks, &args);
         assert_eq!(got, want, "{line:?}");
+    }
+}
+
+/// Random number texts from a seeded generator, so a failing case can be replayed.
+struct Rng(TestRng);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        Rng(TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+    }
+    fn next(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.random_range(0..n)
+    }
+    /// `n` random digits of `radix`.
+    fn digits(&mut self, radix: &[u8], n: u64) -> String {
+        (0..n)
+            .map(|_| radix[self.below(radix.len() as u64) as usize] as char)
+            .collect()
+    }
+    /// A number text of the kinds INCRBYFLOAT meets: small integers and decimals,
+    /// long digit strings with exponents, extremes of the long double range,
+    /// hexadecimal numbers, values at the 64-bit rounding boundary, and refusals.
+    fn float_text(&mut self) -> String {
+        const DEC: &[u8] = b"0123456789";
+        const HEX: &[u8] = b"0123456789abcdefABCDEF";
+        let sign = ["", "-", "+"][self.below(3) as usize];
+        match self.below(9) {
+            0 => format!("{}", self.below(2_000_001) as i64 - 1_000_000),
+            1 => format!("{sign}{}.{}", self.below(100_000), {
+                let n = 1 + self.below(8);
+                self.digits(DEC, n)
+            }),
+            2 => {
+                let d = {
+                    let n = 1 + self.below(40);
+                    self.digits(DEC, n)
+                };
+                let cut = self.below(d.len() as u64 + 1) as usize;
+                let e = self.below(9000) as i64 - 4500;
+                format!("{sign}{}.{}e{e}", &d[..cut], &d[cut..])
+            }
+            3 => {
+                let e = [
+                    4931, 4932, 4933, -4931, -4945, -4950, -4951, -4952, 400, -400,
+                ][self.below(10) as usize];
+                format!("{sign}1e{e}")
+            }
+            4 => {
+                let frac = if self.below(2) == 0 {
+                    format!(".{}", {
+                        let n = self.below(6);
+                        self.digits(HEX, n)
+                    })
+                } else {
+                    String::new()
+                };
+                let exp = if self.below(3) > 0 {
+                    format!("p{}", self.below(34000) as i64 - 17000)
+                } else {
+                    String::new()
+                };
+                format!("{sign}0x{}{frac}{exp}", {
+                    let n = 1 + self.below(20);
+                    self.digits(HEX, n)
+                })
+            }
+            5 => {
+                // Integers just past 2^64: the tie cases of rounding to 64 bits.
+                let m = (1u128 << 63) | self.next() as u128;
+                let sh = 1 + self.below(4) as u32;
+                let extra = [0, 1 << (sh - 1), (1 << (sh - 1)) - 1, (1 << (sh - 1)) + 1]
+                    [self.below(4) as usize];
+                format!("{sign}{}", (m << sh) + extra)
+            }
+            6 => format!(
+                "{sign}0.{}{}",
+                "0".repeat(self.below(19) as usize),
+                self.below(1 << 40)
+            ),
+            7 => format!("{}.{}", self.next() >> 1, {
+                let n = 1 + self.below(25);
+                self.digits(DEC, n)
+            }),
+            _ => [
+                "inf",
+                "-inf",
+                "infinity",
+                "nan",
+                " 1",
+                "1 ",
+                ".",
+                "1.",
+                ".5",
+                "1e",
+                "0x",
+                "0x.8",
+                "1e+",
+                "-0",
+                "0e99999",
+                "1e99999",
+                "1e-99999",
+                "007",
+                "0x1p-16445",
+                "0x1p-16446",
+                "0x1.fffffffffffffffep16383",
+                "0x1p16384",
+            ][self.below(22) as usize]
+                .to_string(),
+        }
+    }
+}
+
+/// INCRBYFLOAT against redis-server on random values: the same answers, to the last
+/// digit (both compute in x87 extended precision and print 17 decimals). The seed is
+/// printed on failure; WEFT_KV_FLOAT_SEED replays one, WEFT_KV_FLOAT_CASES=N runs N
+/// cases (default 3000).
+#[test]
+fn incrbyfloat_matches_redis_server_on_random_values() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let seed = std::env::var("WEFT_KV_FLOAT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    let cases: usize = std::env::var("WEFT_KV_FLOAT_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    let mut rng = Rng::new(seed);
+    let mut ks = Keyspace::new();
+    for i in 0..cases {
+        let (a, b) = (rng.float_text(), rng.float_text());
+        for cmd in [
+            vec!["set", "f", a.as_str()],
+            vec!["incrbyfloat", "f", b.as_str()],
+            vec!["get", "f"],
+        ] {
+            let args: Vec<Vec<u8>> = cmd.iter().map(|x| x.as_bytes().to_vec()).collect();
+            let want = redis.run(&args);
+            let got = ours(&mut ks, &args);
+            assert_eq!(
+                got, want,
+                "case {i}: SET f {a:?}, INCRBYFLOAT f {b:?}: {cmd:?} differs (replay with WEFT_KV_FLOAT_SEED={seed})"
+            );
+        }
     }
 }

@@ -313,6 +313,67 @@ fn incrbyfloat() {
     t.check_replay();
 }
 
+/// INCRBYFLOAT computes and prints as Redis (C's long double, 17 decimals, trimmed),
+/// which an f64 computation does not: each answer here is redis-server 7's.
+#[test]
+fn incrbyfloat_in_extended_precision() {
+    let mut t = T::new();
+    t.run(&["set", "k", "-84"]);
+    assert_eq!(t.run(&["incrbyfloat", "k", "0.1"]), bulk("-83.9"));
+    t.run(&["set", "k", "9223372036854775807"]);
+    assert_eq!(
+        t.run(&["incrbyfloat", "k", "-1.25"]),
+        bulk("9223372036854775806")
+    );
+    // Hexadecimal numbers, as C's strtold reads them.
+    t.run(&["set", "k", "0x10"]);
+    assert_eq!(t.run(&["incrbyfloat", "k", "0x1p3"]), bulk("24"));
+    assert_eq!(t.run(&["incrbyfloat", "k", "0X.8P1"]), bulk("25"));
+    // 1e400 is within long double's range: its exact binary value is printed.
+    t.run(&["set", "k", "1"]);
+    let Reply::Bulk(big) = t.run(&["incrbyfloat", "k", "1e400"]) else {
+        panic!("not a bulk")
+    };
+    assert_eq!(big.len(), 401);
+    assert!(big.starts_with(b"10000000000000000000281880683947586514586453433629"));
+    // 0.3 + 1500 keeps long double's extra digits.
+    t.run(&["set", "k", "0.3"]);
+    assert_eq!(
+        t.run(&["incrbyfloat", "k", "1500"]),
+        bulk("1500.30000000000000004")
+    );
+    // A sum that rounds to -0 prints 0; tiny values print as 0.
+    t.run(&["set", "k", "-1e-30"]);
+    assert_eq!(t.run(&["incrbyfloat", "k", "0"]), bulk("0"));
+    // Refused as strtold or Redis refuses them.
+    for bad in [
+        "1e5000", "-1e5000", "1e-5000", "nan", "-nan", "1e", "0x", "0x1p", " 1", "1 ", "", "1_0",
+        ".", "infin",
+    ] {
+        assert_eq!(
+            t.run(&["incrbyfloat", "k", bad]),
+            err("ERR value is not a valid float"),
+            "{bad:?}"
+        );
+    }
+    for inf in ["inf", "-Infinity", "+INF"] {
+        assert_eq!(
+            t.run(&["incrbyfloat", "k", inf]),
+            err("ERR increment would produce NaN or Infinity"),
+            "{inf:?}"
+        );
+    }
+    // The longest accepted number text is 5119 bytes.
+    let long = format!("1.{}", "0".repeat(5117));
+    assert_eq!(t.run(&["incrbyfloat", "z", &long]), bulk("1"));
+    let longer = format!("1.{}", "0".repeat(5118));
+    assert_eq!(
+        t.run(&["incrbyfloat", "z", &longer]),
+        err("ERR value is not a valid float")
+    );
+    t.check_replay();
+}
+
 #[test]
 fn append_strlen() {
     let mut t = T::new();

@@ -18,6 +18,7 @@
 use crate::keyspace::Keyspace;
 use crate::resp::Reply;
 
+pub mod float80;
 pub mod keys;
 pub mod strings;
 

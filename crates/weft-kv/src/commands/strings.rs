@@ -7,7 +7,9 @@
 //! nothing changed. A relative expiry (EX, PX, SETEX...) is turned into an absolute
 //! time against `ctx.now_ms`; a time already passed deletes the key.
 
-use super::{arg_i64, invalid_expire, Ctx, MAX_STRING, NOT_FLOAT, OOM, SYNTAX_ERR, TOO_LONG};
+use super::{
+    arg_i64, float80, invalid_expire, Ctx, MAX_STRING, NOT_FLOAT, OOM, SYNTAX_ERR, TOO_LONG,
+};
 use crate::keyspace::Keyspace;
 use crate::log::{encode, RecordRef};
 use crate::resp::Reply;
@@ -354,83 +356,35 @@ pub fn decrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     }
 }
 
-/// Parses a float as Redis's `string2ld` accepts it (no leading space, no NaN);
-/// infinities are accepted here and refused as a result.
-fn parse_f64(b: &[u8]) -> Option<f64> {
-    let s = std::str::from_utf8(b).ok()?;
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) {
-        return None;
-    }
-    let v: f64 = s.parse().ok()?;
-    (!v.is_nan()).then_some(v)
-}
-
-/// Formats a float as INCRBYFLOAT answers it: fixed-point, no exponent, no trailing
-/// zeros. Redis computes in `long double` and prints 17 decimals; with f64 this
-/// rounds to 16 significant digits, which gives the same text for the usual cases
-/// (`0.1 + 0.2` is `0.3`), and at most 17 decimals.
-pub fn format_float(v: f64) -> String {
-    if v == 0.0 {
-        return "0".into();
-    }
-    let sci = format!("{:.15e}", v); // d.ddddddddddddddde±x: 16 significant digits
-    let (mant, exp) = sci.split_once('e').expect("exponent");
-    let exp: i32 = exp.parse().expect("exponent");
-    let neg = mant.starts_with('-');
-    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
-    // The value is 0.digits × 10^(exp+1).
-    let point = exp + 1;
-    let (int_part, frac_part) = if point <= 0 {
-        ("0".to_string(), "0".repeat((-point) as usize) + &digits)
-    } else if point as usize >= digits.len() {
-        (
-            digits.clone() + &"0".repeat(point as usize - digits.len()),
-            String::new(),
-        )
-    } else {
-        (
-            digits[..point as usize].to_string(),
-            digits[point as usize..].to_string(),
-        )
-    };
-    let frac = &frac_part[..frac_part.len().min(17)];
-    let frac = frac.trim_end_matches('0');
-    let mut out = String::new();
-    if neg && !(int_part.trim_start_matches('0').is_empty() && frac.is_empty()) {
-        out.push('-');
-    }
-    out.push_str(&int_part);
-    if !frac.is_empty() {
-        out.push('.');
-        out.push_str(frac);
-    }
-    out
-}
-
 /// INCRBYFLOAT key increment: adds a float, keeping the expiry; answers the new value
-/// as a bulk string. A value or increment that is not a float: `ERR value is not a
-/// valid float`; a NaN or infinite result: `ERR increment would produce NaN or
-/// Infinity`. The stored text is the answered text.
+/// as a bulk string, computed as Redis computes it (extended precision, printed with
+/// 17 decimals and trimmed: `-84` + `0.1` is `-83.9`; see [`super::float80`]).
+///
+/// The value and the increment are read as C's `strtold` reads them (decimal or
+/// hexadecimal such as `0x1p3`, `inf`): a text that is not such a number, has a
+/// leading space, is 5120 bytes or longer, or overflows or underflows is `ERR value is
+/// not a valid float`; an infinite result (or NaN) is `ERR increment would produce NaN
+/// or Infinity`. The stored text is the answered text.
 pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
     let key = &args[1];
     let (old, at) = match ks.get(key, ctx.now_ms) {
-        Some(e) => match parse_f64(e.value()) {
-            Some(v) => (v, e.expire_at_ms()),
-            None => return NOT_FLOAT,
+        Some(e) => match float80::parse(e.value()) {
+            Ok(v) => (v, e.expire_at_ms()),
+            Err(_) => return NOT_FLOAT,
         },
-        None => (0.0, None),
+        None => (float80::F80::Zero(false), None),
     };
-    let Some(by) = parse_f64(args[2]) else {
+    let Ok(by) = float80::parse(args[2]) else {
         return NOT_FLOAT;
     };
-    let new = old + by;
-    if !new.is_finite() {
-        return Reply::err("ERR increment would produce NaN or Infinity");
-    }
-    let text = format_float(new).into_bytes();
+    let new = match float80::add(old, by) {
+        Some(v) if !v.is_inf() => v,
+        _ => return Reply::err("ERR increment would produce NaN or Infinity"),
+    };
+    let text = float80::format(new).into_bytes();
     store(ks, key, &text, at, ctx);
     Reply::Bulk(text)
 }
