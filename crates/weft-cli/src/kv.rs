@@ -114,9 +114,15 @@ pub struct ServeArgs {
     #[arg(long)]
     no_socket: bool,
     /// The address TCP listens on [default: 127.0.0.1]. Anything but a loopback
-    /// address makes the store reachable from the network: set a password.
+    /// address makes the store reachable from the network: set a password (until
+    /// then, protected mode refuses clients from other machines).
     #[arg(long, value_name = "ADDR")]
     bind: Option<String>,
+    /// Protected mode: while no password is set, TCP clients that do not connect
+    /// from this machine are refused with a DENIED error. `no` lets any client that
+    /// can reach the port read and write without a password [default: yes].
+    #[arg(long, value_name = "yes|no", value_parser = parse_yes_no)]
+    protected_mode: Option<bool>,
     /// The TCP port; 0: no TCP [default: 7379].
     #[arg(long, value_name = "N")]
     port: Option<u16>,
@@ -145,6 +151,12 @@ pub struct ServeArgs {
     /// 4gb - 1: a key's entry keeps lengths in 32 bits) [default: 512mb].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_bulk: Option<u64>,
+    /// The most bytes of replies a connection holds unsent: past it, the server
+    /// runs no more of that connection's commands (and reads no more of them) until
+    /// the client has read its replies. Nothing is dropped; a single larger reply is
+    /// still sent whole [default: 32mb].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    client_output_limit: Option<u64>,
     /// Worker threads; 0: half the CPUs, at least one, leaving the others to the clients.
     /// A new data directory gets one shard per worker; an existing one keeps its shards,
     /// shared out among the workers [default: 0].
@@ -241,16 +253,21 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
     if let Some(n) = a.workers {
         config.workers = n;
     }
+    if let Some(n) = a.client_output_limit {
+        config.client_output_limit = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(on) = a.protected_mode {
+        config.protected_mode = on;
+    }
     if config.port != 0 && !is_loopback(&config.bind) {
+        let why = match (&config.password, config.protected_mode) {
+            (Some(_), _) => "",
+            (None, true) => "; without a password, protected mode refuses clients from other machines: set one with --requirepass (or WEFT_KV_PASSWORD)",
+            (None, false) => "; any client that reaches it may read and write without a password: set one with --requirepass (or WEFT_KV_PASSWORD)",
+        };
         eprintln!(
-            "weft: warning: TCP listens on {}:{}: the store is reachable from the network{}",
-            config.bind,
-            config.port,
-            if config.password.is_none() {
-                "; set a password with --requirepass (or WEFT_KV_PASSWORD)"
-            } else {
-                ""
-            }
+            "weft: warning: TCP listens on {}:{}: the store is reachable from the network{why}",
+            config.bind, config.port,
         );
     }
     weft_kv::server::serve(config).map_err(|e| e.to_string())?;
@@ -261,6 +278,15 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
 fn is_loopback(bind: &str) -> bool {
     let b = bind.trim_start_matches('[').trim_end_matches(']');
     b.eq_ignore_ascii_case("localhost") || b.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `yes` or `no` (any case), as Redis's configuration takes booleans.
+fn parse_yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!("invalid value '{s}': use yes or no")),
+    }
 }
 
 /// A size as Redis's configuration takes them: bytes, or a number followed by k, m, g

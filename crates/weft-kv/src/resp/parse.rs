@@ -39,6 +39,14 @@
 //! [`Limits::max_inline`] and a header line longer than [`MAX_HEADER_LINE`] are
 //! refused as soon as that many bytes arrive without a line end. The error texts are
 //! Redis 7's.
+//!
+//! Before AUTH (the server calls [`Parser::set_unauthenticated`] while a password is
+//! set and the client has not given it), a multibulk may claim at most
+//! [`UNAUTH_MAX_ARGS`] arguments and a bulk at most [`UNAUTH_MAX_BULK`] bytes: a
+//! stranger cannot make the server wait for, or hold, a big command. Anything over is
+//! refused on its header with Redis 7's texts (`Protocol error: unauthenticated
+//! multibulk length` / `bulk length`); a length over the limits above still gets the
+//! `invalid` text, as in Redis.
 
 use std::fmt;
 
@@ -90,6 +98,12 @@ pub const MAX_HEADER_LINE: usize = 64 << 10;
 /// (the vector grows past it as they do).
 pub const MAX_ARGS_RESERVE: usize = 1024;
 
+/// The most arguments a command may claim before AUTH (Redis 7's limit).
+pub const UNAUTH_MAX_ARGS: usize = 10;
+
+/// The largest bulk a command may carry before AUTH (Redis 7's limit, 16 KiB).
+pub const UNAUTH_MAX_BULK: usize = 16 << 10;
+
 /// A command: its arguments, `args[0]` being its name as sent.
 pub type Args = Vec<Vec<u8>>;
 
@@ -121,6 +135,10 @@ pub struct Parser {
     bulk_len: Option<usize>,
     /// The arguments of the multibulk in progress.
     args: Args,
+    /// The bytes of `args`' data.
+    args_bytes: usize,
+    /// The client has not authenticated: the smaller limits apply.
+    unauth: bool,
 }
 
 /// What a header line (`*N` / `$N`) scan found.
@@ -143,6 +161,32 @@ impl Parser {
     /// The limits this parser enforces.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// Whether the client is still to authenticate: while it is, a multibulk may
+    /// claim at most [`UNAUTH_MAX_ARGS`] arguments and a bulk at most
+    /// [`UNAUTH_MAX_BULK`] bytes. Checked on each header, so a change applies from the
+    /// next one.
+    pub fn set_unauthenticated(&mut self, unauth: bool) {
+        self.unauth = unauth;
+    }
+
+    /// The bytes of the command in progress that the parser holds (its arguments
+    /// already copied out of the caller's buffer).
+    pub fn buffered(&self) -> usize {
+        self.args_bytes
+    }
+
+    /// The most arguments and the largest bulk accepted now.
+    fn max_args_bulk(&self) -> (usize, usize) {
+        if self.unauth {
+            (
+                self.limits.max_args.min(UNAUTH_MAX_ARGS),
+                self.limits.max_bulk.min(UNAUTH_MAX_BULK),
+            )
+        } else {
+            (self.limits.max_args, self.limits.max_bulk)
+        }
     }
 
     /// Whether the parser holds part of a command (a caller seeing end of file here
@@ -184,6 +228,16 @@ impl Parser {
                             self.advance(cr + 2);
                             continue;
                         }
+                        // Up to Redis's own bound on a count, the text says why.
+                        Some(n)
+                            if self.unauth
+                                && n > UNAUTH_MAX_ARGS as i64
+                                && n <= i64::from(i32::MAX) =>
+                        {
+                            return Err(ProtocolError::new(
+                                "Protocol error: unauthenticated multibulk length",
+                            ))
+                        }
                         Some(n) if n as u64 <= self.limits.max_args as u64 => n as usize,
                         _ => {
                             return Err(ProtocolError::new(
@@ -195,6 +249,7 @@ impl Parser {
                     self.remaining = count;
                     // The count is only a claim: reserve a bounded number of slots.
                     self.args = Vec::with_capacity(count.min(MAX_ARGS_RESERVE));
+                    self.args_bytes = 0;
                 } else {
                     match self.inline(buf)? {
                         None => return Ok(None),
@@ -208,11 +263,13 @@ impl Parser {
                     return Ok(None);
                 }
                 self.args.push(buf[self.pos..self.pos + len].to_vec());
+                self.args_bytes += len;
                 self.pos += len + 2;
                 self.bulk_len = None;
                 self.remaining -= 1;
                 if self.remaining == 0 {
                     let args = std::mem::take(&mut self.args);
+                    self.args_bytes = 0;
                     return Ok(Some((args, std::mem::take(&mut self.pos))));
                 }
             } else {
@@ -226,6 +283,11 @@ impl Parser {
                 }
                 match string2ll(&buf[self.pos + 1..cr]) {
                     Some(n) if n >= 0 && n as u64 <= self.limits.max_bulk as u64 => {
+                        if self.unauth && n as usize > UNAUTH_MAX_BULK {
+                            return Err(ProtocolError::new(
+                                "Protocol error: unauthenticated bulk length",
+                            ));
+                        }
                         self.bulk_len = Some(n as usize);
                         self.advance(cr + 2);
                     }
@@ -271,10 +333,11 @@ impl Parser {
             let cr = from + memchr::memchr(b'\r', &buf[from..])?;
             (cr + 1 < buf.len()).then_some(cr)
         };
+        let (max_args, max_bulk) = self.max_args_bulk();
         let at = self.pos;
         let cr = line(at)?;
         let count = string2ll(&buf[at + 1..cr])?;
-        if count <= 0 || count as u64 > self.limits.max_args as u64 {
+        if count <= 0 || count as u64 > max_args as u64 {
             return None;
         }
         let mut p = cr + 2;
@@ -284,7 +347,7 @@ impl Parser {
             }
             let cr = line(p)?;
             let len = string2ll(&buf[p + 1..cr])?;
-            if len < 0 || len as u64 > self.limits.max_bulk as u64 {
+            if len < 0 || len as u64 > max_bulk as u64 {
                 return None;
             }
             let (start, len) = (cr + 2, len as usize);
@@ -583,6 +646,57 @@ mod tests {
         assert_eq!(words(" \t\x0b").unwrap(), Vec::<String>::new());
         assert_eq!(words("a\x0bb").unwrap(), ["a\x0bb"]);
         assert_eq!(words("a\0b c").unwrap(), ["a"]);
+    }
+
+    #[test]
+    fn unauthenticated_limits() {
+        let refused = |input: &[u8]| {
+            let mut p = Parser::new(Limits::default());
+            p.set_unauthenticated(true);
+            let mut ranges = Vec::new();
+            p.parse_borrowed(input, &mut ranges)
+                .map(|_| ())
+                .unwrap_err()
+                .0
+        };
+        let mbulk = "Protocol error: unauthenticated multibulk length";
+        let bulk = "Protocol error: unauthenticated bulk length";
+        assert_eq!(refused(b"*11\r\n"), mbulk);
+        assert_eq!(refused(b"*2147483647\r\n"), mbulk);
+        assert_eq!(
+            refused(b"*2147483648\r\n"),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(refused(b"*2\r\n$3\r\nGET\r\n$16385\r\n"), bulk);
+        assert_eq!(
+            refused(b"*2\r\n$3\r\nGET\r\n$536870913\r\n"),
+            "Protocol error: invalid bulk length"
+        );
+        // Whole in the buffer (the borrowing path) or not, the same answer.
+        let mut whole = b"*2\r\n$4\r\nECHO\r\n$16385\r\n".to_vec();
+        whole.extend(vec![b'x'; 16385]);
+        whole.extend(b"\r\n");
+        assert_eq!(refused(&whole), bulk);
+        let mut eleven = b"*11\r\n".to_vec();
+        for _ in 0..11 {
+            eleven.extend(b"$1\r\na\r\n");
+        }
+        assert_eq!(refused(&eleven), mbulk);
+        // At the limits, and once authenticated, commands pass.
+        let mut p = Parser::new(Limits::default());
+        p.set_unauthenticated(true);
+        let mut at_limit = b"*10\r\n".to_vec();
+        for _ in 0..9 {
+            at_limit.extend(b"$1\r\na\r\n");
+        }
+        at_limit.extend(b"$16384\r\n");
+        at_limit.extend(vec![b'y'; 16384]);
+        at_limit.extend(b"\r\n");
+        let (args, n) = p.parse(&at_limit).unwrap().unwrap();
+        assert_eq!((args.len(), args[9].len(), n), (10, 16384, at_limit.len()));
+        p.set_unauthenticated(false);
+        assert!(matches!(p.parse(&whole), Ok(Some(_))));
+        assert!(matches!(p.parse(&eleven), Ok(Some(_))));
     }
 
     #[test]

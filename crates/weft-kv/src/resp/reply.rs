@@ -74,6 +74,29 @@ impl Reply {
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
     }
+
+    /// About how many bytes this reply holds, and so its encoding takes: its
+    /// strings' bytes plus a few for each element's header (what a connection counts
+    /// against its output limit before the reply is encoded).
+    pub fn size_hint(&self) -> usize {
+        const HEADER: usize = 16;
+        HEADER
+            + match self {
+                Reply::Simple(t) | Reply::Error(t) => t.len(),
+                Reply::Bulk(d) | Reply::Verbatim(_, d) => d.len(),
+                Reply::Array(items) | Reply::Set(items) => items.iter().map(Reply::size_hint).sum(),
+                Reply::Map(pairs) => pairs
+                    .iter()
+                    .map(|(k, v)| k.size_hint() + v.size_hint())
+                    .sum(),
+                Reply::Int(_)
+                | Reply::Nil
+                | Reply::NilArray
+                | Reply::Double(_)
+                | Reply::Bool(_)
+                | Reply::Written => 0,
+            }
+    }
 }
 
 impl Reply {

@@ -208,8 +208,9 @@ fn info(server: &Server, args: &[Vec<u8>]) -> Reply {
     let used: u64 = shards.iter().map(|s| s.memory.load(Relaxed)).sum();
     if want("memory") {
         out += &format!(
-            "# Memory\r\nused_memory:{used}\r\nmaxmemory:{}\r\nmaxmemory_policy:noeviction\r\n\r\n",
-            server.settings.maxmemory()
+            "# Memory\r\nused_memory:{used}\r\nmaxmemory:{}\r\nmaxmemory_policy:noeviction\r\nmem_clients_normal:{}\r\n\r\n",
+            server.settings.maxmemory(),
+            server.client_memory.load(Relaxed),
         );
     }
     if want("persistence") {

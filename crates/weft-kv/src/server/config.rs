@@ -67,6 +67,13 @@ pub struct Config {
     pub max_clients: usize,
     /// The largest bulk string a request may carry (Redis's proto-max-bulk-len).
     pub max_bulk: usize,
+    /// The most bytes of replies a connection holds unsent: past it, the connection
+    /// runs no more of its commands until the client has read them (nothing is
+    /// dropped). A single larger reply is still sent, whole.
+    pub client_output_limit: usize,
+    /// While no password is set, refuse TCP clients that do not connect from this
+    /// machine (Redis's protected mode).
+    pub protected_mode: bool,
     /// Worker threads (0: half the CPUs, at least one: the clients of a local store
     /// run on the same machine; see `serve`).
     pub workers: usize,
@@ -86,7 +93,8 @@ impl Config {
     }
 
     /// The defaults for data directory `dir`: the Unix socket `dir/weft-kv.sock`,
-    /// TCP on 127.0.0.1:7379, fsync every second, no memory limit, no password.
+    /// TCP on 127.0.0.1:7379, fsync every second, no memory limit, no password,
+    /// replies held per connection up to 32 MiB, protected mode on.
     pub fn with_dir(dir: PathBuf) -> Config {
         Config {
             unix_socket: Some(dir.join("weft-kv.sock")),
@@ -98,6 +106,8 @@ impl Config {
             password: None,
             max_clients: 10_000,
             max_bulk: 512 << 20,
+            client_output_limit: 32 << 20,
+            protected_mode: true,
             workers: 0,
         }
     }

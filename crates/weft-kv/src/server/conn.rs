@@ -1,7 +1,7 @@
 //! One client connection: read, parse, run, wait for durability, reply.
 //!
 //! A connection is a non-preemptible green thread. Each time it reads, it parses
-//! every complete command in its buffer (a pipeline), runs them, and sends all their
+//! the complete commands in its buffer (a pipeline), runs them, and sends their
 //! replies in one write, after the shards they touched have written their logs that
 //! far (so nothing is acknowledged that a crash could lose; one log write covers many
 //! connections' commands: group commit).
@@ -11,6 +11,21 @@
 //! per shard. Commands on different shards touch different keys, so running them in
 //! that order is not observable; multi-key and server commands act as barriers (the
 //! gathered commands run first).
+//!
+//! What a connection holds is bounded whatever the client sends and however slowly it
+//! reads (backpressure, nothing dropped): a pipeline runs a part at a time, each part
+//! ending once its replies pass the output limit (`--client-output-limit`, CONFIG SET
+//! client-output-limit), and its replies are sent, waiting while the client does not
+//! read, before the next part runs and before anything more is read. So the replies
+//! held are about the limit plus one reply (a single larger reply is still sent
+//! whole), and the input is one read buffer (which grows only for a command larger
+//! than it) and at most [`MAX_BATCH`] parsed commands. The buffers' sizes add up in
+//! INFO's `mem_clients_normal`.
+//!
+//! Before AUTH (a password being set) the connection parses and runs one command at a
+//! time, with the parser's smaller limits for unauthenticated clients; protected mode
+//! ([`protected_mode_refuses`]) turns away TCP clients of other machines when no
+//! password is set.
 
 use super::{admin, Server};
 use crate::commands::{self, flags, Command, Exec};
@@ -19,6 +34,7 @@ use crate::resp::{Limits, Parsed, Parser, Reply};
 use crate::route;
 use crate::shard::now_ms;
 use std::io::{Read, Write};
+use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -41,9 +57,14 @@ pub struct Conn {
 struct Batch {
     /// The parsed commands.
     cmds: Vec<Cmd>,
+    /// The first of `cmds` not run yet.
+    next: usize,
+    /// The bytes of the arguments of the [`Cmd::Owned`] commands.
+    owned: usize,
     /// The arguments of [`Cmd::Buf`] commands: ranges of the read buffer.
     ranges: Vec<Range<usize>>,
-    /// Where each command's reply is in `wbuf`, by position (`None`: not run).
+    /// Where each command's reply is in `wbuf`, by position from the first command
+    /// whose reply is not sent yet (`None`: not run yet).
     done: Vec<Option<Done>>,
     /// Per shard, the commands gathered for another worker's shard.
     pending: Vec<Vec<Pending>>,
@@ -82,6 +103,96 @@ struct Pending {
     args: Vec<Vec<u8>>,
 }
 
+/// The read buffer's usual size; it grows only for a command larger than it.
+const RBUF: usize = 16 << 10;
+
+/// The output buffer's usual capacity; once sent, a buffer that grew past
+/// [`WBUF_KEEP`] is given back.
+const WBUF: usize = 16 << 10;
+const WBUF_KEEP: usize = 1 << 20;
+
+/// The most commands parsed ahead of running them, so that their bookkeeping stays
+/// small even when a big read buffer is full of tiny commands.
+const MAX_BATCH: usize = 4096;
+
+/// How many commands ahead of the next one to run get their keys prefetched.
+const MAX_PREFETCH: usize = 1024;
+
+/// What a TCP client that protected mode refuses is told before its connection is
+/// closed.
+pub const PROTECTED_MODE_ERROR: &[u8] = b"-DENIED weft-kv is running in protected mode: no \
+password is set, so only clients on this machine (loopback addresses and the Unix socket) \
+may connect. To accept clients from other machines, set a password (weft kv serve \
+--requirepass, or CONFIG SET requirepass from this machine), or, if every machine that can \
+reach this port may read and write the store, turn protected mode off (weft kv serve \
+--protected-mode no, or CONFIG SET protected-mode no from this machine).\r\n";
+
+/// Whether protected mode refuses a TCP client from `peer`: it is on, no password is
+/// set, and `peer` is not a loopback address (127.0.0.0/8, ::1, or 127.0.0.0/8 written
+/// as an IPv4-mapped IPv6 address, as a dual-stack listener sees IPv4 clients). Unix
+/// socket clients are on this machine: never refused.
+pub fn protected_mode_refuses(server: &Server, peer: IpAddr) -> bool {
+    let loopback = match peer {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    };
+    !loopback && server.settings.protected_mode() && server.settings.password().is_none()
+}
+
+/// The connection's socket, and what the connection's buffers count in the server's
+/// client memory (INFO's mem_clients_normal).
+struct Out<'a, S> {
+    stream: &'a S,
+    server: &'a Server,
+    /// The bytes this connection has added to `server.client_memory`.
+    counted: usize,
+}
+
+impl<S> Out<'_, S>
+where
+    for<'b> &'b S: Write,
+{
+    /// Notes that the connection's buffers hold `bytes` now.
+    fn count(&mut self, bytes: usize) {
+        let total = &self.server.client_memory;
+        if bytes > self.counted {
+            total.fetch_add(bytes - self.counted, Relaxed);
+        } else if bytes < self.counted {
+            total.fetch_sub(self.counted - bytes, Relaxed);
+        }
+        self.counted = bytes;
+    }
+
+    /// Sends all of `wbuf`, waiting as long as the client does not read (the
+    /// backpressure: meanwhile the connection reads and runs nothing more), then
+    /// empties it and gives back a grown allocation. `other`: the bytes the
+    /// connection's other buffers hold. False when the connection failed.
+    fn send(&mut self, wbuf: &mut Vec<u8>, other: usize) -> bool {
+        if wbuf.is_empty() {
+            return true;
+        }
+        self.count(other + wbuf.capacity());
+        let mut stream = self.stream;
+        if stream.write_all(wbuf).is_err() {
+            return false;
+        }
+        wbuf.clear();
+        if wbuf.capacity() > WBUF_KEEP {
+            *wbuf = Vec::with_capacity(WBUF);
+        }
+        self.count(other + wbuf.capacity());
+        true
+    }
+}
+
+impl<S> Drop for Out<'_, S> {
+    fn drop(&mut self) {
+        self.server.client_memory.fetch_sub(self.counted, Relaxed);
+    }
+}
+
 /// Serves one connection until it closes.
 pub fn serve<S>(server: Arc<Server>, stream: S, id: u64)
 where
@@ -99,25 +210,39 @@ where
         id,
         close: false,
     };
+    let mut out = Out {
+        stream: &stream,
+        server: &server,
+        counted: 0,
+    };
     // rbuf[start..end] holds received bytes not yet parsed. The buffer is zeroed once
     // and grows (doubling) only for a command larger than it; it shrinks back when a
     // big command is done. Parsed commands borrow their arguments from it until they
     // have run.
-    const RBUF: usize = 16 << 10;
     let mut rbuf: Vec<u8> = vec![0; RBUF];
     let (mut start, mut end) = (0, 0);
     let mut b = Batch {
         cmds: Vec::new(),
+        next: 0,
+        owned: 0,
         ranges: Vec::new(),
         done: Vec::new(),
         pending: (0..server.shards.count()).map(|_| Vec::new()).collect(),
         late: Vec::new(),
         acks: Acks::default(),
-        wbuf: Vec::with_capacity(16 << 10),
+        wbuf: Vec::with_capacity(WBUF),
         argv: Vec::new(),
         hashes: Vec::new(),
     };
     'conn: loop {
+        if rbuf.len() > RBUF * 64 && end - start < RBUF {
+            // A big command is done: give its buffer back, keeping what follows it.
+            let mut small = vec![0; RBUF];
+            small[..end - start].copy_from_slice(&rbuf[start..end]);
+            rbuf = small;
+            end -= start;
+            start = 0;
+        }
         if end == rbuf.len() {
             if start > 0 {
                 rbuf.copy_within(start..end, 0);
@@ -133,57 +258,75 @@ where
             Ok(n) => n,
         };
         end += n;
-        // Parse every complete command.
+        out.count(rbuf.capacity() + parser.buffered() + b.wbuf.capacity());
         loop {
-            let from = b.ranges.len();
-            match parser.parse_borrowed(&rbuf[start..end], &mut b.ranges) {
-                Ok(Some(Parsed::Borrowed(used))) => {
-                    for r in &mut b.ranges[from..] {
-                        *r = r.start + start..r.end + start;
+            // Parse the complete commands, at most MAX_BATCH of them; one at a time
+            // before AUTH, as what a client may send depends on it.
+            parser.set_unauthenticated(!conn.authed);
+            let mut failed = None;
+            while b.cmds.len() < MAX_BATCH && (conn.authed || b.cmds.is_empty()) {
+                let from = b.ranges.len();
+                match parser.parse_borrowed(&rbuf[start..end], &mut b.ranges) {
+                    Ok(Some(Parsed::Borrowed(used))) => {
+                        for r in &mut b.ranges[from..] {
+                            *r = r.start + start..r.end + start;
+                        }
+                        b.cmds.push(Cmd::Buf(from, b.ranges.len()));
+                        start += used;
                     }
-                    b.cmds.push(Cmd::Buf(from, b.ranges.len()));
-                    start += used;
+                    Ok(Some(Parsed::Owned(args, used))) => {
+                        b.owned += args.iter().map(Vec::len).sum::<usize>();
+                        b.cmds.push(Cmd::Owned(args));
+                        start += used;
+                    }
+                    Ok(None) => {
+                        // Bytes the parser is done with (empty lines, a partial
+                        // command's finished arguments) may go.
+                        start += parser.take_consumed();
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
                 }
-                Ok(Some(Parsed::Owned(args, used))) => {
-                    b.cmds.push(Cmd::Owned(args));
-                    start += used;
-                }
-                Ok(None) => {
-                    // Bytes the parser is done with (empty lines, a partial
-                    // command's finished arguments) may go.
-                    start += parser.take_consumed();
-                    break;
-                }
-                Err(e) => {
-                    // Run what came before, then answer the error and close.
-                    run_pipeline(&server, &mut conn, &mut b, &rbuf);
-                    Reply::error(format!("ERR {}", e.0)).encode(conn.proto, &mut b.wbuf);
-                    let _ = (&stream).write_all(&b.wbuf);
+            }
+            if b.cmds.is_empty() && failed.is_none() {
+                break;
+            }
+            // Run them a part at a time, each part's replies sent before the next part
+            // runs: what the connection holds stays near the output limit however much
+            // the client sends and however slowly it reads.
+            let limit = server.settings.client_output_limit();
+            let input = rbuf.capacity() + parser.buffered() + b.owned;
+            while b.next < b.cmds.len() && !conn.close {
+                let mut send = |w: &mut Vec<u8>, held: usize| out.send(w, input + held);
+                if !run_pipeline(&server, &mut conn, &mut b, &rbuf, limit, &mut send)
+                    || !out.send(&mut b.wbuf, input)
+                {
                     break 'conn;
                 }
             }
-        }
-        if !b.cmds.is_empty() {
-            run_pipeline(&server, &mut conn, &mut b, &rbuf);
+            b.cmds.clear();
+            b.ranges.clear();
+            b.next = 0;
+            b.owned = 0;
+            if let Some(e) = failed {
+                // What came before it ran; answer the error and close.
+                Reply::error(format!("ERR {}", e.0)).encode(conn.proto, &mut b.wbuf);
+                let _ = out.send(&mut b.wbuf, input);
+                break 'conn;
+            }
+            if conn.close {
+                break 'conn;
+            }
         }
         if start == end {
             start = 0;
             end = 0;
-            if rbuf.len() > RBUF * 64 {
-                rbuf = vec![0; RBUF];
-            }
-        }
-        if b.wbuf.is_empty() {
-            continue;
-        }
-        if (&stream).write_all(&b.wbuf).is_err() {
-            break;
-        }
-        b.wbuf.clear();
-        if conn.close {
-            break;
         }
     }
+    drop(out);
     server.clients.fetch_sub(1, Relaxed);
     drop(stream);
 }
@@ -197,11 +340,25 @@ fn recycle<'a, 'b>(mut v: Vec<&'a [u8]>) -> Vec<&'b [u8]> {
         .collect()
 }
 
-/// Runs the parsed commands (whose arguments are in `rbuf` or their own) and appends
-/// their replies to `wbuf` in order (after the durability wait).
-fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8]) {
+/// Runs the parsed commands from `b.next` on, in order, and appends their replies to
+/// `b.wbuf` (empty on entry) in command order, once the shards they touched have
+/// written what they did. Stops (`b.next` says where) after the command whose reply
+/// takes the replies past `limit` bytes, after QUIT, and before a command that is not
+/// for one shard while commands wait gathered for other workers' shards (those run
+/// first). When the gathered commands' replies would pass the limit, the replies
+/// before them are sent through `send` (given the bytes still held) and the rest run
+/// after. False: sending failed.
+fn run_pipeline(
+    server: &Arc<Server>,
+    conn: &mut Conn,
+    b: &mut Batch,
+    rbuf: &[u8],
+    limit: usize,
+    send: &mut dyn FnMut(&mut Vec<u8>, usize) -> bool,
+) -> bool {
     let Batch {
         cmds,
+        next,
         ranges,
         done,
         pending,
@@ -210,127 +367,202 @@ fn run_pipeline(server: &Arc<Server>, conn: &mut Conn, b: &mut Batch, rbuf: &[u8
         wbuf,
         argv: spare,
         hashes,
+        ..
     } = b;
-    if cmds.len() > 1 {
-        prefetch_keys(server, cmds, ranges, rbuf, hashes);
+    debug_assert!(wbuf.is_empty());
+    // The command whose reply is done[0].
+    let mut first = *next;
+    if cmds.len() - first > 1 {
+        let ahead = &cmds[first..cmds.len().min(first + MAX_PREFETCH)];
+        prefetch_keys(server, ahead, ranges, rbuf, hashes);
     }
     let mut argv: Vec<&[u8]> = recycle(std::mem::take(spare));
-    let shards = &server.shards;
     let me = weft_runtime::current_worker();
-    let base = wbuf.len();
     done.clear();
-    done.resize(cmds.len(), None);
     acks.lsn.clear();
-    let mut quit_at = None;
-    let mut in_order = true;
+    // Some commands wait gathered for another worker's shard (their replies come
+    // after later ones').
+    let mut gathered = false;
     // One clock reading for the pipeline's commands on this worker (they run within
     // microseconds of each other), and one update of the command counter.
     let now = now_ms();
-    let mut ran = 0;
-    for (slot, cmd) in cmds.iter().enumerate() {
-        if quit_at.is_some() {
-            break;
-        }
-        ran += 1;
+    let mut slot = first;
+    while slot < cmds.len() {
         argv.clear();
-        match cmd {
+        match &cmds[slot] {
             Cmd::Buf(from, to) => argv.extend(ranges[*from..*to].iter().map(|r| &rbuf[r.clone()])),
             Cmd::Owned(args) => argv.extend(args.iter().map(Vec::as_slice)),
         }
-        let start = wbuf.len();
-        let reply = match run_command(
-            server, conn, &argv, me, now, slot, pending, late, acks, wbuf,
-        ) {
-            Some(r) => r,
-            None => {
-                // Gathered for another worker's shard: its reply comes later.
-                in_order = false;
-                continue;
-            }
-        };
-        if conn.close {
-            quit_at = Some(slot);
+        if gathered && commands::lookup(argv[0]).is_some_and(|c| !matches!(c.exec, Exec::Shard(_)))
+        {
+            // A barrier: the gathered commands run (below) before it does.
+            break;
         }
+        let start = wbuf.len();
+        slot += 1;
+        let Some(reply) = run_command(server, conn, &argv, me, now, slot - 1, pending, acks, wbuf)
+        else {
+            gathered = true;
+            done.push(None);
+            continue;
+        };
         reply.encode(conn.proto, wbuf);
-        done[slot] = Some(Done {
+        done.push(Some(Done {
             start,
             end: wbuf.len(),
             error: reply.is_error(),
-        });
+        }));
+        if conn.close || wbuf.len() >= limit {
+            break;
+        }
     }
-    server.commands.fetch_add(ran, Relaxed);
-    run_pending(server, pending, late, acks);
-    // The replies of other workers' shards, after the others (`done` has the order).
-    for (slot, r) in late.drain(..) {
-        let start = wbuf.len();
-        r.encode(conn.proto, wbuf);
-        done[slot] = Some(Done {
-            start,
-            end: wbuf.len(),
-            error: r.is_error(),
-        });
-    }
+    server.commands.fetch_add((slot - first) as u64, Relaxed);
+    *next = slot;
     *spare = recycle(argv);
-    cmds.clear();
-    ranges.clear();
-    // Wait until every shard touched has written what these commands saw.
-    let mut misconf = None;
+    // The gathered commands' replies, after the others (`done` has the order).
+    loop {
+        let all = run_pending(
+            server,
+            pending,
+            late,
+            acks,
+            limit.saturating_sub(wbuf.len()),
+        );
+        for (slot, r) in late.drain(..) {
+            let start = wbuf.len();
+            r.encode(conn.proto, wbuf);
+            done[slot - first] = Some(Done {
+                start,
+                end: wbuf.len(),
+                error: r.is_error(),
+            });
+        }
+        if all {
+            break;
+        }
+        // Too much to hold at once: send the replies before the first command still
+        // gathered, keep the later ones, and run the rest.
+        let upto = pending
+            .iter()
+            .filter_map(|l| l.first())
+            .map(|p| p.slot)
+            .min()
+            .expect("a command is still gathered");
+        let misconf = wait_durable(server, acks);
+        let encoded = wbuf.split_off(0);
+        put_in_order(
+            &done[..upto - first],
+            &encoded,
+            misconf.as_ref(),
+            conn.proto,
+            wbuf,
+        );
+        if !send(wbuf, encoded.len()) {
+            return false;
+        }
+        for d in done[upto - first..].iter_mut().flatten() {
+            let start = wbuf.len();
+            wbuf.extend_from_slice(&encoded[d.start..d.end]);
+            (d.start, d.end) = (start, wbuf.len());
+        }
+        done.drain(..upto - first);
+        first = upto;
+    }
+    let misconf = wait_durable(server, acks);
+    if gathered || misconf.is_some() {
+        // Put the replies in command order (some came back from other workers' shards
+        // after later ones were encoded), or replace those that are not errors.
+        let encoded = wbuf.split_off(0);
+        put_in_order(done, &encoded, misconf.as_ref(), conn.proto, wbuf);
+    }
+    true
+}
+
+/// Waits until every shard the commands touched has written what they saw: `None`, or
+/// the MISCONF error that replaces their replies when a log cannot be written.
+fn wait_durable(server: &Server, acks: &Acks) -> Option<Reply> {
     for (s, &lsn) in acks.lsn.iter().enumerate() {
         if lsn == 0 {
             continue;
         }
-        if let Err(e) = shards.wait_durable(s, lsn) {
+        if let Err(e) = server.shards.wait_durable(s, lsn) {
             // The commands ran in memory, but their records are not written yet
             // (they will be when the log can be written again): tell the writers.
-            misconf = Some(Reply::error(format!(
+            return Some(Reply::error(format!(
                 "MISCONF Errors writing to the append only file: {e}"
             )));
-            break;
         }
     }
-    if in_order && misconf.is_none() {
-        return;
-    }
-    // Put the replies in command order (some came back from other workers' shards
-    // after later ones were encoded), or replace those that are not errors.
-    let encoded = wbuf.split_off(base);
+    None
+}
+
+/// Appends the replies `done` locates in `encoded` to `wbuf`, in command order; with
+/// `misconf`, it replaces every reply that is not an error.
+fn put_in_order(
+    done: &[Option<Done>],
+    encoded: &[u8],
+    misconf: Option<&Reply>,
+    proto: u8,
+    wbuf: &mut Vec<u8>,
+) {
     for d in done.iter().flatten() {
-        match &misconf {
-            Some(r) if !d.error => r.encode(conn.proto, wbuf),
-            _ => wbuf.extend_from_slice(&encoded[d.start - base..d.end - base]),
+        match misconf {
+            Some(r) if !d.error => r.encode(proto, wbuf),
+            _ => wbuf.extend_from_slice(&encoded[d.start..d.end]),
         }
     }
 }
 
-/// Runs the commands gathered for other workers' shards (one IPC call per shard);
-/// their replies go to `late`.
+/// Runs the commands gathered for other workers' shards, one IPC call per shard, each
+/// shard's in order, until their replies pass `budget` bytes (the first gathered
+/// command runs whatever the budget, so that each call makes progress); their replies
+/// go to `late`. Those not run stay gathered. True when none is left.
 fn run_pending(
     server: &Arc<Server>,
     pending: &mut [Vec<Pending>],
     late: &mut Vec<(usize, Reply)>,
     acks: &mut Acks,
-) {
+    budget: usize,
+) -> bool {
+    let Some(earliest) = pending
+        .iter()
+        .filter_map(|l| l.first())
+        .map(|p| p.slot)
+        .min()
+    else {
+        return true;
+    };
+    let mut left = budget;
     for (s, list) in pending.iter_mut().enumerate() {
-        if list.is_empty() {
+        let Some(head) = list.first() else { continue };
+        let must = head.slot == earliest;
+        if left == 0 && !must {
             continue;
         }
         let now = now_ms();
         let batch = std::mem::take(list);
-        let (out, lsn) = server.shards.with(s, move |sh| {
-            let mut need = 0;
-            let out: Vec<(usize, Reply)> = batch
-                .into_iter()
-                .map(|p| {
-                    let (r, lsn) = sh.run(p.f, &commands::borrow_args(&p.args), now, None);
-                    need = need.max(lsn);
-                    (p.slot, r)
-                })
-                .collect();
-            (out, need)
+        let (out, lsn, rest, used) = server.shards.with(s, move |sh| {
+            let (mut need, mut used) = (0, 0);
+            let mut out: Vec<(usize, Reply)> = Vec::new();
+            let mut rest = Vec::new();
+            for p in batch {
+                if !rest.is_empty() || (used >= left && !(must && out.is_empty())) {
+                    rest.push(p);
+                    continue;
+                }
+                let (r, lsn) = sh.run(p.f, &commands::borrow_args(&p.args), now, None);
+                need = need.max(lsn);
+                used += r.size_hint();
+                out.push((p.slot, r));
+            }
+            (out, need, rest, used)
         });
         acks.note(s, lsn);
         late.extend(out);
+        *list = rest;
+        left = left.saturating_sub(used);
     }
+    pending.iter().all(Vec::is_empty)
 }
 
 /// Starts loading what the single-key commands of this worker's shards in a pipeline
@@ -385,7 +617,6 @@ fn run_command(
     now: u64,
     slot: usize,
     pending: &mut [Vec<Pending>],
-    late: &mut Vec<(usize, Reply)>,
     acks: &mut Acks,
     wbuf: &mut Vec<u8>,
 ) -> Option<Reply> {
@@ -419,7 +650,8 @@ fn run_command(
             }
         }
         _ => {
-            run_pending(server, pending, late, acks);
+            // No command waits gathered here: the pipeline stops before a barrier
+            // until they have run.
             let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
             Some(run_other(server, conn, cmd, &args, acks))
         }

@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     password: std::sync::Mutex<Option<String>>,
     rewrite_min: AtomicU64,
     rewrite_pct: AtomicU64,
+    client_output_limit: AtomicUsize,
+    protected_mode: AtomicBool,
 }
 
 impl Settings {
@@ -51,6 +53,8 @@ impl Settings {
             password: std::sync::Mutex::new(c.password.clone()),
             rewrite_min: AtomicU64::new(64 << 20),
             rewrite_pct: AtomicU64::new(100),
+            client_output_limit: AtomicUsize::new(c.client_output_limit),
+            protected_mode: AtomicBool::new(c.protected_mode),
         }
     }
     /// The fsync policy.
@@ -72,6 +76,15 @@ impl Settings {
     /// The password, if one is set.
     pub fn password(&self) -> Option<String> {
         self.password.lock().unwrap().clone()
+    }
+    /// The most bytes of replies a connection holds unsent.
+    pub fn client_output_limit(&self) -> usize {
+        self.client_output_limit.load(Relaxed)
+    }
+    /// Whether protected mode is on (it refuses clients from other machines only
+    /// while no password is set).
+    pub fn protected_mode(&self) -> bool {
+        self.protected_mode.load(Relaxed)
     }
     /// Automatic compaction: (minimum log size, growth percentage; 0 = off).
     pub fn auto_rewrite(&self) -> (u64, u64) {
@@ -112,6 +125,14 @@ impl Settings {
             ),
             ("timeout", "0".into()),
             ("io-threads", "1".into()),
+            (
+                "client-output-limit",
+                self.client_output_limit().to_string(),
+            ),
+            (
+                "protected-mode",
+                if self.protected_mode() { "yes" } else { "no" }.into(),
+            ),
         ]
     }
 
@@ -136,6 +157,17 @@ impl Settings {
             }
             "auto-aof-rewrite-min-size" => self.rewrite_min.store(num(value)?, Relaxed),
             "auto-aof-rewrite-percentage" => self.rewrite_pct.store(num(value)?, Relaxed),
+            "client-output-limit" => {
+                let n = usize::try_from(num(value)?).unwrap_or(usize::MAX);
+                self.client_output_limit.store(n, Relaxed)
+            }
+            "protected-mode" => match value.to_ascii_lowercase().as_str() {
+                "yes" => self.protected_mode.store(true, Relaxed),
+                "no" => self.protected_mode.store(false, Relaxed),
+                _ => {
+                    return Err("ERR CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'".into())
+                }
+            },
             "save" | "appendonly" if value.is_empty() || value == "yes" => {}
             _ => {
                 return Err(format!(
@@ -177,6 +209,9 @@ pub(crate) struct Server {
     pub workers: usize,
     /// Connections open now, and ever.
     pub clients: AtomicUsize,
+    /// The bytes the connections' buffers hold (input and output; INFO's
+    /// mem_clients_normal).
+    pub client_memory: AtomicUsize,
     pub connections: AtomicU64,
     /// Commands processed.
     pub commands: AtomicU64,
@@ -265,6 +300,7 @@ pub fn serve(config: Config) -> io::Result<()> {
         shards,
         workers,
         clients: AtomicUsize::new(0),
+        client_memory: AtomicUsize::new(0),
         connections: AtomicU64::new(0),
         commands: AtomicU64::new(0),
         last_save: AtomicU64::new(crate::shard::now_ms() / 1000),
@@ -310,7 +346,12 @@ pub fn serve(config: Config) -> io::Result<()> {
             eprintln!("weft-kv: listening on tcp {addr}");
             let s2 = s.clone();
             listeners.push(spawn_named(format!("kv-listen tcp {addr}"), move || loop {
-                if let Ok((c, _)) = l.accept() {
+                if let Ok((c, peer)) = l.accept() {
+                    if conn::protected_mode_refuses(&s2, peer.ip()) {
+                        use std::io::Write;
+                        let _ = (&c).write_all(conn::PROTECTED_MODE_ERROR);
+                        continue;
+                    }
                     let _ = c.set_nodelay(true);
                     accept(&s2, c);
                 }
