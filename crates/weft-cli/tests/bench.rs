@@ -40,6 +40,15 @@ fn bench_runtime_quick_json_reports_every_row() {
         "{table}"
     );
     assert!(!table.contains("vm.max_map_count"), "{table}");
+    // The reference figures beside spawn say where they come from.
+    assert!(
+        table.contains(
+            "reference (quoted with the targets, measured on another machine): pthread \
+             create + join ~"
+        ),
+        "{table}"
+    );
+    assert!(!table.to_lowercase().contains("seed"), "{table}");
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<serde_json::Value> = text
         .lines()
@@ -284,7 +293,7 @@ fn bench_ipc_quick_json_reports_every_row() {
         }
     }
     assert_eq!(got, expected, "table:\n{table}");
-    // The table shows the targets and the seed's figures.
+    // The table shows the targets and the published figures, saying where they are from.
     assert!(
         table.contains("target: local round trip <= 60 ns"),
         "{table}"
@@ -293,14 +302,21 @@ fn bench_ipc_quick_json_reports_every_row() {
         table.contains("floor: the two switches alone (two-fiber-switches)"),
         "{table}"
     );
-    assert!(table.contains("seed (table 4"), "{table}");
-    assert!(table.contains("seed (table 5"), "{table}");
+    assert!(
+        table.contains("published (Fiasco-MP thesis, table 4"),
+        "{table}"
+    );
+    assert!(
+        table.contains("published (Fiasco-MP thesis, table 5"),
+        "{table}"
+    );
+    assert!(!table.to_lowercase().contains("seed"), "{table}");
 }
 
 /// `weft bench syslets --quick --json` runs to the end (every pass checks the bytes it
 /// read) and reports the cached rows of the four implementations (the raw io_uring one
 /// where this kernel has io_uring); the uncached rows are skipped with --quick, and the
-/// table says so, shows the targets and the seed's figures, and leaves no files behind.
+/// table says so, shows the targets and the published figures, and leaves no files behind.
 #[test]
 fn bench_syslets_quick_json_reports_the_cached_rows() {
     let charts = tempfile::tempdir().unwrap();
@@ -368,7 +384,11 @@ fn bench_syslets_quick_json_reports_the_cached_rows() {
         "{table}"
     );
     assert!(table.contains("uncached: skipped with --quick"), "{table}");
-    assert!(table.contains("seed (async-test"), "{table}");
+    assert!(
+        table.contains("published (Ingo Molnar's async-test of syslets, 2007"),
+        "{table}"
+    );
+    assert!(!table.to_lowercase().contains("seed"), "{table}");
     no_progress_line(&table);
     // --plot: the cached table's chart, listed under the table (stdout stays JSON).
     let svg_path = charts.path().join("syslets-cached.svg");

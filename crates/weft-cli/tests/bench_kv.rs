@@ -48,7 +48,7 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
     for imp in ["weft", "redis-server"] {
         for op in ["read", "write", "mixed"] {
             for procs in [1, 2, 4, 6, 8, 10] {
-                expected.insert((format!("seed/{op}/{procs}proc"), imp.into(), "ms".into()));
+                expected.insert((format!("clients/{op}/{procs}proc"), imp.into(), "ms".into()));
             }
         }
         for conn in ["tcp", "unix"] {
@@ -69,6 +69,13 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
         }
     }
     assert_eq!(rows, expected);
+    // The table names what it measures and where the figures beside it come from.
+    assert!(stderr.contains("client-processes table: "), "{stderr}");
+    assert!(
+        stderr.contains("published = Table 1 of a Linux kernel module's report"),
+        "{stderr}"
+    );
+    assert!(!stderr.to_lowercase().contains("seed"), "{stderr}");
     assert_eq!(
         text.lines().count(),
         expected.len(),

@@ -18,16 +18,17 @@
 //! * `fls-get`: `FlsGetValue` vs `pthread_getspecific` vs a C `__thread`
 //!   read through a non-inlined function.
 //!
-//! Then the seed's table: init and running time of its many-fibers workload
-//! for 16..1024 fibers, 1 process and 4 processes at once, beside the seed's
-//! own published figures. The workload ([`seed_worker`]): one OS thread per
-//! CPU converts to a fiber; F fibers in a shared pool; each fiber loops on a
-//! floating-point work unit, an FLS write/read-back check and a
-//! `SwitchToFiber` to a random other fiber (retrying another one when that
-//! fiber runs on another thread: ERROR_BUSY), until a global count of work
-//! units reaches the total; then each thread's running fiber switches back to
-//! that thread's own fiber. Every run is a fresh child process
-//! (`weft bench-worker fibers-seed`), 1 or 4 of them at once.
+//! Then the many-fibers table: init and running time of the many-fibers workload
+//! of the Unix Fibers report (A. Mastropietro, U. Mazziotta, AOSV final project,
+//! Sapienza University of Rome, 2018/19) for 16..1024 fibers, 1 process and 4
+//! processes at once, beside that report's published figures. The workload
+//! ([`many_fibers_worker`]): one OS thread per CPU converts to a fiber; F fibers
+//! in a shared pool; each fiber loops on a floating-point work unit, an FLS
+//! write/read-back check and a `SwitchToFiber` to a random other fiber
+//! (retrying another one when that fiber runs on another thread: ERROR_BUSY),
+//! until a global count of work units reaches the total; then each thread's
+//! running fiber switches back to that thread's own fiber. Every run is a fresh
+//! child process (`weft bench-worker many-fibers`), 1 or 4 of them at once.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -62,8 +63,8 @@ pub fn parts(opts: &Options) -> Vec<Part> {
     // A work unit takes about 4 ns an iteration on one CPU; the threads share the work,
     // 4 processes at once do 4 times as much.
     let per_process =
-        (seed_work(opts) * u64::from(WORK_ITERATIONS)) as f64 * 4e-9 / super::nproc() as f64;
-    let many = SEED_FIBERS.len() as f64 * (per_process * 5.0 + 0.1);
+        (many_fibers_work(opts) * u64::from(WORK_ITERATIONS)) as f64 * 4e-9 / super::nproc() as f64;
+    let many = MANY_FIBERS.len() as f64 * (per_process * 5.0 + 0.1);
     vec![
         Part::micro("switch", opts, 6),
         Part::micro("create", opts, 3),
@@ -72,22 +73,22 @@ pub fn parts(opts: &Options) -> Vec<Part> {
     ]
 }
 
-fn seed_work(opts: &Options) -> u64 {
+fn many_fibers_work(opts: &Options) -> u64 {
     if opts.quick {
-        SEED_WORK_QUICK
+        MANY_FIBERS_WORK_QUICK
     } else {
-        SEED_WORK
+        MANY_FIBERS_WORK
     }
 }
 
-/// Runs the suite: the three micro benchmarks, then the seed's table.
+/// Runs the suite: the three micro benchmarks, then the many-fibers table.
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     let home = convert_this_thread()?;
     check_switching(home)?;
     switch_rows(opts, rep, home)?;
     create_rows(opts, rep, home)?;
     fls_rows(opts, rep)?;
-    seed_table(opts, rep)
+    many_fibers_table(opts, rep)
 }
 
 /// Makes the calling thread a fiber (once) and returns its fiber.
@@ -344,21 +345,21 @@ fn fls_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
 }
 
 // ---------------------------------------------------------------------------
-// The seed's workload and table.
+// The many-fibers workload and table.
 
-/// Fiber counts of the seed's table.
-const SEED_FIBERS: [usize; 5] = [16, 64, 128, 512, 1024];
+/// Fiber counts of the many-fibers table (the Unix Fibers report's).
+const MANY_FIBERS: [usize; 5] = [16, 64, 128, 512, 1024];
 /// Work units per run (`--quick`: a tenth).
-const SEED_WORK: u64 = 200_000;
-const SEED_WORK_QUICK: u64 = 20_000;
+const MANY_FIBERS_WORK: u64 = 200_000;
+const MANY_FIBERS_WORK_QUICK: u64 = 20_000;
 /// Iterations of the floating-point loop in one work unit.
 const WORK_ITERATIONS: u32 = 2000;
 /// A worker taking longer than this is considered hung and killed.
 const WORKER_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The seed's published figures (s), for 16/64/128/512/1024 fibers, measured
-/// on their VM (4-core i7-7700HQ), as printed in their report.
-struct SeedFigures {
+/// The Unix Fibers report's published figures (s), for 16/64/128/512/1024 fibers,
+/// measured on its authors' VM (4-core i7-7700HQ), as printed in the report.
+struct PublishedFigures {
     mono_init: [&'static str; 5],
     mono_run: [&'static str; 5],
     multi_init: [&'static str; 5],
@@ -366,7 +367,7 @@ struct SeedFigures {
 }
 
 #[rustfmt::skip]
-const SEED_USER: SeedFigures = SeedFigures {
+const USER_SPACE_LIBRARY: PublishedFigures = PublishedFigures {
     mono_init: ["0.0000000", "0.0010000", "0.0010000", "0.0040000", "0.0080000"],
     mono_run: ["0.2570630", "0.2624060", "0.2526880", "0.2488140", "0.2778080"],
     multi_init: ["0.0035000", "0.0105000", "0.0097500", "0.0167500", "0.0200000"],
@@ -374,7 +375,7 @@ const SEED_USER: SeedFigures = SeedFigures {
 };
 
 #[rustfmt::skip]
-const SEED_KERNEL: SeedFigures = SeedFigures {
+const KERNEL_MODULE: PublishedFigures = PublishedFigures {
     mono_init: ["0", "0.001", "0.001", "0.003", "0.006"],
     mono_run: ["0.301438", "0.289719", "0.293227", "0.286602", "0.288016"],
     multi_init: ["0.00775", "0.0065", "0.0065", "0.00775", "0.01925"],
@@ -396,8 +397,8 @@ pub(super) struct Published {
 pub(super) fn published() -> Vec<Published> {
     let mut out = Vec::new();
     for (who, f) in [
-        ("user-space library", &SEED_USER),
-        ("kernel module", &SEED_KERNEL),
+        ("user-space library", &USER_SPACE_LIBRARY),
+        ("kernel module", &KERNEL_MODULE),
     ] {
         for (procs, metric, values) in [
             (1, "init", &f.mono_init),
@@ -405,7 +406,7 @@ pub(super) fn published() -> Vec<Published> {
             (4, "init", &f.multi_init),
             (4, "run", &f.multi_run),
         ] {
-            let points = SEED_FIBERS
+            let points = MANY_FIBERS
                 .iter()
                 .zip(values.iter())
                 .filter_map(|(&n, v)| Some((n, v.parse::<f64>().ok()?)))
@@ -423,7 +424,7 @@ pub(super) fn published() -> Vec<Published> {
 
 /// What one worker process reports (its one JSON line).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct SeedRun {
+pub struct ManyFibersRun {
     pub fibers: usize,
     pub threads: usize,
     pub work: u64,
@@ -443,7 +444,7 @@ pub struct SeedRun {
     pub fls_errors: u64,
 }
 
-impl SeedRun {
+impl ManyFibersRun {
     fn to_json(&self) -> String {
         serde_json::json!({
             "fibers": self.fibers,
@@ -460,7 +461,7 @@ impl SeedRun {
         .to_string()
     }
 
-    fn from_json(line: &str) -> Result<SeedRun, String> {
+    fn from_json(line: &str) -> Result<ManyFibersRun, String> {
         let v: serde_json::Value =
             serde_json::from_str(line).map_err(|e| format!("not JSON ({e})"))?;
         let u = |k: &str| {
@@ -468,7 +469,7 @@ impl SeedRun {
                 .ok_or_else(|| format!("no unsigned integer \"{k}\""))
         };
         let f = |k: &str| v[k].as_f64().ok_or_else(|| format!("no number \"{k}\""));
-        Ok(SeedRun {
+        Ok(ManyFibersRun {
             fibers: u("fibers")? as usize,
             threads: u("threads")? as usize,
             work: u("work")?,
@@ -483,16 +484,16 @@ impl SeedRun {
     }
 }
 
-/// `weft bench-worker fibers-seed --fibers F --work W`: runs the workload
-/// once in this process and prints its [`SeedRun`] as one JSON line.
-pub fn seed_worker_main(fibers: usize, work: u64) -> Result<(), String> {
-    let run = seed_worker(fibers, work)?;
+/// `weft bench-worker many-fibers --fibers F --work W`: runs the workload
+/// once in this process and prints its [`ManyFibersRun`] as one JSON line.
+pub fn many_fibers_worker_main(fibers: usize, work: u64) -> Result<(), String> {
+    let run = many_fibers_worker(fibers, work)?;
     println!("{}", run.to_json());
     Ok(())
 }
 
 /// Shared by all threads and fibers of one run.
-struct SeedShared {
+struct PoolShared {
     /// The pool; set once before any thread starts switching.
     fibers: OnceLock<Vec<FiberHandle>>,
     slot: DWORD,
@@ -511,8 +512,8 @@ unsafe impl Sync for FiberHandle {}
 /// One pool fiber's own record, its start routine's parameter. Only that
 /// fiber touches it while the run lasts (wherever it runs), and the main
 /// thread reads it after all threads have finished.
-struct SeedFiber {
-    shared: *const SeedShared,
+struct PoolFiber {
+    shared: *const PoolShared,
     index: usize,
     /// Left in [`PENDING`] before each switch: see [`attempt_switch`].
     token: usize,
@@ -600,8 +601,8 @@ fn xorshift(state: &Cell<u64>) -> u64 {
 /// One work unit: a dependent chain of floating-point multiply-adds with
 /// square roots.
 #[inline(never)]
-fn work_unit(seed: f64) -> f64 {
-    let mut x = black_box(seed);
+fn work_unit(start: f64) -> f64 {
+    let mut x = black_box(start);
     let mut y = black_box(2.0f64);
     for _ in 0..WORK_ITERATIONS {
         x = x * 1.000_000_1 + y.sqrt();
@@ -611,8 +612,8 @@ fn work_unit(seed: f64) -> f64 {
 }
 
 /// Start routine of the pool fibers. Never returns.
-unsafe extern "C" fn seed_fiber_main(param: LPVOID) {
-    let me = &*(param as *const SeedFiber);
+unsafe extern "C" fn pool_fiber_main(param: LPVOID) {
+    let me = &*(param as *const PoolFiber);
     let shared = &*me.shared;
     let Some(fibers) = shared.fibers.get() else {
         fatal("a pool fiber started before the pool was complete");
@@ -678,8 +679,8 @@ struct ThreadReport {
 /// One OS thread of the run: becomes a fiber, waits for the release, then
 /// switches into random pool fibers until one of them brings it home after
 /// the work is done.
-fn seed_thread(
-    shared: &SeedShared,
+fn pool_thread(
+    shared: &PoolShared,
     index: usize,
     ready: &AtomicUsize,
     go: &AtomicBool,
@@ -719,9 +720,9 @@ fn seed_thread(
     Ok(ThreadReport { home_at, stats })
 }
 
-/// Runs the seed's workload once in this process: `fibers` pool fibers,
+/// Runs the many-fibers workload once in this process: `fibers` pool fibers,
 /// `work` units, one OS thread per CPU.
-pub fn seed_worker(fibers: usize, work: u64) -> Result<SeedRun, String> {
+pub fn many_fibers_worker(fibers: usize, work: u64) -> Result<ManyFibersRun, String> {
     if fibers < 2 {
         return Err(format!(
             "--fibers {fibers}: the workload switches between fibers, give at least 2"
@@ -739,15 +740,15 @@ pub fn seed_worker(fibers: usize, work: u64) -> Result<SeedRun, String> {
             last_error()
         ));
     }
-    let shared = SeedShared {
+    let shared = PoolShared {
         fibers: OnceLock::new(),
         slot,
         total: work,
         units: AtomicU64::new(0),
         done: AtomicBool::new(false),
     };
-    let records: Vec<SeedFiber> = (0..fibers)
-        .map(|index| SeedFiber {
+    let records: Vec<PoolFiber> = (0..fibers)
+        .map(|index| PoolFiber {
             shared: &shared,
             index,
             token: index + 1,
@@ -768,8 +769,8 @@ pub fn seed_worker(fibers: usize, work: u64) -> Result<SeedRun, String> {
         let f = unsafe {
             CreateFiber(
                 STACK_SIZE,
-                Some(seed_fiber_main),
-                r as *const SeedFiber as LPVOID,
+                Some(pool_fiber_main),
+                r as *const PoolFiber as LPVOID,
             )
         };
         if f.is_null() {
@@ -796,7 +797,7 @@ pub fn seed_worker(fibers: usize, work: u64) -> Result<SeedRun, String> {
         let joins: Vec<_> = (0..threads)
             .map(|i| {
                 let (shared, ready, go) = (&shared, &ready, &go);
-                s.spawn(move || seed_thread(shared, i, ready, go))
+                s.spawn(move || pool_thread(shared, i, ready, go))
             })
             .collect();
         while ready.load(Ordering::Acquire) < threads {
@@ -834,7 +835,7 @@ pub fn seed_worker(fibers: usize, work: u64) -> Result<SeedRun, String> {
         failed_not_busy += s.failed_not_busy.get();
     }
     black_box(records.iter().map(|r| r.acc.get()).sum::<f64>());
-    Ok(SeedRun {
+    Ok(ManyFibersRun {
         fibers,
         threads,
         work,
@@ -849,7 +850,7 @@ pub fn seed_worker(fibers: usize, work: u64) -> Result<SeedRun, String> {
 }
 
 /// Starts `procs` workers at once and returns their reports.
-fn run_workers(procs: usize, fibers: usize, work: u64) -> Result<Vec<SeedRun>, String> {
+fn run_workers(procs: usize, fibers: usize, work: u64) -> Result<Vec<ManyFibersRun>, String> {
     let exe = std::env::current_exe().map_err(|e| {
         format!(
             "cannot find this program's path to start bench workers ({e}); run weft from its file"
@@ -858,7 +859,7 @@ fn run_workers(procs: usize, fibers: usize, work: u64) -> Result<Vec<SeedRun>, S
     let mut children: Vec<Child> = Vec::with_capacity(procs);
     for _ in 0..procs {
         let child = Command::new(&exe)
-            .args(["bench-worker", "fibers-seed", "--fibers"])
+            .args(["bench-worker", "many-fibers", "--fibers"])
             .arg(fibers.to_string())
             .arg("--work")
             .arg(work.to_string())
@@ -891,7 +892,7 @@ fn run_workers(procs: usize, fibers: usize, work: u64) -> Result<Vec<SeedRun>, S
                     return Err(format!(
                         "bench worker ({fibers} fibers, {work} units) still running after {} s: \
                          killed; the workload probably hangs in weft-fiber, \
-                         run `{} bench-worker fibers-seed --fibers {fibers} --work {work}` \
+                         run `{} bench-worker many-fibers --fibers {fibers} --work {work}` \
                          under a debugger",
                         WORKER_TIMEOUT.as_secs(),
                         exe.display()
@@ -916,7 +917,7 @@ fn run_workers(procs: usize, fibers: usize, work: u64) -> Result<Vec<SeedRun>, S
         }
         let line = out.lines().last().unwrap_or("");
         runs.push(
-            SeedRun::from_json(line).map_err(|e| {
+            ManyFibersRun::from_json(line).map_err(|e| {
                 format!("bench worker printed {line:?}, not its one JSON report: {e}")
             })?,
         );
@@ -932,10 +933,10 @@ fn kill_all(children: &mut [Child]) {
 }
 
 /// Averages of a group of concurrent runs, per process.
-fn average(runs: &[SeedRun]) -> SeedRun {
+fn average(runs: &[ManyFibersRun]) -> ManyFibersRun {
     let n = runs.len().max(1);
-    let sum_u = |f: fn(&SeedRun) -> u64| runs.iter().map(f).sum::<u64>() / n as u64;
-    SeedRun {
+    let sum_u = |f: fn(&ManyFibersRun) -> u64| runs.iter().map(f).sum::<u64>() / n as u64;
+    ManyFibersRun {
         fibers: runs.first().map_or(0, |r| r.fibers),
         threads: runs.first().map_or(0, |r| r.threads),
         work: runs.first().map_or(0, |r| r.work),
@@ -950,15 +951,16 @@ fn average(runs: &[SeedRun]) -> SeedRun {
     }
 }
 
-fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
+fn many_fibers_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     progress::part("many fibers");
-    let work = seed_work(opts);
+    let work = many_fibers_work(opts);
     let threads = super::nproc();
     rep.line("");
     rep.line(format!(
-        "seed table: F fibers shared by {threads} OS threads (one per CPU, each converted to a \
-         fiber); {work} work units in all, each {WORKING} FP iterations + an FLS write/read-back \
-         check, then SwitchToFiber to a random other fiber (another one on ERROR_BUSY)",
+        "many-fibers table: F fibers shared by {threads} OS threads (one per CPU, each \
+         converted to a fiber); {work} work units in all, each {WORKING} FP iterations + an \
+         FLS write/read-back check, then SwitchToFiber to a random other fiber (another one \
+         on ERROR_BUSY)",
         WORKING = WORK_ITERATIONS
     ));
     rep.line(
@@ -967,12 +969,17 @@ fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
          per-process averages)",
     );
     rep.line(
-        "  seed = the seed's published figures from their VM (4-core i7-7700HQ): its \
-         workload is not published in detail, so the comparison is indicative",
+        "  published = the figures of the Unix Fibers report (Windows fibers on Linux as a \
+         user-space library and as a kernel module), measured on its authors' VM (4-core \
+         i7-7700HQ): its workload is not published in detail, so the comparison is indicative",
     );
     rep.line(format!(
+        "  {:>6} {:>5} | {:<41} | {:<45}",
+        "", "", "weft, this machine", "published (Unix Fibers report, 4-core i7-7700HQ VM)"
+    ));
+    rep.line(format!(
         "  {:>6} {:>5} | {:<41} | {:<21} | {:<21}",
-        "", "", "weft, this machine", "seed user-space", "seed kernel module"
+        "", "", "", "user-space library", "kernel module"
     ));
     rep.line(format!(
         "  {:>6} {:>5} | {:>10} {:>10} {:>10} {:>8} | {:>10} {:>10} | {:>10} {:>10}",
@@ -988,7 +995,7 @@ fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
         "run s"
     ));
     let mut problems = Vec::new();
-    for (i, &fibers) in SEED_FIBERS.iter().enumerate() {
+    for (i, &fibers) in MANY_FIBERS.iter().enumerate() {
         for (j, procs) in [1usize, 4].into_iter().enumerate() {
             progress::step(
                 format!(
@@ -1000,19 +1007,25 @@ fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
                     }
                 ),
                 2 * i + j,
-                2 * SEED_FIBERS.len(),
+                2 * MANY_FIBERS.len(),
             );
             let runs = run_workers(procs, fibers, work)?;
             let avg = average(&runs);
             let (user, kernel) = if procs == 1 {
                 (
-                    (SEED_USER.mono_init[i], SEED_USER.mono_run[i]),
-                    (SEED_KERNEL.mono_init[i], SEED_KERNEL.mono_run[i]),
+                    (
+                        USER_SPACE_LIBRARY.mono_init[i],
+                        USER_SPACE_LIBRARY.mono_run[i],
+                    ),
+                    (KERNEL_MODULE.mono_init[i], KERNEL_MODULE.mono_run[i]),
                 )
             } else {
                 (
-                    (SEED_USER.multi_init[i], SEED_USER.multi_run[i]),
-                    (SEED_KERNEL.multi_init[i], SEED_KERNEL.multi_run[i]),
+                    (
+                        USER_SPACE_LIBRARY.multi_init[i],
+                        USER_SPACE_LIBRARY.multi_run[i],
+                    ),
+                    (KERNEL_MODULE.multi_init[i], KERNEL_MODULE.multi_run[i]),
                 )
             };
             rep.line(format!(
@@ -1028,7 +1041,7 @@ fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
                 kernel.0,
                 kernel.1
             ));
-            let base = format!("seed/{procs}proc/{fibers}");
+            let base = format!("many-fibers/{procs}proc/{fibers}");
             for (metric, value, unit) in [
                 ("init", avg.init_s, "s"),
                 ("run", avg.run_s, "s"),
@@ -1064,7 +1077,8 @@ fn seed_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "the seed workload found weft-fiber misbehaving (a weft-fiber bug, please report it): {}",
+            "the many-fibers workload found weft-fiber misbehaving (a weft-fiber bug, please \
+             report it): {}",
             problems.join("; ")
         ))
     }
@@ -1075,8 +1089,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seed_run_json_round_trip() {
-        let run = SeedRun {
+    fn many_fibers_run_json_round_trip() {
+        let run = ManyFibersRun {
             fibers: 64,
             threads: 2,
             work: 20_000,
@@ -1088,26 +1102,26 @@ mod tests {
             failed_not_busy: 0,
             fls_errors: 0,
         };
-        assert_eq!(SeedRun::from_json(&run.to_json()), Ok(run));
-        assert!(SeedRun::from_json("{\"fibers\":1}").is_err());
-        assert!(SeedRun::from_json("garbage").is_err());
+        assert_eq!(ManyFibersRun::from_json(&run.to_json()), Ok(run));
+        assert!(ManyFibersRun::from_json("{\"fibers\":1}").is_err());
+        assert!(ManyFibersRun::from_json("garbage").is_err());
     }
 
     #[test]
     fn average_is_per_process_but_problems_add_up() {
-        let a = SeedRun {
+        let a = ManyFibersRun {
             init_s: 1.0,
             run_s: 2.0,
             switches: 10,
             fls_errors: 1,
-            ..SeedRun::default()
+            ..ManyFibersRun::default()
         };
-        let b = SeedRun {
+        let b = ManyFibersRun {
             init_s: 3.0,
             run_s: 4.0,
             switches: 30,
             fls_errors: 2,
-            ..SeedRun::default()
+            ..ManyFibersRun::default()
         };
         let avg = average(&[a, b]);
         assert_eq!((avg.init_s, avg.run_s, avg.switches), (2.0, 3.0, 20));
@@ -1115,7 +1129,7 @@ mod tests {
     }
 
     #[test]
-    fn xorshift_never_sticks_at_zero_from_a_nonzero_seed() {
+    fn xorshift_never_sticks_at_zero_from_a_nonzero_state() {
         let s = Cell::new(1);
         for _ in 0..1000 {
             assert_ne!(xorshift(&s), 0);

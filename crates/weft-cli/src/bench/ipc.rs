@@ -1,35 +1,38 @@
 //! The `ipc` suite of `weft bench`: synchronous IPC between green threads
-//! (`weft_runtime::ipc`), measured as seed 003's section 16 measured Fiasco-MP's, with the
-//! seed's figures printed beside ours. Every row is one call/reply round trip: the client
-//! green thread calls (`ipc::call`) a server green thread whose loop is `receive`, then
-//! `reply_and_wait`, each reply being the request's word + 1 (checked by the client).
+//! (`weft_runtime::ipc`), measured as section 16 of "Multiprocessor Support for the
+//! Fiasco Microkernel" (Sven Schneider, diploma thesis, TU Chemnitz, 2006; "the
+//! Fiasco-MP thesis" below) measured Fiasco-MP's, with its published figures printed
+//! beside ours. Every row is one call/reply round trip: the client green thread calls
+//! (`ipc::call`) a server green thread whose loop is `receive`, then `reply_and_wait`,
+//! each reply being the request's word + 1 (checked by the client).
 //!
 //! Groups (method: `bench/mod.rs`, ns per round trip; with rdtsc, also TSC cycles):
 //!
-//! * `local`: client and server on worker 0 (seed table 5, local IPC), vs "go" (two
-//!   goroutines, unbuffered channels, GOMAXPROCS=1) and "mutex-condvar-1cpu" (two OS
-//!   threads pinned to CPU 0 handing a turn over with std's futex-based Mutex + Condvar),
-//!   beside the floor under any local round trip: "two-fiber-switches", two raw fibers
-//!   switching to each other with the switch a local round trip makes (owned, entered
-//!   and ended with jumps, without checks: `RawFiber::switch_to_ready_jump`), with the
-//!   per-fiber statistics, and doing nothing else.
-//! * `cross`: client on worker 0, server on worker 1 (seed table 4, no additional load):
-//!   "weft-busy": each worker also runs a green thread that yields in a loop (as the
-//!   runtime suite's "weft-busy" row), so neither worker ever sleeps; "weft-idle": nothing
-//!   else runs, a worker with nothing to do spins briefly before it sleeps; "weft-asleep":
-//!   the client sleeps 200 us before each call, so both workers are asleep when the call
-//!   starts (timed per call, not interleaved: K batches of a fixed number of calls); vs
-//!   "raw-cacheline" (the hardware floor: two pinned threads bouncing one cache line),
-//!   "mutex-condvar" (two OS threads on CPUs 0 and 1) and "go" (GOMAXPROCS=2).
+//! * `local`: client and server on worker 0 (the thesis's table 5, local IPC), vs "go"
+//!   (two goroutines, unbuffered channels, GOMAXPROCS=1) and "mutex-condvar-1cpu" (two
+//!   OS threads pinned to CPU 0 handing a turn over with std's futex-based Mutex +
+//!   Condvar), beside the floor under any local round trip: "two-fiber-switches", two
+//!   raw fibers switching to each other with the switch a local round trip makes (owned,
+//!   entered and ended with jumps, without checks: `RawFiber::switch_to_ready_jump`),
+//!   with the per-fiber statistics, and doing nothing else.
+//! * `cross`: client on worker 0, server on worker 1 (the thesis's table 4, no
+//!   additional load): "weft-busy": each worker also runs a green thread that yields in a
+//!   loop (as the runtime suite's "weft-busy" row), so neither worker ever sleeps;
+//!   "weft-idle": nothing else runs, a worker with nothing to do spins briefly before it
+//!   sleeps; "weft-asleep": the client sleeps 200 us before each call, so both workers
+//!   are asleep when the call starts (timed per call, not interleaved: K batches of a
+//!   fixed number of calls); vs "raw-cacheline" (the hardware floor: two pinned threads
+//!   bouncing one cache line), "mutex-condvar" (two OS threads on CPUs 0 and 1) and "go"
+//!   (GOMAXPROCS=2).
 //! * `cross-under-pingpong`: the cross round trip while a same-worker IPC ping-pong (a
-//!   client and a server green thread calling each other as fast as they can) runs on the
-//!   server's worker or on the client's (seed table 4, "pingpong at one CPU"), beside the
-//!   same round trip without it.
+//!   client and a server green thread calling each other as fast as they can) runs on
+//!   the server's worker or on the client's (the thesis's table 4, "pingpong at one
+//!   CPU"), beside the same round trip without it.
 //! * `local-under-load`: the local round trip on worker 0 (a) alone, (b) while worker 1
 //!   runs a local ping-pong of its own, (c) while a client on worker 1 keeps calling a
-//!   server on worker 0 (seed section 16.2, its cases a-c). On x86_64 each case is also
-//!   sampled round trip by round trip with rdtsc (percentiles), as the seed's figures 16
-//!   and 17 plot single samples.
+//!   server on worker 0 (the thesis's section 16.2, its cases a-c). On x86_64 each case
+//!   is also sampled round trip by round trip with rdtsc (percentiles), as the thesis's
+//!   figures 16 and 17 plot single samples.
 //!
 //! Targets (the issue): a local round trip <= 60 ns; a cross-worker one <= 1 us when the
 //! server's worker is busy-polling.
@@ -53,19 +56,19 @@ use weft_runtime::{spawn_on, yield_now, JoinHandle, Runtime};
 const TARGET_LOCAL_NS: f64 = 60.0;
 const TARGET_CROSS_BUSY_NS: f64 = 1000.0;
 
-/// Seed 003, table 4: cross-processor IPC round trips in cycles (its machine), with no
-/// additional load and with a ping-pong on one of the two CPUs.
-const SEED_CROSS_SIBLING: f64 = 15_258.0;
-const SEED_CROSS_PACKAGE: f64 = 31_764.0;
-const SEED_CROSS_LOADED_SIBLING: f64 = 15_280.0;
-const SEED_CROSS_LOADED_PACKAGE: f64 = 44_665.0;
-/// Seed 003, table 5: local IPC round trips (pingpong, warm) of Fiasco and Fiasco-MP,
-/// sysenter and int30, with and without the shortcut: 1,298 to 2,904 cycles.
-const SEED_LOCAL_MIN: f64 = 1_298.0;
-const SEED_LOCAL_MAX: f64 = 2_904.0;
-/// Seed 003, section 16.2 (figures 16, 17): local IPC samples interrupted by a
-/// cross-processor send request peak at 4,000-4,500 cycles.
-const SEED_LOCAL_INTERRUPTED: (f64, f64) = (4_000.0, 4_500.0);
+/// The Fiasco-MP thesis, table 4: cross-processor IPC round trips in cycles (its
+/// machine), with no additional load and with a ping-pong on one of the two CPUs.
+const FIASCO_CROSS_SIBLING: f64 = 15_258.0;
+const FIASCO_CROSS_PACKAGE: f64 = 31_764.0;
+const FIASCO_CROSS_LOADED_SIBLING: f64 = 15_280.0;
+const FIASCO_CROSS_LOADED_PACKAGE: f64 = 44_665.0;
+/// The Fiasco-MP thesis, table 5: local IPC round trips (pingpong, warm) of Fiasco and
+/// Fiasco-MP, sysenter and int30, with and without the shortcut: 1,298 to 2,904 cycles.
+const FIASCO_LOCAL_MIN: f64 = 1_298.0;
+const FIASCO_LOCAL_MAX: f64 = 2_904.0;
+/// The Fiasco-MP thesis, section 16.2 (figures 16, 17): local IPC samples interrupted by
+/// a cross-processor send request peak at 4,000-4,500 cycles.
+const FIASCO_LOCAL_INTERRUPTED: (f64, f64) = (4_000.0, 4_500.0);
 
 /// The word that ends a server (it replies, then returns).
 const STOP: u64 = u64::MAX;
@@ -117,7 +120,8 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     rep.line(match tsc {
         Some(r) => format!(
             "cycles: TSC ticks (rdtsc) at {r:.3} GHz, calibrated against CLOCK_MONOTONIC; the \
-             seed's cycles are its CPUs' clock cycles"
+             published figures are cycles of the CPUs of the Fiasco-MP thesis (S. Schneider, \
+             \"Multiprocessor Support for the Fiasco Microkernel\", TU Chemnitz, 2006)"
         ),
         None => "cycles: not reported (no rdtsc on this architecture)".to_string(),
     });
@@ -220,17 +224,18 @@ fn local_rows(
         weft.map(|v| v <= TARGET_LOCAL_NS),
     );
     let mut line = format!(
-        "  seed (table 5, local IPC of Fiasco and Fiasco-MP, warm): {}-{} cycles",
-        group(SEED_LOCAL_MIN),
-        group(SEED_LOCAL_MAX)
+        "  published (Fiasco-MP thesis, table 5, local IPC of Fiasco and Fiasco-MP, warm): \
+         {}-{} cycles",
+        group(FIASCO_LOCAL_MIN),
+        group(FIASCO_LOCAL_MAX)
     );
     if let (Some(w), Some(r)) = (weft, ctx.tsc) {
         let c = w * r;
         line += &format!(
             "; weft here {} cycles: {:.1}-{:.1}x fewer",
             group(c),
-            SEED_LOCAL_MIN / c,
-            SEED_LOCAL_MAX / c
+            FIASCO_LOCAL_MIN / c,
+            FIASCO_LOCAL_MAX / c
         );
     }
     rep.line(line);
@@ -324,17 +329,17 @@ fn cross_rows(
     );
     if let Some(r) = ctx.tsc {
         let mut line = format!(
-            "  seed (table 4, no additional load): {} cycles cross sibling, {} cross package; \
-             here",
-            group(SEED_CROSS_SIBLING),
-            group(SEED_CROSS_PACKAGE)
+            "  published (Fiasco-MP thesis, table 4, no additional load): {} cycles cross \
+             sibling, {} cross package; here",
+            group(FIASCO_CROSS_SIBLING),
+            group(FIASCO_CROSS_PACKAGE)
         );
         for name in ["weft-busy", "weft-idle", "weft-asleep"] {
             if let Some(v) = median_of(&results, name) {
                 line += &format!(
                     " {name} {} (sibling figure / this = {:.1}x),",
                     group(v * r),
-                    SEED_CROSS_SIBLING / (v * r)
+                    FIASCO_CROSS_SIBLING / (v * r)
                 );
             }
         }
@@ -431,12 +436,12 @@ fn under_pingpong_rows(
     }
     let base = median_of(&results, "weft");
     let mut line = format!(
-        "  seed (table 4, pingpong at one CPU): {} cycles cross sibling ({:.2}x its no-load \
-         figure), {} cross package ({:.2}x)",
-        group(SEED_CROSS_LOADED_SIBLING),
-        SEED_CROSS_LOADED_SIBLING / SEED_CROSS_SIBLING,
-        group(SEED_CROSS_LOADED_PACKAGE),
-        SEED_CROSS_LOADED_PACKAGE / SEED_CROSS_PACKAGE
+        "  published (Fiasco-MP thesis, table 4, pingpong at one CPU): {} cycles cross \
+         sibling ({:.2}x its no-load figure), {} cross package ({:.2}x)",
+        group(FIASCO_CROSS_LOADED_SIBLING),
+        FIASCO_CROSS_LOADED_SIBLING / FIASCO_CROSS_SIBLING,
+        group(FIASCO_CROSS_LOADED_PACKAGE),
+        FIASCO_CROSS_LOADED_PACKAGE / FIASCO_CROSS_PACKAGE
     );
     if let Some(b) = base {
         let here: Vec<String> = [
@@ -461,7 +466,7 @@ fn under_pingpong_rows(
 }
 
 /// Row 5: the local round trip alone, beside a ping-pong on the other worker, and while
-/// cross-worker calls involve its worker (seed 16.2, cases a-c).
+/// cross-worker calls involve its worker (the Fiasco-MP thesis's 16.2, cases a-c).
 fn local_under_load_rows(
     ctx: &Ctx,
     rep: &mut Reporter,
@@ -527,12 +532,13 @@ fn local_under_load_rows(
             ));
         }
         rep.line(format!(
-            "  seed (16.2, figures 16-17): local IPC samples interrupted by a cross-processor \
-             send request peak at {}-{} cycles; uninterrupted ones are table 5's {}-{}",
-            group(SEED_LOCAL_INTERRUPTED.0),
-            group(SEED_LOCAL_INTERRUPTED.1),
-            group(SEED_LOCAL_MIN),
-            group(SEED_LOCAL_MAX)
+            "  published (Fiasco-MP thesis, 16.2, figures 16-17): local IPC samples \
+             interrupted by a cross-processor send request peak at {}-{} cycles; \
+             uninterrupted ones are table 5's {}-{}",
+            group(FIASCO_LOCAL_INTERRUPTED.0),
+            group(FIASCO_LOCAL_INTERRUPTED.1),
+            group(FIASCO_LOCAL_MIN),
+            group(FIASCO_LOCAL_MAX)
         ));
     }
     Ok(())

@@ -20,9 +20,11 @@
 //!
 //! Two parts:
 //!
-//! 1. **The seed's table** (seed 002's section 4): 100,000 reads, 100,000 writes, and
-//!    100,000 reads + 100,000 writes mixed, split evenly over 1, 2, 4, 6, 8 and 10
-//!    client processes (10,000 with `--quick`). The clients are re-executions of this
+//! 1. **The client-processes table**, the benchmark of section 4 ("Performance
+//!    analysis") of a Linux kernel module's report (a key-value store shared by
+//!    processes over netlink: Operating Systems 5dv171, Umeå University, 2017): 100,000
+//!    reads, 100,000 writes, and 100,000 reads + 100,000 writes mixed, split evenly over
+//!    1, 2, 4, 6, 8 and 10 client processes (10,000 with `--quick`). The clients are re-executions of this
 //!    binary (`weft bench-worker kv-client`, [`client_worker_main`]), each with its own
 //!    connection over the Unix socket, one command at a time (no pipelining): `SET key
 //!    value` / `GET key` on random keys of a key space of 100,000 keys, all populated
@@ -31,7 +33,8 @@
 //!    connects, says "ready" and waits; the cell's clock starts when all are ready and
 //!    are told to go, and stops when the last one has reported: the cell is that wall
 //!    time (process start-up and connection excluded). One run per cell, the servers
-//!    alternating cell by cell; the seed's published figures are printed beside.
+//!    alternating cell by cell; the report's published figures (its Table 1) are
+//!    printed beside.
 //! 2. **redis-benchmark** (Debian's redis-tools; skipped with a note when absent):
 //!    `-t set,get -n N -c 50 -r 100000 --csv`, without and with `-P 16`, over TCP and
 //!    over the Unix socket, N = 200,000 (20,000 with `--quick`). The servers take turns
@@ -59,20 +62,21 @@ use std::time::{Duration, Instant};
 
 /// The suite the measurements belong to.
 const SUITE: &str = "kv";
-/// The seed's key space: keys `key:000000` .. `key:099999`.
+/// The key space of the client-processes table: keys `key:000000` .. `key:099999`.
 const KEYS: u64 = 100_000;
 /// The sizes of a smoke run (`WEFT_BENCH_KV_SMOKE=1`).
 const SMOKE_KEYS: u64 = 1_000;
 const SMOKE_OPS: u64 = 500;
 const SMOKE_RB_REQUESTS: u64 = 2_000;
-/// The seed's process counts.
+/// The client process counts (the kernel-module report's).
 const PROCS: [usize; 6] = [1, 2, 4, 6, 8, 10];
 /// Operations per table cell (each of read and write; mixed does both).
-const SEED_OPS: u64 = 100_000;
-const SEED_OPS_QUICK: u64 = 10_000;
-/// The seed's Table 1 (one run of their benchmark script on the kernel module), in
-/// the order of [`PROCS`]: read, write, read/write. The seed labels them milliseconds.
-const SEED_TABLE: [[f64; 3]; 6] = [
+const TABLE_OPS: u64 = 100_000;
+const TABLE_OPS_QUICK: u64 = 10_000;
+/// The kernel-module report's Table 1 (one run of its benchmark script on the module),
+/// in the order of [`PROCS`]: read, write, read/write. The report labels them
+/// milliseconds.
+const PUBLISHED_TABLE_1: [[f64; 3]; 6] = [
     [0.926, 3.082, 4.049],
     [0.897, 4.223, 5.596],
     [0.928, 8.076, 9.618],
@@ -150,10 +154,11 @@ impl SelfKind {
 pub fn method_line(opts: &Options) -> String {
     format!(
         "method: both servers started by the suite (append-only log, fsync every second); \
-         seed table: one run per cell, {} operations, servers alternating cell by cell; \
+         client-processes table: one run per cell, {} operations, servers alternating cell \
+         by cell; \
          redis-benchmark: median of {} run(s), servers alternating run by run; \
          redis / weft (time) and weft / redis (req/s) > 1 mean weft is faster",
-        seed_ops(opts),
+        table_ops(opts),
         rb_runs(opts)
     )
 }
@@ -163,7 +168,7 @@ fn smoke() -> bool {
     std::env::var_os("WEFT_BENCH_KV_SMOKE").is_some_and(|v| v == "1")
 }
 
-/// The key space: the seed's, or a smoke run's.
+/// The key space: the client-processes table's, or a smoke run's.
 fn key_space() -> u64 {
     if smoke() {
         SMOKE_KEYS
@@ -172,13 +177,13 @@ fn key_space() -> u64 {
     }
 }
 
-fn seed_ops(opts: &Options) -> u64 {
+fn table_ops(opts: &Options) -> u64 {
     if smoke() {
         SMOKE_OPS
     } else if opts.quick {
-        SEED_OPS_QUICK
+        TABLE_OPS_QUICK
     } else {
-        SEED_OPS
+        TABLE_OPS
     }
 }
 
@@ -203,7 +208,7 @@ fn rb_requests(opts: &Options) -> u64 {
 
 /// The suite's parts for the progress line, with estimated seconds (two servers).
 pub fn parts(opts: &Options) -> Vec<Part> {
-    let ops = seed_ops(opts) as f64;
+    let ops = table_ops(opts) as f64;
     // A command one at a time over a Unix socket: ~20 us; read, write, mixed (twice the
     // commands), 6 process counts, 2 servers.
     let table = 4.0 * ops * PROCS.len() as f64 * 2.0 * 20e-6;
@@ -212,12 +217,12 @@ pub fn parts(opts: &Options) -> Vec<Part> {
     let rb = 2.0 * rb_runs(opts) as f64 * 2.0 * (2.0 * n / 60e3 + 2.0 * n / 400e3);
     vec![
         Part::new("servers", 1.0 + 2.0 * key_space() as f64 * 10e-6),
-        Part::new("clients table", table),
+        Part::new("client-processes table", table),
         Part::new("redis-benchmark", rb),
     ]
 }
 
-/// Runs the suite: starts the servers, the seed's table, then redis-benchmark.
+/// Runs the suite: starts the servers, the client-processes table, then redis-benchmark.
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     progress::part("servers");
     let me = SelfKind::from_env()?;
@@ -270,7 +275,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     for s in &servers {
         populate(&s.socket).map_err(|e| format!("populating {}: {e}", s.impl_name))?;
     }
-    seed_table(opts, rep, &exe, &servers)?;
+    clients_table(opts, rep, &exe, &servers)?;
     redis_benchmark(opts, rep, &servers)?;
     for mut s in servers {
         if let Some(warning) = s.stop() {
@@ -306,21 +311,22 @@ fn populate(socket: &Path) -> Result<(), String> {
 }
 
 // ---------------------------------------------------------------------------
-// Part 1: the seed's table.
+// Part 1: the client-processes table.
 
-fn seed_table(
+fn clients_table(
     opts: &Options,
     rep: &mut Reporter,
     exe: &Path,
     servers: &[Server],
 ) -> Result<(), String> {
-    progress::part("clients table");
-    let ops = seed_ops(opts);
+    progress::part("client-processes table");
+    let ops = table_ops(opts);
     rep.line("");
     rep.line(format!(
-        "seed table: {ops} reads, {ops} writes, and {ops} reads + {ops} writes mixed, split over \
-         P client processes, each with its own connection on the Unix socket, one command at \
-         a time; random keys of a key space of {} (all populated), every GET's value checked",
+        "client-processes table: {ops} reads, {ops} writes, and {ops} reads + {ops} writes \
+         mixed, split over P client processes, each with its own connection on the Unix \
+         socket, one command at a time; random keys of a key space of {} (all populated), \
+         every GET's value checked",
         key_space()
     ));
     rep.line(
@@ -328,16 +334,17 @@ fn seed_table(
          is done, one run; redis / weft > 1 means weft is faster",
     );
     rep.line(
-        "  seed = the seed's Table 1 (a kernel module over netlink, one run, their VM) as \
-         published; it says milliseconds, but 100,000 round trips in 0.9 ms (9 ns each) \
-         cannot be, so they are most likely seconds: indicative only",
+        "  published = Table 1 of a Linux kernel module's report (a key-value map shared by \
+         processes over netlink; one run, on its authors' VM); it says milliseconds, but \
+         100,000 round trips in 0.9 ms (9 ns each) cannot be, so they are most likely \
+         seconds: indicative only",
     );
     let names: Vec<&str> = servers.iter().map(|s| s.impl_name).collect();
     let mut head = format!("  {:>5} {:<6}", "procs", "op");
     for n in &names {
         head.push_str(&format!(" {:>16}", format!("{n} ms")));
     }
-    head.push_str(&format!(" {:>12} {:>10}", "redis / weft", "seed"));
+    head.push_str(&format!(" {:>12} {:>10}", "redis / weft", "published"));
     rep.line(head);
     for (oi, op) in [Op::Read, Op::Write, Op::Mixed].into_iter().enumerate() {
         for (pi, &procs) in PROCS.iter().enumerate() {
@@ -350,7 +357,7 @@ fn seed_table(
                 );
                 let took = run_cell(exe, &s.socket, op, ops, procs).map_err(|e| {
                     format!(
-                        "seed table, {} with {procs} processes on {}: {e}",
+                        "client-processes table, {} with {procs} processes on {}: {e}",
                         op.name(),
                         s.impl_name
                     )
@@ -358,7 +365,7 @@ fn seed_table(
                 let ms = took.as_secs_f64() * 1e3;
                 rep.emit(&Measurement {
                     suite: SUITE,
-                    name: format!("seed/{}/{procs}proc", op.name()),
+                    name: format!("clients/{}/{procs}proc", op.name()),
                     impl_name: s.impl_name.to_string(),
                     value: Some(ms),
                     unit: "ms",
@@ -374,7 +381,7 @@ fn seed_table(
                 [w, r] if *w > 0.0 => format!("{:.2}", r / w),
                 _ => "-".to_string(),
             };
-            line.push_str(&format!(" {ratio:>12} {:>10.3}", SEED_TABLE[pi][oi]));
+            line.push_str(&format!(" {ratio:>12} {:>10.3}", PUBLISHED_TABLE_1[pi][oi]));
             rep.line(line);
         }
     }

@@ -139,7 +139,8 @@ fn plot_file(file: &Path, out: &Path) -> Result<(), String> {
 pub enum Suite {
     /// Fibers: context switch, create, FLS read vs ucontext/Boost/pthread, and a
     /// many-fibers workload (F fibers over one OS thread per CPU, in P processes) beside
-    /// published figures of a user-space and a kernel fiber implementation.
+    /// the Unix Fibers report's published figures of a user-space and a kernel fiber
+    /// implementation.
     Fibers,
     /// Green threads: spawn, yield and cross-worker round trips vs pthreads and Go, the
     /// message boxes vs the raw cache-line and futex round trips, and the memory of N
@@ -147,16 +148,18 @@ pub enum Suite {
     Runtime,
     /// Synchronous IPC between green threads (call / reply_and_wait): the local and
     /// cross-worker round trips, idle, busy and under load, vs a futex hand-off and Go
-    /// channels, beside published microkernel IPC figures (ns and TSC cycles).
+    /// channels, beside the Fiasco microkernel's published IPC figures (ns and TSC
+    /// cycles).
     Ipc,
     /// Syslets: open+read+close of 1,000 small files, cached and uncached (the suite
     /// evicts its own files from the page cache before each uncached pass), sync vs
     /// syslets on one worker and on every worker vs a hand-written io_uring loop, beside
-    /// published figures.
+    /// the published figures of Ingo Molnar's async-test (2007).
     Syslets,
     /// weft-kv vs redis-server at the same durability: 100,000 reads / writes / mixed
-    /// over 1-10 client processes, and redis-benchmark (set, get; TCP and Unix socket;
-    /// with and without pipelining), against a target of 1.5x redis-server.
+    /// over 1-10 client processes (beside a Linux kernel module's published figures),
+    /// and redis-benchmark (set, get; TCP and Unix socket; with and without pipelining),
+    /// against a target of 1.5x redis-server.
     Kv,
 }
 
@@ -188,9 +191,9 @@ impl Suite {
 /// one JSON line on stdout.
 #[derive(clap::Subcommand, Debug)]
 pub enum WorkerJob {
-    /// The seed's workload of `bench fibers`: F fibers shared by one OS thread per CPU.
-    #[command(name = "fibers-seed")]
-    FibersSeed {
+    /// The many-fibers workload of `bench fibers`: F fibers shared by one OS thread per CPU.
+    #[command(name = "many-fibers")]
+    ManyFibers {
         /// Number of fibers in the shared pool (at least 2).
         #[arg(long)]
         fibers: usize,
@@ -284,7 +287,7 @@ pub fn run(suite: Suite, opts: Options, plot: Option<&Path>) -> Result<(), Strin
 /// Runs a `bench-worker` job in this process.
 pub fn run_worker(job: WorkerJob) -> Result<(), String> {
     match job {
-        WorkerJob::FibersSeed { fibers, work } => fibers::seed_worker_main(fibers, work),
+        WorkerJob::ManyFibers { fibers, work } => fibers::many_fibers_worker_main(fibers, work),
         WorkerJob::KvClient {
             socket,
             op,
@@ -298,7 +301,7 @@ pub fn run_worker(job: WorkerJob) -> Result<(), String> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measurement {
     pub suite: &'static str,
-    /// What was measured, e.g. "switch" or "seed/4proc/1024/run".
+    /// What was measured, e.g. "switch" or "many-fibers/4proc/1024/run".
     pub name: String,
     /// Which implementation: "weft", "ucontext", ...
     pub impl_name: String,

@@ -12,7 +12,7 @@
 //! * `fibers`' many-fibers table: init and run time against the number of fibers (a
 //!   log2 axis), 1 process and 4 at once, beside the published figures the table
 //!   prints (dashed);
-//! * `kv`'s clients table: time against client processes, weft-kv beside
+//! * `kv`'s client-processes table: time against client processes, weft-kv beside
 //!   redis-server, one chart each for reads, writes and mixed; redis-benchmark's
 //!   requests per second and p99 latency as grouped bars;
 //! * `runtime`'s TCP echo: thousand requests per second per server, by message size.
@@ -54,6 +54,29 @@ impl Row {
     }
 }
 
+/// The names of the big tables' rows: `fibers`' many-fibers table
+/// (`many-fibers/<P>proc/<F>/<init|run|...>`) and `kv`'s client-processes table
+/// (`clients/<op>/<P>proc`).
+const MANY_FIBERS: &str = "many-fibers/";
+const CLIENTS: &str = "clients/";
+/// The one first part both tables' names had in runs saved before 2026-11-28
+/// (docs/benchmarks.md); such rows are read under their new names.
+const OLD_TABLE_PREFIX: &str = "seed/";
+
+/// A row's name as this version writes it: the big tables' names of older runs renamed
+/// ([`OLD_TABLE_PREFIX`]), any other name as it is.
+fn current_name(suite: &str, name: String) -> String {
+    let new = match suite {
+        "fibers" => MANY_FIBERS,
+        "kv" => CLIENTS,
+        _ => return name,
+    };
+    match name.strip_prefix(OLD_TABLE_PREFIX) {
+        Some(rest) => format!("{new}{rest}"),
+        None => name,
+    }
+}
+
 /// Parses the JSON lines of `weft bench --json`. Blank lines are skipped, and so are
 /// rows whose value is null (not measured).
 pub fn parse_json_lines(text: &str) -> Result<Vec<Row>, String> {
@@ -79,9 +102,11 @@ pub fn parse_json_lines(text: &str) -> Result<Vec<Row>, String> {
                 .ok_or_else(|| format!("{}: \"value\" is not a number in {line}", at()))?,
             None => return Err(format!("{}: no \"value\" in {line}", at())),
         };
+        let suite = text("suite")?;
+        let name = current_name(&suite, text("name")?);
         rows.push(Row {
-            suite: text("suite")?,
-            name: text("name")?,
+            suite,
+            name,
             impl_name: text("impl")?,
             value,
             unit: text("unit")?,
@@ -214,7 +239,7 @@ fn in_order<'a>(it: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
 /// Rows drawn by a chart of their own rather than as a group of bars.
 fn has_own_chart(r: &Row) -> bool {
     match r.suite.as_str() {
-        "fibers" => r.name.starts_with("seed/"),
+        "fibers" => r.name.starts_with(MANY_FIBERS),
         "kv" => true,
         "runtime" => r.name.starts_with("tcp-echo/") || r.name.starts_with("parked"),
         _ => false,
@@ -347,14 +372,14 @@ fn file_name(suite: &str, table: &str) -> String {
     format!("{suite}-{}.svg", clean.trim_matches('-'))
 }
 
-/// The many-fibers table: `seed/<P>proc/<F>/<init|run>` in seconds.
+/// The many-fibers table: `many-fibers/<P>proc/<F>/<init|run>` in seconds.
 fn many_fibers(rows: &[&Row]) -> Vec<Chart> {
     // (procs, fibers, metric, seconds)
     let cells: Vec<(usize, f64, &str, f64)> = rows
         .iter()
         .filter(|r| r.impl_name == "weft" && r.unit == "s")
         .filter_map(|r| {
-            let mut it = r.name.strip_prefix("seed/")?.split('/');
+            let mut it = r.name.strip_prefix(MANY_FIBERS)?.split('/');
             let procs = it.next()?.strip_suffix("proc")?.parse().ok()?;
             let fibers: f64 = it.next()?.parse().ok()?;
             let metric = it.next()?;
@@ -431,12 +456,12 @@ fn many_fibers(rows: &[&Row]) -> Vec<Chart> {
     out
 }
 
-/// kv's clients table: `seed/<op>/<N>proc` in ms, per implementation.
+/// kv's client-processes table: `clients/<op>/<N>proc` in ms, per implementation.
 fn kv_clients(rows: &[&Row]) -> Vec<Chart> {
     let cells: Vec<(&str, f64, &Row)> = rows
         .iter()
         .filter_map(|r| {
-            let mut it = r.name.strip_prefix("seed/")?.split('/');
+            let mut it = r.name.strip_prefix(CLIENTS)?.split('/');
             let op = it.next()?;
             let procs: f64 = it.next()?.strip_suffix("proc")?.parse().ok()?;
             Some((op, procs, *r))
@@ -1146,6 +1171,38 @@ mod tests {
     }
 
     #[test]
+    fn older_runs_big_table_names_are_read_under_the_new_ones() {
+        let line = |suite: &str, name: &str| {
+            format!(
+                "{{\"suite\":\"{suite}\",\"name\":\"{name}\",\"impl\":\"weft\",\"value\":1.5,\
+                 \"unit\":\"s\"}}\n"
+            )
+        };
+        let old = |rest: &str| format!("{OLD_TABLE_PREFIX}{rest}");
+        let text = line("fibers", &old("4proc/1024/run"))
+            + &line("kv", &old("read/4proc"))
+            + &line("fibers", "many-fibers/1proc/16/init")
+            + &line("kv", "clients/write/2proc")
+            + &line("syslets", &old("x"));
+        let names: Vec<String> = parse_json_lines(&text)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "many-fibers/4proc/1024/run",
+                "clients/read/4proc",
+                "many-fibers/1proc/16/init",
+                "clients/write/2proc",
+                // Only the two big tables had the old prefix: another suite's name stays.
+                old("x").as_str(),
+            ]
+        );
+    }
+
+    #[test]
     fn a_group_of_two_implementations_is_a_bar_chart_and_one_alone_is_none() {
         let rows = vec![
             row("fibers", "switch", "weft", 17.5, "ns"),
@@ -1186,21 +1243,21 @@ mod tests {
         for (p, f, v) in [(1, 16, 0.2), (1, 1024, 0.3), (4, 16, 0.9), (4, 1024, 1.1)] {
             rows.push(row(
                 "fibers",
-                &format!("seed/{p}proc/{f}/run"),
+                &format!("many-fibers/{p}proc/{f}/run"),
                 "weft",
                 v,
                 "s",
             ));
             rows.push(row(
                 "fibers",
-                &format!("seed/{p}proc/{f}/init"),
+                &format!("many-fibers/{p}proc/{f}/init"),
                 "weft",
                 v / 1e4,
                 "s",
             ));
             rows.push(row(
                 "fibers",
-                &format!("seed/{p}proc/{f}/switches"),
+                &format!("many-fibers/{p}proc/{f}/switches"),
                 "weft",
                 9.0,
                 "count",
