@@ -8,6 +8,7 @@
 //! store takes the shard's lock.
 
 use crate::commands::{borrow_args, flags, Command, Exec, Merge, OOM};
+use crate::keyspace::Keyspace;
 use crate::resp::Reply;
 use crate::route::{self, Part};
 use crate::shard::{now_ms, Shard};
@@ -18,8 +19,9 @@ pub trait ShardSet {
     fn count(&self) -> usize;
     /// Runs `f` on shard `s`, wherever that shard lives, and returns its result.
     fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R;
-    /// Whether memory use is over the configured limit.
-    fn over_memory(&self) -> bool;
+    /// The bytes of memory that may still be added before the configured limit, as
+    /// the shards last said (`u64::MAX`: no limit).
+    fn room(&self) -> u64;
     /// Why shard `s` refuses writes now (its log cannot be written), if it does.
     fn refuses_writes(&self, s: usize) -> Option<Reply>;
 }
@@ -48,12 +50,10 @@ impl Acks {
     }
 }
 
-/// Refusals that apply before a shard command runs: memory over the limit for a
-/// command that may grow it, a log that cannot be written for a write.
+/// Refusals that apply before a shard command runs: a log that cannot be written,
+/// for a write. (The memory limit is checked by the command itself, on its shard,
+/// against what it would add: see [`crate::commands::Ctx::room`].)
 pub fn precheck(set: &impl ShardSet, cmd: &Command, s: usize) -> Option<Reply> {
-    if cmd.flags & flags::DENYOOM != 0 && set.over_memory() {
-        return Some(OOM);
-    }
     if cmd.flags & flags::WRITE != 0 {
         return set.refuses_writes(s);
     }
@@ -110,6 +110,9 @@ fn run_split(
         }
     }
     let now = now_ms();
+    if cmd.flags & flags::DENYOOM != 0 && parts.len() > 1 && !split_fits(set, &parts, now) {
+        return OOM;
+    }
     let mut replies = Vec::with_capacity(parts.len());
     for p in &parts {
         let argv = borrow_args(&p.args);
@@ -118,6 +121,36 @@ fn run_split(
         replies.push(reply);
     }
     route::merge(how, &parts, replies)
+}
+
+/// The most expired keys each shard reclaims to make room for a write over several
+/// shards.
+const RECLAIM_SPLIT_KEYS: usize = 8192;
+
+/// Whether a write over several shards (MSET) fits under the memory limit even if
+/// every key is new: checked before any part runs, so that a refusal changes no
+/// shard (each part checks its exact growth again as it runs). Expired keys of those
+/// shards are reclaimed first if it does not fit.
+fn split_fits(set: &impl ShardSet, parts: &[Part], now: u64) -> bool {
+    let room = set.room();
+    if room == u64::MAX {
+        return true;
+    }
+    let grow = |p: &Part| -> u64 {
+        p.args[1..]
+            .chunks_exact(2)
+            .map(|kv| Keyspace::entry_memory(kv[0].len(), kv[1].len(), false))
+            .sum()
+    };
+    let total: u64 = parts.iter().map(grow).sum();
+    if total <= room {
+        return true;
+    }
+    for p in parts {
+        let need = total - room;
+        set.with(p.shard, |sh| sh.ks.reclaim(now, need, RECLAIM_SPLIT_KEYS));
+    }
+    total <= set.room()
 }
 
 fn eq(a: &[u8], b: &str) -> bool {

@@ -25,7 +25,17 @@ pub struct Shard {
     pub rewrite_tail: Option<Vec<u8>>,
     /// The writer was asked to run (the server's flusher) and has not yet taken `log`.
     pub kicked: bool,
+    /// The server's memory limit in bytes (0: none): set by the server before it
+    /// runs commands here, so that each write can check what it adds against the
+    /// limit for the whole server.
+    pub mem_limit: u64,
+    /// The memory the other shards used when they last said (set with `mem_limit`).
+    pub mem_others: u64,
 }
+
+/// The most expired keys a command reclaims before it runs when the server is over
+/// its memory limit (a bound on how long it holds the shard).
+const RECLAIM_OVER_LIMIT: usize = 8192;
 
 impl Shard {
     /// A shard over recovered keys.
@@ -36,6 +46,8 @@ impl Shard {
             appended: 0,
             rewrite_tail: None,
             kicked: false,
+            mem_limit: 0,
+            mem_others: 0,
         }
     }
 
@@ -56,10 +68,13 @@ impl Shard {
         out: Option<&mut Vec<u8>>,
     ) -> (Reply, u64) {
         let before = self.log.len();
+        let (over_memory, room) = self.memory_room(now_ms);
         self.ks.begin(self.appended + 1);
         let reply = {
             let mut ctx = Ctx {
                 out,
+                over_memory,
+                room,
                 ..Ctx::new(now_ms, &mut self.log)
             };
             f(&mut self.ks, args, &mut ctx)
@@ -72,6 +87,22 @@ impl Shard {
             self.ks.seen().min(self.appended)
         };
         (reply, need)
+    }
+
+    /// Whether the server is over its memory limit, and how many bytes a command may
+    /// add (`u64::MAX`: no limit). Over the limit, expired keys of this shard are
+    /// reclaimed first, so that keys whose time has passed never cause a refusal.
+    fn memory_room(&mut self, now_ms: u64) -> (bool, u64) {
+        let limit = self.mem_limit;
+        if limit == 0 {
+            return (false, u64::MAX);
+        }
+        let mut used = self.mem_others + self.ks.used_memory();
+        if used > limit && self.ks.next_expiry().is_some_and(|at| at <= now_ms) {
+            self.ks.reclaim(now_ms, used - limit, RECLAIM_OVER_LIMIT);
+            used = self.mem_others + self.ks.used_memory();
+        }
+        (used > limit, limit.saturating_sub(used))
     }
 
     /// Accounts for records appended to `log` since it was `before` bytes long.

@@ -254,8 +254,8 @@ impl ShardSet for Inner {
         r
     }
 
-    fn over_memory(&self) -> bool {
-        false
+    fn room(&self) -> u64 {
+        u64::MAX
     }
 
     fn refuses_writes(&self, s: usize) -> Option<Reply> {

@@ -119,6 +119,7 @@ fn ours(ks: &mut Keyspace, args: &[Vec<u8>]) -> Reply {
         now_ms: now,
         log: &mut log,
         over_memory: false,
+        room: u64::MAX,
         out: None,
     };
     match cmd.exec {

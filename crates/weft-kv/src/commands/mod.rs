@@ -29,9 +29,13 @@ pub struct Ctx<'a> {
     /// The shard's log buffer: a mutating command appends its effect here
     /// (`crate::log::encode`), as full-state records.
     pub log: &'a mut Vec<u8>,
-    /// The shard is over its memory limit: commands that may grow memory answer
+    /// The server is over its memory limit: commands that may grow memory answer
     /// [`OOM`] instead of running (deletions still run).
     pub over_memory: bool,
+    /// The bytes of memory the command may add before the server passes its limit
+    /// (`u64::MAX`: no limit). A write that would add more answers [`OOM`] and
+    /// changes nothing (after reclaiming expired keys of its shard first).
+    pub room: u64,
     /// The connection's output buffer, when the caller encodes replies in order as
     /// the commands run (the server's own worker): a command may write its reply
     /// there itself ([`Ctx::bulk`]) instead of building an owned [`Reply`].
@@ -45,6 +49,7 @@ impl<'a> Ctx<'a> {
             now_ms,
             log,
             over_memory: false,
+            room: u64::MAX,
             out: None,
         }
     }

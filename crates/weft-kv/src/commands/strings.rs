@@ -6,6 +6,14 @@
 //! with the whole value and the absolute expiry, or a `Del`. Nothing is logged when
 //! nothing changed. A relative expiry (EX, PX, SETEX...) is turned into an absolute
 //! time against `ctx.now_ms`; a time already passed deletes the key.
+//!
+//! Under a memory limit, every command that may grow memory (Redis's DENYOOM ones:
+//! SET and its variants, MSET, the counters, APPEND, SETRANGE) works out, before it
+//! changes anything, how many bytes it would add (`ctx.room` says how many it may),
+//! from its arguments and the key's present size; one that would pass the limit
+//! first reclaims expired keys of its shard, and answers Redis's OOM error, changing
+//! nothing, if that is not enough. So no single command, however large its argument
+//! or its offset, takes memory past the limit.
 
 use super::{
     arg_i64, float80, invalid_expire, Ctx, MAX_STRING, NOT_FLOAT, OOM, SYNTAX_ERR, TOO_LONG,
@@ -27,6 +35,48 @@ pub(crate) fn log_key(ks: &Keyspace, key: &[u8], ctx: &mut Ctx<'_>) {
         ),
         None => encode(&RecordRef::Del { key }, ctx.log),
     }
+}
+
+/// The most expired keys one write reclaims before it is refused for memory: a
+/// bound on how long it holds its shard (about a millisecond).
+const RECLAIM_MAX_KEYS: usize = 8192;
+
+/// Admits a write that adds `grow` bytes to its shard's memory: `Ok` if that fits
+/// under the limit, after reclaiming expired keys of the shard if it did not; else
+/// Redis's OOM error, and the caller must change nothing.
+fn make_room(ks: &mut Keyspace, grow: u64, ctx: &mut Ctx<'_>) -> Result<(), Reply> {
+    if grow <= ctx.room {
+        return Ok(());
+    }
+    ctx.room += ks.reclaim(ctx.now_ms, grow - ctx.room, RECLAIM_MAX_KEYS);
+    if grow <= ctx.room {
+        Ok(())
+    } else {
+        Err(OOM)
+    }
+}
+
+/// The bytes that storing a value of `len` bytes in `key` (with an expiry or not)
+/// adds to the shard's memory: its new size less its present one, 0 if it shrinks.
+fn growth(ks: &Keyspace, key: &[u8], len: usize, expires: bool, now_ms: u64) -> u64 {
+    Keyspace::entry_memory(key.len(), len, expires).saturating_sub(ks.memory_of(key, now_ms))
+}
+
+/// Admits storing a value of `len` bytes in `key` expiring at `at` (as [`store`]
+/// would) under the memory limit: see [`make_room`]. A time already passed removes
+/// the key, which never grows memory.
+fn fit(
+    ks: &mut Keyspace,
+    key: &[u8],
+    len: usize,
+    at: Option<u64>,
+    ctx: &mut Ctx<'_>,
+) -> Result<(), Reply> {
+    if ctx.room == u64::MAX || matches!(at, Some(t) if t <= ctx.now_ms) {
+        return Ok(());
+    }
+    let grow = growth(ks, key, len, at.is_some(), ctx.now_ms);
+    make_room(ks, grow, ctx)
 }
 
 /// Stores `value` in `key` with the absolute expiry `at` and logs it; an expiry
@@ -170,6 +220,9 @@ pub fn set(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return if o.get { reply } else { Reply::Nil };
     }
     let at = if o.keepttl { old_expire } else { at };
+    if let Err(e) = fit(ks, key, args[2].len(), at, ctx) {
+        return e;
+    }
     store(ks, key, args[2], at, ctx);
     reply
 }
@@ -182,6 +235,9 @@ pub fn setnx(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ks.contains(args[1], ctx.now_ms) {
         return Reply::Int(0);
     }
+    if let Err(e) = fit(ks, args[1], args[2].len(), None, ctx) {
+        return e;
+    }
     store(ks, args[1], args[2], None, ctx);
     Reply::Int(1)
 }
@@ -192,6 +248,9 @@ fn setex_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, secs: boo
     }
     match expire_at(args, args[2], secs, false, ctx.now_ms) {
         Ok(at) => {
+            if let Err(e) = fit(ks, args[1], args[3].len(), Some(at), ctx) {
+                return e;
+            }
             store(ks, args[1], args[3], Some(at), ctx);
             Reply::OK
         }
@@ -218,6 +277,9 @@ pub fn getset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let reply = ks
         .get(args[1], ctx.now_ms)
         .map_or(Reply::Nil, |e| Reply::bulk(e.value()));
+    if let Err(e) = fit(ks, args[1], args[2].len(), None, ctx) {
+        return e;
+    }
     store(ks, args[1], args[2], None, ctx);
     reply
 }
@@ -299,6 +361,18 @@ pub fn mset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
+    if ctx.room != u64::MAX {
+        // What each key adds, 0 for one that shrinks: never less than what they add
+        // together, whatever order and repeats.
+        let now = ctx.now_ms;
+        let grow = args[1..]
+            .chunks_exact(2)
+            .map(|kv| growth(ks, kv[0], kv[1].len(), false, now))
+            .sum();
+        if let Err(e) = make_room(ks, grow, ctx) {
+            return e;
+        }
+    }
     for kv in args[1..].chunks_exact(2) {
         store(ks, kv[0], kv[1], None, ctx);
     }
@@ -323,7 +397,11 @@ fn incr_by(ks: &mut Keyspace, key: &[u8], by: i64, ctx: &mut Ctx<'_>) -> Reply {
     let Some(new) = old.checked_add(by) else {
         return Reply::err("ERR increment or decrement would overflow");
     };
-    store(ks, key, new.to_string().as_bytes(), at, ctx);
+    let text = new.to_string();
+    if let Err(e) = fit(ks, key, text.len(), at, ctx) {
+        return e;
+    }
+    store(ks, key, text.as_bytes(), at, ctx);
     Reply::Int(new)
 }
 
@@ -385,6 +463,9 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Repl
         _ => return Reply::err("ERR increment would produce NaN or Infinity"),
     };
     let text = float80::format(new).into_bytes();
+    if let Err(e) = fit(ks, key, text.len(), at, ctx) {
+        return e;
+    }
     store(ks, key, &text, at, ctx);
     Reply::Bulk(text)
 }
@@ -400,6 +481,9 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let (key, more) = (&args[1], &args[2]);
     let len = match ks.get(key, ctx.now_ms) {
         None => {
+            if let Err(e) = fit(ks, key, more.len(), None, ctx) {
+                return e;
+            }
             store(ks, key, more, None, ctx);
             return Reply::Int(more.len() as i64);
         }
@@ -407,6 +491,9 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     };
     if len + more.len() as u64 > MAX_STRING {
         return TOO_LONG;
+    }
+    if let Err(e) = make_room(ks, more.len() as u64, ctx) {
+        return e;
     }
     let new_len = ks.update(
         key,
@@ -488,6 +575,15 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return TOO_LONG;
     }
     let end = offset as usize + val.len();
+    // The zero bytes up to `offset` count as much as the value: this is where a
+    // small command could ask for a large allocation.
+    let grow = match cur {
+        Some(len) => (end as u64).saturating_sub(len),
+        None => Keyspace::entry_memory(key.len(), end, false),
+    };
+    if let Err(e) = make_room(ks, grow, ctx) {
+        return e;
+    }
     let new_len = match cur {
         Some(_) => ks
             .update(

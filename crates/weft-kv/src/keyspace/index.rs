@@ -331,6 +331,29 @@ impl Index {
         }
     }
 
+    /// Where the first entry of hash `h` that `pred` accepts is (keys of one hash are
+    /// few: normally one).
+    pub fn find_with(&self, h: u64, mut pred: impl FnMut(&Entry) -> bool) -> Option<Pos> {
+        for (old, t) in [(false, Some(&self.new)), (true, self.old.as_ref())] {
+            let Some(t) = t else { continue };
+            let mut i = t.seek(h);
+            while let Some(Slot {
+                hash,
+                entry: Some(e),
+            }) = t.slots.get(i)
+            {
+                if *hash != h {
+                    break;
+                }
+                if pred(e) {
+                    return Some(Pos { old, i });
+                }
+                i += 1;
+            }
+        }
+        None
+    }
+
     /// The entries whose hash is `h` (keys that collide), in no particular order.
     pub fn with_hash(&self, h: u64) -> impl Iterator<Item = &Entry> {
         self.tables().flat_map(move |t| {

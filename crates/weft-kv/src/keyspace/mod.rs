@@ -29,13 +29,17 @@
 //! access finds it) and active: [`Keyspace::expire_cycle`] pops the earliest entries
 //! of an index ordered by `(expire_at_ms, hash)`, kept in step with every change of
 //! a key's expiry. Neither removal is logged: replaying the log drops keys whose
-//! absolute expiry time has passed, so the log need not say so.
+//! absolute expiry time has passed, so the log need not say so. A write that would
+//! pass the memory limit first calls [`Keyspace::reclaim`], which removes expired
+//! keys until enough is freed.
 //!
 //! # Memory accounting
 //! [`Keyspace::used_memory`] is the sum over keys of key length + value length +
 //! [`PER_KEY_OVERHEAD`] (+ [`PER_EXPIRE_OVERHEAD`] for a key with an expiry), kept
 //! up to date by every primitive that changes a key. It approximates what the heap
 //! holds (index slots, entry heads, allocation headers) without asking the allocator.
+//! [`Keyspace::entry_memory`] and [`Keyspace::memory_of`] let a command work out what
+//! it would add before it changes anything (the memory limit's check).
 //!
 //! # Durability stamps (what a reply must wait for)
 //! A reply may only show state whose log records are written (under `fsync always`:
@@ -175,14 +179,7 @@ fn raise(seen: &Cell<u64>, stamp: u64) {
 }
 
 fn slot_memory(e: &Entry) -> u64 {
-    e.key().len() as u64
-        + e.value().len() as u64
-        + PER_KEY_OVERHEAD
-        + if e.expire().is_some() {
-            PER_EXPIRE_OVERHEAD
-        } else {
-            0
-        }
+    Keyspace::entry_memory(e.key().len(), e.value().len(), e.expire().is_some())
 }
 
 /// One shard's keys.
@@ -202,6 +199,9 @@ pub struct Keyspace {
     seen: Cell<u64>,
     /// The highest stamp of any key removal (logged, or an expired key dropped).
     removed: u64,
+    /// Keys removed because their time had passed (found expired by a command, or by
+    /// the active cycle), ever.
+    expired: u64,
 }
 
 impl Keyspace {
@@ -217,6 +217,7 @@ impl Keyspace {
             stamp: 0,
             seen: Cell::new(0),
             removed: 0,
+            expired: 0,
         }
     }
 
@@ -271,6 +272,32 @@ impl Keyspace {
         self.memory
     }
 
+    /// The bytes [`Keyspace::used_memory`] counts for one key: its key and value and
+    /// their bookkeeping (with `expires`, its place in the expiry index too).
+    pub fn entry_memory(key_len: usize, value_len: usize, expires: bool) -> u64 {
+        key_len as u64
+            + value_len as u64
+            + PER_KEY_OVERHEAD
+            + if expires { PER_EXPIRE_OVERHEAD } else { 0 }
+    }
+
+    /// The bytes the live `key` counts for now (0 if there is no such key): what
+    /// replacing it would give back.
+    pub fn memory_of(&self, key: &[u8], now_ms: u64) -> u64 {
+        self.peek(key, now_ms).map_or(0, slot_memory)
+    }
+
+    /// How many keys were removed because their time had passed (by a command that
+    /// found them expired, or by the active cycle), ever.
+    pub fn expired_count(&self) -> u64 {
+        self.expired
+    }
+
+    /// The earliest expiry time of any key (passed or not), if some key has one.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.expires.first().map(|&(at, _)| at)
+    }
+
     // ---- the primitives ------------------------------------------------------------
 
     /// Starts loading what a lookup of a key of hash `h` will read first (its slots),
@@ -313,6 +340,7 @@ impl Keyspace {
         self.saw(e.stamp());
         if e.expired(now_ms) {
             self.remove_at(h, p);
+            self.expired += 1;
             return None;
         }
         Some(p)
@@ -417,7 +445,11 @@ impl Keyspace {
                 self.saw(self.stamp);
                 true
             }
-            Some(_) => false, // an expired one: `remove_at` noted its stamp
+            Some(_) => {
+                // An expired one: `remove_at` noted its stamp.
+                self.expired += 1;
+                false
+            }
             None => {
                 self.saw(self.removed);
                 false
@@ -553,7 +585,9 @@ impl Keyspace {
     }
 
     /// Removes up to `max_keys` keys whose expiry time has passed at `now_ms`, the
-    /// earliest first; answers how many were removed. Costs O(log n) per key removed.
+    /// earliest first; answers how many were removed. Costs O(log n) per key removed
+    /// and allocates nothing: every key it looks at is one to remove (the expiry index
+    /// is in time order), so it never samples in vain.
     pub fn expire_cycle(&mut self, now_ms: u64, max_keys: usize) -> usize {
         let mut removed = 0;
         while removed < max_keys {
@@ -563,20 +597,36 @@ impl Keyspace {
             if at > now_ms {
                 break;
             }
-            self.expires.remove(&(at, h));
-            // Every key of hash `h` expiring at `at` goes (normally just one).
-            let keys: Vec<Vec<u8>> = self
-                .index
-                .with_hash(h)
-                .filter(|e| e.expire_at_ms() == Some(at))
-                .map(|e| e.key().to_vec())
-                .collect();
-            for k in keys {
-                self.remove_hashed(h, &k);
-                removed += 1;
+            // A key of hash `h` expiring at `at` (normally the only one); removing the
+            // last such key takes `(at, h)` out of the expiry index.
+            match self.index.find_with(h, |e| e.expire_at_ms() == Some(at)) {
+                Some(p) => {
+                    self.remove_at(h, p);
+                    self.expired += 1;
+                    removed += 1;
+                }
+                None => {
+                    // Never left behind (the index is kept in step); drop it anyway.
+                    self.expires.remove(&(at, h));
+                }
             }
         }
         removed
+    }
+
+    /// Removes expired keys, the earliest first, until `bytes` bytes are freed or
+    /// `max_keys` keys removed (or none is left expired); answers the bytes freed. A
+    /// write that would not fit under the memory limit calls this before refusing.
+    pub fn reclaim(&mut self, now_ms: u64, bytes: u64, max_keys: usize) -> u64 {
+        let before = self.memory;
+        let mut n = 0;
+        while before - self.memory < bytes && n < max_keys {
+            if self.expire_cycle(now_ms, 1) == 0 {
+                break;
+            }
+            n += 1;
+        }
+        before - self.memory
     }
 
     /// Every live key matching the glob `pattern` (`*` alone matches every key, as

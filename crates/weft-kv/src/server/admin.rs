@@ -227,9 +227,12 @@ fn info(server: &Server, args: &[Vec<u8>]) -> Reply {
     }
     if want("stats") {
         out += &format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nexpired_keys:{}\r\nexpired_time_cap_reached_count:{}\r\nexpire_cycle_cpu_milliseconds:{}\r\n\r\n",
             server.connections.load(Relaxed),
             server.commands.load(Relaxed),
+            shards.iter().map(|s| s.expired.load(Relaxed)).sum::<u64>(),
+            server.shards.expire_capped.load(Relaxed),
+            server.shards.expire_us.load(Relaxed) / 1000,
         );
     }
     if want("keyspace") {

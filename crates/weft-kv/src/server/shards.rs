@@ -32,6 +32,29 @@
 //! into a temporary file while the shard keeps every new record in a *tail* too; the
 //! flusher then appends the tail, publishes the file (fsync, rename, fsync of the
 //! directory) and writes on in the new file.
+//!
+//! # Active expiry
+//! Each worker's **housekeeping** green thread removes its shards' keys whose time
+//! has passed, without any command touching them (as Redis's active expire cycle
+//! does; lazy expiry alone would keep unread keys forever). Redis samples its
+//! expiring keys at random and adapts how long it keeps sampling to the share it
+//! found expired; a shard here keeps its expiring keys in time order, so every key
+//! it looks at is due and there is nothing to sample: the work is bounded in time
+//! instead.
+//! - A **slice** removes due keys of one shard for at most [`EXPIRE_SLICE`] (the
+//!   clock is read every [`EXPIRE_BATCH`] keys), then the thread yields, so the
+//!   worker's connections run between slices: a command waits for at most one slice.
+//! - A **cycle** runs slices over the worker's shards until no key is due, or until
+//!   it has spent [`EXPIRE_BUDGET`]. Caught up, the next cycle comes
+//!   [`EXPIRE_PERIOD`] later; still behind, it comes after a pause as long as the
+//!   cycle worked, so a backlog is cleared at up to half the worker's time (Redis's
+//!   slow cycle takes at most a quarter, plus fast cycles when it is behind).
+//! - Besides, a write that would not fit under the memory limit first reclaims
+//!   expired keys of its shard (`Keyspace::reclaim`), so expired keys never cause an
+//!   OOM refusal.
+//!
+//! INFO stats shows `expired_keys` (lazy and active), `expired_time_cap_reached_count`
+//! (cycles that ended on their budget) and `expire_cycle_cpu_milliseconds`.
 
 use super::Settings;
 use crate::exec::ShardSet;
@@ -114,13 +137,28 @@ pub struct ServerShard {
     pub memory: AtomicU64,
     pub keys: AtomicU64,
     pub expires: AtomicU64,
+    /// Keys removed because their time had passed, as last seen.
+    pub expired: AtomicU64,
 }
+
+/// Active expiry (module doc): the longest a slice holds a shard.
+const EXPIRE_SLICE: Duration = Duration::from_millis(1);
+/// Keys a slice removes between two looks at the clock.
+const EXPIRE_BATCH: usize = 32;
+/// The most time one cycle spends in slices.
+const EXPIRE_BUDGET: Duration = Duration::from_millis(25);
+/// From one cycle to the next when no key was left due.
+const EXPIRE_PERIOD: Duration = Duration::from_millis(100);
 
 /// Every shard of the server.
 pub struct Shards {
     list: Vec<ServerShard>,
     dir: Arc<DataDir>,
     settings: Arc<Settings>,
+    /// Active expiry cycles that ended on their time budget with keys still due.
+    pub expire_capped: AtomicU64,
+    /// Time spent in active expiry slices, in microseconds.
+    pub expire_us: AtomicU64,
 }
 
 impl Shards {
@@ -162,6 +200,7 @@ impl Shards {
                     memory: AtomicU64::new(memory),
                     keys: AtomicU64::new(keys),
                     expires: AtomicU64::new(expires),
+                    expired: AtomicU64::new(0),
                 }
             })
             .collect();
@@ -169,6 +208,8 @@ impl Shards {
             list,
             dir,
             settings,
+            expire_capped: AtomicU64::new(0),
+            expire_us: AtomicU64::new(0),
         }
     }
 
@@ -227,9 +268,13 @@ impl Shards {
         };
         loop {
             let f = msg.words[0] as *mut &mut (dyn FnMut(&mut Shard) + Send);
-            // SAFETY: `with` put a pointer to its closure here and is blocked in its
-            // call until we reply, so the closure is alive and nobody else uses it.
-            sh.cell.run(|st| unsafe { (*f)(st) });
+            sh.cell.run(|st| {
+                self.set_room(s, st);
+                // SAFETY: `with` put a pointer to its closure here and is blocked in
+                // its call until we reply, so the closure is alive and nobody else
+                // uses it.
+                unsafe { (*f)(st) }
+            });
             self.after_run(s);
             match ipc::reply_and_wait(&client, Message::word(0), Timeout::Never) {
                 Ok((c, m)) => (client, msg) = (c, m),
@@ -243,15 +288,41 @@ impl Shards {
         }
     }
 
+    /// Before a closure runs on shard `s` (on its worker): tells the shard the memory
+    /// limit and what the other shards use, which its writes check what they add
+    /// against. Reads one counter per shard, only under a limit.
+    #[inline]
+    fn set_room(&self, s: usize, st: &mut Shard) {
+        let limit = self.settings.maxmemory();
+        st.mem_limit = limit;
+        if limit != 0 {
+            st.mem_others = self
+                .list
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != s)
+                .map(|(_, o)| o.memory.load(Relaxed))
+                .sum();
+        }
+    }
+
     /// After a closure ran on shard `s` (on its worker): kick the flusher if it has
     /// records to write and was not kicked yet; publish the memory figures.
     #[inline]
     fn after_run(&self, s: usize) {
         let sh = &self.list[s];
+        // Stored only when changed: other workers read these (the memory limit's
+        // check), and an unchanged line stays in their caches.
+        let publish = |a: &AtomicU64, v: u64| {
+            if a.load(Relaxed) != v {
+                a.store(v, Relaxed);
+            }
+        };
         let kick = sh.cell.run(|st| {
-            sh.memory.store(st.ks.used_memory(), Relaxed);
-            sh.keys.store(st.ks.len() as u64, Relaxed);
-            sh.expires.store(st.ks.expires_count() as u64, Relaxed);
+            publish(&sh.memory, st.ks.used_memory());
+            publish(&sh.keys, st.ks.len() as u64);
+            publish(&sh.expires, st.ks.expires_count() as u64);
+            publish(&sh.expired, st.ks.expired_count());
             if !st.log.is_empty() && !st.kicked {
                 st.kicked = true;
                 true
@@ -432,6 +503,41 @@ impl Shards {
         self.list.iter().any(|s| s.rewriting.load(Relaxed))
     }
 
+    /// One cycle of active expiry over shards `mine` (module doc): `None` when no key
+    /// is left due, or the time it worked when it stopped on its budget.
+    fn expire_cycle(&self, mine: &[usize]) -> Option<Duration> {
+        let mut worked = Duration::ZERO;
+        let behind = loop {
+            let mut behind = false;
+            for &s in mine {
+                let start = Instant::now();
+                let end = start + EXPIRE_SLICE;
+                behind |= self.list[s].cell.run(|st| {
+                    let now = now_ms();
+                    while st.ks.expire_cycle(now, EXPIRE_BATCH) == EXPIRE_BATCH {
+                        if Instant::now() >= end {
+                            return true;
+                        }
+                    }
+                    false
+                });
+                self.after_run(s);
+                worked += start.elapsed();
+            }
+            if !behind || worked >= EXPIRE_BUDGET {
+                break behind;
+            }
+            weft_runtime::yield_now();
+        };
+        self.expire_us.fetch_add(worked.as_micros() as u64, Relaxed);
+        if behind {
+            self.expire_capped.fetch_add(1, Relaxed);
+            Some(worked)
+        } else {
+            None
+        }
+    }
+
     /// Compacts shard `s` (on its worker): see the module's doc.
     fn compact(&self, s: usize) {
         let sh = &self.list[s];
@@ -498,17 +604,21 @@ impl Shards {
         sh.rewriting.store(false, Release);
     }
 
-    /// Worker `w`'s housekeeping: active expiry of its shards every 100 ms, and the
+    /// Worker `w`'s housekeeping: active expiry of its shards (module doc), and the
     /// automatic compaction trigger (a log past its minimum size and grown by the
     /// configured percentage since the last compaction).
     fn housekeeping(self: Arc<Self>, w: usize) {
+        let mine: Vec<usize> = (w..self.list.len())
+            .step_by(weft_runtime::workers().unwrap_or(1))
+            .collect();
         loop {
-            weft_runtime::sleep(Duration::from_millis(100));
-            let now = now_ms();
-            for s in (w..self.list.len()).step_by(weft_runtime::workers().unwrap_or(1)) {
+            let pause = match self.expire_cycle(&mine) {
+                None => EXPIRE_PERIOD,
+                Some(worked) => worked.max(EXPIRE_SLICE),
+            };
+            weft_runtime::sleep(pause);
+            for &s in &mine {
                 let sh = &self.list[s];
-                sh.cell.run(|st| st.ks.expire_cycle(now, 200));
-                self.after_run(s);
                 let len = sh.log_len.load(Relaxed);
                 let base = sh.log_base.load(Relaxed).max(1);
                 let (min, pct) = self.settings.auto_rewrite();
@@ -535,7 +645,10 @@ impl ShardSet for Shards {
     fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R {
         let sh = &self.list[s];
         if current_worker() == Some(sh.cell.owner) {
-            let r = sh.cell.run(f);
+            let r = sh.cell.run(|st| {
+                self.set_room(s, st);
+                f(st)
+            });
             self.after_run(s);
             return r;
         }
@@ -550,15 +663,11 @@ impl ShardSet for Shards {
         out.expect("the shard's server ran the closure")
     }
 
-    fn over_memory(&self) -> bool {
-        let max = self.settings.maxmemory();
-        max != 0
-            && self
-                .list
-                .iter()
-                .map(|s| s.memory.load(Relaxed))
-                .sum::<u64>()
-                > max
+    fn room(&self) -> u64 {
+        match self.settings.maxmemory() {
+            0 => u64::MAX,
+            max => max.saturating_sub(self.list.iter().map(|s| s.memory.load(Relaxed)).sum()),
+        }
     }
 
     fn refuses_writes(&self, s: usize) -> Option<Reply> {

@@ -19,6 +19,8 @@ pub struct T {
     pub now: u64,
     pub log: Vec<u8>,
     pub last: Vec<u8>,
+    /// The bytes a command may add to memory (`Ctx::room`; `u64::MAX`: no limit).
+    pub room: u64,
 }
 
 impl T {
@@ -28,6 +30,7 @@ impl T {
             now: NOW,
             log: Vec::new(),
             last: Vec::new(),
+            room: u64::MAX,
         }
     }
 
@@ -49,6 +52,7 @@ impl T {
             now_ms: self.now,
             log: &mut buf,
             over_memory: false,
+            room: self.room,
             out: None,
         };
         let r = match cmd.exec {

@@ -1,0 +1,319 @@
+//! `weft kv serve` under pressure: a memory limit, a backlog of expired keys. Through
+//! real processes (the `weft` binary, a client on its Unix socket):
+//!
+//! - a write whose own growth (known from its arguments: a large SET, a far SETRANGE,
+//!   an APPEND, an MSET over several shards) would pass the limit is refused with
+//!   Redis's OOM error, and neither the keys nor the memory count change; the limit is
+//!   the whole server's, whatever shard a key is on; over the limit, writes that free
+//!   memory (DEL, EXPIRE, PERSIST) still run, and writes that may grow it do not;
+//! - keys whose time has passed are reclaimed without any client touching them
+//!   (DBSIZE and `used_memory` fall to 0, INFO's `expired_keys` counts them all);
+//! - keys that have expired never make a write that fits without them fail with OOM.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weft_kv::client::{Addr, Client};
+use weft_kv::resp::Reply;
+
+const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+/// A ceiling against hangs only: what the tests wait for comes long before.
+const EVENTUALLY: Duration = Duration::from_secs(60);
+
+/// A `weft kv serve` on a fresh directory, Unix socket only, killed when dropped.
+struct Server {
+    child: Child,
+    socket: PathBuf,
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let socket = tmp.path().join("kv.sock");
+        let child = Command::new(WEFT)
+            .args(["kv", "serve", "--port", "0"])
+            .args(extra)
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start weft kv serve");
+        let s = Server {
+            child,
+            socket,
+            dir,
+            _tmp: tmp,
+        };
+        let deadline = Instant::now() + EVENTUALLY;
+        while s.client().is_err() {
+            assert!(Instant::now() < deadline, "weft kv serve did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    fn client(&self) -> std::io::Result<Client> {
+        Client::connect(&Addr::Unix(self.socket.clone()))
+    }
+
+    /// The server's peak resident memory (VmHWM), in KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/PID/status")
+    }
+
+    /// The size of each shard's log, in shard order.
+    fn log_sizes(&self) -> Vec<u64> {
+        let mut sizes = Vec::new();
+        while let Ok(m) = std::fs::metadata(log_path(&self.dir, sizes.len())) {
+            sizes.push(m.len());
+        }
+        sizes
+    }
+}
+
+fn log_path(dir: &Path, shard: usize) -> PathBuf {
+    dir.join(format!("shard-{shard:03}.log"))
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(c: &mut Client, args: &[&[u8]]) -> Reply {
+    c.command(args).unwrap()
+}
+
+fn cmd(c: &mut Client, args: &[&str]) -> Reply {
+    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+    run(c, &a)
+}
+
+fn oom() -> Reply {
+    Reply::Error(OOM.into())
+}
+
+/// The field `name` of `INFO section`, as a number.
+fn info(c: &mut Client, section: &str, name: &str) -> u64 {
+    let text = match cmd(c, &["INFO", section]) {
+        Reply::Bulk(b) | Reply::Verbatim(_, b) => String::from_utf8(b).unwrap(),
+        r => panic!("INFO answered {r:?}"),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in INFO {section}:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn used_memory(c: &mut Client) -> u64 {
+    info(c, "memory", "used_memory")
+}
+
+/// The shard that holds `key`, seen from the log that grows when the key is set
+/// (`--fsync always`: the record is written before the reply). The key is then
+/// deleted again.
+fn shard_of(srv: &Server, c: &mut Client, key: &str) -> usize {
+    let before = srv.log_sizes();
+    assert_eq!(cmd(c, &["SET", key, "x"]), Reply::Simple("OK".into()));
+    let after = srv.log_sizes();
+    assert_eq!(cmd(c, &["DEL", key]), Reply::Int(1));
+    (0..after.len())
+        .find(|&s| after[s] > before[s])
+        .expect("some shard's log grew")
+}
+
+/// Sends `commands` as one pipeline; answers how many replies were the OOM error
+/// (any other error fails the test). The caller keeps pipelines to a few hundred
+/// kilobytes: the client writes all before it reads, and the server stops reading
+/// while its replies wait in a full socket.
+fn pipeline(c: &mut Client, commands: &[Vec<Vec<u8>>]) -> usize {
+    for a in commands {
+        let a: Vec<&[u8]> = a.iter().map(Vec::as_slice).collect();
+        c.send(&a);
+    }
+    c.flush().unwrap();
+    let mut refused = 0;
+    for _ in commands {
+        match c.read_reply().unwrap() {
+            r if r == oom() => refused += 1,
+            Reply::Error(e) => panic!("error {e}"),
+            _ => {}
+        }
+    }
+    refused
+}
+
+fn set_px(key: String, value: &[u8], px: Option<u64>) -> Vec<Vec<u8>> {
+    let mut a = vec![b"SET".to_vec(), key.into_bytes(), value.to_vec()];
+    if let Some(ms) = px {
+        a.push(b"PX".to_vec());
+        a.push(ms.to_string().into_bytes());
+    }
+    a
+}
+
+#[test]
+fn maxmemory_refuses_what_a_write_would_add_over_the_whole_server() {
+    let srv = Server::start(&["--workers", "2", "--fsync", "always", "--maxmemory", "10mb"]);
+    let mut c = srv.client().unwrap();
+    assert_eq!(used_memory(&mut c), 0);
+    let peak_before = srv.peak_rss_kib();
+
+    // One SET larger than the limit, and SETRANGEs that would make a 400 MB value
+    // from a few bytes of arguments: refused, nothing stored.
+    let big = vec![b'v'; 11 << 20];
+    assert_eq!(run(&mut c, &[b"SET", b"big", &big]), oom());
+    assert_eq!(cmd(&mut c, &["SETRANGE", "far", "400000000", "x"]), oom());
+    assert_eq!(
+        cmd(&mut c, &["SET", "small", "12345"]),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(cmd(&mut c, &["SETRANGE", "small", "400000000", "x"]), oom());
+    assert_eq!(cmd(&mut c, &["EXISTS", "big", "far"]), Reply::Int(0));
+    assert_eq!(cmd(&mut c, &["STRLEN", "small"]), Reply::Int(5));
+    let small = used_memory(&mut c);
+    assert!(
+        small > 0 && small < 1000,
+        "used_memory {small} for one small key"
+    );
+    // The 11 MB argument was read (the connection's buffer), the 400 MB never made.
+    let grown = srv.peak_rss_kib().saturating_sub(peak_before);
+    assert!(
+        grown < 100 << 10,
+        "the server's peak memory grew by {grown} KiB on refused writes"
+    );
+
+    // 6 MB fits; 6 MB more does not, on whichever shard it lands.
+    let six = vec![b'a'; 6 << 20];
+    assert_eq!(
+        run(&mut c, &[b"SET", b"a", &six]),
+        Reply::Simple("OK".into())
+    );
+    let after_a = used_memory(&mut c);
+    assert!(after_a > 6 << 20);
+    assert_eq!(run(&mut c, &[b"APPEND", b"a", &six]), oom());
+    assert_eq!(
+        run(&mut c, &[b"GETSET", b"a", &vec![b'b'; 11 << 20]]),
+        oom()
+    );
+    let shard_a = shard_of(&srv, &mut c, "a-probe-0");
+    let other = (0..)
+        .map(|i| format!("b{i}"))
+        .find(|k| shard_of(&srv, &mut c, k) != shard_a)
+        .unwrap();
+    // `other` is on the shard that holds nothing: the limit counts both shards.
+    assert_eq!(run(&mut c, &[b"SET", other.as_bytes(), &six]), oom());
+    assert_eq!(
+        run(&mut c, &[b"SETEX", other.as_bytes(), b"100", &six]),
+        oom()
+    );
+    // An MSET over both shards that does not fit changes neither.
+    let part = vec![b'm'; 400 << 10];
+    let mut mset: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+    let keys: Vec<String> = (0..16).map(|i| format!("m{i}")).collect();
+    for k in &keys {
+        mset.push(k.clone().into_bytes());
+        mset.push(part.clone());
+    }
+    assert_eq!(pipeline(&mut c, &[mset]), 1);
+    let mut exists = vec!["EXISTS"];
+    exists.extend(keys.iter().map(String::as_str));
+    assert_eq!(cmd(&mut c, &exists), Reply::Int(0));
+    assert_eq!(used_memory(&mut c), after_a);
+    // What fits still runs.
+    assert_eq!(cmd(&mut c, &["INCR", "n"]), Reply::Int(1));
+    assert_eq!(cmd(&mut c, &["APPEND", "small", "678"]), Reply::Int(8));
+
+    // Over the limit (lowered under what is held): writes that may grow memory are
+    // refused, even small ones; those that free it run.
+    assert_eq!(
+        cmd(&mut c, &["CONFIG", "SET", "maxmemory", "1mb"]),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(cmd(&mut c, &["SET", "tiny", "1"]), oom());
+    assert_eq!(cmd(&mut c, &["INCR", "n"]), oom());
+    assert_eq!(cmd(&mut c, &["SET", "small", "1"]), oom());
+    assert_eq!(cmd(&mut c, &["EXPIRE", "small", "100"]), Reply::Int(1));
+    assert_eq!(cmd(&mut c, &["PERSIST", "small"]), Reply::Int(1));
+    assert_eq!(cmd(&mut c, &["GETDEL", "n"]), Reply::Bulk(b"1".to_vec()));
+    assert_eq!(cmd(&mut c, &["DEL", "a"]), Reply::Int(1));
+    // Back under it: writes run again.
+    assert_eq!(
+        cmd(&mut c, &["SET", "tiny", "1"]),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(cmd(&mut c, &["DBSIZE"]), Reply::Int(2));
+}
+
+#[test]
+fn expired_keys_are_reclaimed_without_being_touched() {
+    const KEYS: usize = 150_000;
+    let srv = Server::start(&["--workers", "1"]);
+    let mut c = srv.client().unwrap();
+    let batch: Vec<Vec<Vec<u8>>> = (0..KEYS)
+        .map(|i| set_px(format!("key:{i}"), b"some value", Some(10)))
+        .collect();
+    for chunk in batch.chunks(1_000) {
+        assert_eq!(pipeline(&mut c, chunk), 0);
+    }
+    // No command touches a key from here on: DBSIZE and INFO only.
+    let deadline = Instant::now() + EVENTUALLY;
+    loop {
+        let left = cmd(&mut c, &["DBSIZE"]);
+        if left == Reply::Int(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left:?} of {KEYS} expired keys still held after {EVENTUALLY:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(info(&mut c, "stats", "expired_keys"), KEYS as u64);
+    assert_eq!(used_memory(&mut c), 0);
+}
+
+#[test]
+fn expired_keys_never_cause_an_oom_refusal() {
+    // 40,000 keys of 1 KB that expire at once, then 40,000 new ones of 1 KB: either
+    // set fits under 50 MB, both do not.
+    const KEYS: usize = 40_000;
+    let srv = Server::start(&["--workers", "2", "--maxmemory", "50mb"]);
+    let mut c = srv.client().unwrap();
+    let value = vec![b'x'; 1024];
+    let old: Vec<_> = (0..KEYS)
+        .map(|i| set_px(format!("old:{i}"), &value, Some(1)))
+        .collect();
+    for chunk in old.chunks(200) {
+        assert_eq!(pipeline(&mut c, chunk), 0, "the first keys fit");
+    }
+    // Every old key's time has passed (PX 1); none has been touched since.
+    std::thread::sleep(Duration::from_millis(10));
+    let new: Vec<_> = (0..KEYS)
+        .map(|i| set_px(format!("new:{i}"), &value, None))
+        .collect();
+    let refused: usize = new.chunks(200).map(|chunk| pipeline(&mut c, chunk)).sum();
+    assert_eq!(refused, 0, "writes refused for memory held by expired keys");
+    assert_eq!(
+        cmd(&mut c, &["GET", &format!("new:{}", KEYS - 1)]),
+        Reply::Bulk(value)
+    );
+    assert!(used_memory(&mut c) <= 50 << 20);
+}
