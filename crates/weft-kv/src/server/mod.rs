@@ -286,9 +286,16 @@ pub fn serve(config: Config) -> io::Result<()> {
         set
     };
 
+    // The workers are not pinned to CPUs: the server shares the machine with its
+    // clients and whatever else runs there, and a worker pinned to a busy CPU waits
+    // behind that CPU's other threads each time it wakes (under two CPU hogs, a
+    // pinned worker waited up to 96 ms to run after a request arrived, and trivial
+    // pipelines took 0.1 s and more), while the scheduler would have run it on
+    // another CPU at once.
     let rt = Arc::new(
         Runtime::builder()
             .workers(workers)
+            .pin(false)
             .name("weft-kv")
             .build()?,
     );
