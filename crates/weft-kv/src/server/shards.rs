@@ -42,8 +42,12 @@
 //! it looks at is due and there is nothing to sample: the work is bounded in time
 //! instead.
 //! - A **slice** removes due keys of one shard for at most [`EXPIRE_SLICE`] (the
-//!   clock is read every [`EXPIRE_BATCH`] keys), then the thread yields, so the
-//!   worker's connections run between slices: a command waits for at most one slice.
+//!   clock is read every [`EXPIRE_BATCH`] keys), then the thread sleeps for
+//!   [`EXPIRE_GAP`], so the worker's connections run between slices: a command waits
+//!   for at most one slice. (A sleep, not a yield: a worker whose threads keep
+//!   yielding looks at its sockets only every few dozen switches, so a client's
+//!   request would wait for many slices; a worker with a sleeping thread looks at them
+//!   as soon as the others are done.)
 //! - A **cycle** runs slices over the worker's shards until no key is due, or until
 //!   it has spent [`EXPIRE_BUDGET`]. Caught up, the next cycle comes
 //!   [`EXPIRE_PERIOD`] later; still behind, it comes after a pause as long as the
@@ -142,7 +146,9 @@ pub struct ServerShard {
 }
 
 /// Active expiry (module doc): the longest a slice holds a shard.
-const EXPIRE_SLICE: Duration = Duration::from_millis(1);
+const EXPIRE_SLICE: Duration = Duration::from_micros(500);
+/// The pause after a slice, in which the worker serves its connections.
+const EXPIRE_GAP: Duration = Duration::from_micros(20);
 /// Keys a slice removes between two looks at the clock.
 const EXPIRE_BATCH: usize = 32;
 /// The most time one cycle spends in slices.
@@ -512,7 +518,7 @@ impl Shards {
             for &s in mine {
                 let start = Instant::now();
                 let end = start + EXPIRE_SLICE;
-                behind |= self.list[s].cell.run(|st| {
+                let more = self.list[s].cell.run(|st| {
                     let now = now_ms();
                     while st.ks.expire_cycle(now, EXPIRE_BATCH) == EXPIRE_BATCH {
                         if Instant::now() >= end {
@@ -523,11 +529,15 @@ impl Shards {
                 });
                 self.after_run(s);
                 worked += start.elapsed();
+                if more {
+                    // The slice ended on time: the connections' turn.
+                    weft_runtime::sleep(EXPIRE_GAP);
+                }
+                behind |= more;
             }
             if !behind || worked >= EXPIRE_BUDGET {
                 break behind;
             }
-            weft_runtime::yield_now();
         };
         self.expire_us.fetch_add(worked.as_micros() as u64, Relaxed);
         if behind {
