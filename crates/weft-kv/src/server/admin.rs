@@ -354,8 +354,9 @@ fn bgrewriteaof(server: &Arc<Server>, name: &str) -> Reply {
     })
 }
 
-/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: writes and fsyncs every log, removes
-/// the Unix socket and exits. ABORT has nothing to abort.
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: writes and fsyncs every log and stops
+/// writing them (`Shards::close`), removes the Unix socket and exits. ABORT has nothing
+/// to abort.
 fn shutdown(server: &Server, args: &[Vec<u8>]) -> Reply {
     let force = args[1..].iter().any(|a| eq(a, "force"));
     for a in &args[1..] {
@@ -366,7 +367,7 @@ fn shutdown(server: &Server, args: &[Vec<u8>]) -> Reply {
             return Reply::err("ERR syntax error");
         }
     }
-    if let Err(e) = server.shards.fsync_all() {
+    if let Err(e) = server.shards.close() {
         if !force {
             return Reply::error(format!("ERR Errors trying to SHUTDOWN. Check logs. ({e})"));
         }

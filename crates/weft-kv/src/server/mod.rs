@@ -328,7 +328,7 @@ pub fn serve(config: Config) -> io::Result<()> {
                 let s = server.clone();
                 let b = ThreadBuilder::new().name("kv-shutdown");
                 let _ = b.spawn_in(&rt, move || {
-                    if let Err(e) = s.shards.fsync_all() {
+                    if let Err(e) = s.shards.close() {
                         eprintln!("weft-kv: cannot write the logs before exiting: {e}");
                         std::process::exit(1);
                     }

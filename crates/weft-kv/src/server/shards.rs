@@ -33,6 +33,12 @@
 //! flusher then appends the tail, publishes the file (fsync, rename, fsync of the
 //! directory) and writes on in the new file.
 //!
+//! # Shut-down
+//! [`Shards::close`] stops compaction (abandoning one under way, which removes its
+//! temporary file), then has each flusher write and fsync everything its shard logged
+//! and stop writing, and waits for all of them: the process exits with no write under
+//! way, so a clean stop leaves every log ending on a whole record and no `.rewrite`.
+//!
 //! # Active expiry
 //! Each worker's **housekeeping** green thread removes its shards' keys whose time
 //! has passed, without any command touching them (as Redis's active expire cycle
@@ -68,7 +74,7 @@ use crate::resp::Reply;
 use crate::server::Fsync;
 use crate::shard::{now_ms, Shard};
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_runtime::ipc::{self, Message, Tid, Timeout};
@@ -134,6 +140,8 @@ pub struct ServerShard {
     /// A finished compaction for the flusher to publish.
     switch: std::sync::Mutex<Option<Rewriter>>,
     rewriting: AtomicBool,
+    /// Shut-down of the flusher ([`Shards::close`]): [`OPEN`], [`CLOSING`] or [`CLOSED`].
+    close: AtomicU8,
     /// The log file's size, and its size after the last compaction.
     pub log_len: AtomicU64,
     pub log_base: AtomicU64,
@@ -156,11 +164,20 @@ const EXPIRE_BUDGET: Duration = Duration::from_millis(25);
 /// From one cycle to the next when no key was left due.
 const EXPIRE_PERIOD: Duration = Duration::from_millis(100);
 
+/// A flusher writes as usual.
+const OPEN: u8 = 0;
+/// A flusher is asked to write and fsync all it holds, then stop writing.
+const CLOSING: u8 = 1;
+/// A flusher has written and fsynced all it held and writes nothing more.
+const CLOSED: u8 = 2;
+
 /// Every shard of the server.
 pub struct Shards {
     list: Vec<ServerShard>,
     dir: Arc<DataDir>,
     settings: Arc<Settings>,
+    /// Set while [`Shards::close`] runs: no compaction starts or goes on.
+    closing: AtomicBool,
     /// Active expiry cycles that ended on their time budget with keys still due.
     pub expire_capped: AtomicU64,
     /// Time spent in active expiry slices, in microseconds.
@@ -201,6 +218,7 @@ impl Shards {
                     kick_cv: Condvar::new(),
                     switch: std::sync::Mutex::new(None),
                     rewriting: AtomicBool::new(false),
+                    close: AtomicU8::new(OPEN),
                     log_len: AtomicU64::new(log_len),
                     log_base: AtomicU64::new(log_len),
                     memory: AtomicU64::new(memory),
@@ -214,6 +232,7 @@ impl Shards {
             list,
             dir,
             settings,
+            closing: AtomicBool::new(false),
             expire_capped: AtomicU64::new(0),
             expire_us: AtomicU64::new(0),
         }
@@ -369,6 +388,10 @@ impl Shards {
                 }
                 *g = false;
             }
+            let close = sh.close.load(Acquire);
+            if close == CLOSED {
+                continue; // The process is exiting: nothing more is written.
+            }
             if let Some(rw) = sh.switch.lock().unwrap().take() {
                 self.publish_rewrite(s, rw, &mut writer);
             }
@@ -384,7 +407,8 @@ impl Shards {
                     st.appended,
                 )
             });
-            let must_sync = asked > sh.fsync_done.load(Relaxed)
+            let must_sync = close == CLOSING
+                || asked > sh.fsync_done.load(Relaxed)
                 || (policy() == Fsync::EverySec
                     && unsynced
                     && last_sync.elapsed() >= Duration::from_secs(1));
@@ -417,15 +441,26 @@ impl Shards {
                     }
                 }
             } else if must_sync && unsynced {
-                if writer.sync().is_ok() {
-                    last_sync = Instant::now();
-                    unsynced = false;
+                match writer.sync() {
+                    Ok(()) => {
+                        last_sync = Instant::now();
+                        unsynced = false;
+                        self.set_error(s, None);
+                    }
+                    // A shut-down waits for this fsync: it must hear of its failure.
+                    Err(e) if close == CLOSING => self.set_error(s, Some(format!("{e}"))),
+                    Err(_) => {}
                 }
             } else if asked > sh.fsync_done.load(Relaxed) && !unsynced {
                 // Nothing to write and nothing unsynced: the request is met.
             }
             if asked > sh.fsync_done.load(Relaxed) && !unsynced && !sh.failing.load(Relaxed) {
                 sh.fsync_done.store(asked, Release);
+            }
+            if close == CLOSING && !unsynced && !sh.failing.load(Relaxed) {
+                // Everything logged so far is written and fsynced; stop here, so no
+                // write is under way when the process exits.
+                let _ = sh.close.compare_exchange(CLOSING, CLOSED, AcqRel, Acquire);
             }
             self.wake_waiters(s);
         }
@@ -480,6 +515,44 @@ impl Shards {
             while sh.fsync_done.load(Acquire) < ask {
                 if sh.failing.load(Acquire) {
                     return Err(sh.error.lock().unwrap().clone().unwrap_or_default());
+                }
+                g = sh.wait_cv.wait(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Shut-down (SHUTDOWN, SIGTERM, SIGINT): stops compaction (one under way is
+    /// abandoned at its next chunk, its temporary file removed, or published if it was
+    /// done), then has every flusher write and fsync all its shard logged and stop
+    /// writing. When this returns `Ok`, no log write is under way or will start, so the
+    /// process may exit: every log ends on a whole record and no `.rewrite` file is
+    /// left. Records logged afterwards are never written; their commands were never
+    /// acknowledged. On a write error the flushers resume and the error is returned.
+    pub fn close(&self) -> Result<(), String> {
+        self.closing.store(true, SeqCst);
+        for (s, sh) in self.list.iter().enumerate() {
+            while sh.rewriting.load(SeqCst) {
+                self.kick(s);
+                weft_runtime::sleep(Duration::from_millis(1));
+            }
+        }
+        for (s, sh) in self.list.iter().enumerate() {
+            sh.close.store(CLOSING, Release);
+            self.kick(s);
+        }
+        for sh in &self.list {
+            let mut g = sh.wait_m.lock();
+            while sh.close.load(Acquire) != CLOSED {
+                if sh.failing.load(Acquire) {
+                    drop(g);
+                    let e = sh.error.lock().unwrap().clone().unwrap_or_default();
+                    for (s, sh) in self.list.iter().enumerate() {
+                        sh.close.store(OPEN, Release);
+                        self.kick(s);
+                    }
+                    self.closing.store(false, SeqCst);
+                    return Err(e);
                 }
                 g = sh.wait_cv.wait(g);
             }
@@ -556,6 +629,14 @@ impl Shards {
             sh.cell.run(|st| st.rewrite_tail = None);
             sh.rewriting.store(false, Release);
         };
+        // A shut-down under way: no compaction (it waits for `rewriting` to clear).
+        let stop = || {
+            sh.cell.run(|st| st.rewrite_tail = None);
+            sh.rewriting.store(false, SeqCst);
+        };
+        if self.closing.load(SeqCst) {
+            return stop();
+        }
         let mut rw = match Rewriter::create(&self.dir, s) {
             Ok(rw) => rw,
             Err(e) => return fail("creating the temporary file", e),
@@ -578,6 +659,10 @@ impl Shards {
                 break;
             }
             weft_runtime::yield_now();
+            if self.closing.load(SeqCst) {
+                rw.abort(); // removes the temporary file
+                return stop();
+            }
         }
         *sh.switch.lock().unwrap() = Some(rw);
         self.kick(s);
