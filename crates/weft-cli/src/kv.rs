@@ -107,7 +107,8 @@ pub struct ServeArgs {
     /// The data directory (created, readable by its owner only).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// The Unix socket's path [default: DIR/weft-kv.sock].
+    /// The Unix socket's path [default: DIR/weft-kv.sock]. A socket left there by a
+    /// server that is gone is replaced; anything else there is refused.
     #[arg(long, value_name = "PATH", conflicts_with = "no_socket")]
     socket: Option<PathBuf>,
     /// Serve no Unix socket.

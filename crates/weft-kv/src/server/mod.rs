@@ -258,6 +258,9 @@ pub fn serve(config: Config) -> io::Result<()> {
     } else {
         config.workers
     };
+    if let Some(p) = &config.unix_socket {
+        clear_socket_path(p)?;
+    }
     let t0 = Instant::now();
     let dir = Arc::new(DataDir::open(&config.dir, workers)?);
     let spaces = recover_all(&dir)?;
@@ -376,20 +379,78 @@ pub fn serve(config: Config) -> io::Result<()> {
     })
 }
 
+/// Checks the Unix socket's path before anything starts: nothing there, or a stale
+/// socket (one nobody listens on), which is removed. Anything else is refused: a file
+/// that is not a socket is never replaced, and a socket in use belongs to a live server.
+fn clear_socket_path(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot look at the socket path {}: {e}", path.display()),
+            ))
+        }
+    };
+    if !meta.file_type().is_socket() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else if meta.file_type().is_symlink() {
+            "a symbolic link"
+        } else if meta.is_file() {
+            "a regular file"
+        } else {
+            "not a socket"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is {what}, not a socket: weft-kv does not replace it. Move it \
+                 away, or give another --socket",
+                path.display()
+            ),
+        ));
+    }
+    // A server killed a moment ago may still accept for a little while: the kernel
+    // releases a listening socket that a dead process's io_uring holds only when it
+    // has torn that ring down. So a socket that accepts is tried again for a while.
+    let deadline = Instant::now() + std::time::Duration::from_secs(2);
+    let mut tried = std::os::unix::net::UnixStream::connect(path);
+    while tried.is_ok() && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        tried = std::os::unix::net::UnixStream::connect(path);
+    }
+    match tried {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "another server listens on {}: stop it or give another --socket",
+                path.display()
+            ),
+        )),
+        // Nobody listens: a socket left by a server that did not remove it.
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => std::fs::remove_file(path)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot remove the stale socket {}: {e}", path.display()),
+                )
+            }),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!(
+                "{} is a socket that cannot be tried ({e}): give another --socket",
+                path.display()
+            ),
+        )),
+    }
+}
+
 fn bind_unix(path: &std::path::Path, s: Arc<Server>) -> io::Result<weft_runtime::JoinHandle<()>> {
     use std::os::unix::fs::PermissionsExt;
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!(
-                    "another server listens on {}: stop it or give another --socket",
-                    path.display()
-                ),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
+    clear_socket_path(path)?;
     let l = weft_runtime::net::UnixListener::bind(path).map_err(|e| {
         io::Error::new(
             e.kind(),
