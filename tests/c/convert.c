@@ -1,6 +1,6 @@
-/* Thread <-> fiber conversion: ConvertThreadToFiber(Ex), ConvertFiberToThread,
- * IsThreadAFiber, GetCurrentFiber, GetFiberData, and the per-thread last
- * error. */
+/* Thread <-> fiber conversion: ConvertThreadToFiber(Ex), ConvertFiberToThread
+ * (from the thread's own fiber and from one it created), IsThreadAFiber,
+ * GetCurrentFiber, GetFiberData, and the per-thread last error. */
 #include "check.h"
 
 #include <pthread.h>
@@ -8,7 +8,14 @@
 static LPVOID g_main_fiber;
 static int g_inner_param;
 static int g_inner_ran;
+static DWORD g_idx;
+static int v_main, v_inner;
+static LPVOID g_inner_self, g_inner_again;
 
+/* ConvertFiberToThread from a fiber the thread created works, as on Windows:
+ * the thread goes on as a plain thread on that fiber's stack, with that
+ * fiber's FLS values; the fiber's handle stops working; the thread's
+ * converted fiber stays a fiber. */
 static VOID WINAPI inner(LPVOID param) {
     CHECK(param == &g_inner_param);
     CHECK(GetFiberData() == &g_inner_param);
@@ -16,18 +23,44 @@ static VOID WINAPI inner(LPVOID param) {
     CHECK(GetCurrentFiber() != g_main_fiber);
     CHECK_EQ(IsThreadAFiber(), TRUE);
 
-    /* Only the thread's own converted fiber may convert back. */
-    SetLastError(0);
-    CHECK_ERR(ConvertFiberToThread() == FALSE, ERROR_INVALID_PARAMETER);
-    CHECK_EQ(IsThreadAFiber(), TRUE);
-
     /* Still a fiber: converting again fails. */
     SetLastError(0);
     CHECK_ERR(ConvertThreadToFiber(NULL) == NULL, ERROR_ALREADY_FIBER);
 
+    CHECK(FlsSetValue(g_idx, &v_inner));
+    g_inner_self = GetCurrentFiber();
+    CHECK_EQ(ConvertFiberToThread(), TRUE);
+    CHECK_EQ(IsThreadAFiber(), FALSE);
+    CHECK(GetCurrentFiber() == NULL);
+    CHECK(GetFiberData() == NULL);
+    CHECK(FlsGetValue(g_idx) == &v_inner);
+
+    /* Its handle is stale now: every use fails, nothing is touched. */
+    struct weft_fiber_stats st;
+    SetLastError(0);
+    CHECK_ERR(weft_fiber_stats(g_inner_self, &st) == FALSE, ERROR_INVALID_HANDLE);
+    SetLastError(0);
+    DeleteFiber(g_inner_self);
+    CHECK_EQ(GetLastError(), ERROR_INVALID_HANDLE);
+
+    /* Convert again, here, and go back to the thread's first fiber. */
+    g_inner_again = ConvertThreadToFiber(&g_inner_param);
+    CHECK(g_inner_again != NULL);
+    CHECK(g_inner_again != g_inner_self);
+    CHECK(GetFiberData() == &g_inner_param);
+    CHECK(FlsGetValue(g_idx) == &v_inner);
     g_inner_ran++;
     for (;;)
         SwitchToFiber(g_main_fiber);
+}
+
+/* Goes back to g_main_fiber, forever. */
+static VOID WINAPI bouncer(LPVOID param) {
+    int *count = (int *)param;
+    for (;;) {
+        (*count)++;
+        SwitchToFiber(g_main_fiber);
+    }
 }
 
 static int g_thread_param;
@@ -106,17 +139,27 @@ int main(void) {
     CHECK(GetCurrentFiber() == g_main_fiber);
     CHECK(GetFiberData() == &data1);
 
-    /* ConvertFiberToThread from a fiber that is not the thread's own. */
+    /* ConvertFiberToThread from a fiber the thread created (see inner). */
+    g_idx = FlsAlloc(NULL);
+    CHECK(g_idx != FLS_OUT_OF_INDEXES);
+    CHECK(FlsSetValue(g_idx, &v_main));
     LPVOID f = CreateFiber(0, inner, &g_inner_param);
     CHECK(f != NULL);
     SwitchToFiber(f);
     CHECK_EQ(g_inner_ran, 1);
     CHECK(GetCurrentFiber() == g_main_fiber);
     CHECK(GetFiberData() == &data1);
+    CHECK(FlsGetValue(g_idx) == &v_main);
     s = test_stats(g_main_fiber);
     CHECK_EQ(s.state, WEFT_FIBER_RUNNING);
-    s = test_stats(f);
+    CHECK_EQ(s.id, main_id);
+    s = test_stats(g_inner_again);
     CHECK_EQ(s.state, WEFT_FIBER_READY);
+    /* The fiber inner converted to is this thread's now: it may delete it. */
+    DeleteFiber(g_inner_again);
+    SetLastError(0);
+    CHECK_ERR(weft_fiber_stats(g_inner_again, &s) == FALSE, ERROR_INVALID_HANDLE);
+    CHECK(GetCurrentFiber() == g_main_fiber);
 
     /* Another thread converts on its own. */
     pthread_t t;
@@ -125,29 +168,39 @@ int main(void) {
     CHECK_EQ(IsThreadAFiber(), TRUE);
     CHECK(GetCurrentFiber() == g_main_fiber);
 
-    /* Back to a thread. */
+    /* Back to a thread: the handle stops working, the FLS values stay. */
+    int bounces = 0;
+    LPVOID g = CreateFiber(0, bouncer, &bounces);
+    CHECK(g != NULL);
+    SwitchToFiber(g);
+    CHECK_EQ(bounces, 1);
+    LPVOID old_main = g_main_fiber;
     SetLastError(0);
     CHECK_EQ(ConvertFiberToThread(), TRUE);
     CHECK_EQ(IsThreadAFiber(), FALSE);
     CHECK(GetCurrentFiber() == NULL);
+    CHECK(FlsGetValue(g_idx) == &v_main);
     SetLastError(0);
     CHECK_ERR(ConvertFiberToThread() == FALSE, ERROR_ALREADY_THREAD);
+    SetLastError(0);
+    CHECK_ERR(weft_fiber_stats(old_main, &s) == FALSE, ERROR_INVALID_HANDLE);
 
     /* Switching needs a fiber; the fiber created earlier is still there. */
     SetLastError(0);
-    SwitchToFiber(f);
+    SwitchToFiber(g);
     CHECK_EQ(GetLastError(), ERROR_ALREADY_THREAD);
-    CHECK_EQ(g_inner_ran, 1);
+    CHECK_EQ(bounces, 1);
 
     /* ConvertThreadToFiberEx with FIBER_FLAG_FLOAT_SWITCH, then with 0. */
     LPVOID m2 = ConvertThreadToFiberEx(&data2, FIBER_FLAG_FLOAT_SWITCH);
     CHECK(m2 != NULL);
+    CHECK(m2 != old_main);
     CHECK(GetCurrentFiber() == m2);
     CHECK(GetFiberData() == &data2);
-    CHECK(test_stats(m2).id != main_id);
+    CHECK(FlsGetValue(g_idx) == &v_main);
     g_main_fiber = m2;
-    SwitchToFiber(f); /* the old fiber resumes, and switches to the new main */
-    CHECK_EQ(g_inner_ran, 1);
+    SwitchToFiber(g); /* the old fiber resumes, and switches to the new main */
+    CHECK_EQ(bounces, 2);
     CHECK(GetCurrentFiber() == m2);
     CHECK_EQ(ConvertFiberToThread(), TRUE);
 
@@ -155,8 +208,9 @@ int main(void) {
     CHECK(m3 != NULL);
     CHECK(GetFiberData() == NULL);
     CHECK_EQ(IsThreadAFiber(), TRUE);
-    DeleteFiber(f);
+    DeleteFiber(g);
     CHECK_EQ(ConvertFiberToThread(), TRUE);
+    CHECK_EQ(FlsFree(g_idx), TRUE);
 
     /* Several round trips. */
     for (int i = 0; i < 100; i++) {

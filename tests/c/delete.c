@@ -1,7 +1,9 @@
 /* DeleteFiber: NULL, never-run fibers, FLS callbacks (non-null values only,
  * on the calling thread), fibers running on another thread (ERROR_BUSY),
- * another thread's converted fiber (ERROR_INVALID_PARAMETER), deleting the
- * current fiber (ends the thread), and many create/delete cycles. */
+ * another live thread's converted fiber (ERROR_INVALID_PARAMETER), the
+ * converted fiber of a thread that ended in another fiber, deleting the
+ * current fiber (ends the thread), stale handles, and many create/delete
+ * cycles. */
 #include "check.h"
 
 #include <pthread.h>
@@ -218,14 +220,28 @@ int main(void) {
     atomic_store(&g_stage2, 2);
     CHECK_EQ(pthread_join(t2, NULL), 0);
 
-    /* DeleteFiber(GetCurrentFiber()) in a fiber ends the thread; the
-     * fiber's and the thread fiber's callbacks run. */
+    /* DeleteFiber(GetCurrentFiber()) in a fiber ends the thread; that
+     * fiber's callbacks run. As on Windows, the thread's converted fiber
+     * keeps its values until it is deleted. It cannot run again (its frames
+     * were on the ended thread's stack): switching to it fails. */
     pthread_t t3;
     CHECK_EQ(pthread_create(&t3, NULL, t3_main, NULL), 0);
     CHECK_EQ(pthread_join(t3, NULL), 0);
     CHECK_EQ(g_after_delete, 0);
     CHECK_EQ(calls_with(&v_d, NULL), 1);
+    CHECK_EQ(calls_with(&v_e, NULL), 0);
+    CHECK_EQ(test_stats(g_t3_fiber).state, WEFT_FIBER_FINISHED);
+    SetLastError(0);
+    SwitchToFiber(g_t3_fiber);
+    CHECK_EQ(GetLastError(), ERROR_INVALID_HANDLE);
+    CHECK(GetCurrentFiber() == g_main);
+    SetLastError(0);
+    DeleteFiber(g_t3_fiber);
+    CHECK_EQ(GetLastError(), 0);
     CHECK_EQ(calls_with(&v_e, NULL), 1);
+    SetLastError(0);
+    DeleteFiber(g_t3_fiber);
+    CHECK_EQ(GetLastError(), ERROR_INVALID_HANDLE);
 
     /* ... and on the thread's own converted fiber too. */
     pthread_t t4;

@@ -1,7 +1,10 @@
-/* Fiber-local storage: index range and exhaustion, invalid indexes, last
- * error on success, per-fiber values, NULL in new fibers, values following
- * a migrating fiber, FlsFree callbacks for every holder, callbacks on
- * ConvertFiberToThread and at exit of a thread that never converted. */
+/* Fiber-local storage, as Windows behaves: index range and exhaustion
+ * (ERROR_NOT_ENOUGH_MEMORY), indexes outside the range, indexes that are not
+ * allocated (usable by get and set, refused by FlsFree), last error on
+ * success, per-fiber values, a new fiber's missing FLS (ERROR_INVALID_PARAMETER
+ * until it stores a value), values following a migrating fiber, FlsFree
+ * callbacks for every holder, values kept by ConvertFiberToThread and
+ * callbacks at the exit of a thread. */
 #include "check.h"
 
 #include <pthread.h>
@@ -13,7 +16,8 @@ static LPVOID g_main;
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static void check_invalid_index(DWORD idx) {
+/* An index outside 1..=4079: every call refuses it. */
+static void check_out_of_range(DWORD idx) {
     SetLastError(0);
     CHECK_ERR(FlsGetValue(idx) == NULL, ERROR_INVALID_PARAMETER);
     SetLastError(0);
@@ -22,15 +26,34 @@ static void check_invalid_index(DWORD idx) {
     CHECK_ERR(FlsFree(idx) == FALSE, ERROR_INVALID_PARAMETER);
 }
 
+/* An index in range that is not allocated (never, or freed): FlsFree
+ * refuses it; get and set work, as on Windows (the value is left NULL). */
+static void check_not_allocated(DWORD idx) {
+    SetLastError(0);
+    CHECK_ERR(FlsFree(idx) == FALSE, ERROR_INVALID_PARAMETER);
+    SetLastError(99);
+    CHECK(FlsGetValue(idx) == NULL);
+    CHECK_EQ(GetLastError(), ERROR_SUCCESS);
+    SetLastError(99);
+    CHECK_EQ(FlsSetValue(idx, (PVOID)0x217), TRUE);
+    CHECK_EQ(GetLastError(), 99); /* success leaves the last error alone */
+    SetLastError(99);
+    CHECK(FlsGetValue(idx) == (PVOID)0x217);
+    CHECK_EQ(GetLastError(), ERROR_SUCCESS);
+    CHECK_EQ(FlsSetValue(idx, NULL), TRUE);
+}
+
 /* Indexes allocated by the exhaustion step. */
 static DWORD g_all[FLS_MAXIMUM_AVAILABLE + 1];
 static int g_nall;
 
-static void check_all_null(void) {
+/* Every index of g_all reads NULL, with `err` as the last error (a fiber
+ * that has no FLS yet gets ERROR_INVALID_PARAMETER). */
+static void check_all_null(DWORD err) {
     for (int i = 0; i < g_nall; i++) {
         SetLastError(99);
         CHECK(FlsGetValue(g_all[i]) == NULL);
-        CHECK_EQ(GetLastError(), 0);
+        CHECK_EQ(GetLastError(), err);
     }
 }
 
@@ -40,7 +63,15 @@ static DWORD g_idx_plain; /* no callback */
 static DWORD g_idx_cb;    /* fls_cb */
 static int g_x, v_main, v_a1, v_a2, v_b1, v_c1, v_m1, v_m2, v_conv, v_plain;
 
-enum { CMD_CHECK_FRESH, CMD_SET_A, CMD_CHECK_A, CMD_SET_NULL, CMD_CHECK_ALL_NULL, CMD_SET_C_THEN_NULL };
+enum {
+    CMD_CHECK_FRESH,
+    CMD_SET_A,
+    CMD_CHECK_A,
+    CMD_SET_NULL,
+    CMD_CHECK_ALL_NULL,
+    CMD_CHECK_ALL_NULL_FRESH,
+    CMD_SET_C_THEN_NULL
+};
 static int g_cmd;
 
 /* Each worker fiber executes g_cmd and switches back to main. */
@@ -49,10 +80,14 @@ static VOID WINAPI worker(LPVOID param) {
     for (;;) {
         switch (g_cmd) {
         case CMD_CHECK_FRESH:
+            /* A new fiber has no FLS until it stores a value (any value):
+             * FlsGetValue fails, as on Windows. */
             SetLastError(99);
             CHECK(FlsGetValue(g_idx_plain) == NULL);
-            CHECK_EQ(GetLastError(), 0);
+            CHECK_EQ(GetLastError(), ERROR_INVALID_PARAMETER);
+            SetLastError(99);
             CHECK(FlsGetValue(g_idx_cb) == NULL);
+            CHECK_EQ(GetLastError(), ERROR_INVALID_PARAMETER);
             break;
         case CMD_SET_A:
             CHECK_EQ(FlsSetValue(g_idx_plain, mine), TRUE);
@@ -70,7 +105,10 @@ static VOID WINAPI worker(LPVOID param) {
             CHECK_EQ(FlsSetValue(g_idx_cb, NULL), TRUE);
             break;
         case CMD_CHECK_ALL_NULL:
-            check_all_null();
+            check_all_null(ERROR_SUCCESS);
+            break;
+        case CMD_CHECK_ALL_NULL_FRESH:
+            check_all_null(ERROR_INVALID_PARAMETER);
             break;
         }
         SwitchToFiber(g_main);
@@ -121,7 +159,7 @@ static void *migrate_thread(void *arg) {
     return NULL;
 }
 
-/* ---- callbacks on ConvertFiberToThread --------------------------------- */
+/* ---- ConvertFiberToThread keeps the values -------------------------------- */
 
 static int g_conv_tid;
 
@@ -131,11 +169,10 @@ static void *convert_thread(void *arg) {
     CHECK(ConvertThreadToFiber(NULL) != NULL);
     CHECK(FlsSetValue(g_idx_cb, &v_conv));
     CHECK_EQ(ConvertFiberToThread(), TRUE);
-    int tid = 0;
-    CHECK_EQ(calls_with(&v_conv, &tid), 1);
-    CHECK_EQ(tid, g_conv_tid);
-    /* The values went with the fiber. */
-    CHECK(FlsGetValue(g_idx_cb) == NULL);
+    /* As on Windows, the values stay with the thread, and no callback runs
+     * until the thread ends. */
+    CHECK_EQ(calls_with(&v_conv, NULL), 0);
+    CHECK(FlsGetValue(g_idx_cb) == &v_conv);
     return NULL;
 }
 
@@ -160,23 +197,27 @@ static void *plain_thread(void *arg) {
 }
 
 int main(void) {
-    /* Invalid indexes, before anything is allocated. */
-    check_invalid_index(0);
-    check_invalid_index(FLS_MAXIMUM_AVAILABLE + 1);
-    check_invalid_index(FLS_OUT_OF_INDEXES);
-    check_invalid_index(1); /* not allocated */
+    /* Indexes outside 1..=4079, and ones not allocated, before anything is
+     * allocated. */
+    check_out_of_range(0);
+    check_out_of_range(FLS_MAXIMUM_AVAILABLE);
+    check_out_of_range(FLS_MAXIMUM_AVAILABLE + 1);
+    check_out_of_range(FLS_OUT_OF_INDEXES);
+    check_not_allocated(1);
+    check_not_allocated(FLS_MAXIMUM_AVAILABLE - 1);
 
     /* FLS on a thread that has not converted. */
     DWORD idx = FlsAlloc(NULL);
-    CHECK(idx != 0 && idx != FLS_OUT_OF_INDEXES && idx <= FLS_MAXIMUM_AVAILABLE);
+    CHECK(idx != 0 && idx != FLS_OUT_OF_INDEXES && idx < FLS_MAXIMUM_AVAILABLE);
     SetLastError(77);
     CHECK(FlsGetValue(idx) == NULL);
     CHECK_EQ(GetLastError(), 0);
     CHECK_EQ(FlsSetValue(idx, &g_x), TRUE);
     CHECK(FlsGetValue(idx) == &g_x);
     CHECK_EQ(FlsSetValue(idx, NULL), TRUE);
+    CHECK_EQ(FlsSetValue(idx, &g_x), TRUE);
     CHECK_EQ(FlsFree(idx), TRUE);
-    check_invalid_index(idx); /* freed: and a second FlsFree fails */
+    check_not_allocated(idx); /* freed: reads NULL, a second FlsFree fails */
 
     g_idx_plain = FlsAlloc(NULL);
     g_idx_cb = FlsAlloc(fls_cb);
@@ -231,10 +272,11 @@ int main(void) {
     CHECK_EQ(tid, me);
     CHECK_EQ(calls_with(&v_b1, NULL), 0);
     CHECK_EQ(calls_with(&v_c1, NULL), 0);
-    check_invalid_index(g_idx_cb);
+    check_not_allocated(g_idx_cb);
 
-    /* Exhaustion: 4080 indexes in all (g_idx_plain is one of them), all in
-     * 1..=4080 and distinct; the freed g_idx_cb comes back among them. */
+    /* Exhaustion: 4079 indexes in all (g_idx_plain is one of them), all in
+     * 1..=4079 and distinct; the freed g_idx_cb comes back among them. Then
+     * FlsAlloc fails with ERROR_NOT_ENOUGH_MEMORY, as on Windows. */
     for (;;) {
         DWORD i = FlsAlloc(fls_cb);
         if (i == FLS_OUT_OF_INDEXES)
@@ -242,26 +284,31 @@ int main(void) {
         CHECK(g_nall < FLS_MAXIMUM_AVAILABLE);
         g_all[g_nall++] = i;
     }
-    CHECK_EQ(g_nall + 1, FLS_MAXIMUM_AVAILABLE);
+    CHECK_EQ(g_nall + 1, FLS_MAXIMUM_AVAILABLE - 1);
     {
         static unsigned char seen[FLS_MAXIMUM_AVAILABLE + 1];
         seen[g_idx_plain] = 1;
         for (int i = 0; i < g_nall; i++) {
-            CHECK(g_all[i] >= 1 && g_all[i] <= FLS_MAXIMUM_AVAILABLE);
+            CHECK(g_all[i] >= 1 && g_all[i] < FLS_MAXIMUM_AVAILABLE);
             CHECK(!seen[g_all[i]]);
             seen[g_all[i]] = 1;
         }
         CHECK(seen[g_idx_cb]);
     }
+    SetLastError(0);
     CHECK_EQ(FlsAlloc(NULL), FLS_OUT_OF_INDEXES);
+    CHECK_EQ(GetLastError(), ERROR_NOT_ENOUGH_MEMORY);
+    SetLastError(0);
     CHECK_EQ(FlsAlloc(fls_cb), FLS_OUT_OF_INDEXES);
+    CHECK_EQ(GetLastError(), ERROR_NOT_ENOUGH_MEMORY);
 
-    /* The reallocated slot reads NULL everywhere, as do all new ones. */
-    check_all_null();
+    /* The reallocated slot reads NULL everywhere, as do all new ones; d has
+     * never run, so it has no FLS yet. */
+    check_all_null(ERROR_SUCCESS);
     run(a, CMD_CHECK_ALL_NULL);
     run(b, CMD_CHECK_ALL_NULL);
     run(c, CMD_CHECK_ALL_NULL);
-    run(d, CMD_CHECK_ALL_NULL);
+    run(d, CMD_CHECK_ALL_NULL_FRESH);
     /* Untouched slot keeps its per-fiber values. */
     CHECK(FlsGetValue(g_idx_plain) == &v_main);
 
@@ -288,12 +335,16 @@ int main(void) {
     SwitchToFiber(g_mig);
     CHECK_EQ(g_mig_step, 3);
 
-    /* Callbacks run on ConvertFiberToThread. */
+    /* ConvertFiberToThread keeps the values; they get their callback when
+     * the thread ends, on that thread. */
     g_idx_cb = FlsAlloc(fls_cb);
     CHECK(g_idx_cb != FLS_OUT_OF_INDEXES);
     pthread_t ct;
     CHECK_EQ(pthread_create(&ct, NULL, convert_thread, NULL), 0);
     CHECK_EQ(pthread_join(ct, NULL), 0);
+    tid = 0;
+    CHECK_EQ(calls_with(&v_conv, &tid), 1);
+    CHECK_EQ(tid, g_conv_tid);
     CHECK_EQ(g_ncalls, 4);
 
     DeleteFiber(a);

@@ -1,12 +1,16 @@
-/* Threads that end while they are fibers: every FLS callback runs exactly
- * once, for the thread's own fiber and for the fiber running at exit, and
- * nothing leaks (the harness also runs this under valgrind).
+/* Threads that end while they are fibers, as on Windows: the FLS callbacks
+ * of the fiber running when the thread ends run once, at its end; a
+ * converted fiber left behind keeps its values until DeleteFiber; nothing
+ * leaks (the harness also runs this under valgrind).
  *
- *   A: convert, fiber sets a value, DeleteFiber, ConvertFiberToThread, return
+ *   A: convert, fiber sets a value, DeleteFiber, ConvertFiberToThread (the
+ *      thread keeps its values), return
  *   B: convert, set values, return without ConvertFiberToThread (a created
  *      fiber holding a value is left for main to delete)
  *   C: convert, switch to a fiber whose start routine returns: the thread
- *      ends, pthread_join returns, the fiber is FINISHED
+ *      ends, pthread_join returns, the fiber is FINISHED; the thread's
+ *      converted fiber cannot run again and keeps its values until main
+ *      deletes it
  *   D: a thread that never converts uses FLS and returns
  *   E: a fiber deletes itself: the thread ends
  *   F: a fiber calls pthread_exit
@@ -81,8 +85,9 @@ static void *case_a(void *arg) {
     DeleteFiber(f);
     CHECK_EQ(calls_with(&v_a_fiber), 1);
     CHECK_EQ(ConvertFiberToThread(), TRUE);
-    CHECK_EQ(calls_with(&v_a_thread), 1);
-    return NULL;
+    CHECK_EQ(calls_with(&v_a_thread), 0); /* the thread keeps its values */
+    CHECK(FlsGetValue(g_idx) == &v_a_thread);
+    return NULL; /* their callbacks run now */
 }
 
 /* ---- B ---- */
@@ -103,7 +108,7 @@ static void *case_b(void *arg) {
 }
 
 /* ---- C ---- */
-static LPVOID g_c_fiber;
+static LPVOID g_c_fiber, g_c_main;
 static int g_c_tid;
 static int g_c_after;
 static VOID WINAPI returns(LPVOID param) {
@@ -114,7 +119,8 @@ static VOID WINAPI returns(LPVOID param) {
 static void *case_c(void *arg) {
     (void)arg;
     g_c_tid = test_gettid();
-    CHECK(ConvertThreadToFiber(NULL) != NULL);
+    g_c_main = ConvertThreadToFiber(NULL);
+    CHECK(g_c_main != NULL);
     CHECK(FlsSetValue(g_idx, &v_c_thread));
     CHECK(FlsSetValue(g_idx_heap, heap_value()));
     g_c_fiber = CreateFiber(0, returns, &v_c_fiber);
@@ -136,6 +142,7 @@ static void *case_d(void *arg) {
 
 /* ---- E ---- */
 static int g_e_after;
+static LPVOID g_e_main;
 static VOID WINAPI deletes_itself(LPVOID param) {
     CHECK(FlsSetValue(g_idx, param));
     CHECK(FlsSetValue(g_idx_heap, heap_value()));
@@ -144,7 +151,8 @@ static VOID WINAPI deletes_itself(LPVOID param) {
 }
 static void *case_e(void *arg) {
     (void)arg;
-    CHECK(ConvertThreadToFiber(NULL) != NULL);
+    g_e_main = ConvertThreadToFiber(NULL);
+    CHECK(g_e_main != NULL);
     CHECK(FlsSetValue(g_idx, &v_e_thread));
     CHECK(FlsSetValue(g_idx_heap, heap_value()));
     LPVOID f = CreateFiber(0, deletes_itself, &v_e_fiber);
@@ -155,7 +163,7 @@ static void *case_e(void *arg) {
 }
 
 /* ---- F ---- */
-static LPVOID g_f_fiber;
+static LPVOID g_f_fiber, g_f_main;
 static int g_f_after;
 static VOID WINAPI calls_pthread_exit(LPVOID param) {
     CHECK(FlsSetValue(g_idx, param));
@@ -164,7 +172,8 @@ static VOID WINAPI calls_pthread_exit(LPVOID param) {
 }
 static void *case_f(void *arg) {
     (void)arg;
-    CHECK(ConvertThreadToFiber(NULL) != NULL);
+    g_f_main = ConvertThreadToFiber(NULL);
+    CHECK(g_f_main != NULL);
     CHECK(FlsSetValue(g_idx, &v_f_thread));
     CHECK(FlsSetValue(g_idx_heap, heap_value()));
     g_f_fiber = CreateFiber(0, calls_pthread_exit, &v_f_fiber);
@@ -229,23 +238,31 @@ int main(void) {
     CHECK_EQ(g_freed, expect_freed);
 
     run_thread(case_c, NULL);
-    expect_freed += 2;
+    expect_freed += 1; /* the returning fiber's values */
     CHECK_EQ(g_c_after, 0);
-    CHECK_EQ(calls_with(&v_c_thread), 1);
+    CHECK_EQ(calls_with(&v_c_thread), 0);
     CHECK_EQ(calls_with(&v_c_fiber), 1);
     CHECK_EQ(g_freed, expect_freed);
     struct weft_fiber_stats s = test_stats(g_c_fiber);
     CHECK_EQ(s.state, WEFT_FIBER_FINISHED);
     CHECK_EQ(s.last_tid, g_c_tid);
     CHECK_EQ(s.activations, 1);
-    /* A finished fiber cannot run again. */
+    CHECK_EQ(test_stats(g_c_main).state, WEFT_FIBER_FINISHED);
+    /* Neither can run again. */
     CHECK(ConvertThreadToFiber(NULL) != NULL);
     SetLastError(0);
     SwitchToFiber(g_c_fiber);
-    CHECK(GetLastError() != 0);
+    CHECK_EQ(GetLastError(), ERROR_INVALID_HANDLE);
+    SetLastError(0);
+    SwitchToFiber(g_c_main);
+    CHECK_EQ(GetLastError(), ERROR_INVALID_HANDLE);
     CHECK_EQ(ConvertFiberToThread(), TRUE);
     DeleteFiber(g_c_fiber); /* frees it; its callbacks already ran */
     CHECK_EQ(calls_with(&v_c_fiber), 1);
+    CHECK_EQ(g_freed, expect_freed);
+    DeleteFiber(g_c_main); /* its values get their callbacks now */
+    expect_freed += 1;
+    CHECK_EQ(calls_with(&v_c_thread), 1);
     CHECK_EQ(g_freed, expect_freed);
 
     run_thread(case_d, NULL);
@@ -254,20 +271,28 @@ int main(void) {
     CHECK_EQ(g_freed, expect_freed);
 
     run_thread(case_e, NULL);
-    expect_freed += 2;
+    expect_freed += 1;
     CHECK_EQ(g_e_after, 0);
-    CHECK_EQ(calls_with(&v_e_thread), 1);
+    CHECK_EQ(calls_with(&v_e_thread), 0);
     CHECK_EQ(calls_with(&v_e_fiber), 1);
+    CHECK_EQ(g_freed, expect_freed);
+    DeleteFiber(g_e_main);
+    expect_freed += 1;
+    CHECK_EQ(calls_with(&v_e_thread), 1);
     CHECK_EQ(g_freed, expect_freed);
 
     run_thread(case_f, NULL);
-    expect_freed += 2;
+    expect_freed += 1;
     CHECK_EQ(g_f_after, 0);
-    CHECK_EQ(calls_with(&v_f_thread), 1);
+    CHECK_EQ(calls_with(&v_f_thread), 0);
     CHECK_EQ(calls_with(&v_f_fiber), 1);
     CHECK_EQ(g_freed, expect_freed);
     CHECK_EQ(test_stats(g_f_fiber).state, WEFT_FIBER_FINISHED);
     DeleteFiber(g_f_fiber);
+    CHECK_EQ(g_freed, expect_freed);
+    DeleteFiber(g_f_main);
+    expect_freed += 1;
+    CHECK_EQ(calls_with(&v_f_thread), 1);
     CHECK_EQ(g_freed, expect_freed);
 
     for (int i = 0; i < 20; i++) {
@@ -290,11 +315,12 @@ int main(void) {
     CHECK(ConvertThreadToFiber(NULL) != NULL);
     CHECK_EQ(g_freed, expect_freed); /* converting keeps the values */
     CHECK_EQ(ConvertFiberToThread(), TRUE);
-    expect_freed += 1;
-    CHECK_EQ(g_freed, expect_freed);
+    CHECK_EQ(g_freed, expect_freed); /* and so does converting back */
 
     CHECK_EQ(FlsFree(g_idx), TRUE);
     CHECK_EQ(FlsFree(g_idx_heap), TRUE);
+    expect_freed += 1;
+    CHECK_EQ(g_freed, expect_freed);
     TEST_PASS("thread_exit");
     return 0;
 }

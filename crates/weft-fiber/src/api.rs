@@ -94,7 +94,13 @@ impl ThreadFiber {
     }
     /// The handle the Windows API uses for this fiber.
     pub fn as_raw(&self) -> *mut c_void {
-        self.rec.as_ptr().cast()
+        // SAFETY: live record.
+        unsafe { (*self.rec.as_ptr()).handle() as *mut c_void }
+    }
+
+    /// The record (for `RawFiber::of_thread`).
+    pub(crate) fn record(&self) -> NonNull<FiberRecord> {
+        self.rec
     }
 }
 
@@ -102,14 +108,14 @@ impl Drop for ThreadFiber {
     fn drop(&mut self) {
         let t = tls::thread();
         // SAFETY: reads this thread's state.
-        let mine = !t.is_null() && unsafe { (*t).main } == self.rec.as_ptr();
+        let mine = !t.is_null() && unsafe { (*t).current } == self.rec.as_ptr();
         if mine {
             if let Err(e) = thread::convert_back() {
-                eprintln!("weft: ThreadFiber dropped while another fiber runs on its thread ({e}); it stays a fiber");
+                eprintln!("weft: ThreadFiber dropped but its thread could not convert back ({e}); it stays a fiber");
             }
         } else {
             eprintln!(
-                "weft: ThreadFiber {} dropped on another thread; it is converted back when its thread exits",
+                "weft: ThreadFiber {} dropped while it does not run on this thread; it stays a fiber until its thread ends",
                 self.id()
             );
         }
@@ -186,7 +192,7 @@ impl Builder {
             call: call::<F>,
             drop: drop_box::<F>,
         };
-        let rec = fiber::create(
+        let rec = match fiber::create(
             start,
             call::<F> as *const () as usize,
             core::ptr::null_mut(),
@@ -196,7 +202,19 @@ impl Builder {
                 function: core::any::type_name::<F>(),
                 location: Some(core::panic::Location::caller()),
             },
-        );
+        ) {
+            Ok(rec) => rec,
+            Err((e, stack)) => {
+                // SAFETY: the closure was never run; `t` is this thread's state.
+                unsafe {
+                    drop_box::<F>(data);
+                    stack::release(Some(&mut (*t).stacks), stack);
+                }
+                return Err(e);
+            }
+        };
+        // SAFETY: a fresh record, not yet shared.
+        unsafe { (*rec).rust_owned = true };
         Ok(Fiber {
             rec: NonNull::new(rec).expect("create returned null"),
         })
@@ -246,7 +264,8 @@ impl Fiber {
 
     /// The handle the Windows API uses for this fiber (valid while `self` lives).
     pub fn as_raw(&self) -> *mut c_void {
-        self.rec.as_ptr().cast()
+        // SAFETY: live record.
+        unsafe { (*self.rec.as_ptr()).handle() as *mut c_void }
     }
 }
 
@@ -273,13 +292,13 @@ impl Drop for Fiber {
     }
 }
 
-/// Takes a fiber that is not running, for deletion.
-pub(crate) fn take_for_delete(r: *mut FiberRecord) -> Result<(), Error> {
-    // SAFETY: `r` is a live record.
+/// Takes a fiber that is not running, for deletion; returns the state it was in.
+pub(crate) fn take_for_delete(r: *mut FiberRecord) -> Result<u32, Error> {
+    // SAFETY: `r` is a pool slot (records stay mapped); `state` is an atomic.
     let st = unsafe { &(*r).state };
     for from in [READY, FINISHED] {
         if st.compare_exchange(from, RUNNING, Acquire, Relaxed).is_ok() {
-            return Ok(());
+            return Ok(from);
         }
     }
     // SAFETY: as above.

@@ -12,7 +12,7 @@ pub const ERROR_SUCCESS: u32 = 0;
 pub const ERROR_INVALID_FUNCTION: u32 = 1;
 /// The fiber handle is no longer valid: the fiber has finished or was deleted.
 pub const ERROR_INVALID_HANDLE: u32 = 6;
-/// No memory or address space for a fiber's stack or record.
+/// No memory or address space for a fiber's stack or record, or no free FLS index.
 pub const ERROR_NOT_ENOUGH_MEMORY: u32 = 8;
 /// A parameter is invalid: a bad fiber handle, FLS index or flags, or a conversion back
 /// to a thread from a fiber other than the thread's own.
@@ -51,6 +51,13 @@ pub enum Error {
     Interrupted,
     /// No memory (or address space) for a stack or a record.
     OutOfMemory(std::io::Error),
+    /// The handle named a fiber that has been deleted (or a thread's fiber that
+    /// converted back to a thread): it is no longer valid.
+    StaleHandle,
+    /// The process has as many fibers as weft can keep records for.
+    TooManyFibers,
+    /// Every FLS index is allocated (`FlsAlloc`).
+    NoFlsIndex,
     /// The fiber switched to panicked; this is its payload (see `Fiber::switch_to`).
     Panicked(Box<dyn Any + Send + 'static>),
 }
@@ -63,8 +70,10 @@ impl Error {
             Error::NotAFiber => ERROR_ALREADY_THREAD,
             Error::NotThreadFiber | Error::InvalidParameter(_) => ERROR_INVALID_PARAMETER,
             Error::Busy { .. } | Error::Interrupted => ERROR_BUSY,
-            Error::Finished { .. } => ERROR_INVALID_HANDLE,
-            Error::OutOfMemory(_) => ERROR_NOT_ENOUGH_MEMORY,
+            Error::Finished { .. } | Error::StaleHandle => ERROR_INVALID_HANDLE,
+            Error::OutOfMemory(_) | Error::TooManyFibers | Error::NoFlsIndex => {
+                ERROR_NOT_ENOUGH_MEMORY
+            }
             Error::Panicked(_) => ERROR_INVALID_FUNCTION,
         }
     }
@@ -100,6 +109,21 @@ impl fmt::Display for Error {
                  at the next signal"
             ),
             Error::OutOfMemory(e) => write!(f, "cannot map a fiber stack: {e}"),
+            Error::StaleHandle => write!(
+                f,
+                "the fiber handle is no longer valid: its fiber was deleted (or its thread \
+                 converted back); use a handle of a live fiber"
+            ),
+            Error::TooManyFibers => write!(
+                f,
+                "the process has as many fibers as weft can keep records for; delete fibers \
+                 that are done"
+            ),
+            Error::NoFlsIndex => write!(
+                f,
+                "FLS: all {} indexes are in use; free some with FlsFree",
+                crate::fls::FLS_MAXIMUM_AVAILABLE - 1
+            ),
             Error::Panicked(_) => write!(f, "the fiber panicked"),
         }
     }
@@ -113,8 +137,8 @@ pub fn message(code: u32) -> &'static CStr {
         ERROR_SUCCESS => c"success",
         ERROR_INVALID_FUNCTION => c"the operation is not valid here",
         ERROR_INVALID_HANDLE => c"the fiber handle is not valid (finished or deleted); create a new fiber",
-        ERROR_NOT_ENOUGH_MEMORY => c"cannot map a fiber stack: out of memory or address space, or at the limit of memory mappings (each stack takes two; raise vm.max_map_count); use smaller stacks or fewer fibers",
-        ERROR_INVALID_PARAMETER => c"a parameter is invalid: check the fiber handle, FLS index (1..=4080, allocated) or flags",
+        ERROR_NOT_ENOUGH_MEMORY => c"out of memory: no memory or address space for a fiber stack (each stack takes two memory mappings; raise vm.max_map_count), use smaller stacks or fewer fibers; or, from FlsAlloc, every FLS index is in use: free some with FlsFree",
+        ERROR_INVALID_PARAMETER => c"a parameter is invalid: check the fiber handle, the FLS index (1..=4079; FlsFree needs an allocated one) or flags; in a fiber that has stored no FLS value yet, FlsGetValue fails with this code",
         ERROR_BUSY => c"the fiber is running on another thread; switch to it after it has switched away",
         ERROR_ALREADY_FIBER => c"the thread is already a fiber; convert it once",
         ERROR_ALREADY_THREAD => c"the thread is not a fiber; call ConvertThreadToFiber first",

@@ -49,6 +49,7 @@ use crate::arch;
 use crate::clock;
 use crate::error::Error;
 use crate::fls::FlsStorage;
+use crate::pool;
 use crate::registry::{self, LabelText, Slot};
 use crate::stack::Stack;
 use crate::thread::{self, ThreadState};
@@ -62,14 +63,12 @@ use std::any::Any;
 pub(crate) const READY: u32 = 0;
 pub(crate) const RUNNING: u32 = 1;
 pub(crate) const FINISHED: u32 = 2;
+/// The record is free (in the pool, `pool.rs`): no switch or delete can take it.
+pub(crate) const FREED: u32 = 3;
 
 pub(crate) const EXIT_NONE: u32 = 0;
 pub(crate) const EXIT_FINISHED: u32 = 1;
 pub(crate) const EXIT_DELETE: u32 = 2;
-
-/// Marks a live record; cleared when the record is freed, so a stale or foreign pointer
-/// passed as a fiber handle is usually caught (best effort, as on Windows it is undefined).
-pub(crate) const MAGIC: u32 = 0x5746_4252; // "WFBR"
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -92,13 +91,18 @@ pub(crate) enum Start {
     Started,
 }
 
-/// Everything weft knows about one fiber. `LPVOID` fiber handles point at one of these.
+/// Everything weft knows about one fiber. Records live in the pool (`pool.rs`); a
+/// fiber handle names one by its index and generation.
 #[repr(C)]
 pub(crate) struct FiberRecord {
     // ---- the switch path ----
-    pub magic: AtomicU32,
-    /// READY, RUNNING or FINISHED: see the module comment.
+    /// The handle this record has issued, or `pool::NO_HANDLE`: what a handle is checked
+    /// against (`pool.rs`).
+    pub handle: AtomicU64,
+    /// READY, RUNNING, FINISHED or FREED: see the module comment.
     pub state: AtomicU32,
+    /// How many handles this record's slot has issued (`pool.rs`).
+    pub generation: AtomicU32,
     /// Saved stack pointer while suspended.
     pub sp: UnsafeCell<*mut u8>,
     /// The OS thread running this fiber now (set by whoever switched into it).
@@ -111,92 +115,155 @@ pub(crate) struct FiberRecord {
     // ---- the rest ----
     pub param: *mut c_void,
     pub start: UnsafeCell<Start>,
+    /// The fiber's own stack; None for a thread's record, whose frames are on the
+    /// thread's own stack.
     pub stack: Option<Stack>,
     pub fls: AtomicPtr<FlsStorage>,
     pub panic: UnsafeCell<Option<Box<dyn Any + Send + 'static>>>,
     /// Note for the releasing side (EXIT_*); written only by the fiber itself. A fiber
     /// with a note leaves through `arch::switch_exiting`.
     pub exit: UnsafeCell<u32>,
-    /// Whether this record lives at the top of its own stack (raw fibers: no heap
-    /// allocation, and the page is touched anyway) rather than in a `Box`.
-    pub in_stack: bool,
+    /// This record's slot in the pool.
+    pub index: u32,
     /// Made by a scheduler (`RawFiber::spawn`: a weft-runtime green thread), which
     /// switches to it with `switch_to_owned` and frees it itself. The public API may
     /// only switch to it from the OS thread it last ran on (a user fiber inside the
     /// green thread switching back to it), and never deletes it: from anywhere else, it
     /// could race with the scheduler's acquire, which takes no lock.
     pub scheduled: bool,
+    /// Made by the Rust API (`Fiber`): freed when its `Fiber` is dropped, so
+    /// `DeleteFiber` and `ConvertFiberToThread` refuse it.
+    pub rust_owned: bool,
+    /// The thread whose own record this is (its `main` or `home`, `thread.rs`), or null:
+    /// only that thread may free it while it lives.
+    pub owner: AtomicPtr<ThreadState>,
+}
+
+/// Makes the pool slot `rec` a new fiber's record, without a handle yet (see
+/// [`issue_handle`]): READY (RUNNING for a thread's record), with a fresh id and
+/// registry slot.
+///
+/// # Safety
+/// `rec` comes from `pool::alloc` and nothing else uses it: its previous record, if
+/// any, was freed by [`destroy`], which left nothing in it to drop.
+pub(crate) unsafe fn init(
+    rec: *mut FiberRecord,
+    start: Start,
+    entry: usize,
+    param: *mut c_void,
+    stack: Option<Stack>,
+    label: &LabelText<'_>,
+) {
+    let id = thread::take_id(&NEXT_ID);
+    let slot = thread::take_slot();
+    // SAFETY: a fresh slot is ours until the record is freed.
+    unsafe {
+        let sl = &*slot;
+        // The label first: a reader that sees the new id in the slot finds the
+        // label written for it.
+        sl.label().write(id, label);
+        sl.begin_write();
+        sl.id.store(id, Relaxed);
+        sl.activations.store(0, Relaxed);
+        sl.deactivations.store(0, Relaxed);
+        sl.run_ticks.store(0, Relaxed);
+        sl.switched_in_at.store(0, Relaxed);
+        sl.last_tid.store(0, Relaxed);
+        sl.creator_tid.store(thread::gettid(), Relaxed);
+        sl.entry.store(entry as u64, Relaxed);
+        sl.failed_activations.store(0, Relaxed);
+        let (base, size) = stack
+            .as_ref()
+            .map_or((0, 0), |s| (s.guard().end as u64, s.usable_size() as u64));
+        sl.stack_base.store(base, Relaxed);
+        sl.stack_size.store(size, Relaxed);
+        let thread_fiber = matches!(start, Start::Thread);
+        sl.flags.store(
+            if thread_fiber {
+                registry::FLAG_THREAD
+            } else {
+                0
+            },
+            Relaxed,
+        );
+        // A thread's own record is not shown until the thread converts (it may exist
+        // only to hold the thread's FLS values).
+        sl.state.store(
+            if thread_fiber {
+                registry::SLOT_FREE
+            } else {
+                registry::SLOT_READY
+            },
+            Relaxed,
+        );
+        sl.end_write();
+    }
+    // SAFETY: per the contract. The fields a stale handle may reach (`handle`, `state`,
+    // `generation`: atomics) are stored, never overwritten wholesale; the others are
+    // written in place, their previous values already taken out by `destroy`.
+    unsafe {
+        (*rec).handle.store(pool::NO_HANDLE, Relaxed);
+        ptr::write(&raw mut (*rec).sp, UnsafeCell::new(ptr::null_mut()));
+        (*rec).thread.store(ptr::null_mut(), Relaxed);
+        ptr::write(&raw mut (*rec).resumer, UnsafeCell::new(ptr::null_mut()));
+        ptr::write(&raw mut (*rec).slot, slot);
+        ptr::write(&raw mut (*rec).id, id);
+        ptr::write(&raw mut (*rec).param, param);
+        ptr::write(&raw mut (*rec).start, UnsafeCell::new(start));
+        ptr::write(&raw mut (*rec).stack, stack);
+        (*rec).fls.store(ptr::null_mut(), Relaxed);
+        ptr::write(&raw mut (*rec).panic, UnsafeCell::new(None));
+        ptr::write(&raw mut (*rec).exit, UnsafeCell::new(EXIT_NONE));
+        ptr::write(&raw mut (*rec).index, pool::index_of(rec));
+        ptr::write(&raw mut (*rec).scheduled, false);
+        ptr::write(&raw mut (*rec).rust_owned, false);
+        (*rec).owner.store(ptr::null_mut(), Relaxed);
+        // Release: a switch that takes this record through an old handle of its slot
+        // sees, once it owns it, that the handle no longer matches. A thread's record
+        // is born RUNNING: its thread runs it.
+        let state = if matches!(*(*rec).start.get(), Start::Thread) {
+            RUNNING
+        } else {
+            READY
+        };
+        (*rec).state.store(state, Release);
+    }
+}
+
+/// Gives `rec` a new handle (a new generation of its slot), which stops any previous
+/// one from working, and returns it.
+///
+/// # Safety
+/// `rec` is a live record the caller owns (running it, or making it).
+pub(crate) unsafe fn issue_handle(rec: *mut FiberRecord) -> u64 {
+    // SAFETY: per the contract.
+    unsafe {
+        let mut generation = (*rec).generation.load(Relaxed).wrapping_add(1);
+        if generation == 0 {
+            generation = 1;
+        }
+        (*rec).generation.store(generation, Relaxed);
+        let h = (u64::from(generation) << 32) | u64::from((*rec).index);
+        (*rec).handle.store(h, Relaxed);
+        h
+    }
+}
+
+/// Withdraws `rec`'s handle: from now on it is stale (`Error::StaleHandle`).
+///
+/// # Safety
+/// `rec` is a live record.
+pub(crate) unsafe fn revoke_handle(rec: *mut FiberRecord) {
+    // SAFETY: per the contract.
+    unsafe { (*rec).handle.store(pool::NO_HANDLE, Relaxed) };
 }
 
 impl FiberRecord {
-    pub(crate) fn new(
-        start: Start,
-        entry: usize,
-        param: *mut c_void,
-        stack: Option<Stack>,
-        label: &LabelText<'_>,
-    ) -> Self {
-        let id = thread::take_id(&NEXT_ID);
-        let slot = thread::take_slot();
-        // SAFETY: a fresh slot is ours until the record is freed.
-        unsafe {
-            let sl = &*slot;
-            // The label first: a reader that sees the new id in the slot finds the
-            // label written for it.
-            sl.label().write(id, label);
-            sl.begin_write();
-            sl.id.store(id, Relaxed);
-            sl.activations.store(0, Relaxed);
-            sl.deactivations.store(0, Relaxed);
-            sl.run_ticks.store(0, Relaxed);
-            sl.switched_in_at.store(0, Relaxed);
-            sl.last_tid.store(0, Relaxed);
-            sl.creator_tid.store(thread::gettid(), Relaxed);
-            sl.entry.store(entry as u64, Relaxed);
-            sl.failed_activations.store(0, Relaxed);
-            let (base, size) = stack
-                .as_ref()
-                .map_or((0, 0), |s| (s.guard().end as u64, s.usable_size() as u64));
-            sl.stack_base.store(base, Relaxed);
-            sl.stack_size.store(size, Relaxed);
-            let thread_fiber = matches!(start, Start::Thread);
-            sl.flags.store(
-                if thread_fiber {
-                    registry::FLAG_THREAD
-                } else {
-                    0
-                },
-                Relaxed,
-            );
-            // A thread's own record is not shown until the thread converts (it may exist
-            // only to hold the thread's FLS values).
-            sl.state.store(
-                if thread_fiber {
-                    registry::SLOT_FREE
-                } else {
-                    registry::SLOT_READY
-                },
-                Relaxed,
-            );
-            sl.end_write();
-        }
-        FiberRecord {
-            magic: AtomicU32::new(MAGIC),
-            state: AtomicU32::new(READY),
-            sp: UnsafeCell::new(ptr::null_mut()),
-            exit: UnsafeCell::new(EXIT_NONE),
-            thread: AtomicPtr::new(ptr::null_mut()),
-            resumer: UnsafeCell::new(ptr::null_mut()),
-            slot,
-            id,
-            param,
-            start: UnsafeCell::new(start),
-            stack,
-            fls: AtomicPtr::new(ptr::null_mut()),
-            panic: UnsafeCell::new(None),
-            in_stack: false,
-            scheduled: false,
-        }
+    /// The handle the Windows API knows this fiber by (`pool.rs`), or
+    /// `pool::NO_HANDLE`.
+    #[inline(always)]
+    pub(crate) fn handle(&self) -> u64 {
+        self.handle.load(Relaxed)
     }
 
     /// This fiber's statistics slot.
@@ -206,59 +273,60 @@ impl FiberRecord {
         unsafe { &*self.slot }
     }
 
-    pub(crate) fn is_thread_fiber(&self) -> bool {
-        // SAFETY: `start` changes only from Rust/C to Started on the fiber's first run,
-        // never to or from Thread.
-        matches!(unsafe { &*self.start.get() }, Start::Thread)
+    /// Whether this record's frames are on an OS thread's own stack (a thread's record
+    /// that has not taken over a fiber's stack): they go away when that thread ends.
+    pub(crate) fn on_thread_stack(&self) -> bool {
+        self.stack.is_none()
     }
 }
 
-/// Creates a fiber that will start in `main` on `stack`. Returns the record, owned by
-/// the caller (freed by [`delete`]).
+/// Creates a fiber that will start in `fiber_main` on `stack`, with its handle issued.
+/// Returns the record, owned by the caller (freed by [`destroy`]), or the error and the
+/// stack back.
 pub(crate) fn create(
     start: Start,
     entry: usize,
     param: *mut c_void,
     stack: Stack,
     label: &LabelText<'_>,
-) -> *mut FiberRecord {
+) -> Result<*mut FiberRecord, (Error, Stack)> {
+    let rec = match thread::take_record() {
+        Ok(rec) => rec,
+        Err(e) => return Err((e, stack)),
+    };
     let top = stack.top();
-    let rec = Box::into_raw(Box::new(FiberRecord::new(
-        start,
-        entry,
-        param,
-        Some(stack),
-        label,
-    )));
-    // SAFETY: the stack is ours and unused; `rec` outlives every run of the fiber.
-    unsafe { *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast()) };
-    rec
+    // SAFETY: a slot from the pool is ours; the stack is ours and unused, and the record
+    // outlives every run of the fiber.
+    unsafe {
+        init(rec, start, entry, param, Some(stack), label);
+        issue_handle(rec);
+        *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast());
+    }
+    Ok(rec)
 }
 
-/// As [`create`], with the fiber's first frame below `top` (inside `stack`: the bytes
-/// above are the caller's) and the record itself placed just below `top`, inside the
-/// stack (it is freed with the stack, by [`destroy`]): the fiber costs no heap
-/// allocation.
-pub(crate) fn create_in_stack(
+/// As [`create`], for a scheduler's fiber (`FiberRecord::scheduled`) whose first frame
+/// goes below `top` (inside `stack`: the bytes above are the caller's).
+pub(crate) fn create_scheduled(
     start: Start,
     entry: usize,
     param: *mut c_void,
     stack: Stack,
     top: *mut u8,
     label: &LabelText<'_>,
-) -> *mut FiberRecord {
-    let mut record = FiberRecord::new(start, entry, param, Some(stack), label);
-    record.in_stack = true;
-    record.scheduled = true;
-    let at = (top as usize - core::mem::size_of::<FiberRecord>()) & !63;
-    let rec = at as *mut FiberRecord;
-    // SAFETY: `at` lies inside the fresh stack (ours), below the caller's bytes and
-    // aligned for the record.
+) -> Result<*mut FiberRecord, (Error, Stack)> {
+    let rec = match thread::take_record() {
+        Ok(rec) => rec,
+        Err(e) => return Err((e, stack)),
+    };
+    // SAFETY: as in `create`; `top` lies inside the stack, below the caller's bytes.
     unsafe {
-        ptr::write(rec, record);
-        *(*rec).sp.get() = arch::init_stack(rec.cast(), rec, fiber_main, rec.cast());
+        init(rec, start, entry, param, Some(stack), label);
+        (*rec).scheduled = true;
+        issue_handle(rec);
+        *(*rec).sp.get() = arch::init_stack(top, rec, fiber_main, rec.cast());
     }
-    rec
+    Ok(rec)
 }
 
 /// Why a switch did not happen.
@@ -268,6 +336,9 @@ pub(crate) enum SwitchFail {
     Interrupted,
     Busy,
     Finished,
+    /// The handle no longer names this record (it was deleted, and its slot reused,
+    /// while the switch validated it).
+    Stale,
 }
 
 impl SwitchFail {
@@ -277,7 +348,7 @@ impl SwitchFail {
         match self {
             SwitchFail::NotAFiber => ERROR_ALREADY_THREAD,
             SwitchFail::Interrupted | SwitchFail::Busy => ERROR_BUSY,
-            SwitchFail::Finished => ERROR_INVALID_HANDLE,
+            SwitchFail::Finished | SwitchFail::Stale => ERROR_INVALID_HANDLE,
         }
     }
 
@@ -289,6 +360,7 @@ impl SwitchFail {
             SwitchFail::Interrupted => Error::Interrupted,
             SwitchFail::Busy => Error::Busy { fiber },
             SwitchFail::Finished => Error::Finished { fiber },
+            SwitchFail::Stale => Error::StaleHandle,
         }
     }
 }
@@ -305,7 +377,7 @@ impl SwitchFail {
 pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord, SwitchFail> {
     // SAFETY: per the contract; `begin_switch` leaves us owning `to`.
     unsafe {
-        match begin_switch::<false>(to)? {
+        match begin_switch::<false>(to, 0)? {
             None => Ok(to),
             Some(cur) => Ok(arch::switch(cur, to)),
         }
@@ -326,7 +398,7 @@ pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord,
 pub(crate) unsafe fn switch_to_owned(to: *mut FiberRecord) -> Result<*mut FiberRecord, SwitchFail> {
     // SAFETY: per the contract; `begin_switch` leaves us owning `to`.
     unsafe {
-        match begin_switch::<true>(to)? {
+        match begin_switch::<true>(to, 0)? {
             None => Ok(to),
             Some(cur) => Ok(arch::switch_ret(cur, to)),
         }
@@ -350,7 +422,7 @@ pub(crate) unsafe fn switch_to_owned_jump(
 ) -> Result<*mut FiberRecord, SwitchFail> {
     // SAFETY: per the contract; `begin_switch` leaves us owning `to`.
     unsafe {
-        match begin_switch::<true>(to)? {
+        match begin_switch::<true>(to, 0)? {
             None => Ok(to),
             Some(cur) => Ok(arch::switch_jump(cur, to)),
         }
@@ -647,11 +719,13 @@ impl Prepared {
 /// activation, and why.
 ///
 /// # Safety
-/// `to` must be a live fiber record.
+/// As for [`count_failed`].
 #[cold]
-unsafe fn failed_acquire(to: *mut FiberRecord, s: u32) -> SwitchFail {
+unsafe fn failed_acquire(to: *mut FiberRecord, s: u32, expect: u64) -> SwitchFail {
     // SAFETY: per the contract.
-    unsafe { (*to).slot().failed_activations.fetch_add(1, Relaxed) };
+    if !unsafe { count_failed(to, expect) } {
+        return SwitchFail::Stale;
+    }
     if s == FINISHED {
         SwitchFail::Finished
     } else {
@@ -659,18 +733,57 @@ unsafe fn failed_acquire(to: *mut FiberRecord, s: u32) -> SwitchFail {
     }
 }
 
+/// Counts a failed activation of `to`, unless `to` is no longer the fiber `expect`
+/// names (see [`begin_switch`]; 0: no check), in which case it touches nothing and
+/// returns false.
+///
+/// # Safety
+/// `to` must be a live fiber record, or (with `expect` nonzero) a pool slot.
+#[cold]
+unsafe fn count_failed(to: *mut FiberRecord, expect: u64) -> bool {
+    // SAFETY: per the contract; `handle` is an atomic of a slot that stays mapped.
+    unsafe {
+        if expect != 0 && (*to).handle.load(Relaxed) != expect {
+            return false;
+        }
+        (*to).slot().failed_activations.fetch_add(1, Relaxed);
+    }
+    true
+}
+
+/// A switch acquired `to` through a handle that, meanwhile, stopped naming it (see
+/// [`begin_switch`]): gives `to` back and undoes the switch's bookkeeping.
+///
+/// # Safety
+/// As for `Prepared::abandon`; this thread has just acquired `to` (READY -> RUNNING).
+#[cold]
+unsafe fn lost_to_delete(p: &Prepared, to: *mut FiberRecord) -> SwitchFail {
+    // SAFETY: per the contract.
+    unsafe {
+        (*to).state.store(READY, Release);
+        p.abandon();
+    }
+    SwitchFail::Stale
+}
+
 /// Everything a switch does before the context switch itself: the checks, acquiring
 /// `to`, the statistics, and marking the thread as switching. `Ok(Some(cur))` means the
 /// caller must now call `arch::switch(cur, to)` and nothing else; `Ok(None)` means `to`
 /// is already running here (a counted no-op).
 ///
+/// `expect`: 0, or the handle `to` was found through (`SwitchToFiber`): once `to` is
+/// acquired, its handle is checked again, so that a switch that lost a race with
+/// `DeleteFiber` and a `CreateFiber` reusing the record gives the record back and fails
+/// (`Stale`) instead of running an unrelated fiber.
+///
 /// # Safety
-/// `to` must be a live fiber record.
+/// `to` must be a live fiber record, or (with `expect` nonzero) a pool slot.
 /// `OWNER`: the caller is the only thread that may acquire `to` (see
 /// [`switch_to_owned`]).
 #[inline(always)]
 pub(crate) unsafe fn begin_switch<const OWNER: bool>(
     to: *mut FiberRecord,
+    expect: u64,
 ) -> Result<Option<*mut FiberRecord>, SwitchFail> {
     let thread = tls::thread();
     // SAFETY: a non-null thread pointer is this thread's live state; `to` is live.
@@ -692,12 +805,12 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
             return Ok(None);
         }
         if (*thread).in_switch.load(Relaxed) {
-            (*to).slot().failed_activations.fetch_add(1, Relaxed);
+            count_failed(to, expect);
             return Err(SwitchFail::Interrupted);
         }
         if !OWNER && (*to).scheduled && (*to).thread.load(Relaxed) != thread {
             // A scheduler's fiber, from a thread it is not on (see `scheduled`).
-            (*to).slot().failed_activations.fetch_add(1, Relaxed);
+            count_failed(to, expect);
             return Err(SwitchFail::Busy);
         }
         if OWNER {
@@ -707,7 +820,7 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
             // this switch has just filled).
             let s = (*to).state.load(Relaxed);
             if s != READY {
-                return Err(failed_acquire(to, s));
+                return Err(failed_acquire(to, s, 0));
             }
             (*to).state.store(RUNNING, Relaxed);
             prepare_acquired(thread, cur, to);
@@ -723,7 +836,10 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
                 .compare_exchange(READY, RUNNING, Acquire, Relaxed)
             {
                 p.abandon();
-                return Err(failed_acquire(to, s));
+                return Err(failed_acquire(to, s, expect));
+            }
+            if expect != 0 && (*to).handle.load(Relaxed) != expect {
+                return Err(lost_to_delete(&p, to));
             }
             p.tseq = (*p.ts).seq.load(Relaxed);
             p.record_acquired(now);
@@ -837,12 +953,14 @@ unsafe fn finish(me: *mut FiberRecord) -> ! {
 
 /// Frees a fiber that no thread runs (state acquired by the caller, or finished and
 /// unreachable): runs its FLS callbacks, drops a closure that never ran, returns its
-/// stack to `thread`'s cache (or the global one) and frees the record.
+/// stack to `thread`'s cache (or the global one), withdraws its handle and gives its
+/// record back to the pool.
 ///
 /// # Safety
 /// Nothing runs on `rec` and nothing will; `thread` is null or the calling thread's state.
 pub(crate) unsafe fn destroy(rec: *mut FiberRecord, thread: *mut ThreadState) {
-    // SAFETY: per the contract, we own `rec` exclusively.
+    // SAFETY: per the contract, we own `rec` exclusively. Its fields are taken out in
+    // place (the record stays a pool slot, which stale handles may still reach).
     unsafe {
         crate::fls::run_callbacks_and_free(rec);
         if let Start::Rust { data, drop, .. } =
@@ -850,23 +968,26 @@ pub(crate) unsafe fn destroy(rec: *mut FiberRecord, thread: *mut ThreadState) {
         {
             drop(data);
         }
-        (*rec).magic.store(0, Relaxed);
+        revoke_handle(rec);
+        (*rec).state.store(FREED, Release);
+        drop((*(*rec).panic.get()).take());
         let slot = (*rec).slot;
         registry::mark_free(slot);
+        let stack = (*rec).stack.take();
         match thread.as_mut() {
-            Some(t) if t.slots.len() < thread::THREAD_CACHE_SLOTS => t.slots.push(slot),
-            _ => registry::free_slot(slot),
+            Some(t) => {
+                if t.slots.len() < thread::THREAD_CACHE_SLOTS {
+                    t.slots.push(slot);
+                } else {
+                    registry::free_slot(slot);
+                }
+                crate::pool::free(rec, Some(&mut t.records), thread::THREAD_CACHE_SLOTS);
+            }
+            None => {
+                registry::free_slot(slot);
+                crate::pool::free(rec, None, 0);
+            }
         }
-        // A record inside its stack is moved out (onto this frame) before the stack
-        // goes back to the cache, and dropped after; a boxed one is unboxed.
-        let stack = if (*rec).in_stack {
-            let mut moved = ptr::read(rec);
-            let stack = moved.stack.take();
-            drop(moved);
-            stack
-        } else {
-            Box::from_raw(rec).stack.take()
-        };
         if let Some(stack) = stack {
             let local = if thread.is_null() {
                 None

@@ -1,21 +1,34 @@
 //! Fiber-local storage: `FlsAlloc`, `FlsGetValue`, `FlsSetValue`, `FlsFree`.
 //!
-//! Indexes run from 1 to [`FLS_MAXIMUM_AVAILABLE`] (4080, the Windows 10 figure); index 0
-//! is never handed out, as on Windows. Which indexes are allocated, and their callbacks,
-//! are process-wide tables of atomics.
+//! # Indexes
 //!
-//! Each fiber's values live in a [`FlsStorage`] it gets on its first non-null
-//! `FlsSetValue` (a fiber that never sets a value costs nothing): 64 lazily allocated
-//! chunks of 64 slots. A read is a handful of dependent loads and no lock:
-//! thread block -> current fiber -> storage -> chunk -> slot.
+//! Indexes run from 1 to 4079: `FLS_MAXIMUM_AVAILABLE` (4080, the Windows 10 figure)
+//! slots, of which index 0 is never handed out, as on Windows. Which indexes are
+//! allocated, and their callbacks, are process-wide tables of atomics. As on Windows,
+//! `FlsGetValue` and `FlsSetValue` accept any index in that range, allocated or not (a
+//! freed index reads NULL, and may be set); only `FlsFree` needs an allocated one. A
+//! value stored under an index that is not allocated has no callback.
+//!
+//! # Storage
+//!
+//! Each fiber's values live in a [`FlsStorage`] (Windows: the fiber's FLS block): 64
+//! lazily allocated chunks of 64 slots. A read is a handful of dependent loads and no
+//! lock: thread block -> current fiber -> storage -> chunk -> slot.
+//!
+//! When a fiber gets its storage follows Windows. Every thread has one (its record's,
+//! made on the first `FlsSetValue`; until then it reads as empty). A fiber made with
+//! `CreateFiber` has none until it calls `FlsSetValue` (any value, NULL too) or
+//! `FlsAlloc`; until then `FlsGetValue` fails with `ERROR_INVALID_PARAMETER`. A
+//! converted thread's fiber uses the thread's.
 //!
 //! `FlsFree` must call the index's callback for *every* fiber holding a value, so every
 //! storage is also on a process-wide list (`STORAGES`), under a mutex taken only when a
 //! storage is created or freed and by `FlsFree`. Slots are atomics so that `FlsFree` can
 //! take values out of fibers running on other threads without a data race.
 //!
-//! Callbacks run for non-null values on `DeleteFiber`, on thread exit (the fiber running
-//! then and the thread's own fiber), on `ConvertFiberToThread`, and on `FlsFree`.
+//! Callbacks run for non-null values on `DeleteFiber`, when a thread ends (for the fiber
+//! running then, or the plain thread), on `FlsFree`, and at process exit for the fiber
+//! that called `exit()`: where Windows runs them.
 
 use crate::error::Error;
 use crate::fiber::FiberRecord;
@@ -26,8 +39,11 @@ use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
-/// The number of FLS indexes a process can hold at once (1..=4080).
+/// FLS slots per fiber, as Windows counts them: index 0 is reserved, so a process can
+/// hold 4079 indexes at once (1..=4079).
 pub const FLS_MAXIMUM_AVAILABLE: u32 = 4080;
+/// The highest index.
+const MAX_INDEX: u32 = FLS_MAXIMUM_AVAILABLE - 1;
 /// What `FlsAlloc` returns when every index is taken.
 pub const FLS_OUT_OF_INDEXES: u32 = 0xFFFF_FFFF;
 
@@ -36,7 +52,7 @@ pub type FlsCallback = unsafe extern "C" fn(*mut c_void);
 
 const CHUNK: usize = 64;
 const CHUNKS: usize = 64;
-const SLOTS: usize = CHUNK * CHUNKS; // 4096 >= 4081
+const SLOTS: usize = CHUNK * CHUNKS; // 4096 >= 4080
 
 type Chunk = [AtomicPtr<c_void>; CHUNK];
 
@@ -59,24 +75,41 @@ unsafe impl Send for Storages {}
 static STORAGES: Mutex<Storages> = Mutex::new(Storages(Vec::new()));
 
 #[inline(always)]
+fn in_range(index: u32) -> bool {
+    index.wrapping_sub(1) < MAX_INDEX
+}
+
+#[inline(always)]
 fn is_allocated(index: u32) -> bool {
     let i = index as usize;
-    index != 0
-        && index <= FLS_MAXIMUM_AVAILABLE
-        && ALLOCATED[i / 64].load(Acquire) & (1 << (i % 64)) != 0
+    in_range(index) && ALLOCATED[i / 64].load(Acquire) & (1 << (i % 64)) != 0
 }
 
 fn bad_index() -> Error {
+    Error::InvalidParameter("FLS index: use 1..=4079 (FlsFree: an index FlsAlloc returned)")
+}
+
+fn no_storage() -> Error {
     Error::InvalidParameter(
-        "FLS index: use an index FlsAlloc returned and has not been freed (1..=4080)",
+        "FLS: this fiber has stored no value yet (as on Windows, a new fiber's FLS exists \
+         once it calls FlsSetValue or FlsAlloc)",
     )
 }
 
 /// Allocates an index (Windows `FlsAlloc`). `callback` runs for each non-null value
-/// when it goes away.
+/// when it goes away. As on Windows, the calling fiber gets its FLS storage if it had
+/// none.
 pub fn alloc(callback: Option<FlsCallback>) -> Result<u32, Error> {
+    let f = owner();
+    // SAFETY: `f` is the running fiber or this thread's record, alive while we run. A
+    // thread's record reads as having storage already.
+    unsafe {
+        if !f.is_null() && !(*f).on_thread_stack() {
+            storage(f);
+        }
+    }
     let _g = ALLOC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    for index in 1..=FLS_MAXIMUM_AVAILABLE {
+    for index in 1..=MAX_INDEX {
         let i = index as usize;
         let word = &ALLOCATED[i / 64];
         if word.load(Relaxed) & (1 << (i % 64)) == 0 {
@@ -85,9 +118,7 @@ pub fn alloc(callback: Option<FlsCallback>) -> Result<u32, Error> {
             return Ok(index);
         }
     }
-    Err(Error::InvalidParameter(
-        "FLS: all 4080 indexes are in use; free some with FlsFree",
-    ))
+    Err(Error::NoFlsIndex)
 }
 
 /// Frees an index (Windows `FlsFree`): the callback runs for every fiber's non-null
@@ -150,11 +181,12 @@ fn owner() -> *mut FiberRecord {
 /// Reads the current fiber's value at `index` (Windows `FlsGetValue`).
 #[inline(always)]
 pub fn get(index: u32) -> Result<*mut c_void, Error> {
-    if !is_allocated(index) {
+    if !in_range(index) {
         return Err(bad_index());
     }
     let f = owner();
     if f.is_null() {
+        // A thread weft has not seen: it has FLS (every thread does), still empty.
         return Ok(ptr::null_mut());
     }
     let i = index as usize;
@@ -162,7 +194,12 @@ pub fn get(index: u32) -> Result<*mut c_void, Error> {
     unsafe {
         let s = (*f).fls.load(Acquire);
         if s.is_null() {
-            return Ok(ptr::null_mut());
+            return if (*f).on_thread_stack() {
+                // A thread's own record: its storage exists from the start on Windows.
+                Ok(ptr::null_mut())
+            } else {
+                Err(no_storage())
+            };
         }
         let chunk = (*s).chunks[i / CHUNK].load(Acquire);
         if chunk.is_null() {
@@ -174,7 +211,7 @@ pub fn get(index: u32) -> Result<*mut c_void, Error> {
 
 /// Stores the current fiber's value at `index` (Windows `FlsSetValue`).
 pub fn set(index: u32, value: *mut c_void) -> Result<(), Error> {
-    if !is_allocated(index) {
+    if !in_range(index) {
         return Err(bad_index());
     }
     let mut f = owner();
@@ -182,7 +219,7 @@ pub fn set(index: u32, value: *mut c_void) -> Result<(), Error> {
         if value.is_null() {
             return Ok(());
         }
-        f = thread::ensure_main(thread::ensure());
+        f = thread::ensure_main(thread::ensure())?;
     }
     let i = index as usize;
     // SAFETY: `f` is the running fiber (or this thread's record); only the fiber itself
@@ -190,14 +227,11 @@ pub fn set(index: u32, value: *mut c_void) -> Result<(), Error> {
     unsafe {
         let mut s = (*f).fls.load(Acquire);
         if s.is_null() {
-            if value.is_null() {
+            if value.is_null() && (*f).on_thread_stack() {
+                // A thread's record reads as empty storage already.
                 return Ok(());
             }
-            s = Box::into_raw(Box::new(FlsStorage {
-                chunks: [const { AtomicPtr::new(ptr::null_mut()) }; CHUNKS],
-            }));
-            STORAGES.lock().unwrap_or_else(|e| e.into_inner()).0.push(s);
-            (*f).fls.store(s, Release);
+            s = storage(f);
         }
         let slot = &(*s).chunks[i / CHUNK];
         let mut chunk = slot.load(Acquire);
@@ -213,7 +247,28 @@ pub fn set(index: u32, value: *mut c_void) -> Result<(), Error> {
     Ok(())
 }
 
-/// Runs the callbacks for `rec`'s non-null values and clears them (thread exit).
+/// `f`'s storage, made (empty, and put on the list `FlsFree` walks) if it has none.
+///
+/// # Safety
+/// `f` is the running fiber or this thread's record: only it makes its own storage.
+unsafe fn storage(f: *mut FiberRecord) -> *mut FlsStorage {
+    // SAFETY: per the contract.
+    unsafe {
+        let s = (*f).fls.load(Acquire);
+        if !s.is_null() {
+            return s;
+        }
+        let s = Box::into_raw(Box::new(FlsStorage {
+            chunks: [const { AtomicPtr::new(ptr::null_mut()) }; CHUNKS],
+        }));
+        STORAGES.lock().unwrap_or_else(|e| e.into_inner()).0.push(s);
+        (*f).fls.store(s, Release);
+        s
+    }
+}
+
+/// Runs the callbacks for `rec`'s non-null values and clears them (thread or process
+/// exit).
 ///
 /// # Safety
 /// `rec` is live and owned by the caller (running on this thread or not running at all).

@@ -12,6 +12,7 @@
 //! | `arch` | the context switch (a few dozen instructions of assembly) and a new stack's first frame |
 //! | `stack` | guarded, lazily committed stacks and their per-thread and process-wide caches |
 //! | `fiber` | the fiber record and the switch protocol: atomic ownership, statistics, signal safety |
+//! | `pool` | where records live (never freed to the allocator) and what a handle is (an index and a generation) |
 //! | `thread` | per-OS-thread state, conversion, and cleanup when a thread ends |
 //! | `fls` | fiber-local storage |
 //! | `overflow` | the SIGSEGV handler that names a fiber that overflowed its stack |
@@ -44,6 +45,7 @@ mod fiber;
 mod fls;
 pub mod introspect;
 mod overflow;
+mod pool;
 pub mod raw;
 mod registry;
 pub mod stack;

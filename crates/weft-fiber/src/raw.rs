@@ -107,7 +107,7 @@ impl RawFiber {
             0 => call::<F> as *const () as usize,
             e => e,
         };
-        let rec = fiber::create_in_stack(
+        let rec = match fiber::create_scheduled(
             start,
             entry,
             core::ptr::null_mut(),
@@ -118,13 +118,24 @@ impl RawFiber {
                 function: info.function,
                 location: info.location,
             },
-        );
+        ) {
+            Ok(rec) => rec,
+            Err((e, stack)) => {
+                // SAFETY: the closure was written at `data` and never run; `t` is this
+                // thread's state.
+                unsafe {
+                    core::ptr::drop_in_place(data as *mut F);
+                    stack::release(Some(&mut (*t).stacks), stack);
+                }
+                return Err(e);
+            }
+        };
         Ok(RawFiber(NonNull::new(rec).expect("create returned null")))
     }
 
     /// The handle of a thread's fiber (from [`crate::convert_thread`]).
     pub fn of_thread(t: &crate::ThreadFiber) -> RawFiber {
-        RawFiber(NonNull::new(t.as_raw().cast()).expect("a thread fiber is never null"))
+        RawFiber(t.record())
     }
 
     /// The fiber running on this thread, if the thread is a fiber.

@@ -4,29 +4,31 @@
 //! unchanged (crate `weft-capi`). Each sets the thread's last error on failure, as
 //! Windows does, and returns the Windows failure value (NULL, FALSE, FLS_OUT_OF_INDEXES).
 //!
-//! Where Windows leaves behaviour undefined, weft chooses the safe answer and says so:
+//! Where Windows defines the behaviour, weft matches it. Where Windows leaves it
+//! undefined (or crashes), weft chooses the safe answer and says so:
 //!
 //! | call | Windows | weft |
 //! |---|---|---|
-//! | `CreateFiber` before the thread converts | allowed | allowed; the fiber can be switched to once a thread is a fiber |
 //! | `SwitchToFiber` on a thread that is not a fiber | undefined | fails, `ERROR_ALREADY_THREAD` |
 //! | `SwitchToFiber` to a fiber running on another thread | undefined (corrupts) | fails at once, `ERROR_BUSY`, counts a failed activation |
-//! | `SwitchToFiber` to a finished fiber | undefined | fails, `ERROR_INVALID_HANDLE` |
-//! | `SwitchToFiber` to the running fiber | no-op | no-op, counted as an activation |
+//! | `SwitchToFiber` to a fiber whose start routine returned (its thread ended in it) | undefined | fails, `ERROR_INVALID_HANDLE` |
+//! | `SwitchToFiber`, `DeleteFiber` with a deleted fiber's handle | undefined (freed memory) | fail, `ERROR_INVALID_HANDLE`; nothing else is touched |
+//! | `SwitchToFiber`, `DeleteFiber` with NULL or a pointer that is no fiber handle | crashes | fail, `ERROR_INVALID_PARAMETER` |
 //! | `DeleteFiber` of a fiber running on another thread | undefined | fails, `ERROR_BUSY` |
-//! | `DeleteFiber` of another thread's converted fiber | undefined | fails, `ERROR_INVALID_PARAMETER` |
-//! | `ConvertFiberToThread` while running a created fiber | undefined | fails, `ERROR_INVALID_PARAMETER` |
+//! | `DeleteFiber` of another live thread's converted fiber | frees that thread's stack | fails, `ERROR_INVALID_PARAMETER` |
 //! | `FIBER_FLAG_FLOAT_SWITCH` | opt-in FP state switch | always on (MXCSR and x87 control word are per fiber) |
-//! | a start routine returns | the thread exits | the thread exits (FLS callbacks run, `pthread_join` returns) |
-
+//!
+//! One behaviour Linux does not allow weft to match: a converted fiber whose thread
+//! ended while running another fiber cannot run again (its frames were on the thread's
+//! stack, which glibc frees); see `thread.rs`.
+//!
 //! # Safety
 //!
-//! Every function here is `unsafe` for the reasons the Windows API is: fiber handles
-//! are raw pointers. A handle passed in must be NULL or one that `CreateFiber(Ex)` or
-//! `ConvertThreadToFiber(Ex)` returned and that has not been deleted (weft checks a
-//! magic word and reports ERROR_INVALID_PARAMETER for most other pointers, but a freed
-//! handle is undefined behaviour, as on Windows). Output pointers must be valid for
-//! writes. Callbacks and start routines must be sound to call with the values given.
+//! Every function here is `unsafe` for the reasons the Windows API is: callbacks and
+//! start routines must be sound to call with the values given, and output pointers
+//! must be valid for writes. Fiber handles need no care: a handle is an index and a
+//! generation checked before anything else is read (`pool.rs`), so NULL, a deleted
+//! fiber's handle or any other value fails with an error.
 
 #![allow(non_snake_case, non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)] // one contract for the whole module, stated above
@@ -37,10 +39,10 @@ pub use crate::error::{
     ERROR_INVALID_FUNCTION, ERROR_INVALID_HANDLE, ERROR_INVALID_PARAMETER, ERROR_NOT_ENOUGH_MEMORY,
     ERROR_SUCCESS,
 };
-use crate::fiber::{self, FiberRecord, Start, MAGIC};
+use crate::fiber::{self, FiberRecord, Start};
 pub use crate::fls::{FLS_MAXIMUM_AVAILABLE, FLS_OUT_OF_INDEXES};
 use crate::stack::{self, Stack};
-use crate::{fls, stats, thread, tls};
+use crate::{fls, pool, stats, thread, tls};
 use core::arch::naked_asm;
 use core::ffi::{c_char, c_void};
 use core::ptr;
@@ -104,18 +106,10 @@ fn fail(e: Error) {
     tls::set_last_error(e.code());
 }
 
-/// Checks that `f` looks like a live weft fiber handle.
+/// The record a fiber handle names, or why the handle is not valid (`pool.rs`).
 #[inline(always)]
-unsafe fn record(f: LPVOID) -> Result<*mut FiberRecord, Error> {
-    if f.is_null() {
-        return Err(Error::InvalidParameter("fiber handle is NULL"));
-    }
-    let r = f.cast::<FiberRecord>();
-    // SAFETY: the caller passes a fiber handle; reading its magic is the check.
-    if unsafe { (*r).magic.load(Relaxed) } != MAGIC {
-        return Err(Error::InvalidParameter("not a live fiber handle"));
-    }
-    Ok(r)
+fn record(f: LPVOID) -> Result<*mut FiberRecord, Error> {
+    pool::lookup(f as u64).ok_or_else(|| pool::invalid(f as u64))
 }
 
 fn check_flags(flags: DWORD) -> Result<(), Error> {
@@ -137,7 +131,8 @@ pub unsafe extern "C" fn ConvertThreadToFiber(param: LPVOID) -> LPVOID {
 /// `ConvertThreadToFiber` with flags (only `FIBER_FLAG_FLOAT_SWITCH`, always on in weft).
 pub unsafe extern "C" fn ConvertThreadToFiberEx(param: LPVOID, flags: DWORD) -> LPVOID {
     match check_flags(flags).and_then(|_| thread::convert(param)) {
-        Ok(f) => f.cast(),
+        // SAFETY: a live record this call just made or converted.
+        Ok(f) => unsafe { (*f).handle() as LPVOID },
         Err(e) => {
             fail(e);
             ptr::null_mut()
@@ -145,7 +140,9 @@ pub unsafe extern "C" fn ConvertThreadToFiberEx(param: LPVOID, flags: DWORD) -> 
     }
 }
 
-/// Turns the calling thread back into a plain thread, freeing its fiber.
+/// Turns the calling thread back into a plain thread. As on Windows, the running fiber
+/// (the thread's own, or one it created) is no longer a fiber: its handle stops working,
+/// and the thread keeps its FLS values and goes on on its stack.
 pub unsafe extern "C" fn ConvertFiberToThread() -> BOOL {
     match thread::convert_back() {
         Ok(()) => TRUE,
@@ -177,7 +174,8 @@ pub unsafe extern "C" fn CreateFiberEx(
     param: LPVOID,
 ) -> LPVOID {
     match create(commit.max(reserve), flags, start, param) {
-        Ok(f) => f.cast(),
+        // SAFETY: a live record this call just made or converted.
+        Ok(f) => unsafe { (*f).handle() as LPVOID },
         Err(e) => {
             fail(e);
             ptr::null_mut()
@@ -198,13 +196,18 @@ fn create(
     // SAFETY: `t` is this thread's state.
     let stack =
         stack::acquire(Some(unsafe { &mut (*t).stacks }), size).map_err(Error::OutOfMemory)?;
-    Ok(fiber::create(
+    fiber::create(
         Start::C { routine },
         routine as usize,
         param,
         stack,
         &Default::default(),
-    ))
+    )
+    .map_err(|(e, stack)| {
+        // SAFETY: `t` is this thread's state.
+        stack::release(Some(unsafe { &mut (*t).stacks }), stack);
+        e
+    })
 }
 
 /// Switches to `fiber`. On failure the caller keeps running and `GetLastError` says why.
@@ -277,9 +280,9 @@ unsafe extern "C" fn prepare_switch(fiber: LPVOID) -> Prepared {
         cur: ptr::null_mut(),
         to: ptr::null_mut(),
     };
-    // SAFETY: `record` validates the handle; `begin_switch` needs a live record. The
-    // error path builds no heap value (InvalidParameter holds a static string), so
-    // this stays fit for signal handlers.
+    // SAFETY: `record` validates the handle; `begin_switch` checks it again once it owns
+    // the record. The error path builds no heap value (the errors hold static strings),
+    // so this stays fit for signal handlers.
     unsafe {
         let to = match record(fiber) {
             Ok(to) => to,
@@ -288,7 +291,7 @@ unsafe extern "C" fn prepare_switch(fiber: LPVOID) -> Prepared {
                 return NONE;
             }
         };
-        match fiber::begin_switch::<false>(to) {
+        match fiber::begin_switch::<false>(to, fiber as u64) {
             Ok(Some(cur)) => Prepared { cur, to },
             Ok(None) => NONE,
             Err(e) => {
@@ -301,7 +304,8 @@ unsafe extern "C" fn prepare_switch(fiber: LPVOID) -> Prepared {
 
 /// Deletes `fiber`, running its FLS callbacks. Deleting the running fiber ends the thread.
 pub unsafe extern "C" fn DeleteFiber(fiber: LPVOID) {
-    // SAFETY: the handle is validated; ownership is taken by CAS before freeing.
+    // SAFETY: the handle is validated before anything else is read; the record is taken
+    // (and its handle checked again) before it is freed.
     unsafe {
         let r = match record(fiber) {
             Ok(r) => r,
@@ -312,26 +316,41 @@ pub unsafe extern "C" fn DeleteFiber(fiber: LPVOID) {
                 "DeleteFiber of a green thread's fiber: a green thread ends by returning, and its runtime frees it",
             ));
         }
-        let t = tls::thread();
-        if (*r).is_thread_fiber() && (t.is_null() || (*t).main != r) {
-            // Running here after a migration, or suspended: it belongs to its own thread.
+        if (*r).rust_owned {
             return fail(Error::InvalidParameter(
-                "DeleteFiber of another thread's converted fiber; that thread must call ConvertFiberToThread",
+                "DeleteFiber of a fiber made by the Rust API: drop its Fiber handle instead",
             ));
         }
+        let t = tls::thread();
         if !t.is_null() && (*t).current == r {
-            // Ends the thread; its exit cleanup runs the FLS callbacks and frees `r`.
+            // Ends the thread; its cleanup runs the FLS callbacks and frees `r`.
             thread::delete_current(t, r);
         }
-        if (*r).is_thread_fiber() {
-            // This thread's own fiber while one of its created fibers runs: its stack is
-            // this thread's stack, so it can only end with the thread.
+        let owner = (*r).owner.load(Acquire);
+        if !owner.is_null() && owner != t {
+            // Its frames are on that thread's stack, which lives as long as the thread.
             return fail(Error::InvalidParameter(
-                "DeleteFiber of this thread's own fiber from another fiber; switch back to it first",
+                "DeleteFiber of another thread's converted fiber; that thread must call ConvertFiberToThread, or end",
             ));
         }
-        if let Err(e) = crate::api::take_for_delete(r) {
-            return fail(e);
+        let was = match crate::api::take_for_delete(r) {
+            Ok(was) => was,
+            Err(e) => return fail(e),
+        };
+        if (*r).handle() != fiber as u64 {
+            // Deleted, and its record reused, since `record` checked it: give it back.
+            (*r).state.store(was, Release);
+            return fail(Error::StaleHandle);
+        }
+        if owner == t && !t.is_null() {
+            // This thread's own converted fiber, suspended: its frames stay on the
+            // thread's stack, unused, until the thread ends.
+            if (*t).main == r {
+                (*t).main = ptr::null_mut();
+            }
+            if (*t).home == r {
+                (*t).home = ptr::null_mut();
+            }
         }
         fiber::destroy(r, t);
     }
@@ -343,19 +362,26 @@ pub unsafe extern "C" fn GetCurrentFiber() -> LPVOID {
     if t.is_null() {
         return ptr::null_mut();
     }
-    // SAFETY: a non-null pointer is this thread's live state.
-    unsafe { (*t).current.cast() }
+    // SAFETY: a non-null pointer is this thread's live state; its running fiber is live.
+    unsafe {
+        let cur = (*t).current;
+        if cur.is_null() {
+            ptr::null_mut()
+        } else {
+            (*cur).handle() as LPVOID
+        }
+    }
 }
 
 /// The `param` the running fiber was created (or converted) with.
 pub unsafe extern "C" fn GetFiberData() -> LPVOID {
-    // SAFETY: GetCurrentFiber returns null or the running, live record.
+    let t = tls::thread();
+    // SAFETY: a non-null pointer is this thread's live state; its running fiber is live.
     unsafe {
-        let f = GetCurrentFiber().cast::<FiberRecord>();
-        if f.is_null() {
+        if t.is_null() || (*t).current.is_null() {
             ptr::null_mut()
         } else {
-            (*f).param
+            (*(*t).current).param
         }
     }
 }
@@ -366,7 +392,8 @@ pub unsafe extern "C" fn IsThreadAFiber() -> BOOL {
     unsafe { (!GetCurrentFiber().is_null()) as BOOL }
 }
 
-/// Allocates an FLS index (1..=4080), or returns FLS_OUT_OF_INDEXES.
+/// Allocates an FLS index (1..=4079), or returns FLS_OUT_OF_INDEXES
+/// (`ERROR_NOT_ENOUGH_MEMORY`).
 pub unsafe extern "C" fn FlsAlloc(callback: PFLS_CALLBACK_FUNCTION) -> DWORD {
     match fls::alloc(callback) {
         Ok(i) => i,
@@ -388,8 +415,10 @@ pub unsafe extern "C" fn FlsFree(index: DWORD) -> BOOL {
     }
 }
 
-/// The running fiber's value at `index`; on success the last error is cleared, so a
-/// NULL value is told apart from a failure.
+/// The running fiber's value at `index` (any index 1..=4079, allocated or not); on
+/// success the last error is cleared, so a NULL value is told apart from a failure. As
+/// on Windows, it fails with `ERROR_INVALID_PARAMETER` in a fiber that has no FLS yet
+/// (see `fls.rs`).
 #[inline]
 pub unsafe extern "C" fn FlsGetValue(index: DWORD) -> PVOID {
     match fls::get(index) {
@@ -404,7 +433,7 @@ pub unsafe extern "C" fn FlsGetValue(index: DWORD) -> PVOID {
     }
 }
 
-/// Stores the running fiber's value at `index`.
+/// Stores the running fiber's value at `index` (any index 1..=4079, allocated or not).
 #[inline]
 pub unsafe extern "C" fn FlsSetValue(index: DWORD, value: PVOID) -> BOOL {
     match fls::set(index, value) {

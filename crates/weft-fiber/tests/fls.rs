@@ -1,5 +1,6 @@
-//! Fiber-local storage through the Windows API: NULL for new fibers, per-fiber values,
-//! callbacks on delete / free / thread exit, errors for bad indexes.
+//! Fiber-local storage through the Windows API, as Windows behaves: a new fiber has no
+//! FLS until it stores a value, per-fiber values, callbacks on delete / free / thread
+//! exit, any index below the limit usable, errors for indexes outside it.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -28,12 +29,13 @@ static mut HOME: LPVOID = std::ptr::null_mut();
 static mut INDEX: DWORD = 0;
 static mut SEEN: usize = usize::MAX;
 
-/// Reads the slot (must be NULL in a new fiber), stores its param there, goes home,
-/// then checks its value survived.
+/// Reads the slot (NULL, and ERROR_INVALID_PARAMETER: a new fiber has no FLS yet),
+/// stores its param there, goes home, then checks its value survived.
 unsafe extern "C" fn reader(param: LPVOID) {
     unsafe {
+        SetLastError(0);
         SEEN = FlsGetValue(INDEX) as usize;
-        assert_eq!(GetLastError(), ERROR_SUCCESS);
+        assert_eq!(GetLastError(), ERROR_INVALID_PARAMETER);
         assert_eq!(FlsSetValue(INDEX, param), TRUE);
         SwitchToFiber(HOME);
         assert_eq!(FlsGetValue(INDEX), param, "value survived switches");
@@ -48,7 +50,7 @@ fn values_are_per_fiber_and_callbacks_run_on_delete_and_free() {
     std::thread::spawn(|| unsafe {
         HOME = ConvertThreadToFiber(std::ptr::null_mut());
         INDEX = FlsAlloc(Some(count_free));
-        assert!(INDEX >= 1 && INDEX <= FLS_MAXIMUM_AVAILABLE);
+        assert!(INDEX >= 1 && INDEX < FLS_MAXIMUM_AVAILABLE);
         assert_eq!(FlsSetValue(INDEX, 1000 as LPVOID), TRUE);
         let a = CreateFiber(64 * 1024, Some(reader), 7 as LPVOID);
         let b = CreateFiber(64 * 1024, Some(reader), 11 as LPVOID);
@@ -69,17 +71,19 @@ fn values_are_per_fiber_and_callbacks_run_on_delete_and_free() {
         assert_eq!(FlsFree(INDEX), TRUE); // b (11) and the thread's fiber (1000)
         assert_eq!(FREED.load(SeqCst), 3);
         assert_eq!(FREED_SUM.load(SeqCst), 7 + 11 + 1000);
+        SetLastError(1);
         assert_eq!(FlsGetValue(INDEX), std::ptr::null_mut());
         assert_eq!(
             GetLastError(),
-            ERROR_INVALID_PARAMETER,
-            "a freed index is invalid"
+            ERROR_SUCCESS,
+            "a freed index reads NULL, as on Windows"
         );
         DeleteFiber(b);
         assert_eq!(FREED.load(SeqCst), 3, "FlsFree already took b's value");
         // A reallocated index reads NULL everywhere.
         let again = FlsAlloc(None);
         assert_eq!(FlsGetValue(again), std::ptr::null_mut());
+        assert_eq!(GetLastError(), ERROR_SUCCESS);
         assert_eq!(FlsFree(again), TRUE);
         assert_eq!(ConvertFiberToThread(), TRUE);
     })
@@ -91,7 +95,12 @@ fn values_are_per_fiber_and_callbacks_run_on_delete_and_free() {
 fn bad_indexes_are_invalid_parameters() {
     let _g = serial();
     unsafe {
-        for bad in [0, FLS_MAXIMUM_AVAILABLE + 1, FLS_OUT_OF_INDEXES] {
+        for bad in [
+            0,
+            FLS_MAXIMUM_AVAILABLE,
+            FLS_MAXIMUM_AVAILABLE + 1,
+            FLS_OUT_OF_INDEXES,
+        ] {
             SetLastError(0);
             assert_eq!(FlsGetValue(bad), std::ptr::null_mut());
             assert_eq!(GetLastError(), ERROR_INVALID_PARAMETER);
@@ -107,6 +116,44 @@ fn bad_indexes_are_invalid_parameters() {
         assert_eq!(FlsFree(i), FALSE, "double free");
         assert_eq!(GetLastError(), ERROR_INVALID_PARAMETER);
     }
+}
+
+#[test]
+fn any_index_below_the_limit_can_be_set_and_read_as_on_windows() {
+    let _g = serial();
+    std::thread::spawn(|| unsafe {
+        // Never allocated: FlsFree refuses it, get and set work.
+        let top = FLS_MAXIMUM_AVAILABLE - 1;
+        assert_eq!(FlsFree(top), FALSE);
+        assert_eq!(GetLastError(), ERROR_INVALID_PARAMETER);
+        SetLastError(1);
+        assert_eq!(FlsGetValue(top), std::ptr::null_mut());
+        assert_eq!(GetLastError(), ERROR_SUCCESS);
+        assert_eq!(FlsSetValue(top, 0x217 as LPVOID), TRUE);
+        SetLastError(1);
+        assert_eq!(FlsGetValue(top) as usize, 0x217);
+        assert_eq!(GetLastError(), ERROR_SUCCESS);
+        // Freed: reads NULL, can be set again.
+        let i = FlsAlloc(Some(count_free));
+        assert_eq!(FlsSetValue(i, 3 as LPVOID), TRUE);
+        assert_eq!(FlsFree(i), TRUE);
+        assert_eq!(
+            FREED.load(SeqCst),
+            1,
+            "FlsFree ran the callback for the value"
+        );
+        SetLastError(1);
+        assert_eq!(FlsGetValue(i), std::ptr::null_mut());
+        assert_eq!(GetLastError(), ERROR_SUCCESS);
+        assert_eq!(FlsSetValue(i, 4 as LPVOID), TRUE);
+        assert_eq!(FlsGetValue(i) as usize, 4);
+        // Values under indexes that are not allocated have no callback.
+        assert_eq!(FlsSetValue(i, std::ptr::null_mut()), TRUE);
+        assert_eq!(FlsSetValue(top, std::ptr::null_mut()), TRUE);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(FREED.load(SeqCst), 1);
 }
 
 #[test]
@@ -152,13 +199,18 @@ fn callbacks_run_for_the_fiber_running_when_its_thread_exits() {
         );
         assert_eq!(libc::pthread_join(th, std::ptr::null_mut()), 0);
     }
+    // As on Windows, the thread's end runs the callbacks of the fiber running then
+    // only; the thread's own fiber keeps its value (its record stays until DeleteFiber),
+    // and FlsFree reaches it.
+    assert_eq!(FREED.load(SeqCst), 1, "the returning fiber's callback ran");
+    assert_eq!(FREED_SUM.load(SeqCst), 23);
+    unsafe { assert_eq!(FlsFree(i), TRUE) };
     assert_eq!(
         FREED.load(SeqCst),
         2,
-        "callbacks of the returning fiber and of the thread's own fiber ran"
+        "FlsFree reached the thread fiber's value"
     );
     assert_eq!(FREED_SUM.load(SeqCst), 123);
-    unsafe { assert_eq!(FlsFree(i), TRUE) };
 }
 
 extern "C" fn converts_and_runs_a_returning_fiber(_: *mut c_void) -> *mut c_void {
