@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `arch` | the context switch (a few dozen instructions of assembly) and a new stack's first frame |
 //! | `stack` | guarded, lazily committed stacks and their per-thread and process-wide caches |
+//! | `valgrind`, `sanitizer` | telling valgrind and AddressSanitizer about fiber stacks |
 //! | `fiber` | the fiber record and the switch protocol: atomic ownership, statistics, signal safety |
 //! | `pool` | where records live (never freed to the allocator) and what a handle is (an index and a generation) |
 //! | `thread` | per-OS-thread state, conversion, and cleanup when a thread ends |
@@ -48,6 +49,7 @@ mod overflow;
 mod pool;
 pub mod raw;
 mod registry;
+mod sanitizer;
 pub mod stack;
 mod stats;
 mod thread;

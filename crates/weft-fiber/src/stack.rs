@@ -87,10 +87,12 @@ impl Stack {
     /// This stack, taken from a cache for a new fiber (see `valgrind::reuse_stack`).
     #[inline]
     fn reused(self) -> Stack {
-        crate::valgrind::reuse_stack(
+        let (lo, hi) = (
             self.base.as_ptr() as usize + GUARD_SIZE,
             self.top() as usize,
         );
+        crate::valgrind::reuse_stack(lo, hi);
+        crate::sanitizer::unpoison_stack(lo, hi);
         self
     }
 
@@ -115,6 +117,10 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         crate::valgrind::deregister_stack(self.vg_id);
+        crate::sanitizer::unpoison_stack(
+            self.base.as_ptr() as usize + GUARD_SIZE,
+            self.top() as usize,
+        );
         // SAFETY: we own the mapping; nothing runs on a stack that is being dropped.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
