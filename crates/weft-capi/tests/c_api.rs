@@ -5,8 +5,11 @@
 //! - Most C tests link `libweft.so` (with an rpath) and must exit 0.
 //! - `overflow` must die by SIGSEGV after printing "stack overflow", the
 //!   fiber's id and its stack size to stderr.
-//! - `thread_exit` also runs under valgrind (set `WEFT_SKIP_VALGRIND=1` to
-//!   skip that one where valgrind cannot be installed).
+//! - Every C test also runs under valgrind memcheck (set `WEFT_SKIP_VALGRIND=1`
+//!   to skip those where valgrind cannot be installed), and built with
+//!   `-fsanitize=address` against a libweft built with AddressSanitizer (see
+//!   [`asan_lib_dir`]; `WEFT_SKIP_ASAN=1` skips them). A few run under valgrind
+//!   in a form it can run: see [`VALGRIND_TESTS`].
 //! - One test links `libweft.a` statically, one installs with `make install`
 //!   into a scratch prefix and builds with `pkg-config --cflags --libs weft`.
 //! - `runtime_ipc` is a C program on `include/weft/runtime.h` and
@@ -184,7 +187,11 @@ fn build_c(name: &str) -> PathBuf {
 
 /// Compiles tests/c/<src>.c with `compiler`, extra flags, into <out_name>.
 fn build_with(compiler: &str, src: &str, extra: &[&str], out_name: &str) -> PathBuf {
-    let lib = lib_dir();
+    build_against(lib_dir(), compiler, src, extra, out_name)
+}
+
+/// [`build_with`], linked against the libweft in `lib`.
+fn build_against(lib: &Path, compiler: &str, src: &str, extra: &[&str], out_name: &str) -> PathBuf {
     let out = out_dir().join(out_name);
     let mut cmd = Command::new(compiler);
     cmd.args(CFLAGS)
@@ -330,6 +337,25 @@ fn c_signal_switch() {
 #[test]
 fn c_thread_exit() {
     c_test("thread_exit");
+}
+
+/// Deleted fibers' handles and values that never were handles: errors, nothing touched.
+#[test]
+fn c_stale_handles() {
+    c_test("stale_handles");
+}
+
+/// exit() from a fiber: atexit handlers switch and use FLS; FLS callbacks at exit; a
+/// thread stuck in its FLS callback does not stop the process from exiting.
+#[test]
+fn c_process_exit() {
+    c_test("process_exit");
+}
+
+/// What Windows's own fiber tests check, apart from Windows internals.
+#[test]
+fn c_windows_behaviour() {
+    c_test("windows_behaviour");
 }
 
 /// weft_introspect (include/weft/introspect.h), with a registry directory of
@@ -571,13 +597,71 @@ fn c_overflow_other_thread() {
 
 // ---- valgrind ------------------------------------------------------------------
 
-#[test]
-fn c_thread_exit_valgrind() {
-    if std::env::var_os("WEFT_SKIP_VALGRIND").is_some_and(|v| v == "1") {
-        skip::skip("WEFT_SKIP_VALGRIND=1: the valgrind run of thread_exit is skipped");
-        return;
+/// How a C test runs under valgrind: its arguments and environment (`clean_env`: only
+/// that, PATH and HOME), and a suppressions file for what it does wrong on purpose.
+struct Vg {
+    name: &'static str,
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    clean_env: bool,
+    supp: Option<&'static str>,
+}
+
+/// The C tests run under valgrind: all of them but `fpu`, whose subject (arithmetic
+/// under other rounding modes) valgrind does not emulate (it computes SSE arithmetic
+/// rounded to nearest whatever MXCSR says), so its checks fail under valgrind alone.
+/// `syslet` runs with its thread backends (valgrind does not understand io_uring) and
+/// with `tests/c/valgrind.supp`, which names the reads, writes and system call
+/// arguments through pointers that the test makes bad on purpose (the EFAULT checks).
+/// Those checks take SIGSEGVs on the main thread, and valgrind 3.19 cannot deliver them
+/// ("Can't extend stack ... during signal delivery") when the process starts with an
+/// environment as large as cargo's, with any libweft: it runs with a small one.
+/// `overflow` dies by SIGSEGV on purpose, as it does outside valgrind.
+const VALGRIND_TESTS: &[Vg] = &[
+    Vg::plain("convert"),
+    Vg::plain("create_switch"),
+    Vg::plain("delete"),
+    Vg::plain("fls"),
+    Vg::plain("migrate_contention"),
+    Vg::plain("signal_switch"),
+    Vg::plain("thread_exit"),
+    Vg::plain("stale_handles"),
+    Vg::plain("process_exit"),
+    Vg::plain("windows_behaviour"),
+    Vg::plain("windows_program"),
+    Vg::plain("header_check"),
+    Vg::plain("runtime_ipc"),
+    Vg::plain("runtime_ipc_header"),
+    Vg::plain("syslet_header"),
+    Vg::plain("introspect"),
+    Vg {
+        name: "syslet",
+        args: &[],
+        env: &[("WEFT_IO_BACKEND", "threads"), ("WEFT_SYSLET_URING", "off")],
+        clean_env: true,
+        supp: Some("valgrind.supp"),
+    },
+];
+
+impl Vg {
+    const fn plain(name: &'static str) -> Vg {
+        Vg {
+            name,
+            args: &[],
+            env: &[],
+            clean_env: false,
+            supp: None,
+        }
     }
-    let valgrind = ["/usr/bin/valgrind", "/usr/local/bin/valgrind"]
+}
+
+/// valgrind's path, or None (the test is skipped) with `WEFT_SKIP_VALGRIND=1`.
+fn valgrind() -> Option<PathBuf> {
+    if std::env::var_os("WEFT_SKIP_VALGRIND").is_some_and(|v| v == "1") {
+        skip::skip("WEFT_SKIP_VALGRIND=1: the valgrind runs of the C tests are skipped");
+        return None;
+    }
+    let found = ["/usr/bin/valgrind", "/usr/local/bin/valgrind"]
         .into_iter()
         .map(PathBuf::from)
         .find(|p| p.exists())
@@ -592,24 +676,242 @@ fn c_thread_exit_valgrind() {
         .unwrap_or_else(|| {
             panic!(
                 "valgrind is not installed: install it (apt-get install valgrind) to run the \
-                 thread-exit leak test, or set WEFT_SKIP_VALGRIND=1 to skip it"
+                 C tests under memcheck, or set WEFT_SKIP_VALGRIND=1 to skip them"
             )
         });
-    let bin = build_with("cc", "thread_exit", &[], "thread_exit_vg");
+    Some(found)
+}
+
+/// Runs one C test under memcheck: no error, no definite leak, and it passes.
+fn valgrind_test(name: &str) {
+    let Some(valgrind) = valgrind() else { return };
+    let vg = VALGRIND_TESTS
+        .iter()
+        .find(|v| v.name == name)
+        .expect("a test of VALGRIND_TESTS");
+    let bin = build_with("cc", vg.name, &[], &format!("{}_vg", vg.name));
+    let dir = out_dir().join(format!("{}-vg-registry-{}", vg.name, std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a registry directory");
     let mut cmd = Command::new(valgrind);
     cmd.args([
         "--leak-check=full",
         "--errors-for-leak-kinds=definite",
         "--error-exitcode=9",
-    ])
-    .arg(&bin);
+    ]);
+    if let Some(supp) = vg.supp {
+        cmd.arg(format!(
+            "--suppressions={}",
+            workspace().join("tests/c").join(supp).display()
+        ));
+    }
+    if vg.clean_env {
+        cmd.env_clear();
+        for keep in ["PATH", "HOME"] {
+            if let Some(v) = std::env::var_os(keep) {
+                cmd.env(keep, v);
+            }
+        }
+    }
+    cmd.arg(&bin)
+        .args(vg.args)
+        .envs(vg.env.iter().copied())
+        .env("WEFT_REGISTRY_DIR", &dir);
     let r = run_with_timeout(cmd, VALGRIND_TIMEOUT);
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         r.status.success(),
-        "thread_exit under valgrind failed (exit 9 = valgrind found errors or definite leaks)\n{}",
+        "{name} under valgrind failed (exit 9 = valgrind found errors or definite leaks)\n{}",
         r.describe()
     );
     assert!(r.stdout.contains("all checks passed"), "{}", r.describe());
+}
+
+macro_rules! valgrind_tests {
+    ($($test:ident: $name:literal,)*) => {$(
+        #[test]
+        fn $test() {
+            valgrind_test($name);
+        }
+    )*};
+}
+
+valgrind_tests! {
+    c_convert_valgrind: "convert",
+    c_create_switch_valgrind: "create_switch",
+    c_delete_valgrind: "delete",
+    c_fls_valgrind: "fls",
+    c_migrate_contention_valgrind: "migrate_contention",
+    c_signal_switch_valgrind: "signal_switch",
+    c_thread_exit_valgrind: "thread_exit",
+    c_stale_handles_valgrind: "stale_handles",
+    c_process_exit_valgrind: "process_exit",
+    c_windows_behaviour_valgrind: "windows_behaviour",
+    c_windows_program_valgrind: "windows_program",
+    c_header_check_valgrind: "header_check",
+    c_runtime_ipc_valgrind: "runtime_ipc",
+    c_runtime_ipc_header_valgrind: "runtime_ipc_header",
+    c_syslet_header_valgrind: "syslet_header",
+    c_introspect_valgrind: "introspect",
+    c_syslet_valgrind: "syslet",
+}
+
+/// `overflow` under valgrind: it still names the fiber and dies by SIGSEGV.
+#[test]
+fn c_overflow_valgrind() {
+    let Some(valgrind) = valgrind() else { return };
+    let bin = build_with("cc", "overflow", &[], "overflow_vg");
+    let mut cmd = Command::new(valgrind);
+    cmd.arg("--error-exitcode=9")
+        .arg(&bin)
+        .arg("thread")
+        .env("WEFT_REGISTRY", "off");
+    assert_overflow_death(&run_with_timeout(cmd, VALGRIND_TIMEOUT), "valgrind");
+}
+
+/// `overflow` run under a tool died as it does without: the message, then SIGSEGV.
+fn assert_overflow_death(r: &Run, tool: &str) {
+    assert_eq!(
+        r.status.signal(),
+        Some(libc::SIGSEGV),
+        "overflow under {tool} should die by SIGSEGV\n{}",
+        r.describe()
+    );
+    assert!(
+        r.stderr.contains("weft: stack overflow in fiber"),
+        "{}",
+        r.describe()
+    );
+}
+
+// ---- AddressSanitizer -----------------------------------------------------------
+
+/// Where the AddressSanitizer build of libweft is, building it first: with nightly
+/// Rust (`-Zsanitizer=address`, which stable Rust does not accept) into
+/// `<target>/asan`, so that weft's own code is instrumented. The C tests are built with
+/// `-fsanitize=address` against it, and the C compiler's ASan runtime serves both.
+///
+/// Without a nightly toolchain (`rustup toolchain install nightly`), the C tests are
+/// built with `-fsanitize=address` against the ordinary libweft instead, and the run
+/// says so: ASan then checks the tests' own code and every malloc/free in the process
+/// (double frees, frees of foreign pointers, leaks), but not weft's own loads and
+/// stores. Returns None when `WEFT_SKIP_ASAN=1`.
+fn asan_lib_dir() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if std::env::var_os("WEFT_SKIP_ASAN").is_some_and(|v| v == "1") {
+            return None;
+        }
+        let target = lib_dir().parent().expect("target dir").join("asan");
+        let triple = "x86_64-unknown-linux-gnu";
+        let nightly = Command::new("rustup")
+            .args(["run", "nightly", "rustc", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !nightly || !cfg!(target_arch = "x86_64") {
+            eprintln!(
+                "no nightly Rust toolchain (rustup toolchain install nightly): the C tests are \
+                 built with -fsanitize=address against the ordinary libweft, so ASan checks \
+                 their code and every malloc/free, but not weft's own memory accesses"
+            );
+            return Some(lib_dir().to_path_buf());
+        }
+        let mut cmd = Command::new("rustup");
+        cmd.args(["run", "nightly", "cargo", "build", "-p", "libweft"])
+            .args(["--target", triple])
+            .env("CARGO_TARGET_DIR", &target)
+            .env("RUSTFLAGS", "-Zsanitizer=address")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO")
+            .env_remove("RUSTC")
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .current_dir(workspace());
+        eprintln!("building libweft with AddressSanitizer: {cmd:?}");
+        let status = cmd.status().expect("run rustup");
+        assert!(
+            status.success(),
+            "the AddressSanitizer build of libweft failed"
+        );
+        Some(target.join(triple).join("debug"))
+    })
+    .as_deref()
+}
+
+/// Builds tests/c/<name>.c with `-fsanitize=address` against the ASan libweft, runs it
+/// with `args`, and returns how it ran (None when skipped).
+fn asan_run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Run> {
+    let out = build_against(
+        asan_lib_dir()?,
+        "cc",
+        name,
+        &["-fsanitize=address", "-fno-omit-frame-pointer"],
+        &format!("{name}_asan"),
+    );
+    let dir = out_dir().join(format!("{name}-asan-registry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a registry directory");
+    let mut cmd = Command::new(&out);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .env("WEFT_REGISTRY_DIR", &dir)
+        .env("ASAN_OPTIONS", "detect_leaks=1");
+    let r = run_with_timeout(cmd, TIMEOUT);
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(r)
+}
+
+/// No AddressSanitizer or LeakSanitizer report in `r`.
+fn assert_no_asan_report(r: &Run, name: &str) {
+    for what in ["ERROR: AddressSanitizer", "ERROR: LeakSanitizer"] {
+        assert!(
+            !r.stderr.contains(what),
+            "{name} under AddressSanitizer: {what}\n{}",
+            r.describe()
+        );
+    }
+}
+
+fn asan_test(name: &str) {
+    let Some(r) = asan_run(name, &[], &[]) else {
+        skip::skip("WEFT_SKIP_ASAN=1: the AddressSanitizer runs of the C tests are skipped");
+        return;
+    };
+    assert_no_asan_report(&r, name);
+    assert_passed(&r, &format!("{name} (AddressSanitizer)"));
+}
+
+macro_rules! asan_tests {
+    ($($test:ident: $name:literal,)*) => {$(
+        #[test]
+        fn $test() {
+            asan_test($name);
+        }
+    )*};
+}
+
+asan_tests! {
+    c_convert_asan: "convert",
+    c_create_switch_asan: "create_switch",
+    c_delete_asan: "delete",
+    c_fls_asan: "fls",
+    c_fpu_asan: "fpu",
+    c_migrate_contention_asan: "migrate_contention",
+    c_signal_switch_asan: "signal_switch",
+    c_thread_exit_asan: "thread_exit",
+    c_stale_handles_asan: "stale_handles",
+    c_process_exit_asan: "process_exit",
+    c_windows_behaviour_asan: "windows_behaviour",
+    c_windows_program_asan: "windows_program",
+    c_header_check_asan: "header_check",
+    c_runtime_ipc_asan: "runtime_ipc",
+    c_syslet_asan: "syslet",
+    c_introspect_asan: "introspect",
+}
+
+/// `overflow` under AddressSanitizer: it still names the fiber and dies by SIGSEGV.
+#[test]
+fn c_overflow_asan() {
+    if let Some(r) = asan_run("overflow", &["thread"], &[("WEFT_REGISTRY", "off")]) {
+        assert_overflow_death(&r, "AddressSanitizer");
+    }
 }
 
 // ---- static linking -----------------------------------------------------------
