@@ -85,16 +85,22 @@ error reply such as WRONGTYPE or NOAUTH), printed on stderr."
         #[command(flatten)]
         conn: Conn,
     },
-    /// Check a data directory's logs (with the server stopped); prints what it found.
+    /// Check a data directory and its logs (with the server stopped); prints what it
+    /// found, one line per log, and changes nothing.
     ///
-    /// With --repair, each log is cut at its first damaged record.
+    /// It finds what stops `serve` from starting: damaged records, a log missing,
+    /// emptied or from another directory, logs the manifest does not name, no manifest.
+    /// With --repair, each damaged log is cut at its first damaged record (a copy is
+    /// kept), a missing or emptied log is created empty, a missing manifest is rebuilt
+    /// from the logs' headers, and leftover compaction files are removed.
     #[command(after_help = EXIT_STATUSES)]
     Check {
         /// The data directory [default: the per-user one, as `serve`'s].
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
-        /// Repair: drop every record from the first damaged one on, in each log
-        /// (the data they held is lost; the rest is kept).
+        /// Repair: drop every record from the first damaged one on, in each log (the
+        /// data they held is lost; the rest is kept); start a missing or emptied log
+        /// empty (its keys are lost); rebuild a missing manifest.
         #[arg(long)]
         repair: bool,
     },
@@ -149,7 +155,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     max_clients: Option<usize>,
     /// The largest string a request may carry, refused before it is read (at most
-    /// 4gb - 1: a key's entry keeps lengths in 32 bits) [default: 512mb].
+    /// 1gb, the longest key or value the log holds) [default: 512mb].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_bulk: Option<u64>,
     /// The most bytes of replies a connection holds unsent: past it, the server
@@ -243,13 +249,14 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
         config.max_clients = n;
     }
     if let Some(n) = a.max_bulk {
-        if n > u64::from(u32::MAX) {
+        let most = weft_kv::log::MAX_VALUE;
+        if n > most as u64 {
             return Err(format!(
-                "--max-bulk {n} is too large: at most {} (4gb - 1), a key's entry keeps lengths in 32 bits",
-                u32::MAX
+                "--max-bulk {n} is too large: at most {most} (1gb), the longest key or value \
+                 the log holds (a larger one could not be read back at the next start)"
             ));
         }
-        config.max_bulk = usize::try_from(n).map_err(|_| format!("--max-bulk {n} is too large"))?;
+        config.max_bulk = n as usize;
     }
     if let Some(n) = a.workers {
         config.workers = n;

@@ -1,7 +1,10 @@
 //! The shard log's files: recovery (torn tails at every byte offset, corruption in the
-//! middle), `check --repair`, the data directory's lock and manifest, compaction's
-//! publish and abort, write errors (ENOSPC on a tiny tmpfs, when root), and the writer
-//! on a green thread and on a plain thread.
+//! middle, a damaged last record), `check --repair`, the data directory's lock and
+//! manifest, a directory that must prove it is whole (a log missing, emptied, from
+//! another directory or shard, one too many, no manifest, an edited shard count), the
+//! upgrade of format 1 directories, a check that changes nothing, compaction's publish
+//! and abort, write errors (ENOSPC on a tiny tmpfs, when root), and the writer on a
+//! green thread and on a plain thread.
 
 mod common;
 
@@ -10,8 +13,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use weft_kv::log::{
-    check, encode, recover, DataDir, LogWriter, Record, RecoverError, Rewriter, ShardState,
-    HEADER_LEN,
+    check, encode, recover, DataDir, DirId, LogId, LogWriter, Record, RecoverError, Rewriter,
+    ShardState, HEADER_LEN,
 };
 
 fn set(key: &str, value: &[u8]) -> Record {
@@ -39,9 +42,22 @@ fn sample() -> Vec<Record> {
     ]
 }
 
+/// The identity the standalone logs of these tests carry (recovery reads any; the
+/// data directory checks it).
+const ID: LogId = LogId {
+    dir: DirId([5; 16]),
+    shard: 0,
+    shards: 1,
+};
+
 /// A whole log's bytes for `recs`, and each frame's end offset.
 fn log_bytes(recs: &[Record]) -> (Vec<u8>, Vec<usize>) {
-    let mut out = weft_kv::log::header::header().to_vec();
+    log_bytes_of(&ID, recs)
+}
+
+/// [`log_bytes`] with `id`'s header.
+fn log_bytes_of(id: &LogId, recs: &[Record]) -> (Vec<u8>, Vec<usize>) {
+    let mut out = weft_kv::log::header::header(id).to_vec();
     let mut ends = Vec::new();
     for r in recs {
         encode(&r.as_ref(), &mut out);
@@ -64,14 +80,22 @@ fn torn_at_every_byte_offset() {
     let (bytes, ends) = log_bytes(&recs);
     for cut in 0..=bytes.len() {
         fs::write(&path, &bytes[..cut]).unwrap();
-        let (got, r) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         if cut < HEADER_LEN {
-            // A header cut short: a creation that did not finish; written anew.
-            assert!(r.created, "cut at {cut}");
-            assert!(got.is_empty());
-            assert_eq!(fs::read(&path).unwrap(), &bytes[..HEADER_LEN]);
+            // A header cut short: no log to read (the data directory refuses such a
+            // file before recovery; see `an_emptied_log_stops_the_start`).
+            match recover_all(&path) {
+                Err(RecoverError::Header { reason, .. }) => {
+                    assert!(
+                        reason.contains("part of a header"),
+                        "cut at {cut}: {reason}"
+                    )
+                }
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+            assert_eq!(fs::read(&path).unwrap(), &bytes[..cut], "unchanged");
             continue;
         }
+        let (got, r) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         let whole = ends.iter().filter(|&&e| e <= cut).count();
         let good_end = if whole == 0 {
             HEADER_LEN
@@ -96,14 +120,37 @@ fn torn_at_every_byte_offset() {
 }
 
 #[test]
-fn missing_log_is_created_with_a_header() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shard-000.log");
-    let (got, r) = recover_all(&path).unwrap();
-    assert!(got.is_empty() && r.created);
-    assert_eq!(fs::read(&path).unwrap(), weft_kv::log::header::header());
-    let (_, r) = recover_all(&path).unwrap();
-    assert!(!r.created && r.bytes == HEADER_LEN as u64 && r.torn_bytes == 0);
+fn a_new_directory_has_every_log_with_its_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let d = DataDir::open(&dir, 3).unwrap();
+    for shard in 0..3 {
+        let want = LogId {
+            dir: d.id(),
+            shard: shard as u32,
+            shards: 3,
+        };
+        assert_eq!(d.log_id(shard), want);
+        let path = d.log_path(shard);
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            weft_kv::log::header::header(&want)
+        );
+        let (got, r) = recover_all(&path).unwrap();
+        assert!(got.is_empty() && r.bytes == HEADER_LEN as u64 && r.torn_bytes == 0);
+    }
+    let meta = fs::read_to_string(dir.join("weft-kv.meta")).unwrap();
+    assert_eq!(
+        meta,
+        format!(
+            "weft-kv data directory\nformat 2\nid {}\nshards 3\nlog shard-000.log\n\
+             log shard-001.log\nlog shard-002.log\n",
+            d.id()
+        )
+    );
+    // Recovery does not make up a log that is not there.
+    let e = recover_all(&tmp.path().join("nothing.log")).unwrap_err();
+    assert!(matches!(e, RecoverError::Io { .. }), "{e}");
 }
 
 #[test]
@@ -156,23 +203,76 @@ fn flipped_bit_in_a_middle_frame_is_corruption_and_the_file_is_untouched() {
     );
 }
 
+/// A flipped bit anywhere in the last frame (its length, its checksum, its payload)
+/// leaves a whole frame that is damaged: no crash writes that, and the record may have
+/// been acknowledged (under `fsync always` it was), so recovery refuses with the file,
+/// the offset and the repair command, and changes nothing. (It used to cut it as a torn
+/// tail, "never acknowledged".)
 #[test]
-fn flipped_bit_in_the_last_frame_is_a_torn_tail() {
+fn flipped_bit_in_the_last_frame_is_damage_not_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shard-000.log");
     let recs = sample();
     let (bytes, ends) = log_bytes(&recs);
     let start = ends[ends.len() - 2];
     for i in start..bytes.len() {
-        let mut bad = bytes.clone();
-        bad[i] ^= 0x20;
-        fs::write(&path, &bad).unwrap();
-        let (got, r) = recover_all(&path).unwrap_or_else(|e| panic!("flip at {i}: {e}"));
-        assert_eq!(got, &recs[..recs.len() - 1], "flip at {i}");
-        assert_eq!(r.bytes, start as u64);
-        assert_eq!(r.torn_bytes, (bytes.len() - start) as u64);
-        assert_eq!(fs::read(&path).unwrap(), &bytes[..start]);
+        for bit in [0x01u8, 0x20, 0x80] {
+            let mut bad = bytes.clone();
+            bad[i] ^= bit;
+            fs::write(&path, &bad).unwrap();
+            match recover_all(&path) {
+                Err(RecoverError::DamagedTail {
+                    offset, file_len, ..
+                }) => {
+                    assert_eq!(offset, start as u64, "flip {bit:#x} at {i}");
+                    assert_eq!(file_len, bytes.len() as u64);
+                }
+                other => panic!("flip {bit:#x} at {i}: {other:?}"),
+            }
+            assert_eq!(fs::read(&path).unwrap(), bad, "flip at {i}: unchanged");
+        }
     }
+    let mut bad = bytes.clone();
+    bad[bytes.len() - 3] ^= 0x04;
+    fs::write(&path, &bad).unwrap();
+    let msg = recover_all(&path).unwrap_err().to_string();
+    for want in [
+        path.display().to_string(),
+        format!("the last record, at offset {start}, is damaged"),
+        "may have been acknowledged".into(),
+        format!("weft kv check --repair --dir {}", dir.path().display()),
+    ] {
+        assert!(msg.contains(&want), "{want:?} not in: {msg}");
+    }
+    assert!(!msg.contains("never acknowledged"), "{msg}");
+    // check reports it as such, and --repair cuts it (with a backup).
+    let tmp = tempfile::tempdir().unwrap();
+    let d = DataDir::open(tmp.path(), 1).unwrap();
+    let (bytes, ends) = log_bytes_of(&d.log_id(0), &recs);
+    let start = ends[ends.len() - 2];
+    let mut bad = bytes.clone();
+    bad[bytes.len() - 3] ^= 0x04;
+    fs::write(d.log_path(0), &bad).unwrap();
+    drop(d);
+    let report = check(tmp.path(), false).unwrap();
+    assert!(
+        matches!(
+            &report.shards[0].state,
+            ShardState::DamagedTail { offset, lost_bytes, .. }
+                if *offset == start as u64 && *lost_bytes == (bytes.len() - start) as u64
+        ),
+        "{report:?}"
+    );
+    assert!(!report.usable());
+    let text = report.to_string();
+    assert!(text.contains("may have been acknowledged"), "{text}");
+    assert!(text.contains("--repair"), "{text}");
+    let report = check(tmp.path(), true).unwrap();
+    assert!(report.usable(), "{report}");
+    let d = DataDir::open(tmp.path(), 1).unwrap();
+    let (got, r) = recover_all(&d.log_path(0)).unwrap();
+    assert_eq!(got, &recs[..recs.len() - 1]);
+    assert_eq!(r.torn_bytes, 0);
 }
 
 #[test]
@@ -190,14 +290,21 @@ fn a_length_past_the_end_is_torn_only_when_nothing_valid_follows() {
         other => panic!("{other:?}"),
     }
     assert_eq!(fs::read(&path).unwrap(), bad);
-    // In the last frame: torn.
+    // In the last frame, whole (its checksum matches what is there): damage.
     let last = ends[ends.len() - 2];
     let mut bad = bytes.clone();
     bad[last + 2] ^= 0x01;
     fs::write(&path, &bad).unwrap();
+    assert!(matches!(
+        recover_all(&path),
+        Err(RecoverError::DamagedTail { .. })
+    ));
+    // In the last frame, cut short by the end of the file: torn.
+    let cut = &bytes[..bytes.len() - 2];
+    fs::write(&path, cut).unwrap();
     let (got, r) = recover_all(&path).unwrap();
     assert_eq!(got.len(), recs.len() - 1);
-    assert_eq!(r.torn_bytes, (bytes.len() - last) as u64);
+    assert_eq!(r.torn_bytes, (cut.len() - last) as u64);
 }
 
 #[test]
@@ -251,6 +358,11 @@ fn big_log_streams_through_the_window() {
     assert_eq!(r.bytes, bytes.len() as u64);
 }
 
+/// The identity of shard `shard` of the data directory `dir` (opened and closed).
+fn id_of(dir: &Path, shard: usize) -> LogId {
+    DataDir::open(dir, 1).unwrap().log_id(shard)
+}
+
 fn write_shard(dir: &Path, shard: usize, bytes: &[u8]) -> PathBuf {
     let p = dir.join(format!("shard-{shard:03}.log"));
     fs::write(&p, bytes).unwrap();
@@ -263,12 +375,13 @@ fn check_reports_and_repair_cuts_keeping_a_backup() {
     let dir = tmp.path().join("data");
     drop(DataDir::open(&dir, 3).unwrap());
     let recs = sample();
-    let (bytes, ends) = log_bytes(&recs);
+    let (bytes, ends) = log_bytes_of(&id_of(&dir, 0), &recs);
     write_shard(&dir, 0, &bytes);
+    let (bytes, _) = log_bytes_of(&id_of(&dir, 1), &recs);
     let mut corrupt = bytes.clone();
     corrupt[ends[1] + 9] ^= 0x02;
     let p1 = write_shard(&dir, 1, &corrupt);
-    let mut torn = bytes.clone();
+    let (mut torn, _) = log_bytes_of(&id_of(&dir, 2), &recs);
     torn.truncate(bytes.len() - 3);
     write_shard(&dir, 2, &torn);
 
@@ -310,13 +423,13 @@ fn check_reports_and_repair_cuts_keeping_a_backup() {
     let rep = report.shards[1].repair.as_ref().expect("shard 1 repaired");
     assert_eq!(rep.cut_at, ends[1] as u64);
     assert_eq!(rep.bytes_cut, (bytes.len() - ends[1]) as u64);
+    let backup = rep.backup.as_ref().expect("a backup");
     assert_eq!(
-        fs::read(&rep.backup).unwrap(),
+        fs::read(backup).unwrap(),
         corrupt,
         "the backup is the damaged file"
     );
-    assert!(rep
-        .backup
+    assert!(backup
         .file_name()
         .unwrap()
         .to_string_lossy()
@@ -488,7 +601,6 @@ fn rewrite_publishes_and_aborts() {
     let tmp = tempfile::tempdir().unwrap();
     let d = DataDir::open(tmp.path(), 2).unwrap();
     let log = d.log_path(1);
-    recover(&log, |_| {}).unwrap();
     let mut w = LogWriter::open(&log).unwrap();
     w.write(
         &frames(&[set("a", b"1"), set("a", b"2"), set("b", b"3")]),
@@ -573,7 +685,7 @@ fn write_records(w: &mut LogWriter, from: usize, n: usize, sync: bool) -> Vec<Re
 fn writer_on_a_plain_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("shard-000.log");
-    recover(&log, |_| {}).unwrap();
+    fs::write(&log, weft_kv::log::header::header(&ID)).unwrap();
     let mut w = LogWriter::open(&log).unwrap();
     assert!(w.is_empty());
     let mut recs = write_records(&mut w, 0, 20, true);
@@ -598,7 +710,7 @@ fn writer_on_a_plain_thread() {
 fn writer_on_a_green_thread_uses_the_linked_syslet() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("shard-000.log");
-    recover(&log, |_| {}).unwrap();
+    fs::write(&log, weft_kv::log::header::header(&ID)).unwrap();
     let rt = weft_runtime::Runtime::new().unwrap();
     let log2 = log.clone();
     let (recs, engine, before, after) = rt.block_on(move || {
@@ -668,7 +780,7 @@ fn enospc_round(mnt: &Path, sync: bool) {
     let filler = mnt.join("filler");
     fs::write(&filler, vec![1u8; 24 * 1024]).unwrap();
     let log = mnt.join("shard-000.log");
-    recover(&log, |_| {}).unwrap();
+    fs::write(&log, weft_kv::log::header::header(&ID)).unwrap();
     let mut w = LogWriter::open(&log).unwrap();
     let mut written = Vec::new();
     let mut i = 0;
@@ -732,4 +844,384 @@ fn enospc_leaves_only_whole_frames_and_writing_resumes() {
     let dir = m.0.clone();
     rt.block_on(move || enospc_round(&dir, true));
     drop(rt);
+}
+
+// ---- the directory proves it is whole ---------------------------------------------
+
+/// A data directory of `shards` shards with records in every log; returns each log's
+/// records.
+fn dir_with_data(dir: &Path, shards: usize) -> Vec<Vec<Record>> {
+    let d = DataDir::open(dir, shards).unwrap();
+    (0..shards)
+        .map(|s| {
+            let recs = vec![set(&format!("k{s}"), b"v"), set(&format!("j{s}"), b"w")];
+            let mut w = LogWriter::open(&d.log_path(s)).unwrap();
+            w.write(&frames(&recs), true).unwrap();
+            recs
+        })
+        .collect()
+}
+
+/// Every file of `dir` (not LOCK's pid) with its bytes and mode: what a look that
+/// changes nothing must leave as it was.
+fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, (Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let mode = e.metadata().unwrap().permissions().mode();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, (fs::read(e.path()).unwrap(), mode))
+        })
+        .collect()
+}
+
+fn open_err(dir: &Path) -> String {
+    DataDir::open(dir, 1).unwrap_err().to_string()
+}
+
+fn assert_has(msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(msg.contains(p), "{p:?} not in: {msg}");
+    }
+}
+
+/// With 2 shards, a deleted `shard-001.log` stopped nothing: the store started with
+/// half the keys. Now the start is refused with the file and what to do, changing
+/// nothing; `check` says the same; `check --repair` starts the shard empty.
+#[test]
+fn a_deleted_log_stops_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    dir_with_data(&dir, 2);
+    let p1 = dir.join("shard-001.log");
+    fs::remove_file(&p1).unwrap();
+    let before = snapshot(&dir);
+    let e = open_err(&dir);
+    let repair = format!("weft kv check --repair --dir {}", dir.display());
+    assert_has(
+        &e,
+        &[
+            &p1.display().to_string(),
+            "is missing",
+            "shard 1 of 2",
+            &repair,
+        ],
+    );
+    assert_eq!(
+        snapshot(&dir).keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    let report = check(&dir, false).unwrap();
+    assert_eq!(report.shards[1].state, ShardState::Missing);
+    assert!(!report.usable() && !report.clean());
+    assert!(
+        report.to_string().contains("shard-001.log: missing"),
+        "{report}"
+    );
+    let report = check(&dir, true).unwrap();
+    assert!(report.usable(), "{report}");
+    assert!(report.to_string().contains("created empty"), "{report}");
+    let d = DataDir::open(&dir, 1).unwrap();
+    let (got, _) = recover_all(&d.log_path(1)).unwrap();
+    assert!(got.is_empty());
+    assert_eq!(recover_all(&d.log_path(0)).unwrap().0.len(), 2);
+}
+
+/// An emptied log (0 bytes, or part of a header) is refused the same way; the repair
+/// keeps a copy of a file that held anything.
+#[test]
+fn an_emptied_log_stops_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    dir_with_data(&dir, 2);
+    let p1 = dir.join("shard-001.log");
+    let full = weft_kv::log::header::header(&id_of(&dir, 1));
+    for len in [0u64, 7, HEADER_LEN as u64 - 1] {
+        fs::write(&p1, &full[..len as usize]).unwrap();
+        let e = open_err(&dir);
+        assert_has(
+            &e,
+            &[
+                &p1.display().to_string(),
+                &format!("holds {len} bytes, less than a log header"),
+                "--repair",
+            ],
+        );
+        assert_eq!(fs::metadata(&p1).unwrap().len(), len, "unchanged");
+        let report = check(&dir, false).unwrap();
+        assert_eq!(report.shards[1].state, ShardState::Emptied { len });
+        assert!(!report.usable());
+    }
+    let report = check(&dir, true).unwrap();
+    let rep = report.shards[1].repair.as_ref().expect("repaired");
+    let backup = rep.backup.as_ref().expect("a copy of a non-empty file");
+    assert_eq!(fs::metadata(backup).unwrap().len(), HEADER_LEN as u64 - 1);
+    DataDir::open(&dir, 1).expect("starts once repaired");
+}
+
+/// A deleted manifest made the next start a new 1-shard directory that ignored
+/// shard-001.log from then on. Now: refused, nothing written; `check --repair`
+/// rebuilds the manifest from the logs' headers, and every key is back.
+#[test]
+fn a_deleted_manifest_stops_the_start_and_check_rebuilds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let recs = dir_with_data(&dir, 2);
+    let id = DataDir::open(&dir, 1).unwrap().id();
+    let meta = dir.join("weft-kv.meta");
+    let text = fs::read_to_string(&meta).unwrap();
+    fs::remove_file(&meta).unwrap();
+    let before = snapshot(&dir);
+    let e = open_err(&dir);
+    assert_has(
+        &e,
+        &[
+            "shard-000.log, shard-001.log",
+            "but no manifest (weft-kv.meta)",
+            "Nothing was changed",
+            "--repair",
+        ],
+    );
+    assert!(!meta.exists());
+    let report = check(&dir, false).unwrap();
+    assert!(!report.usable(), "{report}");
+    assert!(
+        report.to_string().contains("rebuilds it from them"),
+        "{report}"
+    );
+    let after: Vec<_> = snapshot(&dir)
+        .into_iter()
+        .filter(|(n, _)| n != "LOCK")
+        .collect();
+    let before: Vec<_> = before.into_iter().filter(|(n, _)| n != "LOCK").collect();
+    assert_eq!(
+        after, before,
+        "check without --repair changed the directory"
+    );
+    let report = check(&dir, true).unwrap();
+    assert!(report.usable(), "{report}");
+    assert_eq!(
+        fs::read_to_string(&meta).unwrap(),
+        text,
+        "the same manifest again"
+    );
+    let d = DataDir::open(&dir, 1).unwrap();
+    assert_eq!((d.shards(), d.id()), (2, id));
+    for (s, want) in recs.iter().enumerate() {
+        assert_eq!(&recover_all(&d.log_path(s)).unwrap().0, want);
+    }
+}
+
+/// A manifest edited from 2 to 3 shards loaded every key, then GET missed most (the
+/// keys hash to other shards). Now the manifest does not hold together, or, edited
+/// whole, the logs' headers say 2 shards: refused either way.
+#[test]
+fn an_edited_shard_count_stops_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    dir_with_data(&dir, 2);
+    let meta = dir.join("weft-kv.meta");
+    let text = fs::read_to_string(&meta).unwrap();
+    fs::write(&meta, text.replace("shards 2", "shards 3")).unwrap();
+    assert_has(
+        &open_err(&dir),
+        &["weft-kv.meta", "says `shards 3` but names 2 logs"],
+    );
+    assert!(check(&dir, false).is_err());
+    let whole = text.replace("shards 2", "shards 3") + "log shard-002.log\n";
+    fs::write(&meta, &whole).unwrap();
+    let e = open_err(&dir);
+    assert_has(
+        &e,
+        &[
+            "shard-000.log: its header says it is shard 0 of 2",
+            "shard-001.log: its header says it is shard 1 of 2",
+            "shard-002.log is missing",
+        ],
+    );
+    assert!(!dir.join("shard-002.log").exists());
+    let report = check(&dir, true).unwrap();
+    assert!(
+        matches!(report.shards[0].state, ShardState::Foreign(_)),
+        "{report}"
+    );
+    assert!(
+        !report.usable(),
+        "a log of another shard count is not repaired"
+    );
+}
+
+/// A log of another data directory, or of another shard, stops the start, naming
+/// what its header says and what this directory expects.
+#[test]
+fn a_log_of_another_directory_or_shard_stops_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    dir_with_data(&a, 2);
+    dir_with_data(&b, 2);
+    let (ida, idb) = (id_of(&a, 0).dir, id_of(&b, 0).dir);
+    fs::copy(b.join("shard-001.log"), a.join("shard-001.log")).unwrap();
+    let e = open_err(&a);
+    assert_has(
+        &e,
+        &[
+            &format!("shard 1 of 2 of the data directory {idb}"),
+            &format!("this file is shard 1 of 2 of the data directory {ida}"),
+            "not this directory's log",
+        ],
+    );
+    assert!(matches!(
+        check(&a, false).unwrap().shards[1].state,
+        ShardState::Foreign(_)
+    ));
+    // Two logs swapped.
+    dir_with_data(&tmp.path().join("c"), 2);
+    let c = tmp.path().join("c");
+    fs::rename(c.join("shard-000.log"), c.join("tmp")).unwrap();
+    fs::rename(c.join("shard-001.log"), c.join("shard-000.log")).unwrap();
+    fs::rename(c.join("tmp"), c.join("shard-001.log")).unwrap();
+    assert_has(
+        &open_err(&c),
+        &[
+            "shard-000.log: its header says it is shard 1 of 2",
+            "shard-001.log: its header says it is shard 0 of 2",
+        ],
+    );
+}
+
+/// A `shard-NNN.log` the manifest does not name may hold keys no shard would see: the
+/// start is refused until it is moved away.
+#[test]
+fn a_log_the_manifest_does_not_name_stops_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    dir_with_data(&dir, 1);
+    let extra = dir.join("shard-001.log");
+    fs::copy(dir.join("shard-000.log"), &extra).unwrap();
+    assert_has(
+        &open_err(&dir),
+        &[
+            &extra.display().to_string(),
+            "names 1 shard logs",
+            "Move it out",
+        ],
+    );
+    let report = check(&dir, true).unwrap();
+    assert!(!report.usable(), "{report}");
+    assert!(
+        report.to_string().contains("shard-001.log: not one of"),
+        "{report}"
+    );
+    fs::remove_file(&extra).unwrap();
+    DataDir::open(&dir, 1).unwrap();
+}
+
+/// A format 1 directory (16-byte headers, a manifest of `format 1` and `shards N`) is
+/// read by `check` as it is, and upgraded by an open: every record stays, each log's
+/// header then names the directory and the shard, a missing log is created. An
+/// upgrade cut short (one log already upgraded) is finished with the same id.
+#[test]
+fn a_format_1_directory_is_upgraded_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("old");
+    fs::create_dir(&dir).unwrap();
+    fs::write(
+        dir.join("weft-kv.meta"),
+        "weft-kv data directory\nformat 1\nshards 3\n",
+    )
+    .unwrap();
+    let v1 = |recs: &[Record]| {
+        let mut b = weft_kv::log::header::header_v1().to_vec();
+        b.extend(frames(recs));
+        b
+    };
+    let r0 = sample();
+    let r2 = vec![set("two", b"2")];
+    fs::write(dir.join("shard-000.log"), v1(&r0)).unwrap();
+    fs::write(dir.join("shard-002.log"), v1(&r2)).unwrap();
+    let before = snapshot(&dir);
+    let report = check(&dir, false).unwrap();
+    assert_eq!(report.format, 1);
+    assert_eq!(report.shards[0].state, ShardState::Ok);
+    assert_eq!(report.shards[1].state, ShardState::NotCreated);
+    assert!(report.usable() && report.clean(), "{report}");
+    assert!(
+        report.to_string().contains("upgrades it to format 2"),
+        "{report}"
+    );
+    assert_eq!(snapshot(&dir), before, "check changed a format 1 directory");
+
+    // An upgrade cut short: shard 2 already has its new header.
+    let id = DirId([9; 16]);
+    let lid = |shard| LogId {
+        dir: id,
+        shard,
+        shards: 3,
+    };
+    let mut b = weft_kv::log::header::header(&lid(2)).to_vec();
+    b.extend(frames(&r2));
+    fs::write(dir.join("shard-002.log"), &b).unwrap();
+
+    let d = DataDir::open(&dir, 1).unwrap();
+    assert!(d.upgraded());
+    assert_eq!((d.shards(), d.id()), (3, id));
+    for (s, want) in [(0, r0), (1, vec![]), (2, r2)] {
+        let head = fs::read(d.log_path(s)).unwrap()[..HEADER_LEN].to_vec();
+        assert_eq!(head, weft_kv::log::header::header(&lid(s as u32)));
+        assert_eq!(recover_all(&d.log_path(s)).unwrap().0, want);
+    }
+    assert!(fs::read_to_string(dir.join("weft-kv.meta"))
+        .unwrap()
+        .contains("format 2"));
+    drop(d);
+    assert!(!DataDir::open(&dir, 1).unwrap().upgraded());
+    assert!(check(&dir, false).unwrap().clean());
+}
+
+/// `check` without `--repair` changes nothing: it used to delete `.rewrite` leftovers
+/// (and write its pid into LOCK). A directory with a leftover, a torn tail, damage in
+/// the middle, a missing log and no LOCK file is byte for byte the same after it.
+#[test]
+fn check_without_repair_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    dir_with_data(&dir, 4);
+    let (bytes, ends) = log_bytes_of(&id_of(&dir, 1), &sample());
+    write_shard(&dir, 1, &bytes[..bytes.len() - 3]);
+    let (mut bytes, _) = log_bytes_of(&id_of(&dir, 2), &sample());
+    bytes[ends[1] + 9] ^= 2;
+    write_shard(&dir, 2, &bytes);
+    fs::write(dir.join("shard-001.log.rewrite"), b"half a compaction").unwrap();
+    fs::remove_file(dir.join("shard-003.log")).unwrap();
+    fs::remove_file(dir.join("LOCK")).unwrap();
+    let before = snapshot(&dir);
+    let report = check(&dir, false).unwrap();
+    assert!(matches!(
+        report.shards[1].state,
+        ShardState::TornTail { .. }
+    ));
+    assert!(matches!(report.shards[2].state, ShardState::Corrupt { .. }));
+    assert_eq!(report.shards[3].state, ShardState::Missing);
+    assert!(
+        report
+            .to_string()
+            .contains("shard-001.log.rewrite: left by a compaction"),
+        "{report}"
+    );
+    assert_eq!(
+        snapshot(&dir),
+        before,
+        "check without --repair changed the directory"
+    );
+    // With LOCK there (a server ran here), its pid is left alone too.
+    fs::write(dir.join("LOCK"), b"12345\n").unwrap();
+    let before = snapshot(&dir);
+    check(&dir, false).unwrap();
+    assert_eq!(snapshot(&dir), before);
+    // --repair does remove the leftover.
+    let report = check(&dir, true).unwrap();
+    assert!(report.usable(), "{report}");
+    assert!(!dir.join("shard-001.log.rewrite").exists());
 }

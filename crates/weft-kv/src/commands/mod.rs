@@ -383,11 +383,12 @@ pub fn table() -> &'static [Command] {
     &TABLE
 }
 
-/// The longest key or value weft-kv keeps (a key's entry holds both lengths in 32
-/// bits): 4 GiB - 1. The server never sees a longer argument (`--max-bulk` is capped
-/// below it, and APPEND/SETRANGE stop at [`MAX_STRING`]); the embedded store checks
-/// with [`check_lengths`].
-pub const MAX_ARG: usize = u32::MAX as usize;
+/// The longest key or value weft-kv keeps: the log's [`crate::log::MAX_VALUE`] (1 GiB),
+/// so every value accepted is one recovery reads back. The server never sees a longer
+/// argument (`--max-bulk` is capped at it, and APPEND/SETRANGE stop at [`MAX_STRING`],
+/// below it); the embedded store checks with [`check_lengths`].
+pub const MAX_ARG: usize = crate::log::MAX_VALUE;
+const _: () = assert!(MAX_STRING <= MAX_ARG as u64);
 
 /// `ERR string exceeds maximum allowed size ...` for an argument longer than
 /// [`MAX_ARG`], naming its length and the limit.

@@ -1,13 +1,18 @@
 //! The per-shard append-only log.
 //!
-//! Each shard keeps one file, `DIR/shard-NNN.log`, a 16-byte header followed by
-//! CRC32C-framed records (docs/kv-log.md has the whole story):
+//! Each shard keeps one file, `DIR/shard-NNN.log`, a 40-byte header naming the shard
+//! and the directory, followed by CRC32C-framed records (docs/kv-log.md has the whole
+//! story):
 //!
 //! ```text
 //! log    = header frame*
-//! header = "WEFTKVLG" version:u32le crc:u32le          (header.rs)
+//! header = "WEFTKVLG" version:u32le shard:u32le shards:u32le dir:16 crc:u32le  (header.rs)
 //! frame  = len:u32le crc:u32le payload[len]            (record.rs; crc = CRC32C(payload))
 //! ```
+//!
+//! A key or value is at most [`MAX_VALUE`] (1 GiB) bytes, the one limit that
+//! `--max-bulk`, the commands and the embedded store keep, and recovery reads every
+//! record that limit allows.
 //!
 //! Records hold full states, not commands: a `SET`, an `INCR` or an `APPEND` all log
 //! the key's whole new value with its absolute expiry time, so replaying any suffix of
@@ -15,16 +20,21 @@
 //! since that moment ends in the same state. Compaction relies on that.
 //!
 //! - [`DataDir`] (dir.rs): the directory, its `LOCK` (an exclusive flock: one process
-//!   at a time), its manifest `weft-kv.meta` (format version and the shard count, fixed
-//!   at creation so the key-to-shard mapping never changes), the log paths.
+//!   at a time), its manifest `weft-kv.meta` (format version, the directory's id, the
+//!   shard count, fixed at creation so the key-to-shard mapping never changes, and
+//!   every log's name), the log paths. Opening checks that the directory is whole:
+//!   every log the manifest names is there with a header naming this directory and
+//!   shard, and no other log lies beside them; it upgrades format 1 directories.
 //! - [`recover()`] (recover.rs): replays a log at start-up. The first frame that does not
-//!   decode ends the good part; if no valid frame follows anywhere after it, it is a
-//!   **torn tail** and the file is cut there (and fsynced) and reported; if one does,
-//!   it is **corruption in the middle**: [`RecoverError::Corrupt`] names file, offset
-//!   and reason, says to run `weft kv check --repair --dir DIR`, and the file is left
-//!   untouched. A damaged header is an error too.
-//! - [`check()`] (check.rs): the same scan as a report, and with `repair` the cut
-//!   (after copying the file to `shard-NNN.log.corrupt-<unix time>`).
+//!   decode ends the good part; if no valid frame follows anywhere after it and it is
+//!   what a write cut short leaves, it is a **torn tail** and the file is cut there
+//!   (and fsynced) and reported; if it is a whole frame that is damaged, it is
+//!   [`RecoverError::DamagedTail`] (that record may have been acknowledged); if a
+//!   valid frame follows, it is **corruption in the middle**: [`RecoverError::Corrupt`].
+//!   Both name file, offset and reason, say to run `weft kv check --repair --dir DIR`,
+//!   and leave the file untouched. A damaged header is an error too.
+//! - [`check()`] (check.rs): the same checks as a report, changing nothing, and with
+//!   `repair` the cut (after copying the file to `shard-NNN.log.corrupt-<unix time>`).
 //! - [`LogWriter`] (writer.rs): appends. **Group commit** is the caller's: one
 //!   `write(buf, sync)` covers every record buffered since the previous call; with
 //!   `sync` it is, on a green thread, one syslet `pwrite64` → `fdatasync` that runs as
@@ -43,10 +53,10 @@ pub mod recover;
 pub mod rewrite;
 pub mod writer;
 
-pub use check::{check, CheckReport, Repair, ShardCheck, ShardState};
+pub use check::{check, CheckReport, DirFinding, Repair, ShardCheck, ShardState};
 pub use dir::DataDir;
-pub use header::HEADER_LEN;
-pub use record::{decode, decode_ref, encode, DecodeError, Record, RecordRef};
+pub use header::{DirId, LogId, HEADER_LEN};
+pub use record::{decode, decode_ref, encode, DecodeError, Record, RecordRef, MAX_VALUE};
 pub use recover::{recover, recover_refs, BadFrame, RecoverError, Recovered, MAX_PAYLOAD};
 pub use rewrite::Rewriter;
 pub use writer::LogWriter;

@@ -90,6 +90,27 @@ impl Record {
 /// The size of a frame's header (length and checksum).
 pub const FRAME_HEADER: usize = 8;
 
+/// The longest key or value a record holds (1 GiB). It is the one limit every part
+/// agrees on: `--max-bulk` may not be set above it (so no request argument is longer),
+/// APPEND and SETRANGE stop below it, the embedded store refuses longer arguments, and
+/// recovery accepts every frame up to [`MAX_PAYLOAD`], the largest record of a key and
+/// a value of this length. So every value the server acknowledges can be read back.
+pub const MAX_VALUE: usize = 1 << 30;
+
+/// The payload length of a `Set` record of a `key`-byte key and a `value`-byte value
+/// with an expiry time: the largest record those lengths can make (a `Set` without
+/// expiry is 8 bytes shorter, `Del` and `Expire` shorter still).
+pub const fn set_payload_len(key: usize, value: usize) -> usize {
+    1 + 4 + key + 4 + value + 1 + 8
+}
+
+/// The largest payload a frame may declare: a `Set` of a [`MAX_VALUE`] key and a
+/// [`MAX_VALUE`] value with an expiry. A longer length field is damage.
+pub const MAX_PAYLOAD: usize = set_payload_len(MAX_VALUE, MAX_VALUE);
+
+// The length field is 32 bits: the largest record must fit in it.
+const _: () = assert!(MAX_PAYLOAD <= u32::MAX as usize);
+
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
     out.extend_from_slice(b);
@@ -132,6 +153,10 @@ pub fn encode(rec: &RecordRef<'_>, out: &mut Vec<u8>) {
         RecordRef::Flush => out.push(4),
     }
     let payload = &out[start + FRAME_HEADER..];
+    debug_assert!(
+        payload.len() <= MAX_PAYLOAD,
+        "a record longer than recovery reads"
+    );
     let len = payload.len() as u32;
     let crc = crc32c::crc32c(payload);
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
@@ -280,5 +305,31 @@ mod tests {
                 assert_eq!(decode(&bad), Err(DecodeError::BadChecksum), "flip at {i}");
             }
         }
+    }
+
+    /// The largest record that the limits let the server write is one recovery reads:
+    /// the length of an encoded `Set` is what [`set_payload_len`] says, and a key and a
+    /// value of [`MAX_VALUE`] bytes each make exactly [`MAX_PAYLOAD`], which the 32-bit
+    /// length field holds.
+    #[test]
+    fn the_largest_record_fits_the_limit() {
+        for (k, v, exp) in [(0, 0, None), (3, 1000, Some(5)), (1, 70_000, None)] {
+            let (key, value) = (vec![b'k'; k], vec![b'v'; v]);
+            let mut buf = Vec::new();
+            encode(
+                &RecordRef::Set {
+                    key: &key,
+                    value: &value,
+                    expire_at_ms: exp,
+                },
+                &mut buf,
+            );
+            let payload = buf.len() - FRAME_HEADER;
+            let most = set_payload_len(k, v);
+            assert_eq!(payload, if exp.is_some() { most } else { most - 8 });
+        }
+        assert_eq!(MAX_PAYLOAD, set_payload_len(MAX_VALUE, MAX_VALUE));
+        assert!(MAX_PAYLOAD as u64 <= u64::from(u32::MAX));
+        assert_eq!(MAX_VALUE, 1 << 30);
     }
 }

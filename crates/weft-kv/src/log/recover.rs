@@ -9,14 +9,24 @@
 //! file, a CRC32C that does not match, a length above [`MAX_PAYLOAD`], or a matching
 //! checksum over a payload that is not a record), the rest of the file is searched for
 //! any offset where a whole frame decodes to a record with a valid checksum:
-//! - none: the damage is a **torn tail** (a write that a crash cut short, or zeros or
-//!   garbage that the file system left after the last write). The file is truncated to
-//!   the end of the last good frame and fsynced; [`Recovered::torn_bytes`] says how
-//!   much was cut, for the log line.
 //! - one: the damage is **corruption in the middle**. Cutting there would drop the
 //!   valid records after it, so recovery stops with [`RecoverError::Corrupt`] naming
 //!   the file, the offset and the reason, and changes nothing; `weft kv check --repair`
 //!   cuts it deliberately, keeping a backup.
+//! - none, and the bad frame is what a write cut short leaves (its bytes end with the
+//!   file before the frame does, or everything from it to the end is zero bytes, which
+//!   a file system leaves when a crash came between growing the file and writing it):
+//!   a **torn tail**. The file is truncated to the end of the last good frame and
+//!   fsynced; [`Recovered::torn_bytes`] says how much was cut, for the log line. A
+//!   write cut short was not finished, so with `fsync always` it was never
+//!   acknowledged.
+//! - none, but the bad frame is whole (its length fits the file and its checksum does
+//!   not match, or its checksum matches the bytes up to the end of the file though the
+//!   length field says otherwise): a **damaged last record**. No crash writes a whole
+//!   frame with a wrong checksum, so this is damage to a record already written, and
+//!   that record may have been acknowledged. Recovery stops with
+//!   [`RecoverError::DamagedTail`] and changes nothing; cutting it is the user's
+//!   decision (`weft kv check --repair`).
 //!
 //! A length field pointing past the end of the file is not taken as proof of a torn
 //! tail: a flipped bit in a length field in the middle looks the same, and the search
@@ -25,17 +35,13 @@
 //!
 //! The same scan, without changing anything, is what `check` reports (see `check.rs`).
 
-use super::dir::create_log;
 use super::header::{self, HeaderCheck, HEADER_LEN};
+pub use super::record::MAX_PAYLOAD;
 use super::record::{decode_ref, DecodeError, Record, RecordRef, FRAME_HEADER};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-
-/// The largest payload a frame may declare (1 GiB): a larger length is damage. Records
-/// hold one key and one value, both far below this (the server limits requests).
-pub const MAX_PAYLOAD: usize = 1 << 30;
 
 /// What recovery did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,8 +53,6 @@ pub struct Recovered {
     pub bytes: u64,
     /// Bytes of torn tail cut off at offset `bytes` (0 if none).
     pub torn_bytes: u64,
-    /// The log did not exist (or held only part of its header) and was created.
-    pub created: bool,
 }
 
 /// Why recovery stopped.
@@ -67,6 +71,17 @@ pub enum RecoverError {
         reason: String,
         /// The first offset after it where a valid frame was found.
         next_valid: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// The last frame is whole but damaged, and nothing valid follows: not a write a
+    /// crash cut short (nothing was changed).
+    DamagedTail {
+        path: PathBuf,
+        /// Where the damaged frame starts.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
         /// The file's length.
         file_len: u64,
     },
@@ -106,6 +121,23 @@ impl fmt::Display for RecoverError {
                 dir_of(path),
                 file_len - offset
             ),
+            RecoverError::DamagedTail {
+                path,
+                offset,
+                reason,
+                file_len,
+            } => write!(
+                f,
+                "{}: the last record, at offset {offset}, is damaged: {reason}. The record is \
+                 whole, so this is not a write that a crash cut short but damage to a record \
+                 already written, which may have been acknowledged (with --fsync always, it \
+                 was). The log was left as it is. Run `weft kv check --repair --dir {}` to cut \
+                 the log at that offset (a backup copy is kept; the {} bytes from that offset \
+                 on are lost)",
+                path.display(),
+                dir_of(path),
+                file_len - offset
+            ),
         }
     }
 }
@@ -129,10 +161,11 @@ impl From<RecoverError> for io::Error {
     }
 }
 
-/// Recovers the log at `path`: creates it (with its header) if missing, else applies
-/// every good record in order, cuts a torn tail (see the module doc), and returns what
-/// it did. Uses blocking std I/O: run it before serving, or inside
-/// `weft_runtime::blocking` on a green thread.
+/// Recovers the log at `path`: applies every good record in order, cuts a torn tail
+/// (see the module doc), and returns what it did. The log must exist with a whole
+/// header ([`DataDir::open`](super::DataDir::open) creates a directory's logs and
+/// checks their headers name it). Uses blocking std I/O: run it before serving, or
+/// inside `weft_runtime::blocking` on a green thread.
 pub fn recover(path: &Path, mut apply: impl FnMut(Record)) -> Result<Recovered, RecoverError> {
     recover_refs(path, |r| apply(r.to_record()))
 }
@@ -147,35 +180,24 @@ pub fn recover_refs(
         path: path.to_path_buf(),
         error,
     };
-    let file = match fs::OpenOptions::new().read(true).write(true).open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            create_log(path).map_err(io_err)?;
-            return Ok(Recovered {
-                bytes: HEADER_LEN as u64,
-                created: true,
-                ..Default::default()
-            });
-        }
-        Err(e) => return Err(io_err(e)),
-    };
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_err)?;
     match scan(&file, &mut apply).map_err(io_err)? {
-        Scan::Header(HeaderCheck::Partial) => {
-            // A creation cut short: no record can be there. Write the header again.
-            drop(file);
-            fs::remove_file(path).map_err(io_err)?;
-            create_log(path).map_err(io_err)?;
-            Ok(Recovered {
-                bytes: HEADER_LEN as u64,
-                created: true,
-                ..Default::default()
-            })
-        }
+        Scan::Header(HeaderCheck::Partial) => Err(RecoverError::Header {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the file holds {} bytes, only part of a header",
+                file.metadata().map_or(0, |m| m.len())
+            ),
+        }),
         Scan::Header(HeaderCheck::Bad(reason)) => Err(RecoverError::Header {
             path: path.to_path_buf(),
             reason,
         }),
-        Scan::Header(HeaderCheck::Valid) => unreachable!("scan reports only a bad header"),
+        Scan::Header(HeaderCheck::Valid(_)) => unreachable!("scan reports only a bad header"),
         Scan::Clean { records, end } => Ok(Recovered {
             records,
             bytes: end,
@@ -184,7 +206,7 @@ pub fn recover_refs(
         Scan::Bad {
             records,
             good_end,
-            next_valid: None,
+            verdict: Verdict::Torn,
             file_len,
             ..
         } => {
@@ -194,13 +216,24 @@ pub fn recover_refs(
                 records,
                 bytes: good_end,
                 torn_bytes: file_len - good_end,
-                created: false,
             })
         }
         Scan::Bad {
             good_end,
             reason,
-            next_valid: Some(next_valid),
+            verdict: Verdict::DamagedTail,
+            file_len,
+            ..
+        } => Err(RecoverError::DamagedTail {
+            path: path.to_path_buf(),
+            offset: good_end,
+            reason: reason.to_string(),
+            file_len,
+        }),
+        Scan::Bad {
+            good_end,
+            reason,
+            verdict: Verdict::Middle(next_valid),
             file_len,
             ..
         } => Err(RecoverError::Corrupt {
@@ -236,6 +269,17 @@ impl fmt::Display for BadFrame {
     }
 }
 
+/// What the first bad frame of a log is (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// What a write cut short leaves, with nothing valid after it: cut it.
+    Torn,
+    /// A whole frame that is damaged, with nothing valid after it: refuse.
+    DamagedTail,
+    /// A valid frame follows at this offset: refuse.
+    Middle(u64),
+}
+
 /// What a scan of a whole log found.
 #[derive(Debug)]
 pub(crate) enum Scan {
@@ -243,13 +287,12 @@ pub(crate) enum Scan {
     Header(HeaderCheck),
     /// Every frame is good; the file ends at `end`.
     Clean { records: u64, end: u64 },
-    /// The frame at `good_end` is bad; `next_valid` is the first offset after it where
-    /// a valid frame decodes, if any.
+    /// The frame at `good_end` is bad; `verdict` says what it is.
     Bad {
         records: u64,
         good_end: u64,
         reason: BadFrame,
-        next_valid: Option<u64>,
+        verdict: Verdict,
         file_len: u64,
     },
 }
@@ -258,11 +301,10 @@ pub(crate) enum Scan {
 pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(RecordRef<'_>)) -> io::Result<Scan> {
     let mut w = Window::new(file)?;
     let first = w.get(0, HEADER_LEN)?;
-    match header::check(first) {
-        HeaderCheck::Valid => {}
+    let mut pos = match header::check(first) {
+        h @ HeaderCheck::Valid(_) => h.header_len().expect("a valid header's length") as u64,
         other => return Ok(Scan::Header(other)),
-    }
-    let mut pos = HEADER_LEN as u64;
+    };
     let mut records = 0;
     loop {
         if pos == w.file_len {
@@ -275,12 +317,16 @@ pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(RecordRef<'_>)) -> io::Res
                 pos += n as u64;
             }
             Err(reason) => {
-                let next_valid = find_valid(&mut w, pos + 1)?;
+                let verdict = match find_valid(&mut w, pos + 1)? {
+                    Some(next) => Verdict::Middle(next),
+                    None if torn(&mut w, pos, reason)? => Verdict::Torn,
+                    None => Verdict::DamagedTail,
+                };
                 return Ok(Scan::Bad {
                     records,
                     good_end: pos,
                     reason,
-                    next_valid,
+                    verdict,
                     file_len: w.file_len,
                 });
             }
@@ -303,6 +349,39 @@ fn frame_at<'w>(
     }
     let buf = w.get(pos, FRAME_HEADER + len as usize)?;
     Ok(decode_ref(buf).map_err(BadFrame::Decode))
+}
+
+/// Whether the bad last frame at `pos` (nothing valid follows it) is what a write cut
+/// short leaves: zero bytes from `pos` to the end of the file, or a frame that the end
+/// of the file cuts (see the module doc). A frame whose length field runs past the end
+/// but whose checksum matches the bytes that are there is whole, its length damaged.
+fn torn(w: &mut Window<'_>, pos: u64, reason: BadFrame) -> io::Result<bool> {
+    let mut at = pos;
+    let zeros = loop {
+        if at >= w.file_len {
+            break true;
+        }
+        let n = (w.file_len - at).min(CHUNK as u64) as usize;
+        if w.get(at, n)?.iter().any(|&b| b != 0) {
+            break false;
+        }
+        at += n as u64;
+    };
+    if zeros {
+        return Ok(true);
+    }
+    let cut_short = match reason {
+        BadFrame::Decode(DecodeError::Truncated) => true,
+        BadFrame::TooLong(_) | BadFrame::Decode(_) => false,
+    };
+    let rest = w.file_len - pos;
+    if rest <= FRAME_HEADER as u64 || rest - FRAME_HEADER as u64 > MAX_PAYLOAD as u64 {
+        return Ok(cut_short);
+    }
+    let frame = w.get(pos, rest as usize)?;
+    let crc = u32::from_le_bytes(frame[4..8].try_into().unwrap());
+    let whole = crc32c::crc32c(&frame[FRAME_HEADER..]) == crc;
+    Ok(cut_short && !whole)
 }
 
 /// The first offset at or after `from` where a whole frame decodes to a record.
@@ -419,7 +498,12 @@ mod tests {
     fn too_long_length_in_the_middle_is_corruption() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("shard-000.log");
-        let mut bytes = header::header().to_vec();
+        let mut bytes = header::header(&header::LogId {
+            dir: header::DirId([1; 16]),
+            shard: 0,
+            shards: 1,
+        })
+        .to_vec();
         for i in 0..3u8 {
             encode(
                 &RecordRef::Set {
@@ -441,5 +525,28 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(fs::read(&p).unwrap(), bytes);
+    }
+
+    /// A frame may declare up to [`MAX_PAYLOAD`] bytes (the largest record the limits
+    /// let the server write): at that length it is a frame cut short by the end of
+    /// this small file, one byte more is a length no record has.
+    #[test]
+    fn the_length_limit_is_the_largest_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        for (len, too_long) in [(MAX_PAYLOAD, false), (MAX_PAYLOAD + 1, true)] {
+            let mut bytes = (len as u32).to_le_bytes().to_vec();
+            bytes.extend_from_slice(&[0xab; 100]);
+            fs::write(&p, &bytes).unwrap();
+            let f = File::open(&p).unwrap();
+            let mut w = Window::new(&f).unwrap();
+            let got = frame_at(&mut w, 0).unwrap().map(|_| ());
+            let want = if too_long {
+                BadFrame::TooLong(len as u32)
+            } else {
+                BadFrame::Decode(DecodeError::Truncated)
+            };
+            assert_eq!(got, Err(want), "length {len}");
+        }
     }
 }

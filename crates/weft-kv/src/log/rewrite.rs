@@ -51,8 +51,8 @@ fn with(e: io::Error, what: &str, path: &Path) -> io::Error {
 }
 
 impl Rewriter {
-    /// Creates `shard-NNN.log.rewrite` in `dir` (replacing any leftover), with the log
-    /// header.
+    /// Creates `shard-NNN.log.rewrite` in `dir` (replacing any leftover), with the
+    /// shard's log header (naming the shard and the directory).
     pub fn create(dir: &DataDir, shard: usize) -> io::Result<Rewriter> {
         if shard >= dir.shards() {
             return Err(io::Error::new(
@@ -72,7 +72,7 @@ impl Rewriter {
             .mode(0o600)
             .open(&tmp)?;
         let mut buf = Vec::with_capacity(FLUSH_AT + FLUSH_AT / 4);
-        buf.extend_from_slice(&header::header());
+        buf.extend_from_slice(&header::header(&dir.log_id(shard)));
         Ok(Rewriter {
             file: Some(file),
             tmp,

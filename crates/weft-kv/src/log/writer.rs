@@ -63,7 +63,7 @@ fn ctx_err(e: io::Error, what: &str, path: &Path, off: u64) -> io::Error {
 
 impl LogWriter {
     /// Opens the log at `path` for appending, positioned at its end. Call it after
-    /// [`recover`](super::recover()) (which creates the log and cuts a torn tail).
+    /// [`recover`](super::recover()) (which cuts a torn tail).
     pub fn open(path: &Path) -> io::Result<LogWriter> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         // SAFETY: lseek on a descriptor we own; no memory is passed.

@@ -10,11 +10,13 @@
 //!   each worker ── housekeeping: active expiry, automatic compaction (shards.rs)
 //! ```
 //!
-//! Start-up: take the data directory (its lock excludes a second server or an
-//! embedded store on the same files), recover every shard's log (in parallel, one OS
-//! thread per shard), then start the runtime, the shards' threads and the listeners.
-//! Shut-down (SHUTDOWN, SIGTERM, SIGINT): every log written and fsynced, the Unix
-//! socket removed, exit.
+//! Start-up: check the Unix socket's path (nothing there, or a stale socket), take the
+//! data directory (its lock excludes a second server or an embedded store on the same
+//! files; it must prove it is whole: `log/dir.rs`), recover every shard's log (in
+//! parallel, one OS thread per shard), then start the runtime, the shards' threads and
+//! the listeners. Shut-down (SHUTDOWN, SIGTERM, SIGINT): compaction stopped, every log
+//! written and fsynced and no write left under way (`Shards::close`), the Unix socket
+//! removed, exit.
 
 pub(crate) mod admin;
 pub mod config;
@@ -258,6 +260,17 @@ pub fn serve(config: Config) -> io::Result<()> {
     } else {
         config.workers
     };
+    if config.max_bulk > log::MAX_VALUE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the largest bulk string ({} bytes) is above {} bytes (1gb), the longest key \
+                 or value the log holds",
+                config.max_bulk,
+                log::MAX_VALUE
+            ),
+        ));
+    }
     if let Some(p) = &config.unix_socket {
         clear_socket_path(p)?;
     }
@@ -519,7 +532,7 @@ fn recover_all(dir: &DataDir) -> io::Result<Vec<(Keyspace, u64, LogWriter)>> {
                     replay.finish();
                     if rec.torn_bytes > 0 {
                         eprintln!(
-                            "weft-kv: {}: cut a torn tail of {} bytes at offset {} (a write the crash interrupted; it was never acknowledged)",
+                            "weft-kv: {}: cut a torn tail of {} bytes at offset {}: the last write did not reach the file whole (a crash stopped it). With --fsync always it had not been acknowledged; with everysec or no, a crash of the machine may lose the last second of acknowledged writes, as those policies allow",
                             path.display(),
                             rec.torn_bytes,
                             rec.bytes
