@@ -1,0 +1,180 @@
+//! Servers for the weft-kv durability tests: `weft kv serve` (the built binary) and a
+//! redis-server of the same shape, each on a Unix socket in a temporary directory,
+//! killed if still running when dropped; and `weft kv check`.
+//!
+//! Included with `#[path]` by the tests that need it (beside `mod common`).
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use weft_kv::client::{Addr, Client};
+use weft_kv::resp::Reply;
+
+pub const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+
+/// The generous ceiling for anything that should happen: a server starting, exiting.
+pub const CEILING: Duration = Duration::from_secs(60);
+
+/// A running server (weft-kv or redis-server) on a Unix socket.
+pub struct KvServer {
+    pub child: Child,
+    pub socket: PathBuf,
+    /// Where its stderr goes.
+    pub log: PathBuf,
+}
+
+impl KvServer {
+    /// `weft kv serve --port 0 --dir DIR --socket SOCKET EXTRA...`, once it answers
+    /// PING; `Err` with what it printed if it exits first.
+    pub fn weft(dir: &Path, socket: &Path, extra: &[&str]) -> Result<KvServer, String> {
+        let mut cmd = Command::new(WEFT);
+        cmd.args(["kv", "serve", "--port", "0"])
+            .args(extra)
+            .arg("--dir")
+            .arg(dir)
+            .arg("--socket")
+            .arg(socket)
+            .env_remove("WEFT_KV_PASSWORD");
+        KvServer::spawn(cmd, socket, &log_next_to(socket))
+    }
+
+    /// A redis-server persisting into `dir` (`appendonly` yes or no, no RDB snapshots),
+    /// or `None` (after `skip`) when redis-server is not installed.
+    pub fn redis(dir: &Path, socket: &Path, appendonly: bool) -> Option<KvServer> {
+        let exe = ["/usr/bin/redis-server", "redis-server"]
+            .into_iter()
+            .find(|e| Command::new(e).arg("--version").output().is_ok())?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["--port", "0", "--unixsocket"])
+            .arg(socket)
+            .args(["--save", ""])
+            .args(["--appendonly", if appendonly { "yes" } else { "no" }])
+            .args(["--appendfsync", "always", "--dir"])
+            .arg(dir);
+        Some(KvServer::spawn(cmd, socket, &log_next_to(socket)).expect("redis-server starts"))
+    }
+
+    fn spawn(mut cmd: Command, socket: &Path, log: &Path) -> Result<KvServer, String> {
+        let err = std::fs::File::create(log).unwrap();
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("start the server");
+        let mut s = KvServer {
+            child,
+            socket: socket.to_path_buf(),
+            log: log.to_path_buf(),
+        };
+        let deadline = Instant::now() + CEILING;
+        loop {
+            if let Some(st) = s.child.try_wait().unwrap() {
+                return Err(format!("exited with {st}: {}", s.stderr()));
+            }
+            if let Ok(mut c) = s.client() {
+                // Not for ever: what listens there may not be this server.
+                c.set_timeout(Some(Duration::from_secs(1))).unwrap();
+                if matches!(c.command(&[b"PING"]), Ok(Reply::Simple(_))) {
+                    return Ok(s);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not start: {}",
+                s.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn client(&self) -> std::io::Result<Client> {
+        Client::connect(&Addr::Unix(self.socket.clone()))
+    }
+
+    /// What the server printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `signal` (by number) to the server.
+    pub fn signal(&self, signal: i32) {
+        Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+    }
+
+    /// Waits (up to [`CEILING`]) for the server to exit.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + CEILING;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL, and waits for the process to be gone.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for KvServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn log_next_to(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".stderr");
+    PathBuf::from(name)
+}
+
+/// `weft kv check [--repair] --dir DIR`.
+pub fn weft_check(dir: &Path, repair: bool) -> Output {
+    let mut cmd = Command::new(WEFT);
+    cmd.args(["kv", "check", "--dir"]).arg(dir);
+    if repair {
+        cmd.arg("--repair");
+    }
+    cmd.output().expect("run weft kv check")
+}
+
+/// A small deterministic random generator (xorshift64*), so a failing run can be
+/// replayed from the number it prints.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn from_time() -> u64 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        t ^ (u64::from(std::process::id()) << 32) | 1
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
