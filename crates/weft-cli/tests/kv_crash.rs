@@ -1,0 +1,676 @@
+//! Crash consistency: writers against `weft kv serve`, `kill -9` at a random moment, a
+//! restart, and every acknowledged write checked against what a linearizable store
+//! could hold.
+//!
+//! Each round, four writers (two one command at a time, two pipelining 1 to 32
+//! commands) run SET, SET EX, INCR, APPEND, DEL and EXPIRE on keys of their own and on
+//! keys they share, recording for each command when it was sent and when (if ever) its
+//! reply came. Once a random number of replies has come, the server is killed with
+//! SIGKILL; it is restarted on the same directory, and every key is read back (value
+//! and whether it has a time to live). A command whose reply came is *acknowledged*
+//! and must have taken effect; one sent without a reply is *in flight* and may or may
+//! not have. The checks:
+//!
+//! - a key of one writer holds exactly the state its acknowledged commands lead to, or
+//!   the state after some of its in-flight commands too (in order);
+//! - a shared counter (INCR only) holds at least the acknowledged increments and at most
+//!   those plus the in-flight ones;
+//! - a shared register (SET, SET EX, DEL, EXPIRE) holds the result of a command that
+//!   could have been the last one: no acknowledged command had to come after it (it
+//!   was sent after that one's reply, or later on the same connection); its time to
+//!   live agrees (SET EX leaves one, SET none unless an EXPIRE could come after it);
+//! - a shared APPEND key holds each acknowledged piece once, no piece twice, and no
+//!   two pieces in an order that contradicts the replies (a piece acknowledged before
+//!   another was sent comes first).
+//!
+//! What is promised, and so checked: `kill -9` is a crash of the process, not of the
+//! machine, and docs/kv.md promises that such a crash loses nothing acknowledged under
+//! every `--fsync` policy (under `everysec` and `no` the written records are in the
+//! kernel's page cache, which outlives the process; only a crash of the machine may
+//! lose the last second). So `always` and `everysec` are held to the same check.
+//!
+//! The checker is shown to work both ways with redis-server (skipped when it is not
+//! installed): with `appendonly no` it finds lost writes; with `appendonly yes` and
+//! `appendfsync always` it finds nothing. The default run does a few rounds (seconds);
+//! `WEFT_KV_CRASH_ITERS=N` runs N rounds of each weft-kv policy.
+
+mod common;
+#[path = "common/kv.rs"]
+mod kv;
+
+use kv::{KvServer, Rng, CEILING};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use weft_kv::client::Client;
+use weft_kv::resp::Reply;
+
+/// What a command does to its key.
+#[derive(Clone, Debug)]
+enum Op {
+    Set(String),
+    SetEx(String),
+    Incr,
+    Append(String),
+    Del,
+    Expire,
+}
+
+/// A key's state: its value and whether it has a time to live.
+type State = Option<(String, bool)>;
+
+/// What the command does to `state`, as Redis defines it.
+fn apply(state: &State, op: &Op) -> State {
+    match op {
+        Op::Set(v) => Some((v.clone(), false)),
+        Op::SetEx(v) => Some((v.clone(), true)),
+        Op::Del => None,
+        Op::Expire => state.as_ref().map(|(v, _)| (v.clone(), true)),
+        Op::Append(s) => Some(match state {
+            None => (s.clone(), false),
+            Some((v, ttl)) => (format!("{v}{s}"), *ttl),
+        }),
+        Op::Incr => match state {
+            None => Some(("1".into(), false)),
+            Some((v, ttl)) => match v.parse::<i64>() {
+                // Only a canonical integer (no leading zeros or signs) counts.
+                Ok(n) if n.to_string() == *v => Some(((n + 1).to_string(), *ttl)),
+                _ => state.clone(), // an error reply; nothing changes
+            },
+        },
+    }
+}
+
+/// The kinds of keys.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Class {
+    Private,
+    Counter,
+    Register,
+    Appends,
+}
+
+/// One command a writer sent.
+#[derive(Clone, Debug)]
+struct Call {
+    key: String,
+    op: Op,
+    /// The writer (one connection each) and the command's place on its connection.
+    conn: usize,
+    seq: u64,
+    /// Before it was written to the socket.
+    sent: Instant,
+    /// After its reply was read; `None`: in flight when the server died.
+    acked: Option<Instant>,
+}
+
+impl Call {
+    /// Whether `self` must come after `other` in any order the server may have run
+    /// them in: `self` took effect (its reply came) and was sent after `other`'s reply,
+    /// or later on the same connection.
+    fn forced_after(&self, other: &Call) -> bool {
+        self.acked.is_some()
+            && (other.acked.is_some_and(|r| self.sent > r)
+                || (self.conn == other.conn && self.seq > other.seq))
+    }
+}
+
+const WRITERS: usize = 4;
+
+fn key_name(round: u64, class: Class, owner: usize, n: u64) -> String {
+    match class {
+        Class::Private => format!("r{round}:p{owner}:{n}"),
+        Class::Counter => format!("r{round}:c{n}"),
+        Class::Register => format!("r{round}:g{n}"),
+        Class::Appends => format!("r{round}:a{n}"),
+    }
+}
+
+fn class_of(key: &str) -> Class {
+    match key.split(':').nth(1).and_then(|k| k.chars().next()) {
+        Some('p') => Class::Private,
+        Some('c') => Class::Counter,
+        Some('g') => Class::Register,
+        _ => Class::Appends,
+    }
+}
+
+/// Writer `w`'s next command.
+fn next_op(rng: &mut Rng, round: u64, w: usize, seq: u64) -> (String, Op) {
+    let unique = |rng: &mut Rng| {
+        let mut v = format!("w{w}.{seq}");
+        if rng.below(8) == 0 {
+            // Now and then a value of several pages, so a write spans pages.
+            v.push_str(&".".repeat(3000 + rng.below(9000) as usize));
+        }
+        v
+    };
+    match rng.below(20) {
+        0..=9 => {
+            let key = key_name(round, Class::Private, w, rng.below(6));
+            let op = match rng.below(12) {
+                0..=1 => Op::Set(rng.below(1000).to_string()),
+                2..=3 => Op::Set(unique(rng)),
+                4 => Op::SetEx(rng.below(1000).to_string()),
+                5..=7 => Op::Incr,
+                8 => Op::Append(format!("+{seq}")),
+                9 => Op::Del,
+                _ => Op::Expire,
+            };
+            (key, op)
+        }
+        10..=12 => (key_name(round, Class::Counter, 0, rng.below(2)), Op::Incr),
+        13..=17 => {
+            let key = key_name(round, Class::Register, 0, rng.below(3));
+            let op = match rng.below(8) {
+                0..=3 => Op::Set(unique(rng)),
+                4 => Op::SetEx(unique(rng)),
+                5 => Op::Del,
+                _ => Op::Expire,
+            };
+            (key, op)
+        }
+        _ => (
+            key_name(round, Class::Appends, 0, rng.below(2)),
+            Op::Append(format!("|w{w}.{seq}")),
+        ),
+    }
+}
+
+fn send(c: &mut Client, key: &str, op: &Op) {
+    let k = key.as_bytes();
+    match op {
+        Op::Set(v) => c.send(&[b"SET", k, v.as_bytes()]),
+        Op::SetEx(v) => c.send(&[b"SET", k, v.as_bytes(), b"EX", b"100000"]),
+        Op::Incr => c.send(&[b"INCR", k]),
+        Op::Append(s) => c.send(&[b"APPEND", k, s.as_bytes()]),
+        Op::Del => c.send(&[b"DEL", k]),
+        Op::Expire => c.send(&[b"EXPIRE", k, b"100000"]),
+    }
+}
+
+/// Writer `w` until its connection fails: one command at a time (even `w`) or
+/// pipelines of 1 to 32.
+fn writer(
+    mut c: Client,
+    w: usize,
+    round: u64,
+    mut rng: Rng,
+    calls: Arc<Mutex<Vec<Call>>>,
+    replies: Arc<AtomicUsize>,
+) {
+    let mut seq = 0u64;
+    loop {
+        let batch = if w.is_multiple_of(2) {
+            1
+        } else {
+            1 + rng.below(32)
+        };
+        let first = calls.lock().unwrap().len();
+        let now = Instant::now();
+        for _ in 0..batch {
+            seq += 1;
+            let (key, op) = next_op(&mut rng, round, w, seq);
+            send(&mut c, &key, &op);
+            calls.lock().unwrap().push(Call {
+                key,
+                op,
+                conn: w,
+                seq,
+                sent: now,
+                acked: None,
+            });
+        }
+        if c.flush().is_err() {
+            return;
+        }
+        for i in first..first + batch as usize {
+            match c.read_reply() {
+                Ok(r) => {
+                    if let Reply::Error(e) = &r {
+                        // INCR of a value that is not a number is expected; no other.
+                        let call = &calls.lock().unwrap()[i];
+                        assert!(
+                            matches!(call.op, Op::Incr) && e.contains("not an integer"),
+                            "{call:?} answered {e}"
+                        );
+                    }
+                    calls.lock().unwrap()[i].acked = Some(Instant::now());
+                    replies.fetch_add(1, SeqCst);
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Reads every key's state (value, and whether TTL says it has a time to live).
+fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
+    for k in keys {
+        c.send(&[b"GET", k.as_bytes()]);
+        c.send(&[b"TTL", k.as_bytes()]);
+    }
+    c.flush().unwrap();
+    let mut out = HashMap::new();
+    for k in keys {
+        let v = c.read_reply().unwrap();
+        let ttl = c.read_reply().unwrap();
+        let state = match (v, ttl) {
+            (Reply::Nil, _) => None,
+            (Reply::Bulk(v), Reply::Int(t)) => Some((String::from_utf8(v).unwrap(), t >= 0)),
+            other => panic!("{k}: {other:?}"),
+        };
+        out.insert(k.clone(), state);
+    }
+    out
+}
+
+fn show(s: &State) -> String {
+    match s {
+        None => "(missing)".into(),
+        Some((v, ttl)) => {
+            let v = if v.len() > 40 {
+                format!("{}...({} bytes)", &v[..40], v.len())
+            } else {
+                v.clone()
+            };
+            format!("{v:?}{}", if *ttl { " with a TTL" } else { "" })
+        }
+    }
+}
+
+/// The checks of the module doc, for one key: `None` if `got` is allowed.
+fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
+    let acked = calls.iter().filter(|c| c.acked.is_some()).count();
+    let fail = |why: String| Some(format!("{key}: found {}: {why}", show(got)));
+    match class_of(key) {
+        Class::Private => {
+            // One writer: its acknowledged commands are a prefix of its commands.
+            let mut states = vec![None];
+            for c in calls {
+                states.push(apply(states.last().unwrap(), &c.op));
+            }
+            if states[acked..].contains(got) {
+                None
+            } else {
+                fail(format!(
+                    "the {acked} acknowledged commands lead to {}, and the {} in flight \
+                     could lead only to {}",
+                    show(&states[acked]),
+                    calls.len() - acked,
+                    states[acked + 1..]
+                        .iter()
+                        .map(show)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            }
+        }
+        Class::Counter => {
+            let n = match got {
+                None => 0,
+                Some((v, _)) => v.parse::<usize>().unwrap_or(usize::MAX),
+            };
+            if (acked..=calls.len()).contains(&n) {
+                None
+            } else {
+                fail(format!(
+                    "{acked} increments were acknowledged and {} in flight",
+                    calls.len() - acked
+                ))
+            }
+        }
+        Class::Register => {
+            let setters: Vec<&&Call> = calls
+                .iter()
+                .filter(|c| !matches!(c.op, Op::Expire))
+                .collect();
+            let expires: Vec<&&Call> = calls
+                .iter()
+                .filter(|c| matches!(c.op, Op::Expire))
+                .collect();
+            // Nothing ran: only if no value-setting command was acknowledged.
+            if got.is_none() && setters.iter().all(|c| c.acked.is_none()) {
+                return None;
+            }
+            let possible = setters.iter().any(|last| {
+                let value = match &last.op {
+                    Op::Set(v) | Op::SetEx(v) => Some(v),
+                    _ => None,
+                };
+                if value != got.as_ref().map(|(v, _)| v) {
+                    return false;
+                }
+                let other = |x: &&Call| !(x.seq == last.seq && x.conn == last.conn);
+                if setters.iter().any(|x| other(x) && x.forced_after(last)) {
+                    return false;
+                }
+                match (got, &last.op) {
+                    (None, _) => true,
+                    (Some((_, ttl)), Op::SetEx(_)) => *ttl,
+                    (Some((_, true)), _) => expires.iter().any(|e| {
+                        // Unless it had to come before `last`, it may come after.
+                        let before = e.acked.is_some_and(|r| r < last.sent)
+                            || (e.conn == last.conn && e.seq < last.seq);
+                        !before
+                    }),
+                    (Some((_, false)), _) => !expires.iter().any(|e| e.forced_after(last)),
+                }
+            });
+            if possible {
+                None
+            } else {
+                fail(format!(
+                    "no order of the {acked} acknowledged and {} in-flight commands ends so",
+                    calls.len() - acked
+                ))
+            }
+        }
+        Class::Appends => {
+            let pieces: Vec<String> = match got {
+                None => vec![],
+                Some((v, _)) => v
+                    .split('|')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| format!("|{p}"))
+                    .collect(),
+            };
+            let by_piece: HashMap<&str, &&Call> = calls
+                .iter()
+                .map(|c| match &c.op {
+                    Op::Append(p) => (p.as_str(), c),
+                    _ => unreachable!(),
+                })
+                .collect();
+            let mut seen = HashSet::new();
+            for p in &pieces {
+                if !by_piece.contains_key(p.as_str()) {
+                    return fail(format!("{p} was never sent"));
+                }
+                if !seen.insert(p.as_str()) {
+                    return fail(format!("{p} is there twice"));
+                }
+            }
+            for c in calls.iter().filter(|c| c.acked.is_some()) {
+                let Op::Append(p) = &c.op else { unreachable!() };
+                if !seen.contains(p.as_str()) {
+                    return fail(format!("the acknowledged {p} is lost"));
+                }
+            }
+            for (i, a) in pieces.iter().enumerate() {
+                for b in &pieces[i + 1..] {
+                    let (ca, cb) = (by_piece[a.as_str()], by_piece[b.as_str()]);
+                    let b_first = cb.acked.is_some_and(|r| ca.sent > r)
+                        || (ca.conn == cb.conn && cb.seq < ca.seq);
+                    if b_first {
+                        return fail(format!("{a} comes before {b}, which had to come first"));
+                    }
+                }
+            }
+            None
+        }
+    }
+}
+
+/// What a round runs against.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Weft { fsync: &'static str },
+    Redis { appendonly: bool },
+}
+
+impl Target {
+    fn start(&self, dir: &Path, socket: &Path, workers: usize) -> KvServer {
+        match *self {
+            Target::Weft { fsync } => {
+                let w = workers.to_string();
+                KvServer::weft(dir, socket, &["--fsync", fsync, "--workers", &w])
+                    .unwrap_or_else(|e| panic!("weft kv serve: {e}"))
+            }
+            Target::Redis { appendonly } => {
+                KvServer::redis(dir, socket, appendonly).expect("redis-server was found before")
+            }
+        }
+    }
+}
+
+/// One round on `server` (started): writers, a kill at a random moment, a restart;
+/// returns the restarted server and what the checks found wrong.
+fn round(
+    target: Target,
+    mut server: KvServer,
+    dir: &Path,
+    round: u64,
+    rng: &mut Rng,
+) -> (KvServer, Vec<String>) {
+    let replies = Arc::new(AtomicUsize::new(0));
+    let calls: Vec<Arc<Mutex<Vec<Call>>>> = (0..WRITERS).map(|_| Arc::default()).collect();
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let c = server.client().unwrap();
+            let (calls, replies) = (calls[w].clone(), replies.clone());
+            let r = Rng(rng.next() | 1);
+            std::thread::spawn(move || writer(c, w, round, r, calls, replies))
+        })
+        .collect();
+    let kill_after = 50 + rng.below(800) as usize;
+    let deadline = Instant::now() + CEILING;
+    while replies.load(SeqCst) < kill_after {
+        assert!(Instant::now() < deadline, "the writers made no progress");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    std::thread::sleep(Duration::from_micros(rng.below(3000)));
+    server.kill9();
+    for t in threads {
+        t.join().expect("a writer panicked");
+    }
+    let socket = server.socket.clone();
+    drop(server);
+    let workers = 1 + rng.below(2) as usize;
+    let server = target.start(dir, &socket, workers);
+    let mut by_key: BTreeMap<String, Vec<Call>> = BTreeMap::new();
+    for list in &calls {
+        for c in list.lock().unwrap().iter() {
+            by_key.entry(c.key.clone()).or_default().push(c.clone());
+        }
+    }
+    let keys: Vec<String> = by_key.keys().cloned().collect();
+    let states = read_states(&mut server.client().unwrap(), &keys);
+    let mut wrong = Vec::new();
+    for (key, list) in &by_key {
+        let mut list: Vec<&Call> = list.iter().collect();
+        list.sort_by_key(|c| (c.conn, c.seq));
+        if let Some(w) = check_key(key, &list, &states[key]) {
+            wrong.push(w);
+        }
+    }
+    let acked: usize = calls
+        .iter()
+        .map(|l| {
+            l.lock()
+                .unwrap()
+                .iter()
+                .filter(|c| c.acked.is_some())
+                .count()
+        })
+        .sum();
+    assert!(acked >= kill_after, "{acked} acknowledged");
+    (server, wrong)
+}
+
+/// `iters` rounds against `target` on one directory; all that the checks found.
+fn run(target: Target, iters: u64) -> Vec<String> {
+    let seed = match std::env::var("WEFT_KV_CRASH_SEED") {
+        Ok(s) => s.parse().expect("WEFT_KV_CRASH_SEED is a number"),
+        Err(_) => Rng::from_time(),
+    };
+    let mut rng = Rng(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, socket) = (tmp.path().join("data"), tmp.path().join("s"));
+    std::fs::create_dir(&dir).unwrap();
+    let mut server = target.start(&dir, &socket, 2);
+    let mut wrong = Vec::new();
+    for r in 0..iters {
+        let (next, found) = round(target, server, &dir, r, &mut rng);
+        server = next;
+        wrong.extend(found.into_iter().map(|w| format!("round {r}: {w}")));
+    }
+    if !wrong.is_empty() {
+        eprintln!(
+            "{target:?} (WEFT_KV_CRASH_SEED={seed}): {} keys wrong",
+            wrong.len()
+        );
+    }
+    wrong
+}
+
+fn iters(default: u64) -> u64 {
+    std::env::var("WEFT_KV_CRASH_ITERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+fn assert_nothing_lost(target: Target, wrong: &[String]) {
+    assert!(
+        wrong.is_empty(),
+        "{target:?}: {} keys not as any order of the acknowledged and in-flight writes \
+         leaves them:\n{}",
+        wrong.len(),
+        wrong
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn weft_fsync_always_loses_nothing_acknowledged() {
+    let t = Target::Weft { fsync: "always" };
+    assert_nothing_lost(t, &run(t, iters(3)));
+}
+
+#[test]
+fn weft_fsync_everysec_loses_nothing_acknowledged_in_a_process_crash() {
+    let t = Target::Weft { fsync: "everysec" };
+    assert_nothing_lost(t, &run(t, iters(3)));
+}
+
+fn redis_found() -> bool {
+    let found = ["/usr/bin/redis-server", "redis-server"]
+        .into_iter()
+        .any(|e| {
+            std::process::Command::new(e)
+                .arg("--version")
+                .output()
+                .is_ok()
+        });
+    if !found {
+        common::skip("redis-server is not installed (apt-get install redis-server)");
+    }
+    found
+}
+
+/// The checker catches a store that loses acknowledged writes: redis-server without
+/// its append-only file keeps nothing across `kill -9`.
+#[test]
+fn the_checker_finds_lost_writes_in_redis_without_appendonly() {
+    if !redis_found() {
+        return;
+    }
+    let t = Target::Redis { appendonly: false };
+    let wrong = run(t, 2);
+    assert!(
+        !wrong.is_empty(),
+        "no lost write found in redis-server with appendonly no"
+    );
+    assert!(
+        wrong.iter().any(|w| w.contains(":p")),
+        "a writer's own key is among the lost: {wrong:?}"
+    );
+}
+
+/// The checker does not cry wolf: redis-server with `appendonly yes` and
+/// `appendfsync always` passes it.
+#[test]
+fn the_checker_finds_nothing_in_redis_with_appendfsync_always() {
+    if !redis_found() {
+        return;
+    }
+    let t = Target::Redis { appendonly: true };
+    assert_nothing_lost(t, &run(t, iters(2).min(5)));
+}
+
+/// The checks themselves, on hand-made histories.
+#[test]
+fn the_checks_tell_allowed_from_lost() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let call = |key: &str, op: Op, conn, seq, sent, acked: Option<u64>| Call {
+        key: key.into(),
+        op,
+        conn,
+        seq,
+        sent: at(sent),
+        acked: acked.map(at),
+    };
+    let some = |v: &str, ttl| Some((v.to_string(), ttl));
+    // A writer's own key: acknowledged SET 5, INCR; in flight APPEND.
+    let p = [
+        call("r0:p0:1", Op::Set("5".into()), 0, 1, 0, Some(1)),
+        call("r0:p0:1", Op::Incr, 0, 2, 2, Some(3)),
+        call("r0:p0:1", Op::Append("x".into()), 0, 3, 4, None),
+    ];
+    let p: Vec<&Call> = p.iter().collect();
+    assert_eq!(check_key("r0:p0:1", &p, &some("6", false)), None);
+    assert_eq!(check_key("r0:p0:1", &p, &some("6x", false)), None);
+    assert!(check_key("r0:p0:1", &p, &some("5", false)).is_some());
+    assert!(check_key("r0:p0:1", &p, &None).is_some());
+    // A counter: 2 acknowledged, 1 in flight.
+    let c = [
+        call("r0:c0", Op::Incr, 0, 1, 0, Some(1)),
+        call("r0:c0", Op::Incr, 1, 1, 0, Some(1)),
+        call("r0:c0", Op::Incr, 2, 1, 0, None),
+    ];
+    let c: Vec<&Call> = c.iter().collect();
+    for (n, ok) in [(1, false), (2, true), (3, true), (4, false)] {
+        let got = some(&n.to_string(), false);
+        assert_eq!(check_key("r0:c0", &c, &got).is_none(), ok, "{n}");
+    }
+    // A register: a acknowledged at 1, b sent at 2 (after a's reply) and acknowledged,
+    // c in flight since 0 (concurrent with both).
+    let g = [
+        call("r0:g0", Op::Set("a".into()), 0, 1, 0, Some(1)),
+        call("r0:g0", Op::Set("b".into()), 1, 1, 2, Some(3)),
+        call("r0:g0", Op::Set("c".into()), 2, 1, 0, None),
+        call("r0:g0", Op::Expire, 3, 1, 4, Some(5)),
+    ];
+    let g: Vec<&Call> = g.iter().collect();
+    assert_eq!(check_key("r0:g0", &g, &some("b", true)), None);
+    assert_eq!(check_key("r0:g0", &g, &some("c", true)), None);
+    assert!(
+        check_key("r0:g0", &g, &some("a", true)).is_some(),
+        "b came after a"
+    );
+    assert!(
+        check_key("r0:g0", &g, &some("b", false)).is_some(),
+        "the EXPIRE came after"
+    );
+    assert!(check_key("r0:g0", &g, &None).is_some());
+    // Appends: x acknowledged before y was sent.
+    let a = [
+        call("r0:a0", Op::Append("|x".into()), 0, 1, 0, Some(1)),
+        call("r0:a0", Op::Append("|y".into()), 1, 1, 2, Some(3)),
+        call("r0:a0", Op::Append("|z".into()), 2, 1, 0, None),
+    ];
+    let a: Vec<&Call> = a.iter().collect();
+    assert_eq!(check_key("r0:a0", &a, &some("|x|y", false)), None);
+    assert_eq!(check_key("r0:a0", &a, &some("|z|x|y", false)), None);
+    assert!(check_key("r0:a0", &a, &some("|y|x", false)).is_some());
+    assert!(check_key("r0:a0", &a, &some("|x", false)).is_some());
+    assert!(check_key("r0:a0", &a, &some("|x|y|y", false)).is_some());
+}
