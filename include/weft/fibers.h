@@ -14,26 +14,34 @@
  * DWORD is 32 bits as on Windows (it is `unsigned int` here, so print it
  * with %u rather than %lu).
  *
- * Documented differences from Windows
- * -----------------------------------
- *   - CreateFiber/CreateFiberEx may be called before the thread has called
- *     ConvertThreadToFiber.  Switching still requires the caller to be a
- *     fiber: SwitchToFiber on a thread that is not a fiber sets
- *     ERROR_ALREADY_THREAD and returns.
- *   - SwitchToFiber to a fiber that is running on another thread does not
- *     corrupt anything: it returns at once to the caller and sets
+ * Behaviour
+ * ---------
+ * Where Windows defines the behaviour, weft matches it: for instance
+ * ConvertFiberToThread works from any fiber and keeps the FLS values,
+ * FlsGetValue and FlsSetValue take any index from 1 to 4079 (allocated or
+ * not), a new fiber's FlsGetValue fails with ERROR_INVALID_PARAMETER until it
+ * stores a value, and FlsAlloc fails with ERROR_NOT_ENOUGH_MEMORY when every
+ * index is taken. Where Windows leaves it undefined or crashes, weft reports
+ * an error and the caller goes on:
+ *   - SwitchToFiber on a thread that is not a fiber: ERROR_ALREADY_THREAD.
+ *   - SwitchToFiber to a fiber that is running on another thread:
  *     ERROR_BUSY (the target's failed_activations count goes up).
- *     SwitchToFiber(NULL) sets ERROR_INVALID_PARAMETER.
+ *   - DeleteFiber of a fiber running on another thread: ERROR_BUSY.
+ *   - A fiber handle is checked before anything is read: a deleted fiber's
+ *     handle gives ERROR_INVALID_HANDLE, NULL or any other value
+ *     ERROR_INVALID_PARAMETER.
+ *   - A stack overflow in a fiber prints "stack overflow" with the fiber's
+ *     id and stack size to stderr and the process dies by SIGSEGV.
+ * Where weft cannot do as Windows does:
  *   - FIBER_FLAG_FLOAT_SWITCH is always on: every fiber has its own MXCSR
  *     and x87 control word, inherited from its creator at CreateFiber (their
  *     control bits; MXCSR's exception flags, which the ABI does not keep
  *     across a call, are not kept across a switch either).
- *   - Errors that Windows leaves undefined are reported: DeleteFiber(NULL),
- *     DeleteFiber of a fiber running on another thread (ERROR_BUSY), of
- *     another thread's converted fiber (ERROR_INVALID_PARAMETER), invalid
- *     FLS indexes (ERROR_INVALID_PARAMETER).
- *   - A stack overflow in a fiber prints "stack overflow" with the fiber's
- *     id and stack size to stderr and the process dies by SIGSEGV.
+ *   - A converted fiber's frames are on its thread's stack, which Linux
+ *     frees when the thread ends: once its thread has ended inside another
+ *     fiber, switching to it fails with ERROR_INVALID_HANDLE (DeleteFiber
+ *     frees it and runs its FLS callbacks, as on Windows); and while its
+ *     thread lives, only that thread may delete it (ERROR_INVALID_PARAMETER).
  *
  * As on Windows, a fiber start routine that returns ends the thread that
  * runs it, and DeleteFiber(GetCurrentFiber()) ends the calling thread.
@@ -178,7 +186,8 @@ struct weft_fiber_stats {
 };
 
 /* Fills *out with the statistics of lpFiber.  Returns FALSE and sets
- * ERROR_INVALID_PARAMETER if lpFiber or out is NULL. */
+ * ERROR_INVALID_PARAMETER if lpFiber is no fiber handle or out is NULL, and
+ * ERROR_INVALID_HANDLE if lpFiber's fiber has been deleted. */
 BOOL weft_fiber_stats(LPVOID lpFiber, struct weft_fiber_stats *out);
 
 /* A static, NUL-terminated description of an error code: what went wrong

@@ -151,7 +151,7 @@ pub unsafe extern "C" fn ConvertThreadToFiberEx(param: LPVOID, flags: DWORD) -> 
     unsafe { weft_fiber::win::ConvertThreadToFiberEx(param, flags) }
 }
 
-/// Turns the calling thread's fiber back into a plain thread.
+/// Turns the calling thread back into a plain thread, from whichever fiber it runs.
 ///
 /// # Safety
 /// See `ConvertFiberToThread` in `include/weft/fibers.h`.

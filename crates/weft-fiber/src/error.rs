@@ -15,7 +15,7 @@ pub const ERROR_INVALID_HANDLE: u32 = 6;
 /// No memory or address space for a fiber's stack or record, or no free FLS index.
 pub const ERROR_NOT_ENOUGH_MEMORY: u32 = 8;
 /// A parameter is invalid: a bad fiber handle, FLS index or flags, or a conversion back
-/// to a thread from a fiber other than the thread's own.
+/// to a thread from a fiber that a Rust `Fiber` handle or a runtime owns.
 pub const ERROR_INVALID_PARAMETER: u32 = 87;
 /// The fiber is running on another thread (or a signal handler tried to switch in the
 /// middle of a switch); try again once it has switched away.
@@ -33,7 +33,9 @@ pub enum Error {
     AlreadyFiber,
     /// The thread is not a fiber: convert it first.
     NotAFiber,
-    /// `ConvertFiberToThread` was called while a fiber other than the thread's own runs.
+    /// `ConvertFiberToThread` was called in a fiber that a Rust `Fiber` handle or a
+    /// runtime (a green thread) owns; the thread's own fiber, or one made with
+    /// `CreateFiber`, may convert back.
     NotThreadFiber,
     /// A parameter was out of range; the text names it.
     InvalidParameter(&'static str),
@@ -89,7 +91,8 @@ impl fmt::Display for Error {
             ),
             Error::NotThreadFiber => write!(
                 f,
-                "ConvertFiberToThread must run on the thread's own fiber; switch back to it first"
+                "ConvertFiberToThread cannot run in a fiber that a Fiber handle or a runtime \
+                 owns; switch back to the thread's own fiber first"
             ),
             Error::InvalidParameter(what) => write!(f, "invalid parameter: {what}"),
             Error::Busy { fiber } => write!(

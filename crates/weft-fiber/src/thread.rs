@@ -277,17 +277,9 @@ pub(crate) fn convert_back() -> Result<(), Error> {
             return Err(Error::NotAFiber);
         }
         let cur = (*t).current;
-        if (*cur).scheduled {
-            return Err(Error::InvalidParameter(
-                "ConvertFiberToThread in a green thread: its runtime owns the fiber and the \
-                 thread; return from the green thread instead",
-            ));
-        }
-        if (*cur).rust_owned {
-            return Err(Error::InvalidParameter(
-                "ConvertFiberToThread in a fiber made by the Rust API: its Fiber handle owns \
-                 it; switch back to the thread's own fiber first",
-            ));
+        if (*cur).scheduled || (*cur).rust_owned {
+            // Its runtime, or its `Fiber` handle, owns it and would free it.
+            return Err(Error::NotThreadFiber);
         }
         if cur != (*t).main {
             // The thread goes on as a plain thread on `cur`'s stack, with `cur`'s FLS

@@ -321,3 +321,34 @@ fn a_fiber_that_drops_its_own_handle_is_freed_when_it_switches_away() {
         drop(key);
     });
 }
+
+#[test]
+fn the_windows_api_neither_deletes_nor_converts_back_a_rust_fiber() {
+    use weft_fiber::win::*;
+    on_thread(|| {
+        let main = convert_thread().unwrap();
+        let f = Fiber::new(|| unsafe {
+            // Its `Fiber` handle owns it: it stays a fiber.
+            assert_eq!(ConvertFiberToThread(), FALSE);
+            assert_eq!(GetLastError(), ERROR_INVALID_PARAMETER);
+            assert_eq!(IsThreadAFiber(), TRUE);
+        })
+        .unwrap();
+        f.switch_to().unwrap();
+        assert!(f.is_finished());
+        unsafe {
+            SetLastError(0);
+            DeleteFiber(f.as_raw());
+            assert_eq!(GetLastError(), ERROR_INVALID_PARAMETER);
+        }
+        assert_eq!(f.stats().state, FiberState::Finished);
+        let raw = f.as_raw();
+        drop(f); // frees it: its handle is stale now
+        unsafe {
+            SetLastError(0);
+            SwitchToFiber(raw);
+            assert_eq!(GetLastError(), ERROR_INVALID_HANDLE);
+        }
+        drop(main);
+    });
+}
