@@ -2,6 +2,10 @@
 //!
 //! * `peers/peers.c` (always): the glibc ucontext, pthread and `__thread`
 //!   peers, at -O2, into a static library linked into the `weft` binary.
+//! * `examples/c/job_system.c` (always), twice: on weft's fibers and on ucontext
+//!   (`-DJOBS_UCONTEXT`), as the library functions `peer_jobs_weft` and
+//!   `peer_jobs_ucontext` (`-DJOBS_NO_MAIN`) that the fibers suite's job-system
+//!   rows run.
 //! * `peers/fcontext.cpp` (only when Boost.Context is installed): the
 //!   `boost-fcontext` switch peer. We look for the header
 //!   `boost/context/detail/fcontext.hpp` and the shared library
@@ -48,6 +52,26 @@ fn main() {
         .flag_if_supported("-std=gnu11")
         .warnings(true)
         .compile("weft_peers");
+
+    println!("cargo::rerun-if-changed=../../examples/c/job_system.c");
+    for (name, defines) in [
+        ("weft_jobs_weft", &[("JOBS_ENTRY", "peer_jobs_weft")][..]),
+        (
+            "weft_jobs_ucontext",
+            &[("JOBS_ENTRY", "peer_jobs_ucontext"), ("JOBS_UCONTEXT", "1")][..],
+        ),
+    ] {
+        let mut b = cc::Build::new();
+        b.file("../../examples/c/job_system.c")
+            .include("../../include")
+            .opt_level(2)
+            .define("JOBS_NO_MAIN", None)
+            .warnings(true);
+        for (k, v) in defines {
+            b.define(k, *v);
+        }
+        b.compile(name);
+    }
 
     match find_boost_context() {
         Some((include, lib)) => {

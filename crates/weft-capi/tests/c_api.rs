@@ -22,6 +22,9 @@
 //!   survives in `libweft.a`); `syslet_header` checks that header alone as
 //!   C99 and C++11.
 //!
+//! - `examples/c/job_system.c`, a fiber job system, runs on weft and on ucontext
+//!   (the same program), and on weft under AddressSanitizer and valgrind.
+//!
 //! The library is the one next to this test binary (`<target>/<profile>/`,
 //! where `cargo build -p libweft` puts `libweft.so` and `libweft.a`). If it
 //! is missing or older than a source file of weft-fiber, weft-runtime or
@@ -187,18 +190,25 @@ fn build_c(name: &str) -> PathBuf {
 
 /// Compiles tests/c/<src>.c with `compiler`, extra flags, into <out_name>.
 fn build_with(compiler: &str, src: &str, extra: &[&str], out_name: &str) -> PathBuf {
-    build_against(lib_dir(), compiler, src, extra, out_name)
+    build_against(lib_dir(), compiler, &c_src(src), extra, out_name)
 }
 
-/// [`build_with`], linked against the libweft in `lib`.
-fn build_against(lib: &Path, compiler: &str, src: &str, extra: &[&str], out_name: &str) -> PathBuf {
+/// Compiles the C file `src` with `compiler` and extra flags into <out_name>, linked
+/// against the libweft in `lib`.
+fn build_against(
+    lib: &Path,
+    compiler: &str,
+    src: &Path,
+    extra: &[&str],
+    out_name: &str,
+) -> PathBuf {
     let out = out_dir().join(out_name);
     let mut cmd = Command::new(compiler);
     cmd.args(CFLAGS)
         .args(extra)
         .arg("-I")
         .arg(include_dir())
-        .arg(c_src(src))
+        .arg(src)
         .args(["-x", "none"]) // what follows is not source, whatever -x said
         .arg("-o")
         .arg(&out)
@@ -356,6 +366,40 @@ fn c_process_exit() {
 #[test]
 fn c_windows_behaviour() {
     c_test("windows_behaviour");
+}
+
+/// examples/c/job_system.c: a fiber job system (2 workers, 20 frames: a short run) on
+/// weft, and the same program on ucontext; then on weft under AddressSanitizer and
+/// valgrind.
+#[test]
+fn c_job_system_example() {
+    let src = workspace().join("examples/c/job_system.c");
+    let args = ["2", "20"];
+    let weft = build_against(lib_dir(), "cc", &src, &[], "job_system");
+    assert_passed(&run_bin(&weft, &args), "job_system");
+    let ucontext = build_against(lib_dir(), "cc", &src, &["-DJOBS_UCONTEXT"], "job_system_uc");
+    assert_passed(&run_bin(&ucontext, &args), "job_system (ucontext)");
+    if let Some(lib) = asan_lib_dir() {
+        let flags = ["-fsanitize=address", "-fno-omit-frame-pointer"];
+        let bin = build_against(lib, "cc", &src, &flags, "job_system_asan");
+        let r = run_bin(&bin, &args);
+        assert_no_asan_report(&r, "job_system");
+        assert_passed(&r, "job_system (AddressSanitizer)");
+    }
+    if let Some(valgrind) = valgrind() {
+        let mut cmd = Command::new(valgrind);
+        cmd.args([
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--error-exitcode=9",
+        ])
+        .arg(&weft)
+        .args(["2", "5"]);
+        assert_passed(
+            &run_with_timeout(cmd, VALGRIND_TIMEOUT),
+            "job_system (valgrind)",
+        );
+    }
 }
 
 /// weft_introspect (include/weft/introspect.h), with a registry directory of
@@ -842,7 +886,7 @@ fn asan_run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Run> {
     let out = build_against(
         asan_lib_dir()?,
         "cc",
-        name,
+        &c_src(name),
         &["-fsanitize=address", "-fno-omit-frame-pointer"],
         &format!("{name}_asan"),
     );

@@ -34,6 +34,8 @@ use std::sync::Mutex;
 
 /// Bytes from one record to the next: the record, rounded up to cache lines.
 pub(crate) const STRIDE: usize = core::mem::size_of::<FiberRecord>().div_ceil(64) * 64;
+// docs/runtime.md gives what a green thread's record costs.
+const _: () = assert!(STRIDE == 192);
 
 /// What `FiberRecord::handle` holds when the record has no valid handle. Its index
 /// part is never below the pool's length, so it matches no handle a caller can pass.

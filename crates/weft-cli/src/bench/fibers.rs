@@ -18,6 +18,12 @@
 //! * `fls-get`: `FlsGetValue` vs `pthread_getspecific` vs a C `__thread`
 //!   read through a non-inlined function.
 //!
+//! Then the job system (`examples/c/job_system.c`): a fiber job system as game
+//! engines build them, one worker thread per CPU running fibers from a shared
+//! pool, whose jobs wait for sub-jobs by parking their fiber; jobs/s and waits/s
+//! on weft and on ucontext (the same program built with `-DJOBS_UCONTEXT`), the
+//! median of runs that alternate between the two.
+//!
 //! Then the many-fibers table: init and running time of the many-fibers workload
 //! of the Unix Fibers report (A. Mastropietro, U. Mazziotta, AOSV final project,
 //! Sapienza University of Rome, 2018/19) for 16..1024 fibers, 1 process and 4
@@ -69,6 +75,7 @@ pub fn parts(opts: &Options) -> Vec<Part> {
         Part::micro("switch", opts, 6),
         Part::micro("create", opts, 3),
         Part::micro("fls-get", opts, 3),
+        Part::new("job system", job_system_seconds(opts)),
         Part::new("many fibers", many),
     ]
 }
@@ -88,6 +95,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     switch_rows(opts, rep, home)?;
     create_rows(opts, rep, home)?;
     fls_rows(opts, rep)?;
+    job_system_rows(opts, rep)?;
     many_fibers_table(opts, rep)
 }
 
@@ -1082,6 +1090,116 @@ fn many_fibers_table(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
             problems.join("; ")
         ))
     }
+}
+
+/// `struct jobs_config` of examples/c/job_system.c.
+#[repr(C)]
+struct JobsConfig {
+    workers: std::ffi::c_int,
+    frames: std::ffi::c_int,
+    entities: std::ffi::c_int,
+    subjobs: std::ffi::c_int,
+    work: std::ffi::c_int,
+}
+
+/// `struct jobs_result` of examples/c/job_system.c.
+#[repr(C)]
+#[derive(Default)]
+struct JobsResult {
+    seconds: f64,
+    jobs: u64,
+    waits: u64,
+    migrations: u64,
+    switches: u64,
+}
+
+extern "C" {
+    /// examples/c/job_system.c on weft's fibers (built by build.rs).
+    fn peer_jobs_weft(cfg: *const JobsConfig, res: *mut JobsResult) -> std::ffi::c_int;
+    /// The same program on glibc's ucontext.
+    fn peer_jobs_ucontext(cfg: *const JobsConfig, res: *mut JobsResult) -> std::ffi::c_int;
+}
+
+/// Frames per job-system run, and runs per implementation.
+fn job_system_size(opts: &Options) -> (i32, usize) {
+    if opts.quick {
+        (100, 3)
+    } else {
+        (1000, 5)
+    }
+}
+
+/// The job system's estimated seconds, for the progress line (about 6 us a frame).
+fn job_system_seconds(opts: &Options) -> f64 {
+    let (frames, runs) = job_system_size(opts);
+    2.0 * runs as f64 * f64::from(frames) * 6e-6 * 64.0 / super::nproc() as f64
+}
+
+/// examples/c/job_system.c on weft and on ucontext: per frame 64 entity jobs, each
+/// starting 8 sub-jobs of 50 iterations and waiting for them, the frame waiting for
+/// its entities. Runs alternate between the two implementations.
+fn job_system_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
+    progress::part("job system");
+    let (frames, runs) = job_system_size(opts);
+    let workers = super::nproc() as i32;
+    let cfg = JobsConfig {
+        workers,
+        frames,
+        entities: 64,
+        subjobs: 8,
+        work: 50,
+    };
+    type Run = unsafe extern "C" fn(*const JobsConfig, *mut JobsResult) -> std::ffi::c_int;
+    let impls: [(&str, Run); 2] = [("weft", peer_jobs_weft), ("ucontext", peer_jobs_ucontext)];
+    let mut samples = [
+        (Vec::new(), Vec::new(), 0u64),
+        (Vec::new(), Vec::new(), 0u64),
+    ];
+    for _ in 0..runs {
+        for ((name, run), (jobs, waits, moved)) in impls.iter().zip(samples.iter_mut()) {
+            let mut r = JobsResult::default();
+            // SAFETY: valid configuration and result pointers; the program runs to its
+            // end (its own threads are joined) before it returns.
+            if unsafe { run(&cfg, &mut r) } != 0 || r.seconds <= 0.0 {
+                return Err(format!("the {name} job system run failed"));
+            }
+            jobs.push(r.jobs as f64 / r.seconds);
+            waits.push(r.waits as f64 / r.seconds);
+            *moved = r.migrations * 100 / r.waits.max(1);
+        }
+    }
+    rep.line("");
+    rep.line(format!(
+        "job system: {workers} workers run fibers from a shared pool; a frame is 64 entity \
+         jobs that each start 8 sub-jobs and wait for them (the fiber parks, its thread runs \
+         others), and waits for its entities; jobs find their context through FLS \
+         (examples/c/job_system.c; the same program on ucontext); {frames} frames, median of \
+         {runs} runs"
+    ));
+    rep.line(format!(
+        "  {:<12} {:>14} {:>14} {:>26}",
+        "impl", "jobs/s", "waits/s", "waits resumed elsewhere"
+    ));
+    for ((name, _), (jobs, waits, moved)) in impls.iter().zip(samples.iter_mut()) {
+        let (j, w) = (super::median(jobs), super::median(waits));
+        rep.line(format!(
+            "  {name:<12} {:>14} {:>14} {:>25}%",
+            super::group(j),
+            super::group(w),
+            moved
+        ));
+        for (metric, value, unit) in [("jobs", j, "jobs/s"), ("waits", w, "waits/s")] {
+            rep.emit(&Measurement {
+                suite: Suite::Fibers.name(),
+                name: format!("job-system/{metric}"),
+                impl_name: name.to_string(),
+                value: Some(value),
+                unit,
+                note: None,
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
