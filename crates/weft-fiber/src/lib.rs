@@ -35,6 +35,9 @@
 //!    switch (`fiber.rs`, "Signal handlers").
 //! 4. No Rust frame is ever unwound by a thread exit started from a fiber (`arch`,
 //!    `exit_thread_at`).
+//! 5. A fiber handle is checked (its record's index and generation) before anything
+//!    else is read, and records are never freed to the allocator, so a stale handle
+//!    fails with an error and reads no freed memory (`pool`).
 
 #![warn(missing_docs)]
 
