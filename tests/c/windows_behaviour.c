@@ -45,6 +45,10 @@ static VOID WINAPI counting_fiber(LPVOID param) {
         SetLastError(0xdeadbeef);
         CHECK(FlsGetValue(g_fls_index) == g_value);
         CHECK_EQ(GetLastError(), ERROR_SUCCESS);
+        /* It has FLS now: another index reads NULL, without an error. */
+        SetLastError(0xdeadbeef);
+        CHECK(FlsGetValue(127) == NULL);
+        CHECK_EQ(GetLastError(), ERROR_SUCCESS);
     }
     SwitchToFiber(g_fibers[0]);
     CHECK(!"a counting fiber was resumed");
