@@ -327,6 +327,8 @@ fn the_windows_api_neither_deletes_nor_converts_back_a_rust_fiber() {
     use weft_fiber::win::*;
     on_thread(|| {
         let main = convert_thread().unwrap();
+        // SAFETY (all blocks below): Windows-API calls with no pointer arguments but
+        // fiber handles, which the API checks.
         let f = Fiber::new(|| unsafe {
             // Its `Fiber` handle owns it: it stays a fiber.
             assert_eq!(ConvertFiberToThread(), FALSE);
@@ -336,6 +338,7 @@ fn the_windows_api_neither_deletes_nor_converts_back_a_rust_fiber() {
         .unwrap();
         f.switch_to().unwrap();
         assert!(f.is_finished());
+        // SAFETY: as above.
         unsafe {
             SetLastError(0);
             DeleteFiber(f.as_raw());
@@ -343,7 +346,9 @@ fn the_windows_api_neither_deletes_nor_converts_back_a_rust_fiber() {
         }
         assert_eq!(f.stats().state, FiberState::Finished);
         let raw = f.as_raw();
-        drop(f); // frees it: its handle is stale now
+        // Dropping it frees it: its handle is stale now.
+        drop(f);
+        // SAFETY: as above; a stale handle is checked, not used.
         unsafe {
             SetLastError(0);
             SwitchToFiber(raw);

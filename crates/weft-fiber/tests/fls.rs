@@ -121,6 +121,7 @@ fn bad_indexes_are_invalid_parameters() {
 #[test]
 fn any_index_below_the_limit_can_be_set_and_read_as_on_windows() {
     let _g = serial();
+    // SAFETY: FLS calls with plain values, on a thread of our own.
     std::thread::spawn(|| unsafe {
         // Never allocated: FlsFree refuses it, get and set work.
         let top = FLS_MAXIMUM_AVAILABLE - 1;
