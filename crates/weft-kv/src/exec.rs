@@ -168,7 +168,8 @@ pub fn run_common(
     Some(match cmd.name {
         "ping" => match args.len() {
             1 => Reply::Simple("PONG".into()),
-            _ => Reply::Bulk(args[1].clone()),
+            2 => Reply::Bulk(args[1].clone()),
+            _ => Reply::err("ERR wrong number of arguments for 'ping' command"),
         },
         "echo" => Reply::Bulk(args[1].clone()),
         "time" => {
@@ -227,16 +228,32 @@ pub fn run_common(
     })
 }
 
+/// A SCAN cursor as Redis reads it (C's `strtoul` in base 10, the whole text): an
+/// optional sign, digits; a minus wraps around (`-1` is the largest cursor), an empty
+/// text is 0; a leading space, anything left over or a value past 2^64 - 1 is refused.
+fn parse_cursor(text: &[u8]) -> Option<u64> {
+    let (neg, digits) = match text.first() {
+        None => return Some(0),
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        Some(_) => (false, text),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v = digits.iter().try_fold(0u64, |v, &c| {
+        v.checked_mul(10)?.checked_add((c - b'0') as u64)
+    })?;
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
 /// Bits of a SCAN cursor below the shard index.
 const SHARD_SHIFT: u32 = 56;
 
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: the cursor's top 8 bits
 /// name the shard, the rest is that shard's own cursor; shards are walked in order.
 fn scan(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
-    let Some(cursor) = std::str::from_utf8(&args[1])
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    else {
+    let Some(cursor) = parse_cursor(&args[1]) else {
         return Reply::err("ERR invalid cursor");
     };
     let mut pattern: Option<&[u8]> = None;
@@ -251,10 +268,7 @@ fn scan(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
         if eq(&args[i], "match") {
             pattern = Some(v);
         } else if eq(&args[i], "count") {
-            match std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.parse::<i64>().ok())
-            {
+            match crate::commands::parse_i64(v) {
                 Some(n) if n >= 1 => count = n as usize,
                 Some(_) => return Reply::err("ERR syntax error"),
                 None => return Reply::err("ERR value is not an integer or out of range"),

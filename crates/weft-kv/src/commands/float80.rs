@@ -257,7 +257,7 @@ impl Big {
         }
         let full = (from / 64) as usize;
         let below = self.0[..full.min(self.0.len())].iter().any(|&l| l != 0)
-            || (from % 64 != 0
+            || (!from.is_multiple_of(64)
                 && self
                     .0
                     .get(full)

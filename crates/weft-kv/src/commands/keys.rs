@@ -170,7 +170,11 @@ fn ttl_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, ms: bool, a
         (at as i64 - ctx.now_ms as i64).max(0)
     };
     // Rounded without overflow: a PXAT of i64::MAX is 9223372036854776 seconds.
-    Reply::Int(if ms { t } else { t / 1000 + (t % 1000 >= 500) as i64 })
+    Reply::Int(if ms {
+        t
+    } else {
+        t / 1000 + (t % 1000 >= 500) as i64
+    })
 }
 
 /// TTL key: seconds left, rounded; -1 no expiry; -2 missing.

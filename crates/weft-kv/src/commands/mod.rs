@@ -18,6 +18,7 @@
 use crate::keyspace::Keyspace;
 use crate::resp::Reply;
 
+pub mod docs;
 pub mod float80;
 pub mod keys;
 pub mod strings;
@@ -134,6 +135,27 @@ pub struct Command {
     pub step: i32,
     /// How it runs.
     pub exec: Exec,
+    /// Its subcommands (CLIENT LIST, CONFIG GET, ...), if it is a container: the
+    /// second argument names one, and that one's arity applies.
+    pub subs: &'static [Sub],
+}
+
+/// A subcommand of a container command (`client|list`): Redis 7 checks its arity
+/// and shows it in COMMAND, and INFO commandstats counts it on its own.
+pub struct Sub {
+    /// The full name, lower case: `container|sub`.
+    pub name: &'static str,
+    /// Its arity, counting the container's name and its own.
+    pub arity: i32,
+    /// [`flags`], or-ed.
+    pub flags: u32,
+}
+
+impl Sub {
+    /// The subcommand's own name (`list` of `client|list`).
+    pub fn short(&self) -> &'static str {
+        self.name.split_once('|').map_or(self.name, |(_, s)| s)
+    }
 }
 
 /// Redis's `ERR syntax error`.
@@ -217,8 +239,87 @@ const fn cmd(
         last_key: keys.1,
         step: keys.2,
         exec,
+        subs: &[],
     }
 }
+
+/// A container command: keyless, run by the server, with subcommands.
+const fn container(name: &'static str, subs: &'static [Sub]) -> Command {
+    Command {
+        name,
+        arity: -2,
+        flags: 0,
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        exec: Exec::Server,
+        subs,
+    }
+}
+
+const fn sub(name: &'static str, arity: i32, flags: u32) -> Sub {
+    Sub { name, arity, flags }
+}
+
+/// CLIENT's subcommands (weft-kv has no client-side caching: TRACKING, CACHING,
+/// GETREDIR, TRACKINGINFO; nor blocking commands: UNBLOCK).
+static CLIENT_SUBS: [Sub; 13] = [
+    sub("client|id", 2, 0),
+    sub("client|getname", 2, 0),
+    sub("client|setname", 3, 0),
+    sub("client|setinfo", 4, 0),
+    sub("client|info", 2, 0),
+    sub("client|list", -2, A),
+    sub("client|kill", -3, A),
+    sub("client|pause", -3, A),
+    sub("client|unpause", 2, A),
+    sub("client|reply", 3, 0),
+    sub("client|no-evict", 3, A),
+    sub("client|no-touch", 3, 0),
+    sub("client|help", 2, 0),
+];
+
+static CONFIG_SUBS: [Sub; 5] = [
+    sub("config|get", -3, A),
+    sub("config|set", -4, A),
+    sub("config|resetstat", 2, A),
+    sub("config|rewrite", 2, A),
+    sub("config|help", 2, 0),
+];
+
+static COMMAND_SUBS: [Sub; 7] = [
+    sub("command|count", 2, 0),
+    sub("command|docs", -2, 0),
+    sub("command|getkeys", -4, 0),
+    sub("command|getkeysandflags", -4, 0),
+    sub("command|info", -2, 0),
+    sub("command|list", -2, 0),
+    sub("command|help", 2, 0),
+];
+
+/// FUNCTION's subcommands: FLUSH answers OK (there is nothing to flush), the others
+/// say that weft-kv has no scripting.
+static FUNCTION_SUBS: [Sub; 9] = [
+    sub("function|delete", 3, 0),
+    sub("function|dump", 2, 0),
+    sub("function|flush", -2, W),
+    sub("function|help", 2, 0),
+    sub("function|kill", 2, 0),
+    sub("function|list", -2, 0),
+    sub("function|load", -3, W | D),
+    sub("function|restore", -3, W | D),
+    sub("function|stats", 2, 0),
+];
+
+/// SCRIPT's subcommands, as FUNCTION's.
+static SCRIPT_SUBS: [Sub; 6] = [
+    sub("script|debug", 3, 0),
+    sub("script|exists", -3, 0),
+    sub("script|flush", -2, 0),
+    sub("script|help", 2, 0),
+    sub("script|kill", 2, 0),
+    sub("script|load", 3, 0),
+];
 
 const ONE: (i32, i32, i32) = (1, 1, 1);
 const ALL: (i32, i32, i32) = (1, -1, 1);
@@ -228,7 +329,7 @@ use keys as k;
 use strings as s;
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 57] = [
+static TABLE: [Command; 65] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -285,10 +386,10 @@ static TABLE: [Command; 57] = [
     cmd("select", 2, F, NONE, Exec::Server),
     cmd("quit", -1, F | N, NONE, Exec::Server),
     cmd("reset", 1, F | N, NONE, Exec::Server),
-    cmd("client", -2, 0, NONE, Exec::Server),
+    container("client", &CLIENT_SUBS),
     cmd("info", -1, 0, NONE, Exec::Server),
-    cmd("config", -2, 0, NONE, Exec::Server),
-    cmd("command", -1, 0, NONE, Exec::Server),
+    container("config", &CONFIG_SUBS),
+    cmd("command", -1, 0, NONE, Exec::Server).with_subs(&COMMAND_SUBS),
     cmd("dbsize", 1, R | F, NONE, Exec::Server),
     cmd("keys", 2, R, NONE, Exec::Server),
     cmd("scan", -2, R, NONE, Exec::Server),
@@ -301,6 +402,16 @@ static TABLE: [Command; 57] = [
     cmd("shutdown", -1, A, NONE, Exec::Server),
     cmd("time", 1, F, NONE, Exec::Server),
     cmd("wait", 3, 0, NONE, Exec::Server),
+    // scripting, which weft-kv does not have: FUNCTION FLUSH and SCRIPT FLUSH answer OK
+    // (test suites flush between tests), the rest a clear error.
+    container("function", &FUNCTION_SUBS),
+    container("script", &SCRIPT_SUBS),
+    cmd("eval", -3, 0, NONE, Exec::Server),
+    cmd("evalsha", -3, 0, NONE, Exec::Server),
+    cmd("eval_ro", -3, R, NONE, Exec::Server),
+    cmd("evalsha_ro", -3, R, NONE, Exec::Server),
+    cmd("fcall", -3, 0, NONE, Exec::Server),
+    cmd("fcall_ro", -3, R, NONE, Exec::Server),
 ];
 
 /// The index in [`TABLE`] of a command whose name is given in lower case.
@@ -364,6 +475,14 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"shutdown" => 54,
         b"time" => 55,
         b"wait" => 56,
+        b"function" => 57,
+        b"script" => 58,
+        b"eval" => 59,
+        b"evalsha" => 60,
+        b"eval_ro" => 61,
+        b"evalsha_ro" => 62,
+        b"fcall" => 63,
+        b"fcall_ro" => 64,
         _ => return None,
     })
 }
@@ -381,6 +500,62 @@ pub fn lookup(name: &[u8]) -> Option<&'static Command> {
 /// Every command, in table order (for COMMAND and COMMAND COUNT).
 pub fn table() -> &'static [Command] {
     &TABLE
+}
+
+impl Command {
+    const fn with_subs(mut self, subs: &'static [Sub]) -> Command {
+        self.subs = subs;
+        self
+    }
+
+    /// This command's position in [`table`], its number in statistics.
+    pub fn id(&self) -> usize {
+        let at = (self as *const Command as usize - TABLE.as_ptr() as usize)
+            / std::mem::size_of::<Command>();
+        debug_assert!(std::ptr::eq(&TABLE[at], self), "a command of the table");
+        at
+    }
+
+    /// The subcommand `args[1]` names (any case), if this is a container and it has it.
+    pub fn sub<A: AsRef<[u8]>>(&self, args: &[A]) -> Option<&'static Sub> {
+        let name = args.get(1)?.as_ref();
+        self.subs
+            .iter()
+            .find(|s| s.short().as_bytes().eq_ignore_ascii_case(name))
+    }
+}
+
+/// How many numbers [`stat_id`] gives: one per command, one per subcommand.
+pub fn stat_ids() -> usize {
+    TABLE.len() + TABLE.iter().map(|c| c.subs.len()).sum::<usize>()
+}
+
+/// The number under which statistics count `cmd` run with `args`: its subcommand's,
+/// for a container given one (`None` when it does not have the one named), else its
+/// own.
+pub fn stat_id<A: AsRef<[u8]>>(cmd: &Command, args: &[A]) -> Option<usize> {
+    if cmd.subs.is_empty() || args.len() < 2 {
+        return Some(cmd.id());
+    }
+    let sub = cmd.sub(args)?;
+    let before: usize = TABLE[..cmd.id()].iter().map(|c| c.subs.len()).sum();
+    let at = (sub as *const Sub as usize - cmd.subs.as_ptr() as usize) / std::mem::size_of::<Sub>();
+    Some(TABLE.len() + before + at)
+}
+
+/// The name statistics show for a [`stat_id`]: `get`, `client|list`.
+pub fn stat_name(id: usize) -> &'static str {
+    if let Some(c) = TABLE.get(id) {
+        return c.name;
+    }
+    let mut at = id - TABLE.len();
+    for c in &TABLE {
+        if at < c.subs.len() {
+            return c.subs[at].name;
+        }
+        at -= c.subs.len();
+    }
+    panic!("no command has statistics number {id}")
 }
 
 /// The longest key or value weft-kv keeps: the log's [`crate::log::MAX_VALUE`] (1 GiB),
@@ -402,18 +577,54 @@ pub fn check_lengths<A: AsRef<[u8]>>(args: &[A]) -> Result<(), Reply> {
     }
 }
 
-/// Checks `args` against `cmd`'s arity: the standard
-/// `ERR wrong number of arguments for 'get' command` otherwise.
-pub fn check_arity<A>(cmd: &Command, args: &[A]) -> Result<(), Reply> {
-    let n = args.len() as i64;
-    let a = cmd.arity as i64;
-    if (a > 0 && n != a) || (a < 0 && n < -a) {
-        return Err(Reply::error(format!(
-            "ERR wrong number of arguments for '{}' command",
-            cmd.name
-        )));
+/// Checks `args` against `cmd`'s arity, and a container's subcommand against its
+/// own: the standard `ERR wrong number of arguments for 'get' command` (or
+/// `'client|kill'`) otherwise, and Redis's `ERR unknown subcommand 'x'. Try CLIENT
+/// HELP.` for a subcommand the container does not have.
+pub fn check_arity<A: AsRef<[u8]>>(cmd: &Command, args: &[A]) -> Result<(), Reply> {
+    let fits = |arity: i32| {
+        let (n, a) = (args.len() as i64, arity as i64);
+        !((a > 0 && n != a) || (a < 0 && n < -a))
+    };
+    let wrong = |name: &str| {
+        Err(Reply::error(format!(
+            "ERR wrong number of arguments for '{name}' command"
+        )))
+    };
+    if !fits(cmd.arity) {
+        return wrong(cmd.name);
     }
-    Ok(())
+    if cmd.subs.is_empty() || args.len() < 2 {
+        return Ok(());
+    }
+    match cmd.sub(args) {
+        Some(sub) if fits(sub.arity) => Ok(()),
+        Some(sub) => wrong(sub.name),
+        None => {
+            let name = args[1].as_ref();
+            Err(Reply::error(format!(
+                "ERR unknown subcommand '{}'. Try {} HELP.",
+                String::from_utf8_lossy(&name[..name.len().min(128)]),
+                String::from_utf8_lossy(args[0].as_ref()).to_ascii_uppercase()
+            )))
+        }
+    }
+}
+
+/// Redis's reply to a subcommand given the wrong arguments: `ERR unknown subcommand
+/// or wrong number of arguments for 'pause'. Try CLIENT HELP.` (as typed).
+pub fn sub_syntax_error<A: AsRef<[u8]>>(args: &[A]) -> Reply {
+    let word = |i: usize| String::from_utf8_lossy(args.get(i).map_or(&b""[..], |a| a.as_ref()));
+    let sub = word(1);
+    let mut cut = sub.len().min(128);
+    while !sub.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Reply::error(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+        &sub[..cut],
+        word(0).to_ascii_uppercase()
+    ))
 }
 
 /// The reply to a command that is not in the table (Redis's words:

@@ -3,9 +3,9 @@
 //! BGREWRITEAOF, SHUTDOWN). One function per command.
 
 use super::conn::Conn;
-use super::Server;
-use crate::commands::{self, flags, Command};
-use crate::exec::{Acks, ShardSet};
+use super::{clients, command, info, Server};
+use crate::commands::{self, Command};
+use crate::exec::Acks;
 use crate::resp::Reply;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -42,34 +42,41 @@ pub fn run(
             Reply::OK
         }
         "reset" => {
-            conn.proto = 2;
-            conn.name = None;
+            conn.set_proto(2);
+            conn.set_name(b"");
+            conn.reply = clients::ReplyMode::On;
             conn.authed = server.settings.password().is_none();
             Reply::Simple("RESET".into())
         }
-        "client" => client(conn, args),
-        "info" => info(server, args),
+        "client" => clients::client(server, conn, args),
+        "info" => info::info(server, args),
         "config" => config(server, args),
-        "command" => command(args),
+        "command" => command::command(args),
         "save" => save(server),
         "bgsave" | "bgrewriteaof" => bgrewriteaof(server, cmd.name),
         "lastsave" => Reply::Int(server.last_save.load(Relaxed) as i64),
         "shutdown" => shutdown(server, args),
-        "wait" => Reply::Int(0),
+        "wait" => clients::wait(server, conn, args),
+        "function" | "script" => scripting(cmd.name, args),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+            no_scripting(cmd.name)
+        }
         _ => return None,
     })
 }
 
 /// HELLO [protover [AUTH username password] [SETNAME name]]: switches the protocol
-/// (2 or 3; anything else is `NOPROTO`), optionally authenticates, and answers the
-/// server's description as a map.
+/// (2 or 3; anything else is `NOPROTO`), optionally authenticates and names the
+/// connection, and answers the server's description as a map.
+///
+/// As Redis 7.0 does it, the options take effect in order, each at once (a later
+/// error undoes nothing): AUTH authenticates (a wrong password answers WRONGPASS),
+/// SETNAME names the connection (a name CLIENT SETNAME refuses is refused); then, if
+/// the client is authenticated, the protocol changes.
 fn hello(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
     let mut proto = conn.proto;
     if args.len() > 1 {
-        match std::str::from_utf8(&args[1])
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-        {
+        match commands::parse_i64(&args[1]) {
             Some(v @ 2..=3) => proto = v as u8,
             Some(_) => return Reply::err("NOPROTO unsupported protocol version"),
             None => return Reply::err("ERR Protocol version is not an integer or out of range"),
@@ -78,14 +85,17 @@ fn hello(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
     let mut i = 2;
     while i < args.len() {
         if eq(&args[i], "auth") && i + 2 < args.len() {
-            let r = check_password(server, &args[i + 1], &args[i + 2]);
+            let r = check_password(server, Some(&args[i + 1]), &args[i + 2]);
             if r.is_error() {
                 return r;
             }
             conn.authed = true;
             i += 3;
         } else if eq(&args[i], "setname") && i + 1 < args.len() {
-            conn.name = Some(args[i + 1].clone());
+            if let Err(e) = check_name(&args[i + 1]) {
+                return e;
+            }
+            conn.set_name(&args[i + 1]);
             i += 2;
         } else {
             return Reply::error(format!(
@@ -95,9 +105,9 @@ fn hello(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
         }
     }
     if !conn.authed {
-        return Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+        return Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
     }
-    conn.proto = proto;
+    conn.set_proto(proto);
     Reply::Map(vec![
         (bulk("server"), bulk("redis")),
         (bulk("version"), bulk(REDIS_VERSION)),
@@ -109,26 +119,43 @@ fn hello(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
     ])
 }
 
-fn check_password(server: &Server, user: &[u8], pass: &[u8]) -> Reply {
-    match server.settings.password() {
-        None => Reply::err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"),
-        Some(p) if user == b"default" && p.as_bytes() == pass => Reply::OK,
-        Some(_) => Reply::err("WRONGPASS invalid username-password pair or user is disabled."),
+/// Checks a password for `user` (`None`: AUTH's one-argument form, the user
+/// `default`). Only the user `default` exists. With no password set it needs none:
+/// any password is right for it (Redis's `nopass`), but the one-argument form is
+/// refused, as Redis refuses it, since it suggests a configuration mistake.
+fn check_password(server: &Server, user: Option<&[u8]>, pass: &[u8]) -> Reply {
+    const WRONGPASS: Reply =
+        Reply::err("WRONGPASS invalid username-password pair or user is disabled.");
+    match (server.settings.password(), user) {
+        (None, None) => Reply::err("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"),
+        (None, Some(b"default")) => Reply::OK,
+        (Some(p), None | Some(b"default")) if p.as_bytes() == pass => Reply::OK,
+        _ => WRONGPASS,
     }
 }
 
 /// AUTH [username] password: only the user `default` exists.
 fn auth(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
-    let (user, pass): (&[u8], &[u8]) = match args.len() {
-        2 => (b"default", &args[1]),
-        3 => (&args[1], &args[2]),
+    let r = match args.len() {
+        2 => check_password(server, None, &args[1]),
+        3 => check_password(server, Some(&args[1]), &args[2]),
         _ => return Reply::err("ERR syntax error"),
     };
-    let r = check_password(server, user, pass);
     if !r.is_error() {
         conn.authed = true;
     }
     r
+}
+
+/// A connection name must be printable ASCII without spaces (CLIENT SETNAME's and
+/// HELLO SETNAME's rule, Redis's words on refusal).
+pub(super) fn check_name(name: &[u8]) -> Result<(), Reply> {
+    if name.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
+        return Err(Reply::err(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(())
 }
 
 /// SELECT index: there is one database, 0.
@@ -141,109 +168,6 @@ fn select(args: &[Vec<u8>]) -> Reply {
         Some(_) => Reply::err("ERR DB index is out of range"),
         None => Reply::err("ERR value is not an integer or out of range"),
     }
-}
-
-/// CLIENT ID | GETNAME | SETNAME name | SETINFO attr value | INFO | LIST | NO-EVICT |
-/// NO-TOUCH | REPLY ON.
-fn client(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
-    let sub = args
-        .get(1)
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_default();
-    match (sub.as_slice(), args.len()) {
-        (b"id", 2) => Reply::Int(conn.id as i64),
-        (b"getname", 2) => conn.name.clone().map_or(Reply::Nil, Reply::Bulk),
-        (b"setname", 3) => {
-            if args[2].iter().any(|&c| c <= b' ' || c > b'~') {
-                return Reply::err(
-                    "ERR Client names cannot contain spaces, newlines or special characters.",
-                );
-            }
-            conn.name = (!args[2].is_empty()).then(|| args[2].clone());
-            Reply::OK
-        }
-        (b"setinfo", 4) => Reply::OK,
-        (b"no-evict" | b"no-touch" | b"reply", 3) => Reply::OK,
-        (b"info", 2) | (b"list", _) => {
-            let name = conn.name.as_deref().map(text).unwrap_or_default();
-            let line = format!("id={} name={} db=0 resp={}\n", conn.id, name, conn.proto);
-            Reply::Verbatim("txt", line.into_bytes())
-        }
-        _ => Reply::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            text(args.get(1).map_or(&b""[..], |v| v))
-        )),
-    }
-}
-
-/// INFO [section ...]: server, clients, memory, persistence, stats, keyspace.
-fn info(server: &Server, args: &[Vec<u8>]) -> Reply {
-    let want = |name: &str| {
-        args.len() == 1
-            || args[1..]
-                .iter()
-                .any(|a| eq(a, name) || eq(a, "all") || eq(a, "everything") || eq(a, "default"))
-    };
-    let shards = server.shards.list();
-    let mut out = String::new();
-    if want("server") {
-        out += &format!(
-            "# Server\r\nredis_version:{REDIS_VERSION}\r\nweft_kv_version:{}\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:{}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nexecutable:weft\r\nshards:{}\r\nworkers:{}\r\n\r\n",
-            env!("CARGO_PKG_VERSION"),
-            usize::BITS,
-            std::process::id(),
-            server.config.port,
-            server.started.elapsed().as_secs(),
-            shards.len(),
-            server.workers,
-        );
-    }
-    if want("clients") {
-        out += &format!(
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
-            server.clients.load(Relaxed),
-            server.settings.maxclients(),
-        );
-    }
-    let used: u64 = shards.iter().map(|s| s.memory.load(Relaxed)).sum();
-    if want("memory") {
-        out += &format!(
-            "# Memory\r\nused_memory:{used}\r\nmaxmemory:{}\r\nmaxmemory_policy:noeviction\r\nmem_clients_normal:{}\r\n\r\n",
-            server.settings.maxmemory(),
-            server.client_memory.load(Relaxed),
-        );
-    }
-    if want("persistence") {
-        let log: u64 = shards.iter().map(|s| s.log_len.load(Relaxed)).sum();
-        let base: u64 = shards.iter().map(|s| s.log_base.load(Relaxed)).sum();
-        let failing = (0..shards.len()).any(|s| server.shards.refuses_writes(s).is_some());
-        out += &format!(
-            "# Persistence\r\nloading:0\r\naof_enabled:1\r\naof_rewrite_in_progress:{}\r\naof_last_write_status:{}\r\naof_current_size:{log}\r\naof_base_size:{base}\r\nappendfsync:{}\r\nrdb_last_save_time:{}\r\n\r\n",
-            server.shards.rewriting() as u8,
-            if failing { "err" } else { "ok" },
-            server.settings.fsync().name(),
-            server.last_save.load(Relaxed),
-        );
-    }
-    if want("stats") {
-        out += &format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nexpired_keys:{}\r\nexpired_time_cap_reached_count:{}\r\nexpire_cycle_cpu_milliseconds:{}\r\n\r\n",
-            server.connections.load(Relaxed),
-            server.commands.load(Relaxed),
-            shards.iter().map(|s| s.expired.load(Relaxed)).sum::<u64>(),
-            server.shards.expire_capped.load(Relaxed),
-            server.shards.expire_us.load(Relaxed) / 1000,
-        );
-    }
-    if want("keyspace") {
-        let keys: u64 = shards.iter().map(|s| s.keys.load(Relaxed)).sum();
-        let expires: u64 = shards.iter().map(|s| s.expires.load(Relaxed)).sum();
-        out += "# Keyspace\r\n";
-        if keys > 0 {
-            out += &format!("db0:keys={keys},expires={expires},avg_ttl=0\r\n");
-        }
-    }
-    Reply::Verbatim("txt", out.into_bytes())
 }
 
 /// CONFIG GET pattern... | SET name value... | RESETSTAT | REWRITE.
@@ -269,9 +193,29 @@ fn config(server: &Server, args: &[Vec<u8>]) -> Reply {
         }
         b"resetstat" => {
             server.commands.store(0, Relaxed);
+            server.stats.reset();
             Reply::OK
         }
         b"rewrite" => Reply::err("ERR weft-kv takes its configuration from the command line: give the option to `weft kv serve`"),
+        b"help" => Reply::Array(
+            [
+                "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GET <pattern> [<pattern> ...]",
+                "    The settings whose names match a pattern, with their values.",
+                "SET <name> <value> [<name> <value> ...]",
+                "    Change settings while the server runs (those CONFIG GET shows that",
+                "    can change: appendfsync, maxmemory, maxclients, requirepass, ...).",
+                "RESETSTAT",
+                "    Reset the statistics INFO shows.",
+                "REWRITE",
+                "    Refused: weft-kv takes its settings from the command line.",
+                "HELP",
+                "    This text.",
+            ]
+            .iter()
+            .map(|l| Reply::Simple((*l).into()))
+            .collect(),
+        ),
         _ => Reply::error(format!(
             "ERR unknown subcommand or wrong number of arguments for '{}'. Try CONFIG HELP.",
             text(&args[1])
@@ -279,53 +223,45 @@ fn config(server: &Server, args: &[Vec<u8>]) -> Reply {
     }
 }
 
-fn command_info(c: &Command) -> Reply {
-    let mut fl = Vec::new();
-    for (bit, name) in [
-        (flags::WRITE, "write"),
-        (flags::READONLY, "readonly"),
-        (flags::DENYOOM, "denyoom"),
-        (flags::ADMIN, "admin"),
-        (flags::NOAUTH, "no_auth"),
-        (flags::FAST, "fast"),
-    ] {
-        if c.flags & bit != 0 {
-            fl.push(Reply::Simple(name.into()));
-        }
-    }
-    Reply::Array(vec![
-        bulk(c.name),
-        Reply::Int(c.arity as i64),
-        Reply::Set(fl),
-        Reply::Int(c.first_key as i64),
-        Reply::Int(c.last_key as i64),
-        Reply::Int(c.step as i64),
-    ])
+/// The reply to a scripting command: weft-kv has no scripting.
+fn no_scripting(what: &str) -> Reply {
+    Reply::error(format!(
+        "ERR weft-kv has no scripting: {} is not supported (EVAL, EVALSHA, FCALL, FUNCTION \
+         and SCRIPT run nothing; FUNCTION FLUSH and SCRIPT FLUSH answer OK, there being \
+         nothing to flush)",
+        what.to_ascii_uppercase()
+    ))
 }
 
-/// COMMAND | COMMAND COUNT | COMMAND INFO name... | COMMAND DOCS (empty) | COMMAND
-/// LIST.
-fn command(args: &[Vec<u8>]) -> Reply {
-    let table = commands::table();
-    let sub = args
-        .get(1)
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_default();
+/// FUNCTION and SCRIPT: FLUSH [ASYNC|SYNC] answers OK (there is nothing to flush:
+/// test suites flush before each test), HELP says so, the rest is refused.
+fn scripting(name: &str, args: &[Vec<u8>]) -> Reply {
+    let sub = args[1].to_ascii_lowercase();
+    let upper = name.to_ascii_uppercase();
     match sub.as_slice() {
-        b"" => Reply::Array(table.iter().map(command_info).collect()),
-        b"count" => Reply::Int(table.len() as i64),
-        b"docs" => Reply::Map(vec![]),
-        b"list" => Reply::Array(table.iter().map(|c| bulk(c.name)).collect()),
-        b"info" => Reply::Array(
-            args[2..]
-                .iter()
-                .map(|n| commands::lookup(n).map_or(Reply::NilArray, command_info))
-                .collect(),
+        b"flush" => match args.get(2) {
+            _ if args.len() > 3 && name == "function" => commands::sub_syntax_error(args),
+            None => Reply::OK,
+            Some(m) if args.len() == 3 && (eq(m, "async") || eq(m, "sync")) => Reply::OK,
+            Some(_) if name == "function" => {
+                Reply::err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")
+            }
+            Some(_) => Reply::err("ERR SCRIPT FLUSH only support SYNC|ASYNC option"),
+        },
+        b"help" => Reply::Array(
+            [
+                format!("{upper} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
+                "FLUSH [ASYNC|SYNC]".to_string(),
+                "    Answers OK: weft-kv has no scripting, so there is nothing to flush."
+                    .to_string(),
+                "HELP".to_string(),
+                "    This text.".to_string(),
+            ]
+            .into_iter()
+            .map(|l| Reply::Simple(l.into()))
+            .collect(),
         ),
-        _ => Reply::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try COMMAND HELP.",
-            text(&args[1])
-        )),
+        _ => no_scripting(&format!("{name} {}", text(&args[1]))),
     }
 }
 
@@ -336,6 +272,7 @@ fn save(server: &Server) -> Reply {
             server
                 .last_save
                 .store(crate::shard::now_ms() / 1000, Relaxed);
+            server.info.saves.fetch_add(1, Relaxed);
             Reply::OK
         }
         Err(e) => Reply::error(format!("ERR cannot write the append only file: {e}")),
@@ -347,6 +284,14 @@ fn bgrewriteaof(server: &Arc<Server>, name: &str) -> Reply {
     if !server.shards.rewrite_all() {
         return Reply::err("ERR Background append only file rewriting already in progress");
     }
+    let bgsave = name == "bgsave";
+    server.info.bgsave.store(bgsave, Relaxed);
+    let counter = if bgsave {
+        &server.info.saves
+    } else {
+        &server.info.rewrites
+    };
+    counter.fetch_add(1, Relaxed);
     Reply::Simple(if name == "bgsave" {
         "Background saving started".into()
     } else {

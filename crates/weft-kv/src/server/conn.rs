@@ -27,7 +27,7 @@
 //! ([`protected_mode_refuses`]) turns away TCP clients of other machines when no
 //! password is set.
 
-use super::{admin, Server};
+use super::{admin, clients, stats, Server};
 use crate::commands::{self, flags, Command, Exec};
 use crate::exec::{self, Acks, ShardSet};
 use crate::resp::{Limits, Parsed, Parser, Reply};
@@ -51,6 +51,11 @@ pub struct Conn {
     pub id: u64,
     /// Close after the replies are sent (QUIT, a protocol error).
     pub close: bool,
+    /// The connection as CLIENT LIST shows it.
+    pub client: Arc<clients::Client>,
+    /// CLIENT REPLY, and whether the command running now answers nothing (SKIP).
+    pub reply: clients::ReplyMode,
+    pub skip_this: bool,
 }
 
 /// What running a pipeline needs, kept between reads so its buffers are reused.
@@ -101,6 +106,9 @@ struct Pending {
     slot: usize,
     f: commands::ShardFn,
     args: Vec<Vec<u8>>,
+    /// Its statistics id, and whether its reply is dropped (CLIENT REPLY).
+    id: usize,
+    mute: bool,
 }
 
 /// The read buffer's usual size; it grows only for a command larger than it.
@@ -148,6 +156,7 @@ struct Out<'a, S> {
     server: &'a Server,
     /// The bytes this connection has added to `server.client_memory`.
     counted: usize,
+    client: &'a clients::Client,
 }
 
 impl<S> Out<'_, S>
@@ -174,10 +183,13 @@ where
             return true;
         }
         self.count(other + wbuf.capacity());
+        self.client.note_output(wbuf.len());
         let mut stream = self.stream;
         if stream.write_all(wbuf).is_err() {
             return false;
         }
+        self.server.stats.wrote(wbuf.len());
+        self.client.note_output(0);
         wbuf.clear();
         if wbuf.capacity() > WBUF_KEEP {
             *wbuf = Vec::with_capacity(WBUF);
@@ -196,8 +208,12 @@ impl<S> Drop for Out<'_, S> {
 /// Serves one connection until it closes.
 pub fn serve<S>(server: Arc<Server>, stream: S, id: u64)
 where
+    S: std::os::fd::AsRawFd + clients::Peer,
     for<'a> &'a S: Read + Write,
 {
+    let client = clients::Client::new(&server, id, &stream, stream.as_raw_fd());
+    // Listed until it ends; removed before the socket is closed.
+    let registered = server.registry.add(client.clone());
     let limits = Limits {
         max_bulk: server.config.max_bulk,
         ..Limits::default()
@@ -209,11 +225,15 @@ where
         name: None,
         id,
         close: false,
+        client: client.clone(),
+        reply: clients::ReplyMode::On,
+        skip_this: false,
     };
     let mut out = Out {
         stream: &stream,
         server: &server,
         counted: 0,
+        client: &client,
     };
     // rbuf[start..end] holds received bytes not yet parsed. The buffer is zeroed once
     // and grows (doubling) only for a command larger than it; it shrinks back when a
@@ -258,6 +278,8 @@ where
             Ok(n) => n,
         };
         end += n;
+        server.stats.read(n);
+        client.note_read(end - start, rbuf.len() - end, rbuf.len());
         out.count(rbuf.capacity() + parser.buffered() + b.wbuf.capacity());
         loop {
             // Parse the complete commands, at most MAX_BATCH of them; one at a time
@@ -313,6 +335,7 @@ where
             b.owned = 0;
             if let Some(e) = failed {
                 // What came before it ran; answer the error and close.
+                server.stats.error("ERR");
                 Reply::error(format!("ERR {}", e.0)).encode(conn.proto, &mut b.wbuf);
                 let _ = out.send(&mut b.wbuf, input);
                 break 'conn;
@@ -327,6 +350,7 @@ where
         }
     }
     drop(out);
+    drop(registered);
     server.clients.fetch_sub(1, Relaxed);
     drop(stream);
 }
@@ -507,7 +531,8 @@ fn put_in_order(
 ) {
     for d in done.iter().flatten() {
         match misconf {
-            Some(r) if !d.error => r.encode(proto, wbuf),
+            // (An empty reply is one CLIENT REPLY drops: it stays unsent.)
+            Some(r) if !d.error && d.end > d.start => r.encode(proto, wbuf),
             _ => wbuf.extend_from_slice(&encoded[d.start..d.end]),
         }
     }
@@ -550,7 +575,9 @@ fn run_pending(
                     rest.push(p);
                     continue;
                 }
+                let t0 = stats::stamp();
                 let (r, lsn) = sh.run(p.f, &commands::borrow_args(&p.args), now, None);
+                let r = answered(server, p.id, t0, r, p.mute);
                 need = need.max(lsn);
                 used += r.size_hint();
                 out.push((p.slot, r));
@@ -621,41 +648,97 @@ fn run_command(
     wbuf: &mut Vec<u8>,
 ) -> Option<Reply> {
     let shards = &server.shards;
-    let Some(cmd) = commands::lookup(args[0]) else {
-        return Some(commands::unknown(args));
+    conn.start_command();
+    let mark = wbuf.len();
+    // A reply refused before the command ran (counted as rejected), maybe dropped.
+    let refuse = |conn: &Conn, id: Option<usize>, r: Reply, wbuf: &mut Vec<u8>| {
+        if let Some(id) = id {
+            server.stats.reject(id);
+        }
+        if let Reply::Error(e) = &r {
+            server.stats.error(e);
+        }
+        Some(muted(conn, r, wbuf, mark))
     };
+    let Some(cmd) = commands::lookup(args[0]) else {
+        return refuse(conn, None, commands::unknown(args), wbuf);
+    };
+    let id = commands::stat_id(cmd, args);
     if let Err(r) = commands::check_arity(cmd, args) {
-        return Some(r);
+        return refuse(conn, id, r, wbuf);
     }
+    // (A command that passed its arity check names no unknown subcommand.)
+    let id = id.unwrap_or(cmd.id());
     // CLIENT SETINFO only labels the connection: clients (redis-py) send it on
     // connect, before AUTH, and give up on the connection if it is refused.
     let labels =
         cmd.name == "client" && args.len() == 4 && args[1].eq_ignore_ascii_case(b"setinfo");
     if !conn.authed && cmd.flags & flags::NOAUTH == 0 && !labels {
-        return Some(Reply::err("NOAUTH Authentication required."));
+        return refuse(
+            conn,
+            Some(id),
+            Reply::err("NOAUTH Authentication required."),
+            wbuf,
+        );
     }
-    match cmd.exec {
+    conn.client.note_command(id);
+    clients::wait_pause(server, conn, cmd, args);
+    let t0 = stats::stamp();
+    let r = match cmd.exec {
         Exec::Shard(f) => {
             let s = route::shard_of_command(cmd, args, shards.count()).unwrap_or(0);
             if let Some(r) = exec::precheck(&**shards, cmd, s) {
-                Some(r)
+                return refuse(conn, Some(id), r, wbuf);
             } else if me == Some(shards.owner(s)) {
                 let (r, lsn) = shards.with(s, |sh| sh.run(f, args, now, Some(wbuf)));
                 acks.note(s, lsn);
-                Some(r)
+                r
             } else {
                 let args = args.iter().map(|a| a.to_vec()).collect();
-                pending[s].push(Pending { slot, f, args });
-                None
+                let mute = conn.muted();
+                pending[s].push(Pending {
+                    slot,
+                    f,
+                    args,
+                    id,
+                    mute,
+                });
+                return None;
             }
         }
         _ => {
             // No command waits gathered here: the pipeline stops before a barrier
             // until they have run.
             let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
-            Some(run_other(server, conn, cmd, &args, acks))
+            run_other(server, conn, cmd, &args, acks)
         }
+    };
+    let r = answered(server, id, t0, r, false);
+    Some(muted(conn, r, wbuf, mark))
+}
+
+/// Counts a call of the command numbered `id` that started at [`stats::stamp`] `t0`
+/// and answered `r`; the reply, or nothing if `mute`.
+fn answered(server: &Server, id: usize, t0: u64, r: Reply, mute: bool) -> Reply {
+    server.stats.call(id, t0, r.is_error());
+    if let Reply::Error(e) = &r {
+        server.stats.error(e);
     }
+    if mute {
+        Reply::Written
+    } else {
+        r
+    }
+}
+
+/// The reply `r` of the command that just ran, or nothing if CLIENT REPLY drops it
+/// (then what it wrote into `wbuf` from `mark` on is taken back).
+fn muted(conn: &Conn, r: Reply, wbuf: &mut Vec<u8>, mark: usize) -> Reply {
+    if conn.muted() {
+        wbuf.truncate(mark);
+        return Reply::Written;
+    }
+    r
 }
 
 /// Runs a Split or Server command.

@@ -19,9 +19,13 @@
 //! removed, exit.
 
 pub(crate) mod admin;
+pub(crate) mod clients;
+pub(crate) mod command;
 pub mod config;
 pub(crate) mod conn;
+pub(crate) mod info;
 pub(crate) mod shards;
+pub(crate) mod stats;
 
 pub use config::{Config, Fsync};
 
@@ -219,6 +223,12 @@ pub(crate) struct Server {
     pub commands: AtomicU64,
     /// Unix time of the last SAVE.
     pub last_save: AtomicU64,
+    /// Every connection (CLIENT LIST, KILL, PAUSE).
+    pub registry: clients::Registry,
+    /// Command, error and network counters (INFO).
+    pub stats: stats::Stats,
+    /// What INFO keeps between calls.
+    pub info: info::InfoState,
     /// When it started.
     pub started: Instant,
     exiting: AtomicBool,
@@ -327,6 +337,9 @@ pub fn serve(config: Config) -> io::Result<()> {
         connections: AtomicU64::new(0),
         commands: AtomicU64::new(0),
         last_save: AtomicU64::new(crate::shard::now_ms() / 1000),
+        registry: clients::Registry::new(workers * 4),
+        stats: stats::Stats::new(workers),
+        info: info::InfoState::new(),
         started: Instant::now(),
         exiting: AtomicBool::new(false),
     });
@@ -496,7 +509,7 @@ fn spawn_named<T: Send + 'static>(
 /// thread on the next worker (round-robin).
 fn accept<S>(s: &Arc<Server>, stream: S)
 where
-    S: Send + 'static,
+    S: Send + 'static + std::os::fd::AsRawFd + clients::Peer,
     for<'a> &'a S: io::Read + io::Write,
 {
     use std::io::Write;

@@ -1,0 +1,335 @@
+//! What COMMAND DOCS says of each command and subcommand: a one-line summary of what
+//! it does in weft-kv, the Redis version that introduced it, its group and its cost.
+
+/// One command's documentation.
+#[derive(Clone, Copy, Debug)]
+pub struct Doc {
+    /// What it does, in one line.
+    pub summary: &'static str,
+    /// The Redis version that introduced it.
+    pub since: &'static str,
+    /// Redis's group: string, generic, connection, server, scripting.
+    pub group: &'static str,
+    /// How its cost grows.
+    pub complexity: &'static str,
+}
+
+const fn d(
+    summary: &'static str,
+    since: &'static str,
+    group: &'static str,
+    complexity: &'static str,
+) -> Doc {
+    Doc {
+        summary,
+        since,
+        group,
+        complexity,
+    }
+}
+
+const O1: &str = "O(1)";
+const KEYS: &str = "O(N) where N is the number of keys given";
+const ALL: &str = "O(N) where N is the number of keys in the store";
+const CLIENTS: &str = "O(N) where N is the number of connections";
+const SUBS: &str = "Depends on the subcommand";
+const NONE: &str = "Not supported by weft-kv";
+
+/// The documentation of a command or subcommand (`client|list`), by its lower-case
+/// name.
+pub fn doc(name: &str) -> Option<Doc> {
+    use self::d as x;
+    let (s, c, g, n) = ("string", "connection", "generic", "server");
+    Some(match name {
+        "get" => x("Returns the string value of a key", "1.0.0", s, O1),
+        "set" => x(
+            "Sets a key's value, with options for expiry and conditions",
+            "1.0.0",
+            s,
+            O1,
+        ),
+        "setnx" => x(
+            "Sets a key's value only if the key does not exist",
+            "1.0.0",
+            s,
+            O1,
+        ),
+        "setex" => x(
+            "Sets a key's value and its expiry in seconds",
+            "2.0.0",
+            s,
+            O1,
+        ),
+        "psetex" => x(
+            "Sets a key's value and its expiry in milliseconds",
+            "2.6.0",
+            s,
+            O1,
+        ),
+        "getset" => x(
+            "Sets a key's value and returns the previous one",
+            "1.0.0",
+            s,
+            O1,
+        ),
+        "getdel" => x("Returns a key's value and deletes the key", "6.2.0", s, O1),
+        "getex" => x(
+            "Returns a key's value and changes its expiry",
+            "6.2.0",
+            s,
+            O1,
+        ),
+        "mget" => x("Returns the values of several keys", "1.0.0", s, KEYS),
+        "mset" => x("Sets several keys at once", "1.0.1", s, KEYS),
+        "incr" => x("Adds one to the integer in a key", "1.0.0", s, O1),
+        "decr" => x("Subtracts one from the integer in a key", "1.0.0", s, O1),
+        "incrby" => x("Adds an integer to the integer in a key", "1.0.0", s, O1),
+        "decrby" => x(
+            "Subtracts an integer from the integer in a key",
+            "1.0.0",
+            s,
+            O1,
+        ),
+        "incrbyfloat" => x(
+            "Adds a floating point number to the number in a key",
+            "2.6.0",
+            s,
+            O1,
+        ),
+        "append" => x(
+            "Appends to a key's value, creating the key if needed",
+            "2.0.0",
+            s,
+            O1,
+        ),
+        "strlen" => x("Returns the length of a key's value", "2.2.0", s, O1),
+        "getrange" => x(
+            "Returns part of a key's value",
+            "2.4.0",
+            s,
+            "O(N) where N is the length returned",
+        ),
+        "substr" => x(
+            "Returns part of a key's value (the old name of GETRANGE)",
+            "1.0.0",
+            s,
+            "O(N) where N is the length returned",
+        ),
+        "setrange" => x(
+            "Overwrites part of a key's value from an offset",
+            "2.2.0",
+            s,
+            O1,
+        ),
+        "del" => x("Deletes keys", "1.0.0", g, KEYS),
+        "unlink" => x("Deletes keys (as DEL)", "4.0.0", g, KEYS),
+        "exists" => x("Counts how many of the keys given exist", "1.0.0", g, KEYS),
+        "touch" => x(
+            "Counts how many of the keys given exist (weft-kv keeps no access times)",
+            "3.2.1",
+            g,
+            KEYS,
+        ),
+        "expire" => x("Sets a key's time to live in seconds", "1.0.0", g, O1),
+        "pexpire" => x("Sets a key's time to live in milliseconds", "2.6.0", g, O1),
+        "expireat" => x(
+            "Sets when a key expires, as a Unix time in seconds",
+            "1.2.0",
+            g,
+            O1,
+        ),
+        "pexpireat" => x(
+            "Sets when a key expires, as a Unix time in milliseconds",
+            "2.6.0",
+            g,
+            O1,
+        ),
+        "ttl" => x("Returns a key's time to live in seconds", "1.0.0", g, O1),
+        "pttl" => x(
+            "Returns a key's time to live in milliseconds",
+            "2.6.0",
+            g,
+            O1,
+        ),
+        "expiretime" => x(
+            "Returns when a key expires, as a Unix time in seconds",
+            "7.0.0",
+            g,
+            O1,
+        ),
+        "pexpiretime" => x(
+            "Returns when a key expires, as a Unix time in milliseconds",
+            "7.0.0",
+            g,
+            O1,
+        ),
+        "persist" => x("Removes a key's expiry", "2.2.0", g, O1),
+        "type" => x(
+            "Returns the type of a key's value (string, or none)",
+            "1.0.0",
+            g,
+            O1,
+        ),
+        "ping" => x("Answers PONG, or the message given", "1.0.0", c, O1),
+        "echo" => x("Answers the message given", "1.0.0", c, O1),
+        "hello" => x(
+            "Chooses the protocol version, authenticates, names the connection",
+            "6.0.0",
+            c,
+            O1,
+        ),
+        "auth" => x("Authenticates the connection", "1.0.0", c, O1),
+        "select" => x("Selects the database (weft-kv has one, 0)", "1.0.0", c, O1),
+        "quit" => x("Closes the connection", "1.0.0", c, O1),
+        "reset" => x("Resets the connection's state", "6.2.0", c, O1),
+        "client" => x("Commands about client connections", "2.4.0", c, SUBS),
+        "client|id" => x("Returns the connection's id", "5.0.0", c, O1),
+        "client|getname" => x("Returns the connection's name", "2.6.9", c, O1),
+        "client|setname" => x("Names the connection", "2.6.9", c, O1),
+        "client|setinfo" => x(
+            "Accepts the client library's name and version",
+            "7.2.0",
+            c,
+            O1,
+        ),
+        "client|info" => x("Describes the connection", "6.2.0", c, O1),
+        "client|list" => x("Describes every connection", "2.4.0", c, CLIENTS),
+        "client|kill" => x("Closes connections", "2.4.0", c, CLIENTS),
+        "client|pause" => x(
+            "Holds the commands of every client, or only writes, for a time",
+            "2.9.50",
+            c,
+            O1,
+        ),
+        "client|unpause" => x("Ends a pause", "6.2.0", c, O1),
+        "client|reply" => x(
+            "Turns the connection's replies off, on, or off for one command",
+            "3.2.0",
+            c,
+            O1,
+        ),
+        "client|no-evict" => x("Marks the connection as not to be evicted", "7.0.0", c, O1),
+        "client|no-touch" => x("Accepted: weft-kv keeps no access times", "7.2.0", c, O1),
+        "client|help" => x("Describes the subcommands", "5.0.0", c, O1),
+        "info" => x(
+            "Describes the server: version, clients, memory, persistence, statistics",
+            "1.0.0",
+            n,
+            O1,
+        ),
+        "config" => x("Commands about the server's settings", "2.0.0", n, SUBS),
+        "config|get" => x(
+            "Returns the settings matching patterns",
+            "2.0.0",
+            n,
+            "O(N) where N is the number of settings",
+        ),
+        "config|set" => x("Changes settings while the server runs", "2.0.0", n, O1),
+        "config|resetstat" => x("Resets the statistics", "2.0.0", n, O1),
+        "config|rewrite" => x(
+            "Refused: weft-kv takes its settings from the command line",
+            "2.8.0",
+            n,
+            O1,
+        ),
+        "config|help" => x("Describes the subcommands", "5.0.0", n, O1),
+        "command" => x(
+            "Describes the commands",
+            "2.8.13",
+            n,
+            "O(N) where N is the number of commands",
+        ),
+        "command|count" => x("Returns the number of commands", "2.8.13", n, O1),
+        "command|docs" => x(
+            "Documents commands",
+            "7.0.0",
+            n,
+            "O(N) where N is the number of commands",
+        ),
+        "command|getkeys" => x(
+            "Returns the keys of a command's arguments",
+            "2.8.13",
+            n,
+            "O(N) where N is the number of arguments",
+        ),
+        "command|getkeysandflags" => x(
+            "Returns the keys of a command's arguments, with how it uses them",
+            "7.0.0",
+            n,
+            "O(N) where N is the number of arguments",
+        ),
+        "command|info" => x(
+            "Describes commands",
+            "2.8.13",
+            n,
+            "O(N) where N is the number of commands",
+        ),
+        "command|list" => x(
+            "Returns the names of the commands",
+            "7.0.0",
+            n,
+            "O(N) where N is the number of commands",
+        ),
+        "command|help" => x("Describes the subcommands", "5.0.0", n, O1),
+        "dbsize" => x("Returns the number of keys", "1.0.0", n, O1),
+        "keys" => x("Returns the keys matching a pattern", "1.0.0", g, ALL),
+        "scan" => x(
+            "Iterates over the keys, a few at a time",
+            "2.8.0",
+            g,
+            "O(1) per call",
+        ),
+        "flushdb" => x("Deletes every key", "1.0.0", n, ALL),
+        "flushall" => x("Deletes every key", "1.0.0", n, ALL),
+        "save" => x("Writes the logs to the disk", "1.0.0", n, O1),
+        "bgsave" => x("Compacts the logs in the background", "1.0.0", n, O1),
+        "bgrewriteaof" => x("Compacts the logs in the background", "1.0.0", n, O1),
+        "lastsave" => x("Returns the Unix time of the last SAVE", "1.0.0", n, O1),
+        "shutdown" => x(
+            "Writes the logs to the disk and stops the server",
+            "1.0.0",
+            n,
+            ALL,
+        ),
+        "time" => x("Returns the server's time", "2.6.0", n, O1),
+        "wait" => x("Waits for replicas (weft-kv has none)", "3.0.0", g, O1),
+        "function" => x(
+            "Functions (not supported; FLUSH answers OK)",
+            "7.0.0",
+            "scripting",
+            SUBS,
+        ),
+        "script" => x(
+            "Scripts (not supported; FLUSH answers OK)",
+            "2.6.0",
+            "scripting",
+            SUBS,
+        ),
+        "function|flush" => x(
+            "Removes every function: there are none",
+            "7.0.0",
+            "scripting",
+            O1,
+        ),
+        "script|flush" => x(
+            "Removes every script: there are none",
+            "2.6.0",
+            "scripting",
+            O1,
+        ),
+        "function|help" | "script|help" => x("Describes the subcommands", "5.0.0", "scripting", O1),
+        _ if name.starts_with("function|")
+            || name.starts_with("script|")
+            || name.starts_with("eval")
+            || name.starts_with("fcall") =>
+        {
+            x(
+                "Not supported: weft-kv has no scripting",
+                "7.0.0",
+                "scripting",
+                NONE,
+            )
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,695 @@
+//! The server's connections as the CLIENT command sees them: CLIENT LIST and INFO
+//! (every connection, with Redis's fields), KILL (the old `ip:port` form and the
+//! ID/ADDR/LADDR/USER/TYPE/SKIPME filters), PAUSE and UNPAUSE, REPLY, NO-EVICT, HELP;
+//! and WAIT, which holds a connection as a pause does.
+//!
+//! Each connection registers a [`Client`] when it starts and removes it when it ends
+//! (before its socket is closed). The registry is split in parts by connection id,
+//! each behind its own mutex, taken only then and by CLIENT LIST and KILL: never on
+//! the request path. What changes while a connection serves (its last command, its
+//! buffers, when it last read) is in its `Client`'s atomics, which only that
+//! connection writes, with relaxed stores, and CLIENT LIST reads; so the registry
+//! works across workers and costs the request path nothing shared.
+//!
+//! CLIENT KILL shuts the other connection's socket down (`shutdown(2)`, under the
+//! registry's lock, so the descriptor is still that connection's): its green thread,
+//! wherever it waits (reading, writing, paused), wakes up and ends. A connection
+//! killing itself gets its reply first, then closes.
+
+use super::conn::Conn;
+use super::Server;
+use crate::commands::{self, flags};
+use crate::resp::Reply;
+use crate::shard::now_ms;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a held connection (CLIENT PAUSE, WAIT) looks whether it may go on.
+const HOLD_TICK: Duration = Duration::from_millis(10);
+
+/// A socket a connection is served on: its addresses as CLIENT LIST shows them.
+pub trait Peer {
+    /// (the client's address, the server's address) of a TCP socket; `None` for a
+    /// Unix socket.
+    fn tcp_addrs(&self) -> Option<(SocketAddr, SocketAddr)>;
+}
+
+impl Peer for weft_runtime::net::TcpStream {
+    fn tcp_addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        Some((self.peer_addr().ok()?, self.local_addr().ok()?))
+    }
+}
+
+impl Peer for weft_runtime::net::UnixStream {
+    fn tcp_addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        None
+    }
+}
+
+/// One connection, as CLIENT LIST shows it.
+pub struct Client {
+    /// The connection's id (CLIENT ID).
+    pub id: u64,
+    /// `ip:port` of the client, or `<socket path>:0`.
+    addr: String,
+    /// `ip:port` the client connected to, or `<socket path>:0`.
+    laddr: String,
+    /// The socket's descriptor (valid while the client is registered).
+    fd: RawFd,
+    unix: bool,
+    created: Instant,
+    /// Unix time in ms when the connection last read.
+    last_ms: AtomicU64,
+    /// The statistics id of the last command, plus one (0: none yet).
+    cmd: AtomicUsize,
+    name: Mutex<Option<Vec<u8>>>,
+    /// The protocol version (2, 3).
+    pub(super) resp: AtomicU8,
+    /// Bytes received and not yet parsed; free space after them; the read buffer's size.
+    qbuf: AtomicUsize,
+    qbuf_free: AtomicUsize,
+    rbs: AtomicUsize,
+    /// Bytes of replies held, not yet sent.
+    omem: AtomicUsize,
+    /// CLIENT NO-EVICT ON.
+    no_evict: AtomicBool,
+    /// CLIENT KILL closed the socket.
+    killed: AtomicBool,
+}
+
+impl Client {
+    /// The client of a connection `id` on `stream`, whose descriptor is `fd`.
+    pub fn new<S: Peer>(server: &Server, id: u64, stream: &S, fd: RawFd) -> Arc<Client> {
+        let (addr, laddr, unix) = match stream.tcp_addrs() {
+            Some((peer, local)) => (peer.to_string(), local.to_string(), false),
+            None => {
+                let path = server
+                    .config
+                    .unix_socket
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string());
+                (format!("{path}:0"), format!("{path}:0"), true)
+            }
+        };
+        Arc::new(Client {
+            id,
+            addr,
+            laddr,
+            fd,
+            unix,
+            created: Instant::now(),
+            last_ms: AtomicU64::new(now_ms()),
+            cmd: AtomicUsize::new(0),
+            name: Mutex::new(None),
+            resp: AtomicU8::new(2),
+            qbuf: AtomicUsize::new(0),
+            qbuf_free: AtomicUsize::new(0),
+            rbs: AtomicUsize::new(0),
+            omem: AtomicUsize::new(0),
+            no_evict: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+        })
+    }
+
+    /// The connection read: `qbuf` bytes wait to be parsed, `free` more fit in its read
+    /// buffer of `size` bytes.
+    #[inline]
+    pub fn note_read(&self, qbuf: usize, free: usize, size: usize) {
+        self.last_ms.store(now_ms(), Relaxed);
+        self.qbuf.store(qbuf, Relaxed);
+        self.qbuf_free.store(free, Relaxed);
+        self.rbs.store(size, Relaxed);
+    }
+
+    /// The connection holds `bytes` of replies not yet sent.
+    #[inline]
+    pub fn note_output(&self, bytes: usize) {
+        self.omem.store(bytes, Relaxed);
+    }
+
+    /// The connection runs the command whose statistics id is `id`.
+    #[inline]
+    pub fn note_command(&self, id: usize) {
+        self.cmd.store(id + 1, Relaxed);
+    }
+
+    /// The bytes received and not parsed yet, with the read buffer's free space.
+    pub fn input_bytes(&self) -> usize {
+        self.qbuf.load(Relaxed) + self.qbuf_free.load(Relaxed)
+    }
+
+    /// The bytes of replies held, not sent yet.
+    pub fn output_bytes(&self) -> usize {
+        self.omem.load(Relaxed)
+    }
+
+    /// CLIENT KILL closed this connection's socket.
+    pub fn killed(&self) -> bool {
+        self.killed.load(Relaxed)
+    }
+
+    /// Whether the client has gone: killed, or its peer closed the socket (what a
+    /// connection held by WAIT or CLIENT PAUSE, not reading, looks at).
+    fn gone(&self) -> bool {
+        if self.killed() {
+            return true;
+        }
+        let mut byte = 0u8;
+        // SAFETY: `fd` is this connection's open socket (the connection calls this
+        // itself, while registered); a one-byte peek into a local changes nothing.
+        let n = unsafe {
+            libc::recv(
+                self.fd,
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n == 0
+            || (n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Its line in CLIENT LIST (`argv_mem`: the bytes of the command running now, for
+    /// the caller).
+    fn line(&self, argv_mem: usize) -> String {
+        let name = self.name.lock().unwrap_or_else(|p| p.into_inner());
+        let name = String::from_utf8_lossy(name.as_deref().unwrap_or_default()).into_owned();
+        let mut fl = String::new();
+        if self.unix {
+            fl.push('U');
+        }
+        if self.no_evict.load(Relaxed) {
+            fl.push('e');
+        }
+        if fl.is_empty() {
+            fl.push('N');
+        }
+        let cmd = match self.cmd.load(Relaxed) {
+            0 => "NULL",
+            id => commands::stat_name(id - 1),
+        };
+        let (qbuf, free, rbs) = (
+            self.qbuf.load(Relaxed),
+            self.qbuf_free.load(Relaxed),
+            self.rbs.load(Relaxed),
+        );
+        let omem = self.omem.load(Relaxed);
+        let idle = now_ms().saturating_sub(self.last_ms.load(Relaxed)) / 1000;
+        format!(
+            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem=0 rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
+            self.id,
+            self.addr,
+            self.laddr,
+            self.fd,
+            self.created.elapsed().as_secs(),
+            rbs + omem + argv_mem + std::mem::size_of::<Client>(),
+            self.resp.load(Relaxed),
+        )
+    }
+}
+
+/// CLIENT REPLY's state: whether a connection's replies are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Every reply is sent.
+    On,
+    /// No reply is sent (CLIENT REPLY OFF, until CLIENT REPLY ON).
+    Off,
+    /// The next command's reply is not sent (CLIENT REPLY SKIP).
+    SkipNext,
+}
+
+impl Conn {
+    /// Whether the reply of the command about to run is dropped: call before running
+    /// it, then [`Conn::muted`] after.
+    #[inline]
+    pub fn start_command(&mut self) {
+        self.skip_this = self.reply == ReplyMode::SkipNext;
+        if self.skip_this {
+            self.reply = ReplyMode::On;
+        }
+    }
+
+    /// Whether the reply of the command that just ran is dropped (CLIENT REPLY OFF or
+    /// SKIP; an error too, as in Redis). CLIENT REPLY OFF drops its own reply, ON sends
+    /// its own.
+    #[inline]
+    pub fn muted(&self) -> bool {
+        self.skip_this || self.reply == ReplyMode::Off
+    }
+
+    /// Sets the protocol version (HELLO, RESET).
+    pub fn set_proto(&mut self, proto: u8) {
+        self.proto = proto;
+        self.client.resp.store(proto, Relaxed);
+    }
+
+    /// Names the connection (`CLIENT SETNAME`, `HELLO ... SETNAME`); an empty name
+    /// removes it. The name is checked by the caller.
+    pub fn set_name(&mut self, name: &[u8]) {
+        self.name = (!name.is_empty()).then(|| name.to_vec());
+        *self.client.name.lock().unwrap_or_else(|p| p.into_inner()) = self.name.clone();
+    }
+}
+
+/// CLIENT PAUSE's state: until when (Unix ms, 0: not paused), and whether every
+/// command waits or only writes.
+struct Pause {
+    until: AtomicU64,
+    all: AtomicBool,
+}
+
+/// A part of the registry: the connections whose ids fall in it.
+type Part = Mutex<HashMap<u64, Arc<Client>>>;
+
+/// Every connection of the server, and CLIENT PAUSE.
+pub struct Registry {
+    parts: Box<[Part]>,
+    pause: Pause,
+    /// Connections held by WAIT or a pause now (INFO's blocked_clients).
+    blocked: AtomicUsize,
+}
+
+/// A registered connection; removes it from the registry when dropped (which the
+/// connection does before it closes its socket).
+pub struct Registered<'a> {
+    registry: &'a Registry,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.registry
+            .part(self.id)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+impl Registry {
+    /// An empty registry of `parts` parts.
+    pub fn new(parts: usize) -> Registry {
+        Registry {
+            parts: (0..parts.max(1))
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            pause: Pause {
+                until: AtomicU64::new(0),
+                all: AtomicBool::new(false),
+            },
+            blocked: AtomicUsize::new(0),
+        }
+    }
+
+    fn part(&self, id: u64) -> &Part {
+        &self.parts[id as usize % self.parts.len()]
+    }
+
+    /// Registers a connection until the returned guard is dropped.
+    pub fn add(&self, client: Arc<Client>) -> Registered<'_> {
+        let id = client.id;
+        self.part(id)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, client);
+        Registered { registry: self, id }
+    }
+
+    /// Every connection, by id.
+    pub fn all(&self) -> Vec<Arc<Client>> {
+        let mut all: Vec<Arc<Client>> = self
+            .parts
+            .iter()
+            .flat_map(|p| {
+                let p = p.lock().unwrap_or_else(|p| p.into_inner());
+                p.values().cloned().collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort_by_key(|c| c.id);
+        all
+    }
+
+    /// Connections held by WAIT or a pause now.
+    pub fn blocked(&self) -> usize {
+        self.blocked.load(Relaxed)
+    }
+
+    /// Closes every other connection that `matches` says, and says whether the caller
+    /// (`me`) matched too (it closes itself after its reply). Returns how many matched,
+    /// the caller included.
+    fn kill(&self, me: u64, matches: impl Fn(&Client) -> bool) -> (i64, bool) {
+        let (mut n, mut myself) = (0, false);
+        for part in self.parts.iter() {
+            let part = part.lock().unwrap_or_else(|p| p.into_inner());
+            for c in part.values() {
+                if c.killed() || !matches(c) {
+                    continue;
+                }
+                n += 1;
+                if c.id == me {
+                    myself = true;
+                    continue;
+                }
+                c.killed.store(true, Relaxed);
+                // SAFETY: while registered (and this part's lock is held), `fd` is the
+                // connection's open socket: it leaves the registry before closing it.
+                // shutdown(2) only wakes its reads and writes; the connection closes it.
+                unsafe { libc::shutdown(c.fd, libc::SHUT_RDWR) };
+            }
+        }
+        (n, myself)
+    }
+
+    /// Whether a command with `flags` must wait now because of CLIENT PAUSE.
+    #[inline]
+    pub fn paused(&self, flags: u32) -> bool {
+        let until = self.pause.until.load(Relaxed);
+        until != 0
+            && (self.pause.all.load(Relaxed) || flags & flags::WRITE != 0)
+            && now_ms() < until
+    }
+
+    fn pause(&self, until: u64, all: bool) {
+        // A pause in effect is only extended and widened, as in Redis.
+        if self.pause.until.load(Relaxed) <= now_ms() {
+            self.pause.all.store(all, Relaxed);
+        } else if all {
+            self.pause.all.store(true, Relaxed);
+        }
+        self.pause.until.fetch_max(until, Relaxed);
+    }
+
+    fn unpause(&self) {
+        self.pause.until.store(0, Relaxed);
+        self.pause.all.store(false, Relaxed);
+    }
+
+    /// Holds the calling connection while `wait` says so, or until its client has
+    /// gone: the green thread sleeps, others run.
+    pub fn hold(&self, client: &Client, mut wait: impl FnMut() -> bool) {
+        self.blocked.fetch_add(1, Relaxed);
+        while wait() && !client.gone() {
+            weft_runtime::sleep(HOLD_TICK);
+        }
+        self.blocked.fetch_sub(1, Relaxed);
+    }
+}
+
+fn eq(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A timeout in milliseconds as Redis reads one (WAIT, CLIENT PAUSE): a 64-bit
+/// integer, not negative.
+fn timeout_ms(arg: &[u8]) -> Result<u64, Reply> {
+    match commands::parse_i64(arg) {
+        None => Err(Reply::err("ERR timeout is not an integer or out of range")),
+        Some(t) if t < 0 => Err(Reply::err("ERR timeout is negative")),
+        Some(t) => Ok(t as u64),
+    }
+}
+
+/// WAIT numreplicas timeout: weft-kv has no replicas, so no write ever reaches one.
+/// Asking for none answers 0 at once; asking for some holds the connection for
+/// `timeout` ms (0: until the client goes, as Redis does) and then answers 0.
+pub fn wait(server: &Server, conn: &Conn, args: &[Vec<u8>]) -> Reply {
+    let Some(replicas) = commands::parse_i64(&args[1]) else {
+        return commands::NOT_INT;
+    };
+    let timeout = match timeout_ms(&args[2]) {
+        Ok(t) => t,
+        Err(e) => return e,
+    };
+    if replicas > 0 {
+        let deadline = (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout));
+        server
+            .registry
+            .hold(&conn.client, || deadline.is_none_or(|d| Instant::now() < d));
+    }
+    Reply::Int(0)
+}
+
+/// Holds a command that CLIENT PAUSE stops (a write, or any command under PAUSE ALL)
+/// until the pause ends or the client goes. CLIENT UNPAUSE itself is never held
+/// (Redis holds it under PAUSE ALL too, so that only the timeout could end such a
+/// pause).
+pub fn wait_pause(server: &Server, conn: &Conn, cmd: &commands::Command, args: &[&[u8]]) {
+    let flags = cmd.sub(args).map_or(cmd.flags, |s| s.flags);
+    if !server.registry.paused(flags) || (cmd.name == "client" && eq(args[1], "unpause")) {
+        return;
+    }
+    server
+        .registry
+        .hold(&conn.client, || server.registry.paused(flags));
+}
+
+/// CLIENT subcommand ... (arity and the subcommand checked by the caller).
+pub fn client(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
+    let sub = args[1].to_ascii_lowercase();
+    let on_off = |arg: &[u8]| {
+        if eq(arg, "on") {
+            Ok(true)
+        } else if eq(arg, "off") {
+            Ok(false)
+        } else {
+            Err(commands::SYNTAX_ERR)
+        }
+    };
+    match sub.as_slice() {
+        b"id" => Reply::Int(conn.id as i64),
+        b"getname" => conn.name.clone().map_or(Reply::Nil, Reply::Bulk),
+        b"setname" => match super::admin::check_name(&args[2]) {
+            Ok(()) => {
+                conn.set_name(&args[2]);
+                Reply::OK
+            }
+            Err(e) => e,
+        },
+        // Client library labels (Redis 7.2): accepted, not shown.
+        b"setinfo" => Reply::OK,
+        b"info" => Reply::Verbatim("txt", conn.client.line(argv_mem(args)).into_bytes()),
+        b"list" => list(server, conn, args),
+        b"kill" => kill(server, conn, args),
+        b"pause" => {
+            let timeout = match timeout_ms(&args[2]) {
+                Ok(t) => t,
+                Err(e) => return e,
+            };
+            let all = match args.get(3) {
+                _ if args.len() > 4 => return commands::sub_syntax_error(args),
+                None => true,
+                Some(m) if eq(m, "all") => true,
+                Some(m) if eq(m, "write") => false,
+                Some(_) => return Reply::err("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+            };
+            server.registry.pause(now_ms().saturating_add(timeout), all);
+            Reply::OK
+        }
+        b"unpause" => {
+            server.registry.unpause();
+            Reply::OK
+        }
+        b"reply" => {
+            let mode = &args[2];
+            if eq(mode, "on") {
+                conn.reply = ReplyMode::On;
+                conn.skip_this = false;
+                Reply::OK
+            } else if eq(mode, "off") {
+                conn.reply = ReplyMode::Off;
+                Reply::OK
+            } else if eq(mode, "skip") {
+                if conn.reply != ReplyMode::Off {
+                    conn.reply = ReplyMode::SkipNext;
+                }
+                // No reply of its own.
+                Reply::Written
+            } else {
+                commands::SYNTAX_ERR
+            }
+        }
+        b"no-evict" => match on_off(&args[2]) {
+            Ok(on) => {
+                conn.client.no_evict.store(on, Relaxed);
+                Reply::OK
+            }
+            Err(e) => e,
+        },
+        b"no-touch" => on_off(&args[2]).map_or_else(|e| e, |_| Reply::OK),
+        b"help" => help(),
+        _ => Reply::error(format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            text(&args[1])
+        )),
+    }
+}
+
+/// The bytes of a command's arguments (CLIENT LIST's argv-mem of the caller).
+fn argv_mem(args: &[Vec<u8>]) -> usize {
+    args.iter().map(Vec::len).sum()
+}
+
+/// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id ...]: every connection
+/// (weft-kv's are all of type normal).
+fn list(server: &Server, conn: &Conn, args: &[Vec<u8>]) -> Reply {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut none = false;
+    if args.len() == 4 && eq(&args[2], "type") {
+        match client_type(&args[3]) {
+            Some(normal) => none = !normal,
+            None => return Reply::error(format!("ERR Unknown client type '{}'", text(&args[3]))),
+        }
+    } else if args.len() >= 4 && eq(&args[2], "id") {
+        let mut v = Vec::new();
+        for a in &args[3..] {
+            match commands::parse_i64(a) {
+                Some(id) if id > 0 => v.push(id as u64),
+                _ => return Reply::err("ERR Invalid client ID"),
+            }
+        }
+        ids = Some(v);
+    } else if args.len() != 2 {
+        return commands::SYNTAX_ERR;
+    }
+    let mut out = String::new();
+    for c in server.registry.all() {
+        if none || ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
+            continue;
+        }
+        out += &c.line(if c.id == conn.id { argv_mem(args) } else { 0 });
+    }
+    Reply::Verbatim("txt", out.into_bytes())
+}
+
+/// A client type of CLIENT LIST/KILL TYPE: `Some(true)` for normal (every weft-kv
+/// connection), `Some(false)` for a type weft-kv has none of, `None` for no type.
+fn client_type(name: &[u8]) -> Option<bool> {
+    if eq(name, "normal") {
+        Some(true)
+    } else if ["master", "replica", "slave", "pubsub"]
+        .iter()
+        .any(|t| eq(name, t))
+    {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// CLIENT KILL ip:port | CLIENT KILL [ID id] [ADDR ip:port] [LADDR ip:port]
+/// [USER name] [TYPE type] [SKIPME yes|no]: closes the connections that match every
+/// filter given (the caller too with SKIPME no, after its reply).
+fn kill(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
+    if args.len() == 3 {
+        let addr = &args[2];
+        let (n, myself) = server
+            .registry
+            .kill(conn.id, |c| c.addr.as_bytes() == addr.as_slice());
+        if myself {
+            conn.close = true;
+        }
+        return if n == 0 {
+            Reply::err("ERR No such client")
+        } else {
+            Reply::OK
+        };
+    }
+    let (mut id, mut addr, mut laddr) = (None, None, None);
+    let (mut normal, mut skip_me) = (true, true);
+    for pair in args[2..].chunks(2) {
+        let [opt, value] = pair else {
+            return commands::SYNTAX_ERR;
+        };
+        if eq(opt, "id") {
+            match commands::parse_i64(value) {
+                Some(v) if v > 0 => id = Some(v as u64),
+                _ => return Reply::err("ERR client-id should be greater than 0"),
+            }
+        } else if eq(opt, "type") {
+            match client_type(value) {
+                Some(t) => normal = t,
+                None => return Reply::error(format!("ERR Unknown client type '{}'", text(value))),
+            }
+        } else if eq(opt, "addr") {
+            addr = Some(value);
+        } else if eq(opt, "laddr") {
+            laddr = Some(value);
+        } else if eq(opt, "user") {
+            if value.as_slice() != b"default" {
+                return Reply::error(format!("ERR No such user '{}'", text(value)));
+            }
+        } else if eq(opt, "skipme") {
+            if eq(value, "yes") {
+                skip_me = true;
+            } else if eq(value, "no") {
+                skip_me = false;
+            } else {
+                return commands::SYNTAX_ERR;
+            }
+        } else {
+            return commands::SYNTAX_ERR;
+        }
+    }
+    let me = conn.id;
+    let (n, myself) = server.registry.kill(me, |c| {
+        normal
+            && id.is_none_or(|id| c.id == id)
+            && addr.is_none_or(|a| c.addr.as_bytes() == a.as_slice())
+            && laddr.is_none_or(|a| c.laddr.as_bytes() == a.as_slice())
+            && !(skip_me && c.id == me)
+    });
+    if myself {
+        conn.close = true;
+    }
+    Reply::Int(n)
+}
+
+/// CLIENT HELP.
+fn help() -> Reply {
+    let lines = [
+        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "ID",
+        "    The connection's id.",
+        "GETNAME",
+        "    The connection's name, or nil.",
+        "SETNAME <name>",
+        "    Name the connection (printable characters, no spaces; empty: no name).",
+        "SETINFO <LIB-NAME|LIB-VER> <value>",
+        "    Accepted and ignored (client libraries send it).",
+        "INFO",
+        "    This connection's line of CLIENT LIST.",
+        "LIST [TYPE <NORMAL|MASTER|REPLICA|PUBSUB>] [ID <id> [<id> ...]]",
+        "    One line per connection: its id, addresses, age, idle time, buffers, last",
+        "    command and protocol.",
+        "KILL <ip:port>",
+        "    Close the connection from <ip:port> (<socket path>:0 for the Unix socket).",
+        "KILL <filter> <value> [<filter> <value> ...]",
+        "    Close the connections matching every filter given; answers how many.",
+        "    Filters: ID <id>, ADDR <ip:port>, LADDR <ip:port>, USER <name>,",
+        "    TYPE <NORMAL|MASTER|REPLICA|PUBSUB>, SKIPME <YES|NO> (default YES: not",
+        "    this connection).",
+        "PAUSE <timeout> [WRITE|ALL]",
+        "    Hold the commands of every client (ALL, the default) or only writes",
+        "    (WRITE) for <timeout> milliseconds.",
+        "UNPAUSE",
+        "    End a pause now.",
+        "REPLY <ON|OFF|SKIP>",
+        "    Send replies (ON), send none (OFF), or skip the next command's reply.",
+        "NO-EVICT <ON|OFF>",
+        "    Mark the connection (weft-kv never evicts clients).",
+        "NO-TOUCH <ON|OFF>",
+        "    Accepted (weft-kv keeps no access times).",
+        "HELP",
+        "    This text.",
+    ];
+    Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
+}
