@@ -1018,6 +1018,7 @@ fn known_differences_are_gone() {
         "FUNCTION FLUSH SYNC SYNC",
         "SCRIPT FLUSH ASYNC",
         "SCRIPT FLUSH foo",
+        "ROLE",
         // INFO shows every field redis-server shows.
         "INFO everything",
         "INFO cluster",

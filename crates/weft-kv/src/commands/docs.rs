@@ -293,6 +293,12 @@ pub fn doc(name: &str) -> Option<Doc> {
         ),
         "time" => x("Returns the server's time", "2.6.0", n, O1),
         "wait" => x("Waits for replicas (weft-kv has none)", "3.0.0", g, O1),
+        "role" => x(
+            "Returns the server's replication role: a primary without replicas",
+            "2.8.12",
+            n,
+            O1,
+        ),
         "function" => x(
             "Functions (not supported; FLUSH answers OK)",
             "7.0.0",

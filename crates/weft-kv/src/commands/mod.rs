@@ -329,7 +329,7 @@ use keys as k;
 use strings as s;
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 65] = [
+static TABLE: [Command; 66] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -412,6 +412,7 @@ static TABLE: [Command; 65] = [
     cmd("evalsha_ro", -3, R, NONE, Exec::Server),
     cmd("fcall", -3, 0, NONE, Exec::Server),
     cmd("fcall_ro", -3, R, NONE, Exec::Server),
+    cmd("role", 1, F, NONE, Exec::Server),
 ];
 
 /// The index in [`TABLE`] of a command whose name is given in lower case.
@@ -483,6 +484,7 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"evalsha_ro" => 62,
         b"fcall" => 63,
         b"fcall_ro" => 64,
+        b"role" => 65,
         _ => return None,
     })
 }

@@ -58,6 +58,12 @@ pub fn run(
         "shutdown" => shutdown(server, args),
         "wait" => clients::wait(server, conn, args),
         "function" | "script" => scripting(cmd.name, args),
+        // A primary without replicas.
+        "role" => Reply::Array(vec![
+            Reply::Bulk(b"master".to_vec()),
+            Reply::Int(0),
+            Reply::Array(vec![]),
+        ]),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
             no_scripting(cmd.name)
         }
