@@ -375,8 +375,8 @@ static struct jobs_config g_cfg;
 static uint64_t *g_results; /* [frame][entity] */
 static atomic_int g_finished;
 
-static uint64_t compute(uint64_t seed, int n) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+static uint64_t compute(uint64_t input, int n) {
+    uint64_t x = input * 0x9E3779B97F4A7C15ull + 1;
     for (int i = 0; i < n; i++) {
         x ^= x << 13;
         x ^= x >> 7;
@@ -390,12 +390,12 @@ static uint64_t combine(uint64_t acc, uint64_t v) {
 }
 
 struct sub {
-    uint64_t seed, result;
+    uint64_t input, result;
 };
 
 static void sub_job(struct job *j) {
     struct sub *s = (struct sub *)j->data;
-    s->result = compute(s->seed, g_cfg.work);
+    s->result = compute(s->input, g_cfg.work);
 }
 
 struct entity {
@@ -409,7 +409,7 @@ static void entity_job(struct job *j) {
     struct counter c;
     counter_init(&c);
     for (int k = 0; k < g_cfg.subjobs; k++) {
-        subs[k].seed = (uint64_t)e->frame << 40 | (uint64_t)e->id << 16 | (uint64_t)k;
+        subs[k].input = (uint64_t)e->frame << 40 | (uint64_t)e->id << 16 | (uint64_t)k;
         jobs[k] = (struct job){sub_job, &subs[k], NULL};
     }
     jobs_add(jobs, g_cfg.subjobs, &c);
