@@ -852,10 +852,10 @@ fn asan_lib_dir() -> Option<&'static Path> {
             .output()
             .is_ok_and(|o| o.status.success());
         if !nightly || !cfg!(target_arch = "x86_64") {
-            eprintln!(
+            skip::note(
                 "no nightly Rust toolchain (rustup toolchain install nightly): the C tests are \
                  built with -fsanitize=address against the ordinary libweft, so ASan checks \
-                 their code and every malloc/free, but not weft's own memory accesses"
+                 their code and every malloc/free, but not weft's own memory accesses",
             );
             return Some(lib_dir().to_path_buf());
         }
