@@ -1,7 +1,8 @@
 //! Running commands over a set of shards, the same for the server and the embedded
 //! store: routing a single-key command to its shard, splitting a multi-key command
 //! and merging its parts, and the commands that concern every shard (DBSIZE, KEYS,
-//! SCAN, FLUSHALL, ...).
+//! SCAN, FLUSHDB, FLUSHALL, SWAPDB, ...) or two databases of one (MOVE). Every command
+//! runs in a database (`db`: the connection's selected one).
 //!
 //! A [`ShardSet`] says how to reach a shard: the server runs a closure on the shard's
 //! own worker (directly when the caller is there, through weft IPC when not); the
@@ -66,6 +67,7 @@ pub fn run_keyed(
     set: &impl ShardSet,
     cmd: &Command,
     args: &[Vec<u8>],
+    db: u8,
     acks: &mut Acks,
 ) -> Option<Reply> {
     match cmd.exec {
@@ -78,11 +80,11 @@ pub fn run_keyed(
             }
             let now = now_ms();
             let argv = borrow_args(args);
-            let (reply, lsn) = set.with(s, |sh| sh.run(f, &argv, now, None));
+            let (reply, lsn) = set.with(s, |sh| sh.run(f, db, &argv, now, None));
             acks.note(s, lsn);
             Some(reply)
         }
-        Exec::Split(f, how) => Some(run_split(set, cmd, f, how, args, acks)),
+        Exec::Split(f, how) => Some(run_split(set, cmd, f, how, args, db, acks)),
         Exec::Server => None,
     }
 }
@@ -93,6 +95,7 @@ fn run_split(
     f: crate::commands::ShardFn,
     how: Merge,
     args: &[Vec<u8>],
+    db: u8,
     acks: &mut Acks,
 ) -> Reply {
     // Key groups must be whole (MSET's key value pairs): Redis's arity error if not.
@@ -116,7 +119,7 @@ fn run_split(
     let mut replies = Vec::with_capacity(parts.len());
     for p in &parts {
         let argv = borrow_args(&p.args);
-        let (reply, lsn) = set.with(p.shard, |sh| sh.run(f, &argv, now, None));
+        let (reply, lsn) = set.with(p.shard, |sh| sh.run(f, db, &argv, now, None));
         acks.note(p.shard, lsn);
         replies.push(reply);
     }
@@ -148,7 +151,7 @@ fn split_fits(set: &impl ShardSet, parts: &[Part], now: u64) -> bool {
     }
     for p in parts {
         let need = total - room;
-        set.with(p.shard, |sh| sh.ks.reclaim(now, need, RECLAIM_SPLIT_KEYS));
+        set.with(p.shard, |sh| sh.reclaim(now, need, RECLAIM_SPLIT_KEYS));
     }
     total <= set.room()
 }
@@ -158,11 +161,13 @@ fn eq(a: &[u8], b: &str) -> bool {
 }
 
 /// The commands about every shard, or about none, that the server and the store share
-/// (PING, ECHO, TIME, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL). Other commands: `None`.
+/// (PING, ECHO, TIME, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL, SWAPDB, MOVE), run in
+/// database `db`. Other commands: `None`.
 pub fn run_common(
     set: &impl ShardSet,
     cmd: &Command,
     args: &[Vec<u8>],
+    db: u8,
     acks: &mut Acks,
 ) -> Option<Reply> {
     Some(match cmd.name {
@@ -186,7 +191,7 @@ pub fn run_common(
         "dbsize" => Reply::Int(
             (0..set.count())
                 .map(|s| {
-                    let (n, lsn) = set.with(s, |sh| (sh.ks.len(), sh.appended));
+                    let (n, lsn) = set.with(s, |sh| (sh.db(db).len(), sh.appended));
                     acks.note(s, lsn);
                     n
                 })
@@ -197,13 +202,15 @@ pub fn run_common(
             let pat = &args[1];
             let mut all = Vec::new();
             for s in 0..set.count() {
-                let (keys, lsn) = set.with(s, |sh| (sh.ks.keys(pat, now), sh.appended));
+                let (keys, lsn) = set.with(s, |sh| (sh.db(db).keys(pat, now), sh.appended));
                 acks.note(s, lsn);
                 all.extend(keys);
             }
             Reply::Array(all.into_iter().map(Reply::Bulk).collect())
         }
-        "scan" => scan(set, args, acks),
+        "scan" => scan(set, args, db, acks),
+        "swapdb" => swapdb(set, args, acks),
+        "move" => move_key(set, args, db, acks),
         "flushdb" | "flushall" => {
             if args.len() > 2
                 || (args.len() == 2 && !eq(&args[1], "async") && !eq(&args[1], "sync"))
@@ -215,9 +222,14 @@ pub fn run_common(
                     return Some(r);
                 }
             }
+            let all = cmd.name == "flushall";
             for s in 0..set.count() {
                 let lsn = set.with(s, |sh| {
-                    sh.flush();
+                    if all {
+                        sh.flush_all();
+                    } else {
+                        sh.flush_db(db);
+                    }
                     sh.appended
                 });
                 acks.note(s, lsn);
@@ -231,7 +243,7 @@ pub fn run_common(
 /// A SCAN cursor as Redis reads it (C's `strtoul` in base 10, the whole text): an
 /// optional sign, digits; a minus wraps around (`-1` is the largest cursor), an empty
 /// text is 0; a leading space, anything left over or a value past 2^64 - 1 is refused.
-fn parse_cursor(text: &[u8]) -> Option<u64> {
+pub(crate) fn parse_cursor(text: &[u8]) -> Option<u64> {
     let (neg, digits) = match text.first() {
         None => return Some(0),
         Some(b'-') => (true, &text[1..]),
@@ -250,15 +262,91 @@ fn parse_cursor(text: &[u8]) -> Option<u64> {
 /// Bits of a SCAN cursor below the shard index.
 const SHARD_SHIFT: u32 = 56;
 
+/// A database index as SELECT and MOVE read it: an integer of 32 bits (Redis's
+/// `ERR value is not an integer or out of range` otherwise), 0 to 15 (`out_of_range`
+/// otherwise).
+pub fn parse_db(arg: &[u8], out_of_range: &'static str) -> Result<u8, Reply> {
+    match parse_int32(arg) {
+        Some(n) if (0..crate::log::DATABASES as i64).contains(&n) => Ok(n as u8),
+        Some(_) => Err(Reply::err(out_of_range)),
+        None => Err(crate::commands::NOT_INT),
+    }
+}
+
+/// An integer as Redis's `getIntFromObject` reads it: string2ll, within 32 bits.
+fn parse_int32(arg: &[u8]) -> Option<i64> {
+    crate::commands::parse_i64(arg).filter(|n| i32::try_from(*n).is_ok())
+}
+
+/// SWAPDB index1 index2: every shard swaps the two databases' keys (logged), shard
+/// after shard. Errors: `ERR invalid first DB index` / `ERR invalid second DB index`
+/// for an argument that is not an integer, `ERR DB index is out of range` for one
+/// outside 0 to 15.
+fn swapdb(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
+    let index = |a: &[u8], which: &'static str| match parse_int32(a) {
+        None => Err(Reply::err(which)),
+        Some(_) => parse_db(a, "ERR DB index is out of range"),
+    };
+    let a = match index(&args[1], "ERR invalid first DB index") {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    let b = match index(&args[2], "ERR invalid second DB index") {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    for s in 0..set.count() {
+        if let Some(r) = set.refuses_writes(s) {
+            return r;
+        }
+    }
+    for s in 0..set.count() {
+        let lsn = set.with(s, |sh| {
+            sh.swap_dbs(a, b);
+            sh.appended
+        });
+        acks.note(s, lsn);
+    }
+    Reply::OK
+}
+
+/// MOVE key db: moves the key from database `db` to the other database, on its shard
+/// (the database does not change a key's shard): 1 if moved; 0 if the key is missing
+/// or the target already has it. Target the same database: `ERR source and destination
+/// objects are the same`; not an integer: `ERR value is not an integer or out of
+/// range`; outside 0 to 15: `ERR DB index is out of range`.
+fn move_key(set: &impl ShardSet, args: &[Vec<u8>], db: u8, acks: &mut Acks) -> Reply {
+    let to = match parse_db(&args[2], "ERR DB index is out of range") {
+        Ok(to) => to,
+        Err(e) => return e,
+    };
+    if to == db {
+        return Reply::err("ERR source and destination objects are the same");
+    }
+    let s = route::shard_of(&args[1], set.count());
+    if let Some(r) = set.refuses_writes(s) {
+        return r;
+    }
+    let now = now_ms();
+    let (moved, lsn) = set.with(s, |sh| {
+        let moved = sh.move_key(&args[1], db, to, now);
+        (moved, sh.appended)
+    });
+    acks.note(s, lsn);
+    Reply::Int(moved as i64)
+}
+
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: the cursor's top 8 bits
 /// name the shard, the rest is that shard's own cursor; shards are walked in order.
-fn scan(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
+/// A TYPE weft-kv has no keys of (`list`, `zset`, anything) matches none.
+fn scan(set: &impl ShardSet, args: &[Vec<u8>], db: u8, acks: &mut Acks) -> Reply {
     let Some(cursor) = parse_cursor(&args[1]) else {
         return Reply::err("ERR invalid cursor");
     };
     let mut pattern: Option<&[u8]> = None;
     let mut count = 10usize;
-    let mut only_strings = true;
+    // TYPE: `Some(None)` names a type no key has.
+    let mut only: Option<Option<crate::keyspace::Type>> = None;
     let mut i = 2;
     while i < args.len() {
         if i + 1 >= args.len() {
@@ -274,7 +362,7 @@ fn scan(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
                 None => return Reply::err("ERR value is not an integer or out of range"),
             }
         } else if eq(&args[i], "type") {
-            only_strings = eq(v, "string");
+            only = Some(crate::keyspace::Type::from_name(v));
         } else {
             return Reply::err("ERR syntax error");
         }
@@ -286,13 +374,16 @@ fn scan(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
     let now = now_ms();
     while shard < set.count() && keys.len() < count {
         let (next, found, lsn) = set.with(shard, |sh| {
-            let (next, found) = sh.ks.scan(inner, count - keys.len(), pattern, now);
+            let ks = sh.db(db);
+            let (next, found) = match only {
+                Some(None) => (ks.scan(inner, count - keys.len(), pattern, now).0, vec![]),
+                Some(t) => ks.scan_typed(inner, count - keys.len(), pattern, t, now),
+                None => ks.scan(inner, count - keys.len(), pattern, now),
+            };
             (next, found, sh.appended)
         });
         acks.note(shard, lsn);
-        if only_strings {
-            keys.extend(found);
-        }
+        keys.extend(found);
         if next == 0 {
             shard += 1;
             inner = 0;

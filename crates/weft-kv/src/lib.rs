@@ -63,6 +63,8 @@ pub(crate) mod exec;
 pub mod keyspace;
 #[doc(hidden)]
 pub mod log;
+#[doc(hidden)]
+pub mod packed;
 pub mod resp;
 pub(crate) mod route;
 pub mod server;

@@ -1,28 +1,45 @@
 //! One shard's state, as the server and the embedded store both hold it: the
-//! keyspace, the log records not yet handed to the log file, and the counters that
-//! tell a connection when its writes are durable.
+//! keyspaces of its 16 databases, the log records not yet handed to the log file, and
+//! the counters that tell a connection when its writes are durable.
 //!
 //! Log sequence numbers (LSNs) count the bytes of records a shard has ever produced
 //! (not file offsets: compaction replaces the file but the count goes on). A command
 //! that changed something notes `appended` after it ran; it is acknowledged once the
 //! writer has reported that LSN written (and fsynced, under `fsync always`). A command
 //! that logged nothing waits only for the records of what it read (`Shard::run`).
+//!
+//! While a compaction runs, the records of keys it has already walked (behind its
+//! *frontier*) are also kept in a tail, which the compaction appends to its image:
+//! a key ahead of the frontier will be walked with every change up to then, so each
+//! change is in the new log once (docs/kv-types.md, "How does compaction rewrite every
+//! type?"). A record about whole databases (FLUSHDB, FLUSHALL, SWAPDB) makes the
+//! compaction start again.
 
 use crate::commands::{Ctx, ShardFn};
 use crate::keyspace::Keyspace;
+use crate::log::{self, RecordRef, DATABASES};
 use crate::resp::Reply;
 
 /// One shard: keys plus the log buffer.
 pub struct Shard {
-    /// The keys.
-    pub ks: Keyspace,
+    /// The keys of each database: `dbs[d]` is database `d` (16 of them).
+    pub dbs: Vec<Keyspace>,
     /// Records produced since the writer last took them.
     pub log: Vec<u8>,
     /// The LSN at the end of `log` (every byte ever appended).
     pub appended: u64,
-    /// While a compaction runs: every record produced since it started (replayed over
-    /// the compacted image at its end: records are full states, so that is exact).
+    /// While a compaction runs: the records produced since it started about keys
+    /// behind `frontier` (appended to the compacted image at its end).
     pub rewrite_tail: Option<Vec<u8>>,
+    /// While a compaction runs: the (database, hash) position its walk has reached;
+    /// every key before it has been walked.
+    pub frontier: (u8, u64),
+    /// A record about whole databases was logged while a compaction ran: it must
+    /// start again.
+    pub rewrite_restart: bool,
+    /// The databases commands changed since the server last published their counts
+    /// (a bit per database).
+    pub dirty_dbs: u16,
     /// The writer was asked to run (the server's flusher) and has not yet taken `log`.
     pub kicked: bool,
     /// The server's memory limit in bytes (0: none): set by the server before it
@@ -38,13 +55,18 @@ pub struct Shard {
 const RECLAIM_OVER_LIMIT: usize = 8192;
 
 impl Shard {
-    /// A shard over recovered keys.
-    pub fn new(ks: Keyspace) -> Shard {
+    /// A shard over recovered databases (`dbs[d]` for database `d`; fewer than 16 are
+    /// completed with empty ones).
+    pub fn new(mut dbs: Vec<Keyspace>) -> Shard {
+        dbs.resize_with(DATABASES as usize, Keyspace::new);
         Shard {
-            ks,
+            dbs,
             log: Vec::new(),
             appended: 0,
             rewrite_tail: None,
+            frontier: (0, 0),
+            rewrite_restart: false,
+            dirty_dbs: u16::MAX,
             kicked: false,
             mem_limit: 0,
             mem_others: 0,
@@ -58,35 +80,94 @@ impl Shard {
     /// "durability stamps"), so a read of a key untouched since its records were
     /// written does not wait for other keys' records.
     ///
+    /// `db`: the database the command runs in (the connection's selected one).
     /// `out`: the connection's output buffer, if the caller encodes replies in order
     /// as commands run (see [`Ctx::out`]).
     pub fn run(
         &mut self,
         f: ShardFn,
+        db: u8,
         args: &[&[u8]],
         now_ms: u64,
         out: Option<&mut Vec<u8>>,
     ) -> (Reply, u64) {
         let before = self.log.len();
         let (over_memory, room) = self.memory_room(now_ms);
-        self.ks.begin(self.appended + 1);
+        self.dirty_dbs |= 1 << db;
+        let ks = &mut self.dbs[db as usize];
+        ks.begin(self.appended + 1);
         let reply = {
             let mut ctx = Ctx {
                 out,
                 over_memory,
                 room,
+                db,
                 ..Ctx::new(now_ms, &mut self.log)
             };
-            f(&mut self.ks, args, &mut ctx)
+            f(ks, args, &mut ctx)
         };
+        let seen = ks.seen();
         let need = if self.note_logged(before) {
             self.appended
         } else {
             // Nothing logged: the newest state read (never past the log's end: a stamp
             // of this very command, noted by a change that logged nothing, is moot).
-            self.ks.seen().min(self.appended)
+            seen.min(self.appended)
         };
         (reply, need)
+    }
+
+    /// The keys of database `db`.
+    #[inline]
+    pub fn db(&self, db: u8) -> &Keyspace {
+        &self.dbs[db as usize]
+    }
+
+    /// The memory of every database's keys.
+    pub fn used_memory(&self) -> u64 {
+        self.dbs.iter().map(Keyspace::used_memory).sum()
+    }
+
+    /// The keys removed because their time had passed, in every database, ever.
+    pub fn expired_count(&self) -> u64 {
+        self.dbs.iter().map(Keyspace::expired_count).sum()
+    }
+
+    /// The earliest expiry time of any key of any database.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.dbs.iter().filter_map(Keyspace::next_expiry).min()
+    }
+
+    /// Removes up to `max_keys` keys whose time has passed, database after database;
+    /// answers how many.
+    pub fn expire_cycle(&mut self, now_ms: u64, max_keys: usize) -> usize {
+        let mut n = 0;
+        for (d, ks) in self.dbs.iter_mut().enumerate() {
+            if n == max_keys {
+                break;
+            }
+            if ks.next_expiry().is_some_and(|at| at <= now_ms) {
+                n += ks.expire_cycle(now_ms, max_keys - n);
+                self.dirty_dbs |= 1 << d;
+            }
+        }
+        n
+    }
+
+    /// Removes expired keys, database after database, until `bytes` are freed or
+    /// `max_keys` removed; answers the bytes freed.
+    pub fn reclaim(&mut self, now_ms: u64, bytes: u64, max_keys: usize) -> u64 {
+        let mut freed = 0;
+        for (d, ks) in self.dbs.iter_mut().enumerate() {
+            if freed >= bytes {
+                break;
+            }
+            if ks.next_expiry().is_some_and(|at| at <= now_ms) {
+                freed += ks.reclaim(now_ms, bytes - freed, max_keys);
+                self.dirty_dbs |= 1 << d;
+            }
+        }
+        freed
     }
 
     /// Whether the server is over its memory limit, and how many bytes a command may
@@ -97,10 +178,10 @@ impl Shard {
         if limit == 0 {
             return (false, u64::MAX);
         }
-        let mut used = self.mem_others + self.ks.used_memory();
-        if used > limit && self.ks.next_expiry().is_some_and(|at| at <= now_ms) {
-            self.ks.reclaim(now_ms, used - limit, RECLAIM_OVER_LIMIT);
-            used = self.mem_others + self.ks.used_memory();
+        let mut used = self.mem_others + self.used_memory();
+        if used > limit && self.next_expiry().is_some_and(|at| at <= now_ms) {
+            self.reclaim(now_ms, used - limit, RECLAIM_OVER_LIMIT);
+            used = self.mem_others + self.used_memory();
         }
         (used > limit, limit.saturating_sub(used))
     }
@@ -112,17 +193,110 @@ impl Shard {
             return false;
         }
         self.appended += added as u64;
-        if let Some(t) = &mut self.rewrite_tail {
-            t.extend_from_slice(&self.log[before..]);
+        if self.rewrite_tail.is_some() {
+            self.note_for_rewrite(before);
         }
         true
     }
 
-    /// Removes every key (logged).
-    pub fn flush(&mut self) {
+    /// Keeps, of the records appended since `before`, those about keys the running
+    /// compaction has walked (module doc).
+    fn note_for_rewrite(&mut self, before: usize) {
+        let mut at = before;
+        while at < self.log.len() {
+            let (db, rec, n) =
+                log::decode_frame(&self.log[at..]).expect("a command logs whole records");
+            let behind = match rec.key() {
+                Some(key) => (db, self.dbs[db as usize].hash(key)) < self.frontier,
+                // Every database walked: the image is whole, anything may follow it.
+                None if self.frontier.0 as usize == self.dbs.len() => true,
+                None => {
+                    self.rewrite_restart = true;
+                    false
+                }
+            };
+            if behind {
+                let tail = self.rewrite_tail.as_mut().expect("a compaction runs");
+                tail.extend_from_slice(&self.log[at..at + n]);
+            }
+            at += n;
+        }
+    }
+
+    /// Starts keeping the tail of a compaction whose walk starts now.
+    pub fn start_rewrite(&mut self) {
+        self.rewrite_tail = Some(Vec::new());
+        self.frontier = (0, 0);
+        self.rewrite_restart = false;
+    }
+
+    /// Ends keeping a compaction's tail: the tail.
+    pub fn end_rewrite(&mut self) -> Option<Vec<u8>> {
+        self.rewrite_restart = false;
+        self.rewrite_tail.take()
+    }
+
+    /// Logs `rec` (about whole databases: FLUSHDB, FLUSHALL, SWAPDB) for database `db`
+    /// as its own command.
+    fn log_whole(&mut self, db: u8, rec: RecordRef<'_>) {
         let before = self.log.len();
-        self.ks.flush(&mut self.log);
+        log::encode_in(db, &rec, &mut self.log);
         self.note_logged(before);
+    }
+
+    /// Moves `key` from database `from` to database `to` (MOVE; logged as its removal
+    /// from one and its whole state in the other): whether it moved (not if it is
+    /// missing from `from` or already in `to`).
+    pub fn move_key(&mut self, key: &[u8], from: u8, to: u8, now_ms: u64) -> bool {
+        let stamp = self.appended + 1;
+        let before = self.log.len();
+        let (f, t) = (from as usize, to as usize);
+        self.dbs[f].begin(stamp);
+        self.dbs[t].begin(stamp);
+        if !self.dbs[f].contains(key, now_ms) || self.dbs[t].contains(key, now_ms) {
+            return false;
+        }
+        let e = self.dbs[f].take(key, now_ms).expect("a live key");
+        log::encode_in(from, &RecordRef::Del { key }, &mut self.log);
+        Keyspace::state_records(&e, |r| log::encode_in(to, &r, &mut self.log));
+        self.dbs[t].put(e);
+        self.dirty_dbs |= 1 << from | 1 << to;
+        self.note_logged(before);
+        true
+    }
+
+    /// Removes every key of database `db` (FLUSHDB; logged).
+    pub fn flush_db(&mut self, db: u8) {
+        let stamp = self.appended + 1;
+        let ks = &mut self.dbs[db as usize];
+        ks.begin(stamp);
+        ks.flush();
+        self.dirty_dbs |= 1 << db;
+        self.log_whole(db, RecordRef::Flush);
+    }
+
+    /// Removes every key of every database (FLUSHALL; logged).
+    pub fn flush_all(&mut self) {
+        let stamp = self.appended + 1;
+        for ks in &mut self.dbs {
+            ks.begin(stamp);
+            ks.flush();
+        }
+        self.dirty_dbs = u16::MAX;
+        self.log_whole(0, RecordRef::FlushAll);
+    }
+
+    /// Swaps databases `a` and `b` (SWAPDB; logged).
+    pub fn swap_dbs(&mut self, a: u8, b: u8) {
+        if a == b {
+            return;
+        }
+        let stamp = self.appended + 1;
+        let (lo, hi) = (a.min(b) as usize, a.max(b) as usize);
+        let (x, y) = self.dbs.split_at_mut(hi);
+        Keyspace::swap(&mut x[lo], &mut y[0], stamp);
+        self.dirty_dbs |= 1 << a | 1 << b;
+        self.log_whole(a, RecordRef::SwapDb { other: b });
     }
 
     /// Takes the records not yet written: the bytes and the LSN at their end.

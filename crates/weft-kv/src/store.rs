@@ -73,14 +73,14 @@ impl Store {
         let mut shards = Vec::new();
         for s in 0..dd.shards() {
             let path = dd.log_path(s);
-            let mut ks = Keyspace::new();
-            let mut replay = Replay::new(&mut ks, now);
-            log::recover_refs(&path, |r| replay.push(r))
+            let mut dbs: Vec<Keyspace> = (0..log::DATABASES).map(|_| Keyspace::new()).collect();
+            let mut replay = Replay::new(&mut dbs, now);
+            log::recover_refs(&path, |db, r| replay.push(db, r))
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
             replay.finish();
             let writer = LogWriter::open(&path)?;
             shards.push(Mutex::new(StoreShard {
-                shard: Shard::new(ks),
+                shard: Shard::new(dbs),
                 writer,
                 error: None,
                 unsynced: false,
@@ -105,8 +105,9 @@ impl Store {
         Ok(Store { inner, syncer })
     }
 
-    /// Runs one command (`args[0]` is its name) and returns its reply, as the server
-    /// would: key commands, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL, PING, ECHO, TIME.
+    /// Runs one command (`args[0]` is its name) in database 0 and returns its reply, as
+    /// the server would: key commands, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL, SWAPDB,
+    /// MOVE, PING, ECHO, TIME.
     pub fn exec(&self, args: &[&[u8]]) -> Reply {
         if let Err(r) = commands::check_lengths(args) {
             return r;
@@ -121,8 +122,8 @@ impl Store {
         let mut acks = Acks::default();
         let set = &*self.inner;
         let reply = match cmd.exec {
-            Exec::Shard(_) | Exec::Split(..) => exec::run_keyed(set, cmd, &args, &mut acks),
-            Exec::Server => exec::run_common(set, cmd, &args, &mut acks),
+            Exec::Shard(_) | Exec::Split(..) => exec::run_keyed(set, cmd, &args, 0, &mut acks),
+            Exec::Server => exec::run_common(set, cmd, &args, 0, &mut acks),
         }
         .unwrap_or_else(|| {
             Reply::error(format!(
@@ -189,10 +190,10 @@ impl Store {
         }
     }
 
-    /// The number of keys.
+    /// The number of keys (of database 0).
     pub fn len(&self) -> usize {
         (0..self.inner.count())
-            .map(|s| self.inner.with(s, |sh| sh.ks.len()))
+            .map(|s| self.inner.with(s, |sh| sh.db(0).len()))
             .sum()
     }
 

@@ -118,6 +118,7 @@ fn ours(ks: &mut Keyspace, args: &[Vec<u8>]) -> Reply {
     let mut ctx = Ctx {
         now_ms: now,
         log: &mut log,
+        db: 0,
         over_memory: false,
         room: u64::MAX,
         out: None,

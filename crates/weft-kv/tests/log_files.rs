@@ -143,7 +143,7 @@ fn a_new_directory_has_every_log_with_its_header() {
     assert_eq!(
         meta,
         format!(
-            "weft-kv data directory\nformat 2\nid {}\nshards 3\nlog shard-000.log\n\
+            "weft-kv data directory\nformat 3\nid {}\nshards 3\nlog shard-000.log\n\
              log shard-001.log\nlog shard-002.log\n",
             d.id()
         )
@@ -1148,7 +1148,7 @@ fn a_format_1_directory_is_upgraded_on_open() {
     assert_eq!(report.shards[1].state, ShardState::NotCreated);
     assert!(report.usable() && report.clean(), "{report}");
     assert!(
-        report.to_string().contains("upgrades it to format 2"),
+        report.to_string().contains("upgrades it to format 3"),
         "{report}"
     );
     assert_eq!(snapshot(&dir), before, "check changed a format 1 directory");
@@ -1174,9 +1174,137 @@ fn a_format_1_directory_is_upgraded_on_open() {
     }
     assert!(fs::read_to_string(dir.join("weft-kv.meta"))
         .unwrap()
-        .contains("format 2"));
+        .contains("format 3"));
     drop(d);
     assert!(!DataDir::open(&dir, 1).unwrap().upgraded());
+    assert!(check(&dir, false).unwrap().clean());
+}
+
+/// A format 2 directory, as the weft-kv before typed values wrote it (version 2
+/// headers; Set, Del, Expire and Flush records of kinds 1 to 4, without a database),
+/// is read by `check` as it is, and upgraded in place by an open: the headers say
+/// version 3, the manifest format 3, and every record is read back as before, in
+/// database 0. An upgrade cut short (one header already rewritten) is finished.
+#[test]
+fn a_format_2_directory_opens_and_is_upgraded_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("old");
+    fs::create_dir(&dir).unwrap();
+    let id = DirId([7; 16]);
+    fs::write(
+        dir.join("weft-kv.meta"),
+        format!(
+            "weft-kv data directory\nformat 2\nid {id}\nshards 2\nlog shard-000.log\nlog shard-001.log\n"
+        ),
+    )
+    .unwrap();
+    let lid = |shard| LogId {
+        dir: id,
+        shard,
+        shards: 2,
+    };
+    // Format 2's frames, byte for byte: kind, then the fields (no database byte).
+    let frame = |payload: Vec<u8>| {
+        let mut f = (payload.len() as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+        f.extend(payload);
+        f
+    };
+    let bytes = |b: &[u8]| [&(b.len() as u32).to_le_bytes()[..], b].concat();
+    let v2_set = |k: &[u8], v: &[u8], at: Option<u64>| {
+        let mut p = vec![1];
+        p.extend(bytes(k));
+        p.extend(bytes(v));
+        match at {
+            None => p.push(0),
+            Some(t) => {
+                p.push(1);
+                p.extend_from_slice(&t.to_le_bytes());
+            }
+        }
+        frame(p)
+    };
+    let v2_del = |k: &[u8]| frame([&[2u8][..], &bytes(k)].concat());
+    let v2_persist = |k: &[u8]| frame([&[3u8][..], &bytes(k), &[0]].concat());
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 3_600_000;
+    // Shard 0 of format 2; shard 1 already upgraded by an open that did not finish.
+    let mut logs = [
+        weft_kv::log::header::header_v2(&lid(0)).to_vec(),
+        weft_kv::log::header::header(&lid(1)).to_vec(),
+    ];
+    let shard = |k: &[u8]| (crc32c::crc32c(k) % 2) as usize;
+    for (k, f) in [
+        (&b"gone"[..], v2_set(b"gone", b"x", None)),
+        (b"kept", v2_set(b"kept", b"v0", None)),
+        (b"a", v2_set(b"a", b"1", None)),
+        (b"b", v2_set(b"b", b"2", Some(later))),
+        (b"c", v2_set(b"c", b"3", Some(1))), // long passed
+        (b"p", v2_set(b"p", b"4", Some(later))),
+        (b"p", v2_persist(b"p")),
+        (b"a", v2_del(b"a")),
+        (b"one", v2_set(b"one", b"1", None)),
+    ] {
+        logs[shard(k)].extend(f);
+        if k == b"gone" {
+            logs[shard(k)].extend(frame(vec![4])); // FLUSH
+        }
+    }
+    logs[shard(b"kept")].extend(v2_set(b"kept", b"v1", None));
+    let log0 = logs[0].clone();
+    fs::write(dir.join("shard-000.log"), &logs[0]).unwrap();
+    fs::write(dir.join("shard-001.log"), &logs[1]).unwrap();
+
+    let before = snapshot(&dir);
+    let report = check(&dir, false).unwrap();
+    assert_eq!(report.format, 2);
+    assert!(report.usable() && report.clean(), "{report}");
+    assert!(
+        report.to_string().contains("data format 2: the next"),
+        "{report}"
+    );
+    assert_eq!(snapshot(&dir), before, "check changed a format 2 directory");
+
+    let d = DataDir::open(&dir, 1).unwrap();
+    assert!(d.upgraded());
+    for s in 0..2 {
+        let head = fs::read(d.log_path(s)).unwrap()[..HEADER_LEN].to_vec();
+        assert_eq!(head, weft_kv::log::header::header(&lid(s as u32)));
+    }
+    // Only the header changed.
+    assert_eq!(
+        fs::read(d.log_path(0)).unwrap()[HEADER_LEN..],
+        log0[HEADER_LEN..]
+    );
+    assert!(fs::read_to_string(dir.join("weft-kv.meta"))
+        .unwrap()
+        .contains("format 3\n"));
+    drop(d);
+    let store = weft_kv::Store::open(&dir).unwrap();
+    let mut keys = store.keys(b"*").unwrap();
+    keys.sort();
+    assert_eq!(keys, [&b"b"[..], b"kept", b"one", b"p"]);
+    assert_eq!(store.get(b"kept").unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(
+        store.exec(&[b"ttl", b"p"]),
+        weft_kv::Reply::Int(-1),
+        "PERSIST after SET EX keeps the key"
+    );
+    assert!(matches!(store.exec(&[b"ttl", b"b"]), weft_kv::Reply::Int(t) if t > 3000));
+    // New records of every kind go after the old ones, and all of it reads back.
+    store.exec(&[b"hset", b"h", b"f", b"v"]);
+    store.exec(&[b"append", b"kept", b"+"]);
+    drop(store);
+    let store = weft_kv::Store::open(&dir).unwrap();
+    assert_eq!(store.get(b"kept").unwrap().as_deref(), Some(&b"v1+"[..]));
+    assert_eq!(
+        store.exec(&[b"hget", b"h", b"f"]),
+        weft_kv::Reply::Bulk(b"v".to_vec())
+    );
+    drop(store);
     assert!(check(&dir, false).unwrap().clean());
 }
 

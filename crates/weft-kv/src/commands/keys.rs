@@ -1,5 +1,6 @@
-//! The generic key commands (Redis 7.0's db.c and expire.c, for one value type):
-//! DEL, UNLINK, EXISTS, TOUCH, the EXPIRE family, TTL and its variants, PERSIST, TYPE.
+//! The generic key commands (Redis 7.0's db.c, expire.c and object.c): DEL, UNLINK,
+//! EXISTS, TOUCH, the EXPIRE family, TTL and its variants, PERSIST, TYPE, OBJECT. They
+//! take a key of any type as it is (an expiry is the key's, whatever its value).
 //!
 //! Logging: a removed key is logged as `Del`, a changed expiry as `Expire`; an
 //! expiry time already passed removes the key (logged as `Del`). Nothing is logged
@@ -7,7 +8,7 @@
 
 use super::{arg_i64, invalid_expire, Ctx};
 use crate::keyspace::Keyspace;
-use crate::log::{encode, RecordRef};
+use crate::log::RecordRef;
 use crate::resp::Reply;
 
 /// DEL key... (and UNLINK): the number of keys removed. (Split by shard; the parts'
@@ -16,7 +17,7 @@ pub fn del(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let mut n = 0;
     for key in &args[1..] {
         if ks.remove(key, ctx.now_ms) {
-            encode(&RecordRef::Del { key }, ctx.log);
+            ctx.record(&RecordRef::Del { key });
             n += 1;
         }
     }
@@ -118,16 +119,13 @@ fn expire_generic(
     }
     if when <= ctx.now_ms as i64 {
         ks.remove(key, ctx.now_ms);
-        encode(&RecordRef::Del { key }, ctx.log);
+        ctx.record(&RecordRef::Del { key });
     } else if cur != Some(when) {
         ks.set_expire(key, Some(when as u64), ctx.now_ms);
-        encode(
-            &RecordRef::Expire {
-                key,
-                at_ms: Some(when as u64),
-            },
-            ctx.log,
-        );
+        ctx.record(&RecordRef::Expire {
+            key,
+            at_ms: Some(when as u64),
+        });
     }
     Reply::Int(1)
 }
@@ -204,21 +202,74 @@ pub fn persist(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     match ks.get(key, ctx.now_ms) {
         Some(e) if e.expire_at_ms().is_some() => {
             ks.set_expire(key, None, ctx.now_ms);
-            encode(&RecordRef::Expire { key, at_ms: None }, ctx.log);
+            ctx.record(&RecordRef::Expire { key, at_ms: None });
             Reply::Int(1)
         }
         _ => Reply::Int(0),
     }
 }
 
-/// TYPE key: `string`, or `none` for a missing key.
+/// TYPE key: the value's type (`string`, `hash`), or `none` for a missing key.
 pub fn type_(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Simple(
-        if ks.contains(args[1], ctx.now_ms) {
-            "string"
-        } else {
-            "none"
-        }
-        .into(),
+        ks.get(args[1], ctx.now_ms)
+            .map_or("none", |e| e.kind().name())
+            .into(),
     )
+}
+
+/// OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT|HELP (Redis 7.0's object.c, for what
+/// weft-kv keeps):
+///
+/// - ENCODING key: the value's encoding (`int`, `embstr`, `raw`, `listpack`,
+///   `hashtable`); nil for a missing key.
+/// - REFCOUNT key: 1 (values are never shared); IDLETIME key: 0 (access times are not
+///   kept); FREQ key: Redis's error when no LFU policy is set (weft-kv has none). Each
+///   nil for a missing key.
+/// - Any other subcommand, or the wrong number of arguments: Redis's `ERR unknown
+///   subcommand or wrong number of arguments for '...'. Try OBJECT HELP.`
+pub fn object(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    let sub = args[1].to_ascii_lowercase();
+    if sub == b"help" && args.len() == 2 {
+        return Reply::Array(
+            [
+                "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "ENCODING <key>",
+                "    Return the kind of internal representation used in order to store the value",
+                "    associated with a <key>.",
+                "FREQ <key>",
+                "    Return the access frequency index of the <key>. The returned integer is",
+                "    proportional to the logarithm of the recent access frequency of the key.",
+                "IDLETIME <key>",
+                "    Return the idle time of the <key>, that is the approximated number of",
+                "    seconds elapsed since the last access to the key.",
+                "REFCOUNT <key>",
+                "    Return the number of references of the value associated with the specified",
+                "    <key>.",
+                "HELP",
+                "    Print this help.",
+            ]
+            .into_iter()
+            .map(|l| Reply::Simple(l.into()))
+            .collect(),
+        );
+    }
+    if args.len() != 3 || !matches!(&sub[..], b"encoding" | b"freq" | b"idletime" | b"refcount") {
+        return super::sub_syntax_error(args);
+    }
+    let Some(e) = ks.get(args[2], ctx.now_ms) else {
+        return Reply::Nil;
+    };
+    match &sub[..] {
+        b"encoding" => Reply::Bulk(
+            crate::keyspace::value::encoding_name(e.tag(), e.value())
+                .as_bytes()
+                .to_vec(),
+        ),
+        b"refcount" => Reply::Int(1),
+        b"idletime" => Reply::Int(0),
+        _ => Reply::err(
+            "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
+        ),
+    }
 }

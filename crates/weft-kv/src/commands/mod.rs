@@ -20,6 +20,7 @@ use crate::resp::Reply;
 
 pub mod docs;
 pub mod float80;
+pub mod hashes;
 pub mod keys;
 pub mod strings;
 
@@ -28,8 +29,10 @@ pub struct Ctx<'a> {
     /// The time, in Unix milliseconds, that expiry is judged against.
     pub now_ms: u64,
     /// The shard's log buffer: a mutating command appends its effect here
-    /// (`crate::log::encode`), as full-state records.
+    /// ([`Ctx::record`]: a key's whole state when it creates it, else its change).
     pub log: &'a mut Vec<u8>,
+    /// The database the command runs in (its records name it).
+    pub db: u8,
     /// The server is over its memory limit: commands that may grow memory answer
     /// [`OOM`] instead of running (deletions still run).
     pub over_memory: bool,
@@ -49,10 +52,17 @@ impl<'a> Ctx<'a> {
         Ctx {
             now_ms,
             log,
+            db: 0,
             over_memory: false,
             room: u64::MAX,
             out: None,
         }
+    }
+
+    /// Appends `rec` to the log, in the command's database.
+    #[inline]
+    pub fn record(&mut self, rec: &crate::log::RecordRef<'_>) {
+        crate::log::encode_in(self.db, rec, self.log);
     }
 
     /// The reply "bulk string `bytes`": encoded straight into the output buffer if
@@ -160,6 +170,9 @@ impl Sub {
 
 /// Redis's `ERR syntax error`.
 pub const SYNTAX_ERR: Reply = Reply::err("ERR syntax error");
+/// Redis's reply to a command on a key that holds another type.
+pub const WRONGTYPE: Reply =
+    Reply::err("WRONGTYPE Operation against a key holding the wrong kind of value");
 /// Redis's reply to an argument that must be a 64-bit integer.
 pub const NOT_INT: Reply = Reply::err("ERR value is not an integer or out of range");
 /// Redis's reply to an argument that must be a float.
@@ -325,11 +338,21 @@ const ONE: (i32, i32, i32) = (1, 1, 1);
 const ALL: (i32, i32, i32) = (1, -1, 1);
 const NONE: (i32, i32, i32) = (0, 0, 0);
 
+use hashes as h;
 use keys as k;
 use strings as s;
 
+/// OBJECT's subcommands (each names its key second).
+static OBJECT_SUBS: [Sub; 5] = [
+    sub("object|encoding", 3, R),
+    sub("object|freq", 3, R),
+    sub("object|help", 2, 0),
+    sub("object|idletime", 3, R),
+    sub("object|refcount", 3, R),
+];
+
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 66] = [
+static TABLE: [Command; 85] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -413,6 +436,33 @@ static TABLE: [Command; 66] = [
     cmd("fcall", -3, 0, NONE, Exec::Server),
     cmd("fcall_ro", -3, R, NONE, Exec::Server),
     cmd("role", 1, F, NONE, Exec::Server),
+    // keys, of every type, and databases
+    cmd("object", -2, 0, (2, 2, 1), Exec::Shard(k::object)).with_subs(&OBJECT_SUBS),
+    cmd("move", 3, W | F, ONE, Exec::Server),
+    cmd("swapdb", 3, W | F, NONE, Exec::Server),
+    // hashes
+    cmd("hset", -4, W | D | F, ONE, Exec::Shard(h::hset)),
+    cmd("hsetnx", 4, W | D | F, ONE, Exec::Shard(h::hsetnx)),
+    cmd("hmset", -4, W | D | F, ONE, Exec::Shard(h::hmset)),
+    cmd("hget", 3, R | F, ONE, Exec::Shard(h::hget)),
+    cmd("hmget", -3, R | F, ONE, Exec::Shard(h::hmget)),
+    cmd("hdel", -3, W | F, ONE, Exec::Shard(h::hdel)),
+    cmd("hlen", 2, R | F, ONE, Exec::Shard(h::hlen)),
+    cmd("hstrlen", 3, R | F, ONE, Exec::Shard(h::hstrlen)),
+    cmd("hexists", 3, R | F, ONE, Exec::Shard(h::hexists)),
+    cmd("hkeys", 2, R, ONE, Exec::Shard(h::hkeys)),
+    cmd("hvals", 2, R, ONE, Exec::Shard(h::hvals)),
+    cmd("hgetall", 2, R, ONE, Exec::Shard(h::hgetall)),
+    cmd("hincrby", 4, W | D | F, ONE, Exec::Shard(h::hincrby)),
+    cmd(
+        "hincrbyfloat",
+        4,
+        W | D | F,
+        ONE,
+        Exec::Shard(h::hincrbyfloat),
+    ),
+    cmd("hrandfield", -2, R, ONE, Exec::Shard(h::hrandfield)),
+    cmd("hscan", -3, R, ONE, Exec::Shard(h::hscan)),
 ];
 
 /// The index in [`TABLE`] of a command whose name is given in lower case.
@@ -485,6 +535,25 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"fcall" => 63,
         b"fcall_ro" => 64,
         b"role" => 65,
+        b"object" => 66,
+        b"move" => 67,
+        b"swapdb" => 68,
+        b"hset" => 69,
+        b"hsetnx" => 70,
+        b"hmset" => 71,
+        b"hget" => 72,
+        b"hmget" => 73,
+        b"hdel" => 74,
+        b"hlen" => 75,
+        b"hstrlen" => 76,
+        b"hexists" => 77,
+        b"hkeys" => 78,
+        b"hvals" => 79,
+        b"hgetall" => 80,
+        b"hincrby" => 81,
+        b"hincrbyfloat" => 82,
+        b"hrandfield" => 83,
+        b"hscan" => 84,
         _ => return None,
     })
 }

@@ -2,10 +2,15 @@
 //! MSET, the counters, APPEND, STRLEN, GETRANGE, SETRANGE.
 //!
 //! Each function takes the whole argument list (arity already checked by the server)
-//! and, when it changes a key, appends the key's full new state to `ctx.log`: a `Set`
-//! with the whole value and the absolute expiry, or a `Del`. Nothing is logged when
-//! nothing changed. A relative expiry (EX, PX, SETEX...) is turned into an absolute
-//! time against `ctx.now_ms`; a time already passed deletes the key.
+//! and, when it changes a key, logs it (`ctx.record`): a `Set` with the whole value and
+//! the absolute expiry, or a `Del`; APPEND and SETRANGE on an existing string log only
+//! their piece (`Append`, `SetRange`: docs/kv-types.md). Nothing is logged when nothing
+//! changed. A relative expiry (EX, PX, SETEX...) is turned into an absolute time
+//! against `ctx.now_ms`; a time already passed deletes the key.
+//!
+//! A key of another type: the commands that read the value answer `WRONGTYPE` and
+//! change nothing; SET, SETNX, SETEX, PSETEX and MSET replace it (SET with GET answers
+//! `WRONGTYPE` instead); MGET answers nil for it.
 //!
 //! Under a memory limit, every command that may grow memory (Redis's DENYOOM ones:
 //! SET and its variants, MSET, the counters, APPEND, SETRANGE) works out, before it
@@ -17,23 +22,20 @@
 
 use super::{
     arg_i64, float80, invalid_expire, Ctx, MAX_STRING, NOT_FLOAT, OOM, SYNTAX_ERR, TOO_LONG,
+    WRONGTYPE,
 };
+use crate::keyspace::Entry;
 use crate::keyspace::Keyspace;
-use crate::log::{encode, RecordRef};
+use crate::log::RecordRef;
 use crate::resp::Reply;
 
-/// Logs `key`'s full state as the keyspace now holds it (a `Del` if it is absent).
-pub(crate) fn log_key(ks: &Keyspace, key: &[u8], ctx: &mut Ctx<'_>) {
-    match ks.peek(key, ctx.now_ms) {
-        Some(e) => encode(
-            &RecordRef::Set {
-                key,
-                value: e.value(),
-                expire_at_ms: e.expire_at_ms(),
-            },
-            ctx.log,
-        ),
-        None => encode(&RecordRef::Del { key }, ctx.log),
+/// The live string in `key` (`None` if there is none), or `WRONGTYPE` if the key holds
+/// another type. (An expired key is removed, as by `Keyspace::get`.)
+#[inline]
+fn string<'a>(ks: &'a mut Keyspace, key: &[u8], now_ms: u64) -> Result<Option<&'a Entry>, Reply> {
+    match ks.get(key, now_ms) {
+        Some(e) if !e.is_string() => Err(WRONGTYPE),
+        e => Ok(e),
     }
 }
 
@@ -44,7 +46,7 @@ const RECLAIM_MAX_KEYS: usize = 8192;
 /// Admits a write that adds `grow` bytes to its shard's memory: `Ok` if that fits
 /// under the limit, after reclaiming expired keys of the shard if it did not; else
 /// Redis's OOM error, and the caller must change nothing.
-fn make_room(ks: &mut Keyspace, grow: u64, ctx: &mut Ctx<'_>) -> Result<(), Reply> {
+pub(super) fn make_room(ks: &mut Keyspace, grow: u64, ctx: &mut Ctx<'_>) -> Result<(), Reply> {
     if grow <= ctx.room {
         return Ok(());
     }
@@ -84,26 +86,24 @@ fn fit(
 fn store(ks: &mut Keyspace, key: &[u8], value: &[u8], at: Option<u64>, ctx: &mut Ctx<'_>) {
     if matches!(at, Some(t) if t <= ctx.now_ms) {
         if ks.remove(key, ctx.now_ms) {
-            encode(&RecordRef::Del { key }, ctx.log);
+            ctx.record(&RecordRef::Del { key });
         }
         return;
     }
-    encode(
-        &RecordRef::Set {
-            key,
-            value,
-            expire_at_ms: at,
-        },
-        ctx.log,
-    );
+    ctx.record(&RecordRef::Set {
+        key,
+        value,
+        expire_at_ms: at,
+    });
     ks.set(key, value, at);
 }
 
 /// GET key: the value, or nil.
 pub fn get(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    match ks.get(args[1], ctx.now_ms) {
-        Some(e) => ctx.bulk(e.value()),
-        None => Reply::Nil,
+    match string(ks, args[1], ctx.now_ms) {
+        Ok(Some(e)) => ctx.bulk(e.value()),
+        Ok(None) => Reply::Nil,
+        Err(e) => e,
     }
 }
 
@@ -209,6 +209,9 @@ pub fn set(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     };
     let key = &args[1];
     let old = ks.get(key, ctx.now_ms);
+    if o.get && old.is_some_and(|e| !e.is_string()) {
+        return WRONGTYPE;
+    }
     let found = old.is_some();
     let old_expire = old.and_then(|e| e.expire_at_ms());
     let reply = if o.get {
@@ -274,9 +277,10 @@ pub fn getset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    let reply = ks
-        .get(args[1], ctx.now_ms)
-        .map_or(Reply::Nil, |e| Reply::bulk(e.value()));
+    let reply = match string(ks, args[1], ctx.now_ms) {
+        Ok(old) => old.map_or(Reply::Nil, |e| Reply::bulk(e.value())),
+        Err(e) => return e,
+    };
     if let Err(e) = fit(ks, args[1], args[2].len(), None, ctx) {
         return e;
     }
@@ -287,12 +291,14 @@ pub fn getset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// GETDEL key: the value (or nil), and the key is removed.
 pub fn getdel(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let key = &args[1];
-    let Some(e) = ks.get(key, ctx.now_ms) else {
-        return Reply::Nil;
+    let e = match string(ks, key, ctx.now_ms) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Reply::Nil,
+        Err(e) => return e,
     };
     let reply = Reply::bulk(e.value());
     ks.remove(key, ctx.now_ms);
-    encode(&RecordRef::Del { key }, ctx.log);
+    ctx.record(&RecordRef::Del { key });
     reply
 }
 
@@ -307,8 +313,10 @@ pub fn getex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Err(e) => return e,
     };
     let key = &args[1];
-    let Some(e) = ks.get(key, ctx.now_ms) else {
-        return Reply::Nil;
+    let e = match string(ks, key, ctx.now_ms) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Reply::Nil,
+        Err(e) => return e,
     };
     let reply = Reply::bulk(e.value());
     let had_expire = e.expire_at_ms().is_some();
@@ -316,23 +324,20 @@ pub fn getex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         match expire_at(args, arg, secs, abs, ctx.now_ms) {
             Ok(at) if at <= ctx.now_ms => {
                 ks.remove(key, ctx.now_ms);
-                encode(&RecordRef::Del { key }, ctx.log);
+                ctx.record(&RecordRef::Del { key });
             }
             Ok(at) => {
                 ks.set_expire(key, Some(at), ctx.now_ms);
-                encode(
-                    &RecordRef::Expire {
-                        key,
-                        at_ms: Some(at),
-                    },
-                    ctx.log,
-                );
+                ctx.record(&RecordRef::Expire {
+                    key,
+                    at_ms: Some(at),
+                });
             }
             Err(e) => return e,
         }
     } else if o.persist && had_expire {
         ks.set_expire(key, None, ctx.now_ms);
-        encode(&RecordRef::Expire { key, at_ms: None }, ctx.log);
+        ctx.record(&RecordRef::Expire { key, at_ms: None });
     }
     reply
 }
@@ -345,6 +350,7 @@ pub fn mget(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             .iter()
             .map(|k| {
                 ks.get(k, ctx.now_ms)
+                    .filter(|e| e.is_string())
                     .map_or(Reply::Nil, |e| Reply::bulk(e.value()))
             })
             .collect(),
@@ -387,12 +393,13 @@ fn incr_by(ks: &mut Keyspace, key: &[u8], by: i64, ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    let (old, at) = match ks.get(key, ctx.now_ms) {
-        Some(e) => match super::parse_i64(e.value()) {
+    let (old, at) = match string(ks, key, ctx.now_ms) {
+        Ok(Some(e)) => match super::parse_i64(e.value()) {
             Some(v) => (v, e.expire_at_ms()),
             None => return super::NOT_INT,
         },
-        None => (0, None),
+        Ok(None) => (0, None),
+        Err(e) => return e,
     };
     let Some(new) = old.checked_add(by) else {
         return Reply::err("ERR increment or decrement would overflow");
@@ -448,12 +455,13 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Repl
         return OOM;
     }
     let key = &args[1];
-    let (old, at) = match ks.get(key, ctx.now_ms) {
-        Some(e) => match float80::parse(e.value()) {
+    let (old, at) = match string(ks, key, ctx.now_ms) {
+        Ok(Some(e)) => match float80::parse(e.value()) {
             Ok(v) => (v, e.expire_at_ms()),
             Err(_) => return NOT_FLOAT,
         },
-        None => (float80::F80::Zero(false), None),
+        Ok(None) => (float80::F80::Zero(false), None),
+        Err(e) => return e,
     };
     let Ok(by) = float80::parse(args[2]) else {
         return NOT_FLOAT;
@@ -473,21 +481,23 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Repl
 /// APPEND key value: appends (creating the key if missing, keeping the expiry);
 /// answers the new length. Past 512 MB: `ERR string exceeds maximum allowed size
 /// (proto-max-bulk-len)` and nothing changes. Appending to a missing key creates
-/// it even with an empty value (as Redis does).
+/// it even with an empty value (as Redis does). Logged: the piece appended (`Append`),
+/// or the new key's `Set`.
 pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
     let (key, more) = (&args[1], &args[2]);
-    let len = match ks.get(key, ctx.now_ms) {
-        None => {
+    let len = match string(ks, key, ctx.now_ms) {
+        Ok(None) => {
             if let Err(e) = fit(ks, key, more.len(), None, ctx) {
                 return e;
             }
             store(ks, key, more, None, ctx);
             return Reply::Int(more.len() as i64);
         }
-        Some(e) => e.value().len() as u64,
+        Ok(Some(e)) => e.value().len() as u64,
+        Err(e) => return e,
     };
     if len + more.len() as u64 > MAX_STRING {
         return TOO_LONG;
@@ -506,17 +516,17 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         },
     );
     if !more.is_empty() {
-        log_key(ks, key, ctx);
+        ctx.record(&RecordRef::Append { key, piece: more });
     }
     Reply::Int(new_len.unwrap_or(0) as i64)
 }
 
 /// STRLEN key: the value's length, 0 if missing.
 pub fn strlen(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    Reply::Int(
-        ks.get(args[1], ctx.now_ms)
-            .map_or(0, |e| e.value().len() as i64),
-    )
+    match string(ks, args[1], ctx.now_ms) {
+        Ok(e) => Reply::Int(e.map_or(0, |e| e.value().len() as i64)),
+        Err(e) => e,
+    }
 }
 
 /// GETRANGE key start end (and SUBSTR): the bytes from `start` to `end` inclusive;
@@ -528,8 +538,10 @@ pub fn getrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         (Ok(s), Ok(e)) => (s, e),
         (Err(e), _) | (_, Err(e)) => return e,
     };
-    let Some(e) = ks.get(args[1], ctx.now_ms) else {
-        return Reply::Bulk(Vec::new());
+    let e = match string(ks, args[1], ctx.now_ms) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Reply::Bulk(Vec::new()),
+        Err(e) => return e,
     };
     let v = e.value();
     let len = v.len() as i64;
@@ -554,7 +566,8 @@ pub fn getrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 }
 
 /// SETRANGE key offset value: overwrites from `offset`, padding with zero bytes;
-/// answers the new length. A negative offset: `ERR offset is out of range`; past
+/// answers the new length. Logged as the piece and its offset (`SetRange`), after an
+/// empty string's `Set` for a new key. A negative offset: `ERR offset is out of range`; past
 /// 512 MB: `ERR string exceeds maximum allowed size (proto-max-bulk-len)`. An empty
 /// value changes nothing (on a missing key: 0 and no key created).
 pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
@@ -567,7 +580,10 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Err(e) => return e,
     };
     let (key, val) = (&args[1], &args[3]);
-    let cur = ks.get(key, ctx.now_ms).map(|e| e.value().len() as u64);
+    let cur = match string(ks, key, ctx.now_ms) {
+        Ok(e) => e.map(|e| e.value().len() as u64),
+        Err(e) => return e,
+    };
     if val.is_empty() {
         return Reply::Int(cur.unwrap_or(0) as i64);
     }
@@ -584,25 +600,30 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if let Err(e) = make_room(ks, grow, ctx) {
         return e;
     }
-    let new_len = match cur {
-        Some(_) => ks
-            .update(
-                key,
-                ctx.now_ms,
-                |len| len.max(end),
-                |v| {
-                    v[offset as usize..end].copy_from_slice(val);
-                    v.len()
-                },
-            )
-            .unwrap_or(0),
-        None => {
-            let mut v = vec![0; end];
-            v[offset as usize..].copy_from_slice(val);
-            ks.set(key, &v, None);
-            end
-        }
-    };
-    log_key(ks, key, ctx);
+    if cur.is_none() {
+        // A new key: logged as an empty string, then the piece (zero-padded on replay).
+        ks.set(key, b"", None);
+        ctx.record(&RecordRef::Set {
+            key,
+            value: b"",
+            expire_at_ms: None,
+        });
+    }
+    let new_len = ks
+        .update(
+            key,
+            ctx.now_ms,
+            |len| len.max(end),
+            |v| {
+                v[offset as usize..end].copy_from_slice(val);
+                v.len()
+            },
+        )
+        .unwrap_or(0);
+    ctx.record(&RecordRef::SetRange {
+        key,
+        offset,
+        piece: val,
+    });
     Reply::Int(new_len as i64)
 }

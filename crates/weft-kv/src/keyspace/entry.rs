@@ -1,9 +1,13 @@
 //! A key's entry: one allocation holding its metadata, its key and its value.
 //!
 //! ```text
-//! [ stamp u64 | expire Option<NonZeroU64> | key_len u32 | value_len u32 | key | value ... ]
-//!   24 bytes of head                                                      capacity(value_len)
+//! [ tag:8 stamp:56 | expire Option<NonZeroU64> | key_len u32 | value_len u32 | key | value ... ]
+//!   24 bytes of head                                                          capacity(value_len)
 //! ```
+//!
+//! The tag (the stamp word's top byte: stamps are LSNs, below 2^56) is the value's type
+//! and encoding (`value.rs`): a string's bytes, a small collection packed, or a pointer
+//! to a big collection's boxed structure, which the entry owns and frees.
 //!
 //! One allocation per key (a 14-byte key with a 14-byte value takes 62 bytes, a 64-byte
 //! malloc chunk), so a lookup that found the key's slot in the index costs one more
@@ -13,13 +17,15 @@
 //! of the same size class reuses the block, and APPEND grows it geometrically
 //! (amortized constant time, as Redis's sds).
 
+use super::value::{self, tag, Type};
 use std::alloc::{alloc, dealloc, handle_alloc_error, realloc, Layout};
 use std::num::NonZeroU64;
 use std::ptr::NonNull;
 
 #[repr(C)]
 struct Head {
-    /// The stamp of the command that last changed the key (keyspace doc).
+    /// The value's tag (top 8 bits) and the stamp of the command that last changed the
+    /// key (keyspace doc).
     stamp: u64,
     /// The absolute expiry time (Unix ms); 0, long passed, is kept as 1 (the niche).
     expire: Option<NonZeroU64>,
@@ -29,6 +35,10 @@ struct Head {
 
 const HEAD: usize = core::mem::size_of::<Head>();
 const _: () = assert!(HEAD == 24);
+
+/// Stamps are below 2^56: the stamp word's top byte is the tag.
+pub const STAMP_BITS: u32 = 56;
+const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
 
 /// The room kept for a value of `len` bytes: `len` rounded up to a multiple of 8 below
 /// 64 bytes, else to a multiple of an eighth of its highest power of two (at most
@@ -61,8 +71,22 @@ unsafe impl Send for Entry {}
 unsafe impl Sync for Entry {}
 
 impl Entry {
-    /// A new entry holding copies of `key` and `value`.
+    /// A new string entry holding copies of `key` and `value`.
     pub fn new(key: &[u8], value: &[u8], expire: Option<NonZeroU64>, stamp: u64) -> Entry {
+        Entry::with_tag(tag::STR, key, value, expire, stamp)
+    }
+
+    /// A new entry of tag `tag` holding copies of `key` and the value's bytes `value`
+    /// (for a boxed tag, the pointer's bytes: the entry then owns the structure).
+    pub fn with_tag(
+        tag: u8,
+        key: &[u8],
+        value: &[u8],
+        expire: Option<NonZeroU64>,
+        stamp: u64,
+    ) -> Entry {
+        debug_assert!(stamp <= STAMP_MASK, "a stamp past 2^56");
+        let stamp = stamp | (tag as u64) << STAMP_BITS;
         let (key_len, value_len) = (
             u32::try_from(key.len()).expect("key under 4 GiB"),
             u32::try_from(value.len()).expect("value under 4 GiB"),
@@ -161,12 +185,57 @@ impl Entry {
     /// The stamp of the command that last changed the key.
     #[inline]
     pub fn stamp(&self) -> u64 {
-        self.head().stamp
+        self.head().stamp & STAMP_MASK
     }
 
     #[inline]
     pub(super) fn set_stamp(&mut self, stamp: u64) {
-        self.head_mut().stamp = stamp;
+        debug_assert!(stamp <= STAMP_MASK, "a stamp past 2^56");
+        let h = self.head_mut();
+        h.stamp = (h.stamp & !STAMP_MASK) | stamp;
+    }
+
+    /// The value's tag: its type and encoding ([`value::tag`]).
+    #[inline]
+    pub fn tag(&self) -> u8 {
+        (self.head().stamp >> STAMP_BITS) as u8
+    }
+
+    /// The value's type.
+    #[inline]
+    pub fn kind(&self) -> Type {
+        value::type_of(self.tag())
+    }
+
+    /// Whether the value is a string.
+    #[inline]
+    pub fn is_string(&self) -> bool {
+        self.tag() <= tag::STR_RAW
+    }
+
+    /// Sets the tag, keeping the value's bytes (a change of encoding the caller has
+    /// made in the bytes, or a string marked raw).
+    #[inline]
+    pub(super) fn set_tag(&mut self, tag: u8) {
+        let h = self.head_mut();
+        h.stamp = (h.stamp & STAMP_MASK) | (tag as u64) << STAMP_BITS;
+    }
+
+    /// The bytes the value counts in the keyspace's memory (`value.rs`).
+    #[inline]
+    pub fn value_memory(&self) -> u64 {
+        value::memory(self.tag(), self.value())
+    }
+
+    /// Frees the boxed structure of a boxed value (then the value's bytes are
+    /// meaningless: the caller replaces them).
+    fn drop_boxed(&mut self) {
+        if value::is_boxed(self.tag()) {
+            // SAFETY: a boxed tag's bytes hold the pointer to the structure the entry
+            // owns; the caller replaces the bytes and tag before any other use.
+            unsafe { value::drop_boxed(self.tag(), self.value()) };
+            self.set_tag(tag::STR);
+        }
     }
 
     /// Makes the value `len` bytes long: bytes past the old end are zero. The block is
@@ -191,15 +260,55 @@ impl Entry {
         self.head_mut().value_len = len32;
     }
 
-    /// Replaces the value (in place when the size class is the same).
+    /// Replaces the value with the string `value` (in place when the size class is the
+    /// same), freeing a boxed value first.
     pub fn set_value(&mut self, value: &[u8]) {
+        self.set_payload(tag::STR, value);
+    }
+
+    /// Replaces the value with bytes `value` of tag `tag` (a boxed tag's pointer: the
+    /// entry then owns the structure), freeing a boxed value first.
+    pub fn set_payload(&mut self, tag: u8, value: &[u8]) {
+        self.drop_boxed();
         self.resize(value.len());
         self.value_mut().copy_from_slice(value);
+        self.set_tag(tag);
+    }
+
+    /// Replaces the value's bytes `range` with `with`, moving the bytes after it (the
+    /// block is reallocated only when the size class changes).
+    pub fn splice(&mut self, range: core::ops::Range<usize>, with: &[u8]) {
+        self.splice_parts(range, &[with]);
+    }
+
+    /// [`Entry::splice`] with the concatenation of `parts` (nothing is allocated to
+    /// join them).
+    pub fn splice_parts(&mut self, range: core::ops::Range<usize>, parts: &[&[u8]]) {
+        let old = self.value().len();
+        debug_assert!(range.start <= range.end && range.end <= old);
+        let with: usize = parts.iter().map(|p| p.len()).sum();
+        let new = old - range.len() + with;
+        if new > old {
+            self.resize(new);
+            self.value_mut()
+                .copy_within(range.end..old, range.start + with);
+        } else {
+            self.value_mut()
+                .copy_within(range.end..old, range.start + with);
+            self.resize(new);
+        }
+        let mut at = range.start;
+        let v = self.value_mut();
+        for p in parts {
+            v[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
     }
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
+        self.drop_boxed();
         let h = self.head();
         let layout = layout(h.key_len as usize, h.value_len as usize);
         // SAFETY: the block was allocated with this layout (see `resize`), and is
@@ -212,6 +321,7 @@ impl core::fmt::Debug for Entry {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Entry")
             .field("key", &String::from_utf8_lossy(self.key()))
+            .field("tag", &self.tag())
             .field("value", &String::from_utf8_lossy(self.value()))
             .field("expire_at_ms", &self.expire_at_ms())
             .field("stamp", &self.stamp())
@@ -234,6 +344,31 @@ mod tests {
         for n in 0..5000 {
             assert!(capacity(n) >= n && capacity(n) <= n + n / 8 + 8, "{n}");
         }
+    }
+
+    #[test]
+    fn splice_and_tags() {
+        let mut e = Entry::new(b"k", b"abcdef", None, 5);
+        assert_eq!((e.tag(), e.stamp(), e.kind()), (tag::STR, 5, Type::String));
+        e.splice(1..3, b"XYZ");
+        assert_eq!(e.value(), b"aXYZdef");
+        e.splice(0..7, b"");
+        assert_eq!(e.value(), b"");
+        let long = vec![b'q'; 300];
+        e.splice(0..0, &long);
+        e.splice(300..300, b"end");
+        assert_eq!(&e.value()[298..], b"qqend");
+        e.splice(1..299, b"");
+        assert_eq!(e.value(), b"qqend");
+        e.set_tag(tag::STR_RAW);
+        e.set_stamp(9);
+        assert_eq!((e.tag(), e.stamp()), (tag::STR_RAW, 9));
+        e.set_payload(tag::HASH_PACKED, b"xy");
+        assert_eq!(
+            (e.tag(), e.stamp(), e.value()),
+            (tag::HASH_PACKED, 9, &b"xy"[..])
+        );
+        assert_eq!(e.key(), b"k");
     }
 
     #[test]

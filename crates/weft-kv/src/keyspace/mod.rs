@@ -9,7 +9,10 @@
 //!   insert or removal. A lookup reads its home slot and the few after it (one or two
 //!   cache lines), then the entry. Keys whose hashes are equal (probability ≈ n²/2⁵⁷)
 //!   sit side by side, compared by key.
-//! - Each key is one allocation ([`Entry`]: stamp, expiry, key, value).
+//! - Each key is one allocation ([`Entry`]: tag and stamp, expiry, key, value). The
+//!   tag is the value's type and encoding (`value.rs`): a string, a small collection
+//!   packed in the entry (`hash.rs`), or a pointer to a big one's boxed structure
+//!   (docs/kv-types.md).
 //!
 //! # The cursor (SCAN and compaction)
 //! A cursor is a position in hash order: "every key whose hash is ≥ cursor is still
@@ -58,25 +61,31 @@
 //! [`Keyspace::keys`], [`Keyspace::scan`]) note nothing: their callers wait for the
 //! whole log.
 //!
-//! # Full-state records
-//! The keyspace does not log by itself: commands append records describing the
-//! key's whole new state (see [`crate::log`]); [`Keyspace::apply`] replays them and
-//! [`Keyspace::walk`] produces them for compaction.
+//! # Records
+//! The keyspace does not log by itself: commands append records, a key's whole state
+//! when they create it and the change when they change it (see [`crate::log`] and
+//! docs/kv-types.md). [`Keyspace::apply`] and [`Replay`] replay them exactly, with no
+//! regard for the clock (a change may follow a record whose time has passed), and
+//! [`Replay::finish`] then drops the keys whose time has passed; [`Keyspace::walk`]
+//! produces a key's full state for compaction.
 
 mod entry;
 pub mod glob;
+pub mod hash;
 mod index;
 mod key;
 mod replay;
+pub mod value;
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::num::NonZeroU64;
 
-use crate::log::RecordRef;
+use crate::log::{Items, RecordRef};
 pub use glob::glob_match;
 pub use replay::{Replay, BATCH};
+pub use value::{tag, Type};
 
 /// Hashes are kept below this (56 bits), so cursors are too.
 pub const HASH_LIMIT: u64 = 1 << 56;
@@ -121,11 +130,12 @@ fn prefetch(p: *const u8) {
     let _ = p;
 }
 
-/// A log record to replay, with its value owned and its key borrowed (`&[u8]`) or
-/// already in the keyspace's form ([`Key`], as replay keeps it while it sorts).
+/// A log record to replay, with what it carries owned and its key borrowed (`&[u8]`)
+/// or already in the keyspace's form ([`Key`], as replay keeps it while it sorts).
 enum Op<K> {
-    /// The key's new entry (key, value and expiry; its stamp is set when applied).
-    Set(Entry),
+    /// The key's new entry, a whole state (key, value, expiry; its stamp is set when
+    /// applied).
+    Put(Entry),
     Del {
         key: K,
     },
@@ -133,38 +143,110 @@ enum Op<K> {
         key: K,
         at_ms: Option<u64>,
     },
+    Append {
+        key: K,
+        piece: Box<[u8]>,
+    },
+    SetRange {
+        key: K,
+        offset: u64,
+        piece: Box<[u8]>,
+    },
+    /// Packed field, value, ... to set.
+    HSet {
+        key: K,
+        items: Box<[u8]>,
+    },
+    /// Packed fields to remove.
+    HDel {
+        key: K,
+        items: Box<[u8]>,
+    },
+    /// Every key of the keyspace goes.
     Flush,
 }
 
+fn packed_bytes(items: Items<'_>) -> Box<[u8]> {
+    match items {
+        Items::Packed { bytes, .. } => bytes.into(),
+        _ => {
+            let mut out = Vec::with_capacity(items.packed_len());
+            for e in items.iter() {
+                crate::packed::put(&mut out, e);
+            }
+            out.into()
+        }
+    }
+}
+
 impl<'a> Op<&'a [u8]> {
-    fn from_record(rec: RecordRef<'a>) -> Self {
-        match rec {
+    /// The operation of a record about one keyspace (`None` for FlushAll and SwapDb,
+    /// which are about the shard's databases: [`Replay`] applies them).
+    fn from_record(rec: RecordRef<'a>) -> Option<Self> {
+        Some(match rec {
             RecordRef::Set {
                 key,
                 value,
                 expire_at_ms,
-            } => Op::Set(Entry::new(key, value, expiry(expire_at_ms), 0)),
+            } => Op::Put(Entry::new(key, value, expiry(expire_at_ms), 0)),
             RecordRef::Del { key } => Op::Del { key },
             RecordRef::Expire { key, at_ms } => Op::Expire { key, at_ms },
             RecordRef::Flush => Op::Flush,
-        }
+            RecordRef::FlushAll | RecordRef::SwapDb { .. } => return None,
+            RecordRef::Append { key, piece } => Op::Append {
+                key,
+                piece: piece.into(),
+            },
+            RecordRef::SetRange { key, offset, piece } => Op::SetRange {
+                key,
+                offset,
+                piece: piece.into(),
+            },
+            RecordRef::Hash {
+                key,
+                expire_at_ms,
+                items,
+            } if !items.is_empty() => Op::Put(hash::new_entry(key, items, expiry(expire_at_ms), 0)),
+            RecordRef::Hash { key, .. } => Op::Del { key },
+            RecordRef::HSet { key, items } => Op::HSet {
+                key,
+                items: packed_bytes(items),
+            },
+            RecordRef::HDel { key, items } => Op::HDel {
+                key,
+                items: packed_bytes(items),
+            },
+        })
     }
 }
 
 impl<K: AsRef<[u8]>> Op<K> {
     fn key(&self) -> Option<&[u8]> {
         match self {
-            Op::Set(e) => Some(e.key()),
-            Op::Del { key } | Op::Expire { key, .. } => Some(key.as_ref()),
+            Op::Put(e) => Some(e.key()),
+            Op::Del { key }
+            | Op::Expire { key, .. }
+            | Op::Append { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::HSet { key, .. }
+            | Op::HDel { key, .. } => Some(key.as_ref()),
             Op::Flush => None,
         }
     }
 
     fn map_key<L>(self, f: impl FnOnce(K) -> L) -> Op<L> {
         match self {
-            Op::Set(e) => Op::Set(e),
+            Op::Put(e) => Op::Put(e),
             Op::Del { key } => Op::Del { key: f(key) },
             Op::Expire { key, at_ms } => Op::Expire { key: f(key), at_ms },
+            Op::Append { key, piece } => Op::Append { key: f(key), piece },
+            Op::SetRange { key, offset, piece } => Op::SetRange {
+                key: f(key),
+                offset,
+                piece,
+            },
+            Op::HSet { key, items } => Op::HSet { key: f(key), items },
+            Op::HDel { key, items } => Op::HDel { key: f(key), items },
             Op::Flush => Op::Flush,
         }
     }
@@ -179,7 +261,23 @@ fn raise(seen: &Cell<u64>, stamp: u64) {
 }
 
 fn slot_memory(e: &Entry) -> u64 {
-    Keyspace::entry_memory(e.key().len(), e.value().len(), e.expire().is_some())
+    e.key().len() as u64
+        + e.value_memory()
+        + PER_KEY_OVERHEAD
+        + if e.expire().is_some() {
+            PER_EXPIRE_OVERHEAD
+        } else {
+            0
+        }
+}
+
+/// Whether an entry is a collection left without elements (removed at once:
+/// invariant 2 of docs/kv-types.md).
+fn is_empty_collection(e: &Entry) -> bool {
+    match e.kind() {
+        Type::String => false,
+        Type::Hash => hash::is_empty(e),
+    }
 }
 
 /// One shard's keys.
@@ -199,6 +297,9 @@ pub struct Keyspace {
     seen: Cell<u64>,
     /// The highest stamp of any key removal (logged, or an expired key dropped).
     removed: u64,
+    /// Every read notes at least this stamp: the last SWAPDB's, which changed what
+    /// every key of the keyspace reads as.
+    floor: u64,
     /// Keys removed because their time had passed (found expired by a command, or by
     /// the active cycle), ever.
     expired: u64,
@@ -217,7 +318,18 @@ impl Keyspace {
             stamp: 0,
             seen: Cell::new(0),
             removed: 0,
+            floor: 0,
             expired: 0,
+        }
+    }
+
+    /// Swaps the keys of two keyspaces (SWAPDB) by command stamp `stamp`: from now on
+    /// every read of either waits for that command's record (their `floor`).
+    pub fn swap(a: &mut Keyspace, b: &mut Keyspace, stamp: u64) {
+        std::mem::swap(a, b);
+        for ks in [a, b] {
+            ks.floor = ks.floor.max(stamp);
+            ks.removed = ks.removed.max(stamp);
         }
     }
 
@@ -236,7 +348,7 @@ impl Keyspace {
 
     #[inline]
     fn saw(&self, stamp: u64) {
-        raise(&self.seen, stamp);
+        raise(&self.seen, stamp.max(self.floor));
     }
 
     /// Notes what a lookup of a key found: the entry, or a missing key.
@@ -436,6 +548,15 @@ impl Keyspace {
         self.remove_live(self.hash(key), key, now_ms)
     }
 
+    /// Removes the live `key` and hands its entry over (MOVE; the caller logs it).
+    pub fn take(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
+        let h = self.hash(key);
+        let p = self.find_live(h, key, now_ms)?;
+        self.removed = self.removed.max(self.stamp);
+        self.saw(self.stamp);
+        Some(self.remove_at(h, p))
+    }
+
     /// [`Keyspace::remove`] with the key's hash already computed.
     fn remove_live(&mut self, h: u64, key: &[u8], now_ms: u64) -> bool {
         match self.remove_hashed(h, key) {
@@ -491,7 +612,9 @@ impl Keyspace {
     ) -> Option<R> {
         let p = self.find_live(self.hash(key), key, now_ms)?;
         let e = self.index.at_mut(p);
+        debug_assert!(e.is_string(), "update changes strings");
         e.set_stamp(self.stamp);
+        e.set_tag(tag::STR_RAW);
         let before = e.value().len() as u64;
         e.resize(len(e.value().len()));
         let r = f(e.value_mut());
@@ -499,6 +622,43 @@ impl Keyspace {
         self.memory = self.memory - before + after;
         self.saw(self.stamp);
         Some(r)
+    }
+
+    /// Runs `f` on the live entry of `key` to change its value in place (a hash's
+    /// fields, ...), keeping memory, stamp and expiry right; a collection `f` leaves
+    /// empty is removed (the command's record says so). `None` if there is no such key
+    /// (an expired one is removed). The caller has checked the type.
+    pub fn modify<R>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&mut Entry) -> R,
+    ) -> Option<R> {
+        let h = self.hash(key);
+        let p = self.find_live(h, key, now_ms)?;
+        Some(self.change_at(h, p, f))
+    }
+
+    /// [`Keyspace::modify`] of the entry at `p` (hash `h`), live or not.
+    fn change_at<R>(&mut self, h: u64, p: Pos, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let e = self.index.at_mut(p);
+        let before = slot_memory(e);
+        e.set_stamp(self.stamp);
+        let r = f(e);
+        let (after, empty) = (slot_memory(e), is_empty_collection(e));
+        self.memory = self.memory - before + after;
+        self.saw(self.stamp);
+        if empty {
+            self.remove_at(h, p);
+        }
+        r
+    }
+
+    /// Puts `e` (a whole new value, built by its type's module) in place of whatever
+    /// its key holds, stamped now.
+    pub fn put(&mut self, e: Entry) {
+        let h = self.hash(e.key());
+        self.set_entry(h, e);
     }
 
     fn remove_hashed(&mut self, h: u64, key: &[u8]) -> Option<Entry> {
@@ -535,44 +695,96 @@ impl Keyspace {
 
     // ---- whole-keyspace operations -------------------------------------------------
 
-    /// Replays one log record (recovery); `now_ms` drops keys already expired (a Set
-    /// or Expire whose time has passed deletes the key).
-    pub fn apply(&mut self, rec: RecordRef<'_>, now_ms: u64) {
-        let op = Op::from_record(rec);
-        let h = op.key().map_or(0, |k| self.hash(k));
-        self.apply_hashed(h, op, now_ms)
+    /// Replays one log record about this keyspace, exactly (module doc): a time that
+    /// has passed is kept like any other (remove such keys afterwards with
+    /// [`Keyspace::expire_cycle`], as [`Replay::finish`] does). FlushAll empties this
+    /// keyspace; SwapDb, about two databases, is [`Replay`]'s.
+    pub fn apply(&mut self, rec: RecordRef<'_>, _now_ms: u64) {
+        match Op::from_record(rec) {
+            Some(op) => {
+                let h = op.key().map_or(0, |k| self.hash(k));
+                self.apply_hashed(h, op)
+            }
+            None if rec == RecordRef::FlushAll => self.clear(),
+            None => {}
+        }
     }
 
     /// [`Keyspace::apply`] of a record whose key hashes to `h` (any value for Flush);
     /// its value (and its key, if owned) move into the keyspace.
-    fn apply_hashed<K: AsRef<[u8]>>(&mut self, h: u64, op: Op<K>, now_ms: u64) {
-        let passed = |at: Option<u64>| matches!(at, Some(at) if at <= now_ms);
+    fn apply_hashed<K: AsRef<[u8]>>(&mut self, h: u64, op: Op<K>) {
         match op {
-            Op::Set(e) => {
-                if passed(e.expire_at_ms()) {
-                    self.remove_live(h, e.key(), now_ms);
-                } else {
-                    self.set_entry(h, e);
+            Op::Put(e) => self.set_entry(h, e),
+            Op::Del { key } => {
+                if let Some(p) = self.index.find(h, key.as_ref()) {
+                    self.removed = self.removed.max(self.stamp);
+                    self.remove_at(h, p);
                 }
             }
-            Op::Del { key } => {
-                self.remove_live(h, key.as_ref(), now_ms);
-            }
             Op::Expire { key, at_ms } => {
-                if passed(at_ms) {
-                    self.remove_live(h, key.as_ref(), now_ms);
-                } else {
-                    self.set_expire_hashed(h, key.as_ref(), at_ms, now_ms);
+                if let Some(p) = self.index.find(h, key.as_ref()) {
+                    let expire = expiry(at_ms);
+                    let old = self.change_at(h, p, |e| e.replace_expire(expire));
+                    self.expiry_changed(h, old.map(NonZeroU64::get), expire.map(NonZeroU64::get));
+                }
+            }
+            Op::Append { key, piece } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::String) {
+                    self.change_at(h, p, |e| {
+                        let at = e.value().len();
+                        e.resize(at + piece.len());
+                        e.value_mut()[at..].copy_from_slice(&piece);
+                        e.set_tag(tag::STR_RAW);
+                    });
+                }
+            }
+            Op::SetRange { key, offset, piece } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::String) {
+                    self.change_at(h, p, |e| {
+                        let (at, end) = (offset as usize, offset as usize + piece.len());
+                        if end > e.value().len() {
+                            e.resize(end);
+                        }
+                        e.value_mut()[at..end].copy_from_slice(&piece);
+                        e.set_tag(tag::STR_RAW);
+                    });
+                }
+            }
+            Op::HSet { key, items } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::Hash) {
+                    self.change_at(h, p, |e| {
+                        let mut it = crate::packed::Iter::new(&items);
+                        while let (Some(f), Some(v)) = (it.next(), it.next()) {
+                            hash::set(e, f, v);
+                        }
+                    });
+                }
+            }
+            Op::HDel { key, items } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::Hash) {
+                    self.removed = self.removed.max(self.stamp);
+                    self.change_at(h, p, |e| {
+                        for f in crate::packed::Iter::new(&items) {
+                            hash::remove(e, f);
+                        }
+                    });
                 }
             }
             Op::Flush => self.clear(),
         }
     }
 
-    /// Removes every key and appends a Flush record to `log`.
-    pub fn flush(&mut self, log: &mut Vec<u8>) {
+    /// Where the entry of `key` (hash `h`) is if it holds a value of type `t`, live or
+    /// not (replay: a change record applies only to its own type's key).
+    fn find_typed(&self, h: u64, key: &[u8], t: Type) -> Option<Pos> {
+        self.index
+            .find(h, key)
+            .filter(|&p| self.index.at(p).kind() == t)
+    }
+
+    /// Removes every key (FLUSHDB, FLUSHALL; the caller logs it).
+    pub fn flush(&mut self) {
         self.clear();
-        crate::log::encode(&RecordRef::Flush, log);
     }
 
     fn clear(&mut self) {
@@ -582,6 +794,12 @@ impl Keyspace {
         self.expires.clear();
         self.expires_count = 0;
         self.memory = 0;
+    }
+
+    /// Forgets the count of keys removed because their time had passed (after
+    /// start-up's replay dropped them: they expired while nothing ran).
+    pub fn reset_expired_count(&mut self) {
+        self.expired = 0;
     }
 
     /// Removes up to `max_keys` keys whose expiry time has passed at `now_ms`, the
@@ -652,18 +870,35 @@ impl Keyspace {
         pattern: Option<&[u8]>,
         now_ms: u64,
     ) -> (u64, Vec<Vec<u8>>) {
+        self.scan_typed(cursor, count, pattern, None, now_ms)
+    }
+
+    /// [`Keyspace::scan`] answering only keys of type `only` (SCAN's TYPE option), if
+    /// given.
+    pub fn scan_typed(
+        &self,
+        cursor: u64,
+        count: usize,
+        pattern: Option<&[u8]>,
+        only: Option<Type>,
+        now_ms: u64,
+    ) -> (u64, Vec<Vec<u8>>) {
         let pattern = pattern.filter(|p| *p != b"*");
         let mut out = Vec::new();
         let next = self.visit(cursor, count.max(1), |e| {
-            if !e.expired(now_ms) && pattern.is_none_or(|p| glob_match(p, e.key())) {
+            if !e.expired(now_ms)
+                && only.is_none_or(|t| e.kind() == t)
+                && pattern.is_none_or(|p| glob_match(p, e.key()))
+            {
                 out.push(e.key().to_vec());
             }
         });
         (next, out)
     }
 
-    /// One compaction step: calls `f` with a `Set` record for each live key of about
-    /// `max_keys` hashes from `cursor`; answers the next cursor (0 when done).
+    /// One compaction step: calls `f` with the whole-state records of each live key of
+    /// about `max_keys` hashes from `cursor` ([`Keyspace::state_records`]); answers the
+    /// next cursor (0 when done).
     pub fn walk(
         &self,
         cursor: u64,
@@ -673,13 +908,22 @@ impl Keyspace {
     ) -> u64 {
         self.visit(cursor, max_keys.max(1), |e| {
             if !e.expired(now_ms) {
-                f(RecordRef::Set {
-                    key: e.key(),
-                    value: e.value(),
-                    expire_at_ms: e.expire_at_ms(),
-                });
+                Self::state_records(e, &mut f);
             }
         })
+    }
+
+    /// Calls `f` with records that create `e`'s key as it is: a string's `Set`, a
+    /// hash's `Hash` (and `HSet`s for a big one: `hash::state_records`).
+    pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
+        match e.kind() {
+            Type::String => f(RecordRef::Set {
+                key: e.key(),
+                value: e.value(),
+                expire_at_ms: e.expire_at_ms(),
+            }),
+            Type::Hash => hash::state_records(e, f),
+        }
     }
 
     /// Visits the keys of `n` hashes from hash `cursor` on (all keys of a hash

@@ -8,7 +8,7 @@
 //! start); and for the directory, logs the manifest does not name, a missing manifest,
 //! and leftovers of a compaction or upgrade. Without `--repair` it **changes nothing**:
 //! it writes no pid into `LOCK` (and creates none), removes no leftover, upgrades no
-//! format 1 directory. It takes the directory's lock, so it refuses to run while a
+//! format 1 or 2 directory. It takes the directory's lock, so it refuses to run while a
 //! server or an embedded store uses the directory.
 //!
 //! **Repair** (as `redis-check-aof --fix`): a damaged log is first copied to
@@ -109,7 +109,8 @@ pub struct DirFinding {
 pub struct CheckReport {
     /// The directory.
     pub dir: PathBuf,
-    /// The manifest's format (1: upgraded on the next start; 0: no manifest).
+    /// The manifest's format (below the current one: upgraded on the next start; 0: no
+    /// manifest).
     pub format: u32,
     /// Per shard, in order.
     pub shards: Vec<ShardCheck>,
@@ -151,11 +152,13 @@ impl CheckReport {
 impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let repair = format!("`weft kv check --repair --dir {}`", self.dir.display());
-        if self.format == 1 {
+        if (1..dir::FORMAT).contains(&self.format) {
             writeln!(
                 f,
-                "{}: data format 1: the next `weft kv serve` (or store) upgrades it to format 2",
-                dir::MANIFEST
+                "{}: data format {}: the next `weft kv serve` (or store) upgrades it to format {}",
+                dir::MANIFEST,
+                self.format,
+                dir::FORMAT
             )?;
         }
         for s in &self.shards {
@@ -418,7 +421,7 @@ fn check_one(dir: &Path, m: &Manifest, shard: usize, repair: bool) -> io::Result
         .write(repair)
         .open(&path)
         .map_err(with)?;
-    let (state, records, cut) = match scan(&file, &mut |_| {}).map_err(with)? {
+    let (state, records, cut) = match scan(&file, &mut |_, _| {}).map_err(with)? {
         Scan::Clean { records, .. } => (ShardState::Ok, records, None),
         Scan::Header(h) => {
             // The header was read a moment ago; it changed under us.

@@ -21,7 +21,7 @@
 //!
 //! ```text
 //! weft-kv data directory
-//! format 2
+//! format 3
 //! id 6b0f3c...                  32 hex digits, drawn at creation
 //! shards 2
 //! log shard-000.log
@@ -48,6 +48,15 @@
 //! and logs of either header; the next open finishes the work (logs already upgraded
 //! give the id back). `check` reads format 1 as it is.
 //!
+//! **Format 2** directories (logs of strings in database 0 only, headers of version 2)
+//! are upgraded in place: format 2 records are format 3 records, so only each log's
+//! header changes. It is rewritten at offset 0 with version 3 (40 bytes in the file's
+//! first sector: a crash leaves the old header or the new one, and both are read) and
+//! fsynced, then the manifest is written with `format 3`. A crash midway leaves a
+//! format 2 manifest over logs of either version; the next open finishes. A weft-kv
+//! that knows only format 2 refuses the upgraded directory by its manifest, instead
+//! of taking records of other types for damage.
+//!
 //! **Leftovers.** A `shard-NNN.log.rewrite` file is a compaction that did not publish
 //! (the process died before the rename), a `.upgrade` file an upgrade that did not: the
 //! shard's log is complete either way, so opening for service removes them, with a
@@ -66,7 +75,7 @@ pub const MANIFEST: &str = "weft-kv.meta";
 /// The lock file's name.
 pub const LOCK: &str = "LOCK";
 /// The manifest format this code writes.
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 /// The most shards a directory may have.
 pub const MAX_SHARDS: usize = 4096;
 
@@ -168,6 +177,13 @@ impl DataDir {
             manifest
         };
         let survey = Survey::read(path)?;
+        let manifest = if manifest.format == 2 && problems(path, &manifest, &survey)?.is_empty() {
+            upgraded = true;
+            upgrade_2(path, &manifest)?
+        } else {
+            manifest
+        };
+        let survey = Survey::read(path)?;
         let problems = problems(path, &manifest, &survey)?;
         if !problems.is_empty() {
             let mut msg = format!(
@@ -180,7 +196,7 @@ impl DataDir {
             }
             return Err(err(io::ErrorKind::InvalidData, msg));
         }
-        let id = manifest.id.expect("a format 2 manifest has an id");
+        let id = manifest.id.expect("a format 2 or 3 manifest has an id");
         let mut dir = DataDir {
             path: path.to_path_buf(),
             shards: manifest.shards,
@@ -253,7 +269,7 @@ impl DataDir {
         &self.leftovers
     }
 
-    /// Whether this open upgraded a format 1 directory.
+    /// Whether this open upgraded a directory of an older format.
     pub fn upgraded(&self) -> bool {
         self.upgraded
     }
@@ -400,9 +416,10 @@ pub(crate) fn log_state(dir: &Path, m: &Manifest, shard: usize) -> io::Result<Lo
         HeaderCheck::Partial => LogState::Partial(len),
         HeaderCheck::Bad(why) => LogState::BadHeader(why),
         HeaderCheck::Valid(None) if m.format == 1 => LogState::Fine,
-        HeaderCheck::Valid(None) => LogState::Foreign(
-            "its header is of format 1 (it names no directory), in a format 2 directory".into(),
-        ),
+        HeaderCheck::Valid(None) => LogState::Foreign(format!(
+            "its header is of format 1 (it names no directory), in a format {} directory",
+            m.format
+        )),
         HeaderCheck::Valid(Some(id)) => {
             let want = (shard as u32, m.shards as u32);
             let dir_ok = m.id.is_none_or(|d| d == id.dir);
@@ -493,7 +510,7 @@ fn no_manifest_message(dir: &Path, logs: &[PathBuf]) -> String {
 }
 
 /// A manifest rebuilt from the headers of the logs present: they must all be of
-/// format 2 and agree on the directory and the shard count. `Err` says why not.
+/// format 2 or 3 and agree on the directory and the shard count. `Err` says why not.
 pub(crate) fn rebuild_manifest(s: &Survey) -> io::Result<Result<Manifest, String>> {
     let mut found: Option<(DirId, u32)> = None;
     for (&n, p) in &s.logs {
@@ -641,6 +658,46 @@ fn upgrade(dir: &Path, old: &Manifest, s: &Survey) -> io::Result<Manifest> {
     Ok(m)
 }
 
+/// Upgrades a whole format 2 directory (module doc): each log's version 2 header is
+/// rewritten in place as version 3 and fsynced, then the manifest says format 3.
+fn upgrade_2(dir: &Path, old: &Manifest) -> io::Result<Manifest> {
+    let m = Manifest {
+        format: FORMAT,
+        ..old.clone()
+    };
+    for shard in 0..m.shards {
+        let path = log_path(dir, shard);
+        let with = |e: io::Error| {
+            err(
+                e.kind(),
+                format!(
+                    "cannot upgrade {} to format {FORMAT} (its header is rewritten in place): {e}",
+                    path.display()
+                ),
+            )
+        };
+        let mut first = [0u8; HEADER_LEN];
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(with)?;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut first, 0).map_err(with)?;
+        if header::version(&first) == Some(header::V2) {
+            std::os::unix::fs::FileExt::write_all_at(&f, &header::header(&log_id(&m, shard)), 0)
+                .map_err(with)?;
+            f.sync_data().map_err(with)?;
+        }
+    }
+    write_manifest(dir, &m)?;
+    eprintln!(
+        "weft-kv: upgraded the data directory {} to format {FORMAT}: its logs may now hold \
+         values of every type and database (a weft-kv that knows only format 2 refuses it)",
+        dir.display()
+    );
+    Ok(m)
+}
+
 /// Rewrites a version 1 log behind a version 2 header: a copy, fsynced, renamed over.
 fn copy_upgraded(path: &Path, id: &LogId) -> io::Result<()> {
     let tmp = upgrade_path(path);
@@ -776,12 +833,12 @@ pub(crate) fn parse_manifest(path: &Path, text: &[u8]) -> io::Result<Manifest> {
     }
     let format = match format {
         None => return Err(bad("no `format` line".into())),
-        Some(f) if f == 1 || f == FORMAT as u64 => f as u32,
+        Some(f) if (1..=FORMAT as u64).contains(&f) => f as u32,
         Some(f) => {
             return Err(err(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "{}: data format {f} is not known to this weft-kv (it reads formats 1 and \
+                    "{}: data format {f} is not known to this weft-kv (it reads formats 1 to \
                      {FORMAT}); use the weft-kv that wrote this directory",
                     path.display()
                 ),

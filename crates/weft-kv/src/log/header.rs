@@ -1,7 +1,8 @@
 //! The bytes at the start of every shard log (and of a compaction's temporary file).
 //!
 //! ```text
-//! header   = magic:"WEFTKVLG" version:u32le=2 shard:u32le shards:u32le dir:16 bytes crc:u32le
+//! header   = magic:"WEFTKVLG" version:u32le=3 shard:u32le shards:u32le dir:16 bytes crc:u32le
+//!            (version 2: the same, of a format 2 directory: records of kinds 1 to 4 only)
 //! (old)    = magic:"WEFTKVLG" version:u32le=1 crc:u32le          format 1, read to upgrade
 //!                                                 crc = CRC32C(every byte before it)
 //! ```
@@ -15,9 +16,13 @@
 //! another shard count is told apart from the right one (dir.rs checks every log's
 //! header against the manifest before anything is read).
 //!
-//! Version 1 logs (16-byte header, no identity) are what weft-kv wrote before; a data
-//! directory of format 1 is upgraded when a server or store opens it (dir.rs), and
-//! `check` reads them as they are. A file that is a strict prefix of a header is what a
+//! Version 1 logs (16-byte header, no identity) and version 2 logs (records of strings
+//! in database 0 only) are what weft-kv wrote before; a data directory of format 1 or
+//! 2 is upgraded when a server or store opens it (dir.rs: a version 2 header is
+//! rewritten in place, since the records stay as they are), and `check` reads them as
+//! they are. Version 3 logs hold the records of every type and database
+//! (docs/kv-types.md), which a weft-kv that knows only version 2 must not take for
+//! damage. A file that is a strict prefix of a header is what a
 //! crash while creating a log leaves.
 
 use std::fmt;
@@ -25,7 +30,9 @@ use std::fmt;
 /// The magic bytes.
 pub const MAGIC: &[u8; 8] = b"WEFTKVLG";
 /// The format version this code writes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The previous version, of the same layout (read, and upgraded in place).
+pub const V2: u32 = 2;
 /// The header's size in bytes: the first frame starts here.
 pub const HEADER_LEN: usize = 40;
 /// The size of a version 1 header (format 1 directories, read for the upgrade).
@@ -98,6 +105,21 @@ pub fn header(id: &LogId) -> [u8; HEADER_LEN] {
     h
 }
 
+/// The version a header's first bytes name, if they are long enough to.
+pub fn version(first: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(first.get(8..12)?.try_into().ok()?))
+}
+
+/// The header of `id`'s log as format 2 wrote it (version 2; tests make old
+/// directories with it).
+pub fn header_v2(id: &LogId) -> [u8; HEADER_LEN] {
+    let mut h = header(id);
+    h[8..12].copy_from_slice(&V2.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..36]);
+    h[36..40].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
 /// A version 1 header (what a format 1 directory's logs start with).
 pub fn header_v1() -> [u8; V1_HEADER_LEN] {
     let mut h = [0u8; V1_HEADER_LEN];
@@ -149,7 +171,10 @@ pub fn check(first: &[u8]) -> HeaderCheck {
     if n < 12 {
         // The version is cut: a prefix of version 1's or version 2's.
         let seen = &first[8.min(n)..];
-        return if 1u32.to_le_bytes().starts_with(seen) || VERSION.to_le_bytes().starts_with(seen) {
+        return if [1, V2, VERSION]
+            .iter()
+            .any(|v: &u32| v.to_le_bytes().starts_with(seen))
+        {
             HeaderCheck::Partial
         } else {
             HeaderCheck::Bad(format!(
@@ -160,10 +185,10 @@ pub fn check(first: &[u8]) -> HeaderCheck {
     let version = u32::from_le_bytes(first[8..12].try_into().unwrap());
     let len = match version {
         1 => V1_HEADER_LEN,
-        VERSION => HEADER_LEN,
+        V2 | VERSION => HEADER_LEN,
         v => {
             return HeaderCheck::Bad(format!(
-                "log format version {v} is not known to this weft-kv (it reads versions 1 and \
+                "log format version {v} is not known to this weft-kv (it reads versions 1 to \
                  {VERSION}); open it with the weft-kv that wrote it"
             ))
         }
@@ -217,12 +242,18 @@ mod tests {
         for n in 0..V1_HEADER_LEN {
             assert_eq!(check(&v1[..n]), HeaderCheck::Partial, "v1 prefix of {n}");
         }
-        let mut v3 = v1;
-        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v3[..12]);
-        v3[12..].copy_from_slice(&crc.to_le_bytes());
-        match check(&v3) {
-            HeaderCheck::Bad(why) => assert!(why.contains("version 3"), "{why}"),
+        let v2 = header_v2(&id());
+        assert_eq!(check(&v2), HeaderCheck::Valid(Some(id())));
+        assert_eq!((version(&v2), version(&h)), (Some(2), Some(3)));
+        for n in 0..HEADER_LEN {
+            assert_eq!(check(&v2[..n]), HeaderCheck::Partial, "v2 prefix of {n}");
+        }
+        let mut v4 = v1;
+        v4[8..12].copy_from_slice(&4u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v4[..12]);
+        v4[12..].copy_from_slice(&crc.to_le_bytes());
+        match check(&v4) {
+            HeaderCheck::Bad(why) => assert!(why.contains("version 4"), "{why}"),
             other => panic!("{other:?}"),
         }
         assert!(matches!(check(b"hello"), HeaderCheck::Bad(_)));

@@ -14,10 +14,10 @@
 //! `--max-bulk`, the commands and the embedded store keep, and recovery reads every
 //! record that limit allows.
 //!
-//! Records hold full states, not commands: a `SET`, an `INCR` or an `APPEND` all log
-//! the key's whole new value with its absolute expiry time, so replaying any suffix of
-//! the log that starts at or before a moment over any state the keys passed through
-//! since that moment ends in the same state. Compaction relies on that.
+//! Records hold a key's whole state when a command creates it, and the change when a
+//! command changes an existing key (APPEND logs the appended bytes, HSET the fields
+//! set), each with its database; replaying the log in order from its start rebuilds
+//! every key exactly (docs/kv-types.md has the rules; `record.rs` the kinds).
 //!
 //! - [`DataDir`] (dir.rs): the directory, its `LOCK` (an exclusive flock: one process
 //!   at a time), its manifest `weft-kv.meta` (format version, the directory's id, the
@@ -56,7 +56,10 @@ pub mod writer;
 pub use check::{check, CheckReport, DirFinding, Repair, ShardCheck, ShardState};
 pub use dir::DataDir;
 pub use header::{DirId, LogId, HEADER_LEN};
-pub use record::{decode, decode_ref, encode, DecodeError, Record, RecordRef, MAX_VALUE};
+pub use record::{
+    decode, decode_frame, decode_ref, encode, encode_in, encode_split, DecodeError, Items, Record,
+    RecordRef, DATABASES, ITEMS_PER_RECORD, MAX_VALUE,
+};
 pub use recover::{recover, recover_refs, BadFrame, RecoverError, Recovered, MAX_PAYLOAD};
 pub use rewrite::Rewriter;
 pub use writer::LogWriter;

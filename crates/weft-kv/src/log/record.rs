@@ -2,18 +2,106 @@
 //!
 //! ```text
 //! frame   = len:u32le crc:u32le payload[len]      crc = CRC32C(payload)
-//! payload = 1 key:bytes value:bytes expire:opt     Set
-//!         | 2 key:bytes                            Del
-//!         | 3 key:bytes expire:opt                 Expire (PERSIST is Expire(None))
-//!         | 4                                      Flush (all keys of the shard)
-//! bytes   = n:u32le byte[n]
-//! opt     = 0 | 1 ms:u64le                         absolute Unix time in milliseconds
+//! payload = kind:u8 db:u8 body                     format 3 (kinds 10 and up)
+//!         | kind:u8 body                           format 2 (kinds 1 to 4: database 0)
+//!
+//! kind  body                                       record
+//!  10   key:bytes value:bytes expire:opt            Set: the key holds this string
+//!  11   key:bytes                                   Del
+//!  12   key:bytes expire:opt                        Expire (PERSIST is Expire(None))
+//!  13   -                                           Flush: every key of the database
+//!  14   -                                           FlushAll: every key of every database
+//!  15   other:u8                                    SwapDb: databases db and other swap
+//!  16   key:bytes piece:bytes                       Append
+//!  17   key:bytes offset:u64le piece:bytes          SetRange (zero-padded up to offset)
+//!  20   key:bytes expire:opt items                  Hash: the key holds a hash of these
+//!                                                   fields (field value field value ...)
+//!  21   key:bytes items                             HSet: these fields are set
+//!  22   key:bytes items                             HDel: these fields are removed
+//!   1   key:bytes value:bytes expire:opt            (format 2) Set in database 0
+//!   2   key:bytes                                   (format 2) Del in database 0
+//!   3   key:bytes expire:opt                        (format 2) Expire in database 0
+//!   4   -                                           (format 2) Flush of database 0
+//! bytes = n:u32le byte[n]
+//! opt   = 0 | 1 ms:u64le                            absolute Unix time in milliseconds
+//! items = n:u32le element*n                         element = LEB128 length, bytes
 //! ```
+//!
+//! A creation is a full state (`Set`, `Hash`); a change of an existing key may be a
+//! change record (`Append`, `SetRange`, `HSet`, `HDel`): docs/kv-types.md has the rules
+//! and why replay is exact. Items are packed as in a small collection's value
+//! (`crate::packed`), so a packed hash is copied into a record whole, and out of one.
 
-/// A record borrowed from the keyspace (what a command appends).
+use crate::packed;
+
+/// Elements of a record (fields and values of a hash, ...): borrowed from a command's
+/// arguments, owned, or packed (as a record or a packed value holds them).
+#[derive(Clone, Copy, Debug)]
+pub enum Items<'a> {
+    /// One slice per element.
+    Slices(&'a [&'a [u8]]),
+    /// One vector per element.
+    Owned(&'a [Vec<u8>]),
+    /// `n` packed elements ([`crate::packed`]).
+    Packed { n: usize, bytes: &'a [u8] },
+}
+
+impl<'a> Items<'a> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match *self {
+            Items::Slices(s) => s.len(),
+            Items::Owned(o) => o.len(),
+            Items::Packed { n, .. } => n,
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let (s, o, p): (&'a [&'a [u8]], &'a [Vec<u8>], &'a [u8]) = match *self {
+            Items::Slices(s) => (s, &[], &[]),
+            Items::Owned(o) => (&[], o, &[]),
+            Items::Packed { bytes, .. } => (&[], &[], bytes),
+        };
+        s.iter()
+            .copied()
+            .chain(o.iter().map(Vec::as_slice))
+            .chain(packed::Iter::new(p))
+    }
+
+    /// The bytes the elements take packed.
+    pub fn packed_len(&self) -> usize {
+        match *self {
+            Items::Packed { bytes, .. } => bytes.len(),
+            _ => self.iter().map(|e| packed::element_bytes(e.len())).sum(),
+        }
+    }
+
+    /// Owned copies of the elements.
+    pub fn to_vec(&self) -> Vec<Vec<u8>> {
+        self.iter().map(<[u8]>::to_vec).collect()
+    }
+}
+
+impl PartialEq for Items<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Items<'_> {}
+
+/// A record borrowed from the keyspace (what a command appends), without its database
+/// (which the frame carries: [`encode_in`], [`decode_frame`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordRef<'a> {
-    /// The key now holds `value`, expiring at `expire_at_ms` (Unix ms) or never.
+    /// The key now holds the string `value`, expiring at `expire_at_ms` (Unix ms) or
+    /// never, whatever it held before.
     Set {
         key: &'a [u8],
         value: &'a [u8],
@@ -23,11 +111,35 @@ pub enum RecordRef<'a> {
     Del { key: &'a [u8] },
     /// The key (if it exists) now expires at `at_ms`, or never.
     Expire { key: &'a [u8], at_ms: Option<u64> },
-    /// Every key of the shard is gone.
+    /// Every key of the database is gone.
     Flush,
+    /// Every key of every database of the shard is gone.
+    FlushAll,
+    /// The database and database `other` swap their keys.
+    SwapDb { other: u8 },
+    /// `piece` is appended to the existing string.
+    Append { key: &'a [u8], piece: &'a [u8] },
+    /// `piece` is written into the existing string at `offset` (zero bytes fill any gap).
+    SetRange {
+        key: &'a [u8],
+        offset: u64,
+        piece: &'a [u8],
+    },
+    /// The key now holds a hash of `items` (field, value, field, value, ...), expiring
+    /// at `expire_at_ms` or never, whatever it held before.
+    Hash {
+        key: &'a [u8],
+        expire_at_ms: Option<u64>,
+        items: Items<'a>,
+    },
+    /// The fields of `items` (field, value, ...) are set in the existing hash.
+    HSet { key: &'a [u8], items: Items<'a> },
+    /// The fields of `items` are removed from the existing hash (an emptied hash is
+    /// removed).
+    HDel { key: &'a [u8], items: Items<'a> },
 }
 
-/// An owned record (what recovery reads).
+/// An owned record (what [`decode`] reads).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     /// See [`RecordRef::Set`].
@@ -42,9 +154,31 @@ pub enum Record {
     Expire { key: Vec<u8>, at_ms: Option<u64> },
     /// See [`RecordRef::Flush`].
     Flush,
+    /// See [`RecordRef::FlushAll`].
+    FlushAll,
+    /// See [`RecordRef::SwapDb`].
+    SwapDb { other: u8 },
+    /// See [`RecordRef::Append`].
+    Append { key: Vec<u8>, piece: Vec<u8> },
+    /// See [`RecordRef::SetRange`].
+    SetRange {
+        key: Vec<u8>,
+        offset: u64,
+        piece: Vec<u8>,
+    },
+    /// See [`RecordRef::Hash`].
+    Hash {
+        key: Vec<u8>,
+        expire_at_ms: Option<u64>,
+        items: Vec<Vec<u8>>,
+    },
+    /// See [`RecordRef::HSet`].
+    HSet { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::HDel`].
+    HDel { key: Vec<u8>, items: Vec<Vec<u8>> },
 }
 
-impl RecordRef<'_> {
+impl<'a> RecordRef<'a> {
     /// An owned copy.
     pub fn to_record(&self) -> Record {
         match *self {
@@ -63,6 +197,49 @@ impl RecordRef<'_> {
                 at_ms,
             },
             RecordRef::Flush => Record::Flush,
+            RecordRef::FlushAll => Record::FlushAll,
+            RecordRef::SwapDb { other } => Record::SwapDb { other },
+            RecordRef::Append { key, piece } => Record::Append {
+                key: key.to_vec(),
+                piece: piece.to_vec(),
+            },
+            RecordRef::SetRange { key, offset, piece } => Record::SetRange {
+                key: key.to_vec(),
+                offset,
+                piece: piece.to_vec(),
+            },
+            RecordRef::Hash {
+                key,
+                expire_at_ms,
+                items,
+            } => Record::Hash {
+                key: key.to_vec(),
+                expire_at_ms,
+                items: items.to_vec(),
+            },
+            RecordRef::HSet { key, items } => Record::HSet {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
+            RecordRef::HDel { key, items } => Record::HDel {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
+        }
+    }
+
+    /// The key the record is about (`None` for the records about whole databases).
+    pub fn key(&self) -> Option<&'a [u8]> {
+        match *self {
+            RecordRef::Set { key, .. }
+            | RecordRef::Del { key }
+            | RecordRef::Expire { key, .. }
+            | RecordRef::Append { key, .. }
+            | RecordRef::SetRange { key, .. }
+            | RecordRef::Hash { key, .. }
+            | RecordRef::HSet { key, .. }
+            | RecordRef::HDel { key, .. } => Some(key),
+            RecordRef::Flush | RecordRef::FlushAll | RecordRef::SwapDb { .. } => None,
         }
     }
 }
@@ -83,9 +260,37 @@ impl Record {
             Record::Del { key } => RecordRef::Del { key },
             Record::Expire { key, at_ms } => RecordRef::Expire { key, at_ms: *at_ms },
             Record::Flush => RecordRef::Flush,
+            Record::FlushAll => RecordRef::FlushAll,
+            Record::SwapDb { other } => RecordRef::SwapDb { other: *other },
+            Record::Append { key, piece } => RecordRef::Append { key, piece },
+            Record::SetRange { key, offset, piece } => RecordRef::SetRange {
+                key,
+                offset: *offset,
+                piece,
+            },
+            Record::Hash {
+                key,
+                expire_at_ms,
+                items,
+            } => RecordRef::Hash {
+                key,
+                expire_at_ms: *expire_at_ms,
+                items: Items::Owned(items),
+            },
+            Record::HSet { key, items } => RecordRef::HSet {
+                key,
+                items: Items::Owned(items),
+            },
+            Record::HDel { key, items } => RecordRef::HDel {
+                key,
+                items: Items::Owned(items),
+            },
         }
     }
 }
+
+/// The number of databases (SELECT 0 to 15); a record of another is damage.
+pub const DATABASES: u8 = 16;
 
 /// The size of a frame's header (length and checksum).
 pub const FRAME_HEADER: usize = 8;
@@ -93,23 +298,32 @@ pub const FRAME_HEADER: usize = 8;
 /// The longest key or value a record holds (1 GiB). It is the one limit every part
 /// agrees on: `--max-bulk` may not be set above it (so no request argument is longer),
 /// APPEND and SETRANGE stop below it, the embedded store refuses longer arguments, and
-/// recovery accepts every frame up to [`MAX_PAYLOAD`], the largest record of a key and
-/// a value of this length. So every value the server acknowledges can be read back.
+/// recovery accepts every frame up to [`MAX_PAYLOAD`], the largest record that
+/// arguments of this length make. So every value the server acknowledges can be read
+/// back.
 pub const MAX_VALUE: usize = 1 << 30;
 
 /// The payload length of a `Set` record of a `key`-byte key and a `value`-byte value
-/// with an expiry time: the largest record those lengths can make (a `Set` without
-/// expiry is 8 bytes shorter, `Del` and `Expire` shorter still).
+/// with an expiry time (a `Set` without expiry is 8 bytes shorter, `Del` and `Expire`
+/// shorter still).
 pub const fn set_payload_len(key: usize, value: usize) -> usize {
-    1 + 4 + key + 4 + value + 1 + 8
+    2 + 4 + key + 4 + value + 1 + 8
 }
 
-/// The largest payload a frame may declare: a `Set` of a [`MAX_VALUE`] key and a
-/// [`MAX_VALUE`] value with an expiry. A longer length field is damage.
-pub const MAX_PAYLOAD: usize = set_payload_len(MAX_VALUE, MAX_VALUE);
+/// Records of several elements (HSET of many fields) are split so that each holds at
+/// most this many bytes of elements, unless one element alone is larger: the split
+/// records are each exact, so splitting changes nothing replay makes.
+pub const ITEMS_PER_RECORD: usize = 1 << 20;
+
+/// The largest payload a frame may declare: an `HSet` of one field of a [`MAX_VALUE`]
+/// key, field and value (the largest record the limits let a command log, since
+/// records of several elements are split). A longer length field is damage.
+pub const MAX_PAYLOAD: usize =
+    2 + 4 + MAX_VALUE + 4 + 2 * (packed::MAX_LEN_BYTES + MAX_VALUE) + 1 + 8;
 
 // The length field is 32 bits: the largest record must fit in it.
 const _: () = assert!(MAX_PAYLOAD <= u32::MAX as usize);
+const _: () = assert!(set_payload_len(MAX_VALUE, MAX_VALUE) <= MAX_PAYLOAD);
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -126,31 +340,89 @@ fn put_opt(out: &mut Vec<u8>, v: Option<u64>) {
     }
 }
 
-/// Appends `rec`'s frame to `out`.
+fn put_items(out: &mut Vec<u8>, items: &Items<'_>) {
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    match *items {
+        Items::Packed { bytes, .. } => out.extend_from_slice(bytes),
+        _ => {
+            for e in items.iter() {
+                packed::put(out, e);
+            }
+        }
+    }
+}
+
+/// Appends `rec`'s frame to `out`, in database 0 (tests and tools; commands log
+/// through `Ctx::record`, which names their database).
 pub fn encode(rec: &RecordRef<'_>, out: &mut Vec<u8>) {
+    encode_in(0, rec, out)
+}
+
+/// Appends `rec`'s frame to `out`, for database `db`.
+pub fn encode_in(db: u8, rec: &RecordRef<'_>, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER]);
+    let kind = |out: &mut Vec<u8>, k: u8| {
+        out.push(k);
+        out.push(db);
+    };
     match *rec {
         RecordRef::Set {
             key,
             value,
             expire_at_ms,
         } => {
-            out.push(1);
+            kind(out, 10);
             put_bytes(out, key);
             put_bytes(out, value);
             put_opt(out, expire_at_ms);
         }
         RecordRef::Del { key } => {
-            out.push(2);
+            kind(out, 11);
             put_bytes(out, key);
         }
         RecordRef::Expire { key, at_ms } => {
-            out.push(3);
+            kind(out, 12);
             put_bytes(out, key);
             put_opt(out, at_ms);
         }
-        RecordRef::Flush => out.push(4),
+        RecordRef::Flush => kind(out, 13),
+        RecordRef::FlushAll => kind(out, 14),
+        RecordRef::SwapDb { other } => {
+            kind(out, 15);
+            out.push(other);
+        }
+        RecordRef::Append { key, piece } => {
+            kind(out, 16);
+            put_bytes(out, key);
+            put_bytes(out, piece);
+        }
+        RecordRef::SetRange { key, offset, piece } => {
+            kind(out, 17);
+            put_bytes(out, key);
+            out.extend_from_slice(&offset.to_le_bytes());
+            put_bytes(out, piece);
+        }
+        RecordRef::Hash {
+            key,
+            expire_at_ms,
+            items,
+        } => {
+            kind(out, 20);
+            put_bytes(out, key);
+            put_opt(out, expire_at_ms);
+            put_items(out, &items);
+        }
+        RecordRef::HSet { key, items } => {
+            kind(out, 21);
+            put_bytes(out, key);
+            put_items(out, &items);
+        }
+        RecordRef::HDel { key, items } => {
+            kind(out, 22);
+            put_bytes(out, key);
+            put_items(out, &items);
+        }
     }
     let payload = &out[start + FRAME_HEADER..];
     debug_assert!(
@@ -161,6 +433,37 @@ pub fn encode(rec: &RecordRef<'_>, out: &mut Vec<u8>) {
     let crc = crc32c::crc32c(payload);
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Appends the records of a change of many elements (`make` builds one from a run of
+/// whole elements, `step` of them at a time: 2 for field-value pairs), split so that
+/// each holds at most [`ITEMS_PER_RECORD`] bytes of elements unless one step alone
+/// is larger.
+pub fn encode_split<'a>(
+    db: u8,
+    elements: &'a [&'a [u8]],
+    step: usize,
+    make: impl Fn(Items<'a>) -> RecordRef<'a>,
+    out: &mut Vec<u8>,
+) {
+    let mut from = 0;
+    while from < elements.len() {
+        let mut to = from;
+        let mut bytes = 0;
+        while to < elements.len() {
+            let more: usize = elements[to..to + step]
+                .iter()
+                .map(|e| packed::element_bytes(e.len()))
+                .sum();
+            if to > from && bytes + more > ITEMS_PER_RECORD {
+                break;
+            }
+            bytes += more;
+            to += step;
+        }
+        encode_in(db, &make(Items::Slices(&elements[from..to])), out);
+        from = to;
+    }
 }
 
 /// Why the bytes at some offset are not a record.
@@ -217,15 +520,31 @@ impl<'a> Reader<'a> {
             _ => Err(DecodeError::Malformed),
         }
     }
+    /// `n:u32le` packed elements; the rest of the payload must be exactly those.
+    fn items(&mut self) -> Result<Items<'a>, DecodeError> {
+        let n = self.u32()? as usize;
+        let bytes = std::mem::take(&mut self.0);
+        match packed::count(bytes) {
+            Some(m) if m == n => Ok(Items::Packed { n, bytes }),
+            _ => Err(DecodeError::Malformed),
+        }
+    }
 }
 
-/// Decodes the frame at the start of `buf`: the record and the frame's length.
+/// Decodes the frame at the start of `buf`: the record (its database dropped: see
+/// [`decode_frame`]) and the frame's length. For tests and tools.
 pub fn decode(buf: &[u8]) -> Result<(Record, usize), DecodeError> {
     decode_ref(buf).map(|(r, n)| (r.to_record(), n))
 }
 
 /// [`decode`], the record borrowing from `buf`.
 pub fn decode_ref(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> {
+    decode_frame(buf).map(|(_, r, n)| (r, n))
+}
+
+/// Decodes the frame at the start of `buf`: the record's database, the record
+/// (borrowing from `buf`) and the frame's length.
+pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeError> {
     if buf.len() < FRAME_HEADER {
         return Err(DecodeError::Truncated);
     }
@@ -238,24 +557,61 @@ pub fn decode_ref(buf: &[u8]) -> Result<(RecordRef<'_>, usize), DecodeError> {
         return Err(DecodeError::BadChecksum);
     }
     let mut r = Reader(payload);
-    let rec = match r.u8()? {
-        1 => RecordRef::Set {
+    let kind = r.u8()?;
+    let db = if kind >= 10 { r.u8()? } else { 0 };
+    if db >= DATABASES {
+        return Err(DecodeError::Malformed);
+    }
+    let rec = match kind {
+        1 | 10 => RecordRef::Set {
             key: r.bytes()?,
             value: r.bytes()?,
             expire_at_ms: r.opt()?,
         },
-        2 => RecordRef::Del { key: r.bytes()? },
-        3 => RecordRef::Expire {
+        2 | 11 => RecordRef::Del { key: r.bytes()? },
+        3 | 12 => RecordRef::Expire {
             key: r.bytes()?,
             at_ms: r.opt()?,
         },
-        4 => RecordRef::Flush,
+        4 | 13 => RecordRef::Flush,
+        14 => RecordRef::FlushAll,
+        15 => match r.u8()? {
+            other if other < DATABASES => RecordRef::SwapDb { other },
+            _ => return Err(DecodeError::Malformed),
+        },
+        16 => RecordRef::Append {
+            key: r.bytes()?,
+            piece: r.bytes()?,
+        },
+        17 => RecordRef::SetRange {
+            key: r.bytes()?,
+            offset: r.u64()?,
+            piece: r.bytes()?,
+        },
+        20 => RecordRef::Hash {
+            key: r.bytes()?,
+            expire_at_ms: r.opt()?,
+            items: r.items()?,
+        },
+        21 => RecordRef::HSet {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
+        22 => RecordRef::HDel {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
         _ => return Err(DecodeError::Malformed),
     };
     if !r.0.is_empty() {
         return Err(DecodeError::Malformed);
     }
-    Ok((rec, FRAME_HEADER + len))
+    if let RecordRef::Hash { items, .. } | RecordRef::HSet { items, .. } = rec {
+        if items.len() % 2 != 0 {
+            return Err(DecodeError::Malformed);
+        }
+    }
+    Ok((db, rec, FRAME_HEADER + len))
 }
 
 #[cfg(test)]
@@ -287,11 +643,38 @@ mod tests {
                 at_ms: None,
             },
             Record::Flush,
+            Record::FlushAll,
+            Record::SwapDb { other: 15 },
+            Record::Append {
+                key: b"k".to_vec(),
+                piece: b"more".to_vec(),
+            },
+            Record::SetRange {
+                key: b"k".to_vec(),
+                offset: 1 << 40,
+                piece: vec![],
+            },
+            Record::Hash {
+                key: b"h".to_vec(),
+                expire_at_ms: Some(5),
+                items: vec![b"f".to_vec(), vec![9; 200], vec![], b"v".to_vec()],
+            },
+            Record::HSet {
+                key: b"h".to_vec(),
+                items: vec![b"f".to_vec(), b"v".to_vec()],
+            },
+            Record::HDel {
+                key: b"h".to_vec(),
+                items: vec![b"f".to_vec(), vec![1; 130], vec![]],
+            },
         ];
-        for rec in &recs {
+        for (i, rec) in recs.iter().enumerate() {
             let mut buf = Vec::new();
-            encode(&rec.as_ref(), &mut buf);
+            let db = (i % 16) as u8;
+            encode_in(db, &rec.as_ref(), &mut buf);
             assert_eq!(decode(&buf), Ok((rec.clone(), buf.len())));
+            let (got_db, got, n) = decode_frame(&buf).unwrap();
+            assert_eq!((got_db, got, n), (db, rec.as_ref(), buf.len()));
             for cut in 0..buf.len() {
                 assert_eq!(
                     decode(&buf[..cut]),
@@ -305,6 +688,112 @@ mod tests {
                 assert_eq!(decode(&bad), Err(DecodeError::BadChecksum), "flip at {i}");
             }
         }
+    }
+
+    /// Format 2's records (kinds 1 to 4, no database byte) are read as database 0.
+    #[test]
+    fn format_2_records_are_database_0() {
+        let frame = |payload: &[u8]| {
+            let mut f = (payload.len() as u32).to_le_bytes().to_vec();
+            f.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+            f.extend_from_slice(payload);
+            f
+        };
+        let mut set = vec![1];
+        set.extend_from_slice(&1u32.to_le_bytes());
+        set.push(b'k');
+        set.extend_from_slice(&2u32.to_le_bytes());
+        set.extend_from_slice(b"vv");
+        set.extend_from_slice(&[1, 7, 0, 0, 0, 0, 0, 0, 0]);
+        let mut del = vec![2];
+        del.extend_from_slice(&1u32.to_le_bytes());
+        del.push(b'k');
+        let mut expire = vec![3];
+        expire.extend_from_slice(&1u32.to_le_bytes());
+        expire.push(b'k');
+        expire.push(0);
+        let cases = [
+            (
+                set,
+                RecordRef::Set {
+                    key: b"k",
+                    value: b"vv",
+                    expire_at_ms: Some(7),
+                },
+            ),
+            (del, RecordRef::Del { key: b"k" }),
+            (
+                expire,
+                RecordRef::Expire {
+                    key: b"k",
+                    at_ms: None,
+                },
+            ),
+            (vec![4], RecordRef::Flush),
+        ];
+        for (payload, want) in cases {
+            let f = frame(&payload);
+            assert_eq!(decode_frame(&f), Ok((0, want, f.len())));
+        }
+        // A format 3 kind with a database out of range, an odd hash, an unknown kind.
+        let mut bad_db = vec![11, 16];
+        bad_db.extend_from_slice(&0u32.to_le_bytes());
+        let mut odd = vec![21, 0];
+        odd.extend_from_slice(&0u32.to_le_bytes());
+        odd.extend_from_slice(&1u32.to_le_bytes());
+        odd.extend_from_slice(&[1, b'f']);
+        let mut short = vec![22, 0];
+        short.extend_from_slice(&0u32.to_le_bytes());
+        short.extend_from_slice(&2u32.to_le_bytes());
+        short.extend_from_slice(&[1, b'f']);
+        for payload in [bad_db, odd, short, vec![9], vec![15, 0, 16]] {
+            assert_eq!(
+                decode_frame(&frame(&payload)),
+                Err(DecodeError::Malformed),
+                "{payload:?}"
+            );
+        }
+    }
+
+    /// A change of many elements is split into records of at most ITEMS_PER_RECORD
+    /// bytes of elements (one element alone may be larger), whole pairs each, which
+    /// together hold every element in order.
+    #[test]
+    fn many_elements_are_split_into_whole_records() {
+        let big = vec![b'x'; ITEMS_PER_RECORD + 5];
+        let small: Vec<Vec<u8>> = (0..3000).map(|i| vec![i as u8; 700]).collect();
+        let mut elements: Vec<&[u8]> = small.iter().map(Vec::as_slice).collect();
+        elements.insert(10, &big);
+        elements.insert(11, b"v");
+        let mut out = Vec::new();
+        encode_split(
+            3,
+            &elements,
+            2,
+            |items| RecordRef::HSet { key: b"h", items },
+            &mut out,
+        );
+        let mut at = 0;
+        let mut back: Vec<Vec<u8>> = Vec::new();
+        let mut records = 0;
+        while at < out.len() {
+            let (db, rec, n) = decode_frame(&out[at..]).unwrap();
+            assert_eq!(db, 3);
+            let RecordRef::HSet { key, items } = rec else {
+                panic!("{rec:?}")
+            };
+            assert_eq!(key, b"h");
+            assert_eq!(items.len() % 2, 0);
+            assert!(items.packed_len() <= ITEMS_PER_RECORD || items.len() == 2);
+            back.extend(items.to_vec());
+            at += n;
+            records += 1;
+        }
+        assert!(records > 2, "{records}");
+        assert_eq!(
+            back,
+            elements.iter().map(|e| e.to_vec()).collect::<Vec<_>>()
+        );
     }
 
     /// The largest record that the limits let the server write is one recovery reads:
@@ -328,7 +817,7 @@ mod tests {
             let most = set_payload_len(k, v);
             assert_eq!(payload, if exp.is_some() { most } else { most - 8 });
         }
-        assert_eq!(MAX_PAYLOAD, set_payload_len(MAX_VALUE, MAX_VALUE));
+        assert!(set_payload_len(MAX_VALUE, MAX_VALUE) <= MAX_PAYLOAD);
         assert!(MAX_PAYLOAD as u64 <= u64::from(u32::MAX));
         assert_eq!(MAX_VALUE, 1 << 30);
     }

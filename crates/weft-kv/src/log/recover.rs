@@ -37,7 +37,7 @@
 
 use super::header::{self, HeaderCheck, HEADER_LEN};
 pub use super::record::MAX_PAYLOAD;
-use super::record::{decode_ref, DecodeError, Record, RecordRef, FRAME_HEADER};
+use super::record::{decode_frame, DecodeError, Record, RecordRef, FRAME_HEADER};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -166,15 +166,17 @@ impl From<RecoverError> for io::Error {
 /// header ([`DataDir::open`](super::DataDir::open) creates a directory's logs and
 /// checks their headers name it). Uses blocking std I/O: run it before serving, or
 /// inside `weft_runtime::blocking` on a green thread.
+/// Each record is handed over owned and without its database (for tests and tools:
+/// start-up uses [`recover_refs`]).
 pub fn recover(path: &Path, mut apply: impl FnMut(Record)) -> Result<Recovered, RecoverError> {
-    recover_refs(path, |r| apply(r.to_record()))
+    recover_refs(path, |_, r| apply(r.to_record()))
 }
 
-/// [`recover`], each record handed over borrowed from the read buffer (start-up's
-/// replay copies only what it keeps).
+/// [`recover`], each record handed over with its database, borrowed from the read
+/// buffer (start-up's replay copies only what it keeps).
 pub fn recover_refs(
     path: &Path,
-    mut apply: impl FnMut(RecordRef<'_>),
+    mut apply: impl FnMut(u8, RecordRef<'_>),
 ) -> Result<Recovered, RecoverError> {
     let io_err = |error: io::Error| RecoverError::Io {
         path: path.to_path_buf(),
@@ -298,7 +300,7 @@ pub(crate) enum Scan {
 }
 
 /// Reads `file` from the start, handing each good record to `apply`. Changes nothing.
-pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(RecordRef<'_>)) -> io::Result<Scan> {
+pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(u8, RecordRef<'_>)) -> io::Result<Scan> {
     let mut w = Window::new(file)?;
     let first = w.get(0, HEADER_LEN)?;
     let mut pos = match header::check(first) {
@@ -311,8 +313,8 @@ pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(RecordRef<'_>)) -> io::Res
             return Ok(Scan::Clean { records, end: pos });
         }
         match frame_at(&mut w, pos)? {
-            Ok((rec, n)) => {
-                apply(rec);
+            Ok((db, rec, n)) => {
+                apply(db, rec);
                 records += 1;
                 pos += n as u64;
             }
@@ -338,7 +340,7 @@ pub(crate) fn scan(file: &File, apply: &mut dyn FnMut(RecordRef<'_>)) -> io::Res
 fn frame_at<'w>(
     w: &'w mut Window<'_>,
     pos: u64,
-) -> io::Result<Result<(RecordRef<'w>, usize), BadFrame>> {
+) -> io::Result<Result<(u8, RecordRef<'w>, usize), BadFrame>> {
     let head = w.get(pos, FRAME_HEADER)?;
     if head.len() < FRAME_HEADER {
         return Ok(Err(BadFrame::Decode(DecodeError::Truncated)));
@@ -348,7 +350,7 @@ fn frame_at<'w>(
         return Ok(Err(BadFrame::TooLong(len)));
     }
     let buf = w.get(pos, FRAME_HEADER + len as usize)?;
-    Ok(decode_ref(buf).map_err(BadFrame::Decode))
+    Ok(decode_frame(buf).map_err(BadFrame::Decode))
 }
 
 /// Whether the bad last frame at `pos` (nothing valid follows it) is what a write cut
@@ -393,7 +395,7 @@ fn find_valid(w: &mut Window<'_>, from: u64) -> io::Result<Option<u64>> {
         // Only a frame that fits in the file can be a valid one.
         if len > 0 && len <= MAX_PAYLOAD as u64 && pos + FRAME_HEADER as u64 + len <= w.file_len {
             let buf = w.get(pos, FRAME_HEADER + len as usize)?;
-            if decode_ref(buf).is_ok() {
+            if decode_frame(buf).is_ok() {
                 return Ok(Some(pos));
             }
         }

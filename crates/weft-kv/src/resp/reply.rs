@@ -37,6 +37,9 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// `%n` in RESP3; a flat array of 2n elements in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// An array of n two-element arrays in RESP3; a flat array of 2n elements in RESP2
+    /// (HRANDFIELD ... WITHVALUES, ZRANGE ... WITHSCORES).
+    Pairs(Vec<(Reply, Reply)>),
     /// `~n` in RESP3; an array in RESP2.
     Set(Vec<Reply>),
     /// `,3.14` in RESP3; a bulk string in RESP2.
@@ -85,7 +88,7 @@ impl Reply {
                 Reply::Simple(t) | Reply::Error(t) => t.len(),
                 Reply::Bulk(d) | Reply::Verbatim(_, d) => d.len(),
                 Reply::Array(items) | Reply::Set(items) => items.iter().map(Reply::size_hint).sum(),
-                Reply::Map(pairs) => pairs
+                Reply::Map(pairs) | Reply::Pairs(pairs) => pairs
                     .iter()
                     .map(|(k, v)| k.size_hint() + v.size_hint())
                     .sum(),
@@ -125,6 +128,16 @@ impl Reply {
                     header(b'*', 2 * pairs.len() as i64, out);
                 }
                 for (k, v) in pairs {
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::Pairs(pairs) => {
+                header(b'*', pairs.len() as i64 * if resp3 { 1 } else { 2 }, out);
+                for (k, v) in pairs {
+                    if resp3 {
+                        header(b'*', 2, out);
+                    }
                     k.encode(proto, out);
                     v.encode(proto, out);
                 }

@@ -36,7 +36,7 @@ pub fn run(
     Some(match cmd.name {
         "hello" => hello(server, conn, args),
         "auth" => auth(server, conn, args),
-        "select" => select(args),
+        "select" => select(conn, args),
         "quit" => {
             conn.close = true;
             Reply::OK
@@ -46,6 +46,7 @@ pub fn run(
             conn.set_name(b"");
             conn.reply = clients::ReplyMode::On;
             conn.authed = server.settings.password().is_none();
+            conn.select(0);
             Reply::Simple("RESET".into())
         }
         "client" => clients::client(server, conn, args),
@@ -164,15 +165,16 @@ pub(super) fn check_name(name: &[u8]) -> Result<(), Reply> {
     Ok(())
 }
 
-/// SELECT index: there is one database, 0.
-fn select(args: &[Vec<u8>]) -> Reply {
-    match std::str::from_utf8(&args[1])
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-    {
-        Some(0) => Reply::OK,
-        Some(_) => Reply::err("ERR DB index is out of range"),
-        None => Reply::err("ERR value is not an integer or out of range"),
+/// SELECT index: the connection's commands run in database `index` (0 to 15) from
+/// now on. Not an integer (Redis's string2ll, within 32 bits): `ERR value is not an
+/// integer or out of range`; outside 0 to 15: `ERR DB index is out of range`.
+fn select(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
+    match crate::exec::parse_db(&args[1], "ERR DB index is out of range") {
+        Ok(db) => {
+            conn.select(db);
+            Reply::OK
+        }
+        Err(e) => e,
     }
 }
 

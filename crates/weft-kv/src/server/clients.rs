@@ -69,6 +69,8 @@ pub struct Client {
     name: Mutex<Option<Vec<u8>>>,
     /// The protocol version (2, 3).
     pub(super) resp: AtomicU8,
+    /// The selected database.
+    pub(super) db: AtomicU8,
     /// Bytes received and not yet parsed; free space after them; the read buffer's size.
     qbuf: AtomicUsize,
     qbuf_free: AtomicUsize,
@@ -106,6 +108,7 @@ impl Client {
             cmd: AtomicUsize::new(0),
             name: Mutex::new(None),
             resp: AtomicU8::new(2),
+            db: AtomicU8::new(0),
             qbuf: AtomicUsize::new(0),
             qbuf_free: AtomicUsize::new(0),
             rbs: AtomicUsize::new(0),
@@ -200,12 +203,13 @@ impl Client {
         let omem = self.omem.load(Relaxed);
         let idle = now_ms().saturating_sub(self.last_ms.load(Relaxed)) / 1000;
         format!(
-            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem=0 rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
+            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem=0 rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
             self.id,
             self.addr,
             self.laddr,
             self.fd,
             self.created.elapsed().as_secs(),
+            self.db.load(Relaxed),
             rbs + omem + argv_mem + std::mem::size_of::<Client>(),
             self.resp.load(Relaxed),
         )
@@ -246,6 +250,12 @@ impl Conn {
     pub fn set_proto(&mut self, proto: u8) {
         self.proto = proto;
         self.client.resp.store(proto, Relaxed);
+    }
+
+    /// Selects database `db` (SELECT, RESET).
+    pub fn select(&mut self, db: u8) {
+        self.db = db;
+        self.client.db.store(db, Relaxed);
     }
 
     /// Names the connection (`CLIENT SETNAME`, `HELLO ... SETNAME`); an empty name

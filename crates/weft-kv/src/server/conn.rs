@@ -56,6 +56,8 @@ pub struct Conn {
     /// CLIENT REPLY, and whether the command running now answers nothing (SKIP).
     pub reply: clients::ReplyMode,
     pub skip_this: bool,
+    /// The selected database (SELECT; 0 at the start and after RESET).
+    pub db: u8,
 }
 
 /// What running a pipeline needs, kept between reads so its buffers are reused.
@@ -105,6 +107,7 @@ struct Done {
 struct Pending {
     slot: usize,
     f: commands::ShardFn,
+    db: u8,
     args: Vec<Vec<u8>>,
     /// Its statistics id, and whether its reply is dropped (CLIENT REPLY).
     id: usize,
@@ -228,6 +231,7 @@ where
         client: client.clone(),
         reply: clients::ReplyMode::On,
         skip_this: false,
+        db: 0,
     };
     let mut out = Out {
         stream: &stream,
@@ -398,7 +402,7 @@ fn run_pipeline(
     let mut first = *next;
     if cmds.len() - first > 1 {
         let ahead = &cmds[first..cmds.len().min(first + MAX_PREFETCH)];
-        prefetch_keys(server, ahead, ranges, rbuf, hashes);
+        prefetch_keys(server, conn.db, ahead, ranges, rbuf, hashes);
     }
     let mut argv: Vec<&[u8]> = recycle(std::mem::take(spare));
     let me = weft_runtime::current_worker();
@@ -576,7 +580,7 @@ fn run_pending(
                     continue;
                 }
                 let t0 = stats::stamp();
-                let (r, lsn) = sh.run(p.f, &commands::borrow_args(&p.args), now, None);
+                let (r, lsn) = sh.run(p.f, p.db, &commands::borrow_args(&p.args), now, None);
                 let r = answered(server, p.id, t0, r, p.mute);
                 need = need.max(lsn);
                 used += r.size_hint();
@@ -595,9 +599,11 @@ fn run_pending(
 /// Starts loading what the single-key commands of this worker's shards in a pipeline
 /// will read (first every key's index slots, then, those being on their way, every
 /// key's entry), so that their cache misses overlap instead of coming one after
-/// another as the commands run. Only a hint: nothing changes.
+/// another as the commands run. Only a hint: nothing changes (the keys are looked for
+/// in database `db`, the selected one when the pipeline starts).
 fn prefetch_keys(
     server: &Server,
+    db: u8,
     cmds: &[Cmd],
     ranges: &[Range<usize>],
     rbuf: &[u8],
@@ -618,7 +624,7 @@ fn prefetch_keys(
         }
         let key = &rbuf[ranges[from + 1].clone()];
         let s = route::shard_of(key, shards.count());
-        let prefetched = shards.read_local(s, |ks| {
+        let prefetched = shards.read_local(s, db, |ks| {
             let h = ks.hash(key);
             ks.prefetch(h);
             h
@@ -628,7 +634,7 @@ fn prefetch_keys(
         }
     }
     for &(s, h) in hashes.iter() {
-        shards.read_local(s, |ks| ks.prefetch_entry(h));
+        shards.read_local(s, db, |ks| ks.prefetch_entry(h));
     }
 }
 
@@ -690,7 +696,8 @@ fn run_command(
             if let Some(r) = exec::precheck(&**shards, cmd, s) {
                 return refuse(conn, Some(id), r, wbuf);
             } else if me == Some(shards.owner(s)) {
-                let (r, lsn) = shards.with(s, |sh| sh.run(f, args, now, Some(wbuf)));
+                let db = conn.db;
+                let (r, lsn) = shards.with(s, |sh| sh.run(f, db, args, now, Some(wbuf)));
                 acks.note(s, lsn);
                 r
             } else {
@@ -699,6 +706,7 @@ fn run_command(
                 pending[s].push(Pending {
                     slot,
                     f,
+                    db: conn.db,
                     args,
                     id,
                     mute,
@@ -750,13 +758,13 @@ fn run_other(
     acks: &mut Acks,
 ) -> Reply {
     let shards = &*server.shards;
-    if let Some(r) = exec::run_keyed(shards, cmd, args, acks) {
+    if let Some(r) = exec::run_keyed(shards, cmd, args, conn.db, acks) {
         return r;
     }
     if let Some(r) = admin::run(server, conn, cmd, args, acks) {
         return r;
     }
-    if let Some(r) = exec::run_common(shards, cmd, args, acks) {
+    if let Some(r) = exec::run_common(shards, cmd, args, conn.db, acks) {
         return r;
     }
     Reply::error(format!(

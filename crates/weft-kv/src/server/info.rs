@@ -513,10 +513,15 @@ fn section(server: &Server, name: &str) -> String {
         }
         "cluster" => field("cluster_enabled", &0),
         "keyspace" => {
-            let keys: u64 = shards.iter().map(|s| s.keys.load(Relaxed)).sum();
-            let expires: u64 = shards.iter().map(|s| s.expires.load(Relaxed)).sum();
-            if keys > 0 {
-                field("db0", &format!("keys={keys},expires={expires},avg_ttl=0"));
+            for db in 0..crate::log::DATABASES as usize {
+                let keys: u64 = shards.iter().map(|s| s.keys[db].load(Relaxed)).sum();
+                let expires: u64 = shards.iter().map(|s| s.expires[db].load(Relaxed)).sum();
+                if keys > 0 {
+                    field(
+                        &format!("db{db}"),
+                        &format!("keys={keys},expires={expires},avg_ttl=0"),
+                    );
+                }
             }
         }
         _ => unreachable!("a section of SECTIONS"),

@@ -287,7 +287,10 @@ pub fn serve(config: Config) -> io::Result<()> {
     let t0 = Instant::now();
     let dir = Arc::new(DataDir::open(&config.dir, workers)?);
     let spaces = recover_all(&dir)?;
-    let keys: usize = spaces.iter().map(|(ks, _, _)| ks.len()).sum();
+    let keys: usize = spaces
+        .iter()
+        .flat_map(|(dbs, _, _)| dbs.iter().map(Keyspace::len))
+        .sum();
     eprintln!(
         "weft-kv {}: recovered {keys} keys from {} shards in {} in {:.1} ms",
         env!("CARGO_PKG_VERSION"),
@@ -531,16 +534,17 @@ where
 }
 
 /// Recovers every shard (one OS thread each): its keys, its log's size, its writer.
-fn recover_all(dir: &DataDir) -> io::Result<Vec<(Keyspace, u64, LogWriter)>> {
+fn recover_all(dir: &DataDir) -> io::Result<Vec<(Vec<Keyspace>, u64, LogWriter)>> {
     let now = crate::shard::now_ms();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..dir.shards())
             .map(|s| {
                 let path = dir.log_path(s);
-                scope.spawn(move || -> io::Result<(Keyspace, u64, LogWriter)> {
-                    let mut ks = Keyspace::new();
-                    let mut replay = Replay::new(&mut ks, now);
-                    let rec = log::recover_refs(&path, |r| replay.push(r))
+                scope.spawn(move || -> io::Result<(Vec<Keyspace>, u64, LogWriter)> {
+                    let mut dbs: Vec<Keyspace> =
+                        (0..log::DATABASES).map(|_| Keyspace::new()).collect();
+                    let mut replay = Replay::new(&mut dbs, now);
+                    let rec = log::recover_refs(&path, |db, r| replay.push(db, r))
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
                     replay.finish();
                     if rec.torn_bytes > 0 {
@@ -552,7 +556,7 @@ fn recover_all(dir: &DataDir) -> io::Result<Vec<(Keyspace, u64, LogWriter)>> {
                         );
                     }
                     let w = LogWriter::open(&path)?;
-                    Ok((ks, w.len(), w))
+                    Ok((dbs, w.len(), w))
                 })
             })
             .collect();

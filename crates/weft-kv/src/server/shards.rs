@@ -70,6 +70,9 @@ use super::Settings;
 use crate::exec::ShardSet;
 use crate::keyspace::Keyspace;
 use crate::log::{self, DataDir, LogWriter, Rewriter};
+
+/// The number of databases.
+const DATABASES: usize = log::DATABASES as usize;
 use crate::resp::Reply;
 use crate::server::Fsync;
 use crate::shard::{now_ms, Shard};
@@ -147,8 +150,9 @@ pub struct ServerShard {
     pub log_base: AtomicU64,
     /// Memory used by the keys, as last seen.
     pub memory: AtomicU64,
-    pub keys: AtomicU64,
-    pub expires: AtomicU64,
+    /// The keys, and those with an expiry, of each database, as last seen.
+    pub keys: [AtomicU64; DATABASES],
+    pub expires: [AtomicU64; DATABASES],
     /// Keys removed because their time had passed, as last seen.
     pub expired: AtomicU64,
 }
@@ -188,7 +192,7 @@ impl Shards {
     /// The shards over recovered keyspaces (`spaces[s]` for shard `s`), owned by
     /// `workers` workers.
     pub fn new(
-        spaces: Vec<(Keyspace, u64)>,
+        spaces: Vec<(Vec<Keyspace>, u64)>,
         workers: usize,
         dir: Arc<DataDir>,
         settings: Arc<Settings>,
@@ -196,15 +200,17 @@ impl Shards {
         let list = spaces
             .into_iter()
             .enumerate()
-            .map(|(s, (ks, log_len))| {
-                let memory = ks.used_memory();
-                let keys = ks.len() as u64;
-                let expires = ks.expires_count() as u64;
+            .map(|(s, (dbs, log_len))| {
+                let state = Shard::new(dbs);
+                let memory = state.used_memory();
+                let keys = std::array::from_fn(|d| AtomicU64::new(state.dbs[d].len() as u64));
+                let expires =
+                    std::array::from_fn(|d| AtomicU64::new(state.dbs[d].expires_count() as u64));
                 ServerShard {
                     cell: ShardCell {
                         owner: s % workers,
                         busy: Cell::new(false),
-                        state: UnsafeCell::new(Shard::new(ks)),
+                        state: UnsafeCell::new(state),
                     },
                     tid: std::sync::OnceLock::new(),
                     durable: AtomicU64::new(0),
@@ -222,8 +228,8 @@ impl Shards {
                     log_len: AtomicU64::new(log_len),
                     log_base: AtomicU64::new(log_len),
                     memory: AtomicU64::new(memory),
-                    keys: AtomicU64::new(keys),
-                    expires: AtomicU64::new(expires),
+                    keys,
+                    expires,
                     expired: AtomicU64::new(0),
                 }
             })
@@ -248,12 +254,13 @@ impl Shards {
         self.list[s].cell.owner
     }
 
-    /// Runs `f` on shard `s`'s keys if this worker owns the shard (`None` if not): a
-    /// read that changes nothing, so without the bookkeeping after a command.
+    /// Runs `f` on shard `s`'s keys of database `db` if this worker owns the shard
+    /// (`None` if not): a read that changes nothing, so without the bookkeeping after
+    /// a command.
     #[inline]
-    pub fn read_local<R>(&self, s: usize, f: impl FnOnce(&Keyspace) -> R) -> Option<R> {
+    pub fn read_local<R>(&self, s: usize, db: u8, f: impl FnOnce(&Keyspace) -> R) -> Option<R> {
         let cell = &self.list[s].cell;
-        (current_worker() == Some(cell.owner)).then(|| cell.run(|st| f(&st.ks)))
+        (current_worker() == Some(cell.owner)).then(|| cell.run(|st| f(st.db(db))))
     }
 
     /// Starts each shard's server and flusher threads, on its worker. Call from a
@@ -344,10 +351,16 @@ impl Shards {
             }
         };
         let kick = sh.cell.run(|st| {
-            publish(&sh.memory, st.ks.used_memory());
-            publish(&sh.keys, st.ks.len() as u64);
-            publish(&sh.expires, st.ks.expires_count() as u64);
-            publish(&sh.expired, st.ks.expired_count());
+            publish(&sh.memory, st.used_memory());
+            // The databases commands changed since the last time (one, usually).
+            let mut dirty = std::mem::take(&mut st.dirty_dbs);
+            while dirty != 0 {
+                let d = dirty.trailing_zeros() as usize;
+                dirty &= dirty - 1;
+                publish(&sh.keys[d], st.dbs[d].len() as u64);
+                publish(&sh.expires[d], st.dbs[d].expires_count() as u64);
+            }
+            publish(&sh.expired, st.expired_count());
             if !st.log.is_empty() && !st.kicked {
                 st.kicked = true;
                 true
@@ -593,7 +606,7 @@ impl Shards {
                 let end = start + EXPIRE_SLICE;
                 let more = self.list[s].cell.run(|st| {
                     let now = now_ms();
-                    while st.ks.expire_cycle(now, EXPIRE_BATCH) == EXPIRE_BATCH {
+                    while st.expire_cycle(now, EXPIRE_BATCH) == EXPIRE_BATCH {
                         if Instant::now() >= end {
                             return true;
                         }
@@ -626,12 +639,12 @@ impl Shards {
         let sh = &self.list[s];
         let fail = |what: &str, e: std::io::Error| {
             eprintln!("weft-kv: shard {s}: compaction failed ({what}: {e}); the log is unchanged");
-            sh.cell.run(|st| st.rewrite_tail = None);
+            sh.cell.run(|st| st.end_rewrite());
             sh.rewriting.store(false, Release);
         };
         // A shut-down under way: no compaction (it waits for `rewriting` to clear).
         let stop = || {
-            sh.cell.run(|st| st.rewrite_tail = None);
+            sh.cell.run(|st| st.end_rewrite());
             sh.rewriting.store(false, SeqCst);
         };
         if self.closing.load(SeqCst) {
@@ -641,23 +654,42 @@ impl Shards {
             Ok(rw) => rw,
             Err(e) => return fail("creating the temporary file", e),
         };
-        sh.cell.run(|st| st.rewrite_tail = Some(Vec::new()));
-        let mut cursor = 0;
+        sh.cell.run(|st| st.start_rewrite());
+        // The walk's position: every key before (db, cursor) is written.
+        let (mut db, mut cursor) = (0u8, 0u64);
         let mut chunk = Vec::with_capacity(64 << 10);
-        loop {
+        while (db as usize) < DATABASES {
             let now = now_ms();
-            cursor = sh.cell.run(|st| {
-                st.ks
-                    .walk(cursor, 1024, now, |r| log::encode(&r, &mut chunk))
+            let restart = sh.cell.run(|st| {
+                if st.rewrite_restart {
+                    // A whole database changed (FLUSHDB, FLUSHALL, SWAPDB) behind the
+                    // walk: start again.
+                    st.start_rewrite();
+                    return true;
+                }
+                cursor = st.dbs[db as usize]
+                    .walk(cursor, 1024, now, |r| log::encode_in(db, &r, &mut chunk));
+                if cursor == 0 {
+                    db += 1;
+                }
+                st.frontier = (db, cursor);
+                false
             });
+            if restart {
+                chunk.clear();
+                rw.abort();
+                rw = match Rewriter::create(&self.dir, s) {
+                    Ok(rw) => rw,
+                    Err(e) => return fail("creating the temporary file", e),
+                };
+                (db, cursor) = (0, 0);
+                continue;
+            }
             if let Err(e) = rw.append(&chunk) {
                 rw.abort();
                 return fail("writing the temporary file", e);
             }
             chunk.clear();
-            if cursor == 0 {
-                break;
-            }
             weft_runtime::yield_now();
             if self.closing.load(SeqCst) {
                 rw.abort(); // removes the temporary file
@@ -672,7 +704,7 @@ impl Shards {
     fn publish_rewrite(&self, s: usize, mut rw: Rewriter, writer: &mut LogWriter) {
         let sh = &self.list[s];
         let (tail, pending, end) = sh.cell.run(|st| {
-            let tail = st.rewrite_tail.take().unwrap_or_default();
+            let tail = st.end_rewrite().unwrap_or_default();
             let (p, end) = st.take_log();
             (tail, p, end)
         });

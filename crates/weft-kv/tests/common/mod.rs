@@ -51,6 +51,7 @@ impl T {
         let mut ctx = Ctx {
             now_ms: self.now,
             log: &mut buf,
+            db: 0,
             over_memory: false,
             room: self.room,
             out: None,

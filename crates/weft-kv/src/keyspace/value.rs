@@ -1,0 +1,140 @@
+//! What a key's value is: its type and encoding (the entry's tag), their names for
+//! TYPE and OBJECT ENCODING, and the big encodings' boxed structures (dropped and
+//! counted here, in one `match` over the tags).
+//!
+//! A tag is the top byte of the entry's stamp word (`entry.rs`). A *packed* encoding
+//! keeps the value's bytes in the entry; a *boxed* one keeps there an 8-byte pointer to
+//! a structure the entry owns (docs/kv-types.md, "How is a value held?").
+
+use super::hash::HashTable;
+
+/// The tags: a type and its encoding.
+pub mod tag {
+    /// A string, as SET leaves it (`int` or `embstr` by its bytes).
+    pub const STR: u8 = 0;
+    /// A string changed in place (APPEND, SETRANGE): `raw`.
+    pub const STR_RAW: u8 = 1;
+    /// A small hash: packed field, value, field, value ... in insertion order.
+    pub const HASH_PACKED: u8 = 2;
+    /// A big hash: a pointer to a [`super::HashTable`].
+    pub const HASH_TABLE: u8 = 3;
+}
+
+/// A value's type, as TYPE names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Type {
+    /// A byte string.
+    String,
+    /// Fields and values.
+    Hash,
+}
+
+impl Type {
+    /// The name TYPE answers and SCAN's TYPE option takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Type::String => "string",
+            Type::Hash => "hash",
+        }
+    }
+
+    /// The type TYPE calls `name` (any case), if weft-kv has it.
+    pub fn from_name(name: &[u8]) -> Option<Type> {
+        [Type::String, Type::Hash]
+            .into_iter()
+            .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
+    }
+}
+
+/// The type of a tag.
+#[inline]
+pub fn type_of(tag: u8) -> Type {
+    match tag {
+        tag::STR | tag::STR_RAW => Type::String,
+        tag::HASH_PACKED | tag::HASH_TABLE => Type::Hash,
+        t => unreachable!("no value has tag {t}"),
+    }
+}
+
+/// Whether a tag's value bytes are a pointer to a boxed structure.
+#[inline]
+pub fn is_boxed(tag: u8) -> bool {
+    tag == tag::HASH_TABLE
+}
+
+/// What OBJECT ENCODING answers for a value of tag `tag` whose bytes (in the entry)
+/// are `bytes`. Strings follow Redis's choice: an integer of at most 20 characters
+/// that reads back the same is `int`, another string of at most 44 bytes `embstr`,
+/// a longer one, or one changed in place, `raw`.
+pub fn encoding_name(tag: u8, bytes: &[u8]) -> &'static str {
+    match tag {
+        tag::STR if bytes.len() <= 20 && crate::commands::parse_i64(bytes).is_some() => "int",
+        tag::STR if bytes.len() <= 44 => "embstr",
+        tag::STR | tag::STR_RAW => "raw",
+        tag::HASH_PACKED => "listpack",
+        tag::HASH_TABLE => "hashtable",
+        t => unreachable!("no value has tag {t}"),
+    }
+}
+
+/// Reads the pointer a boxed value's bytes hold.
+#[inline]
+pub(super) fn read_ptr(bytes: &[u8]) -> *mut u8 {
+    let word: [u8; 8] = bytes[..8]
+        .try_into()
+        .expect("a boxed value holds a pointer");
+    usize::from_ne_bytes(word) as *mut u8
+}
+
+/// The bytes that hold `p` in a boxed value.
+#[inline]
+pub(super) fn ptr_bytes(p: *mut u8) -> [u8; 8] {
+    (p as usize).to_ne_bytes()
+}
+
+/// The boxed structure of a big hash, from its value bytes.
+///
+/// # Safety
+/// `bytes` are the value of a live entry of tag [`tag::HASH_TABLE`].
+#[inline]
+pub(super) unsafe fn table(bytes: &[u8]) -> &HashTable {
+    // SAFETY: per the contract, the bytes hold the pointer `Box::into_raw` gave when the
+    // entry took the table, and the entry (which owns it) outlives the borrow.
+    unsafe { &*(read_ptr(bytes) as *const HashTable) }
+}
+
+/// [`table`], to change.
+///
+/// # Safety
+/// As [`table`], and the caller has the entry uniquely.
+#[inline]
+pub(super) unsafe fn table_mut(bytes: &mut [u8]) -> &mut HashTable {
+    // SAFETY: as in `table`; the caller's unique access to the entry makes this the
+    // only reference to the table.
+    unsafe { &mut *(read_ptr(bytes) as *mut HashTable) }
+}
+
+/// Frees the boxed structure of a value of tag `tag` whose bytes are `bytes`.
+///
+/// # Safety
+/// `tag` is boxed, `bytes` hold the pointer its structure was boxed to, and nothing
+/// uses the structure afterwards.
+pub(super) unsafe fn drop_boxed(tag: u8, bytes: &[u8]) {
+    match tag {
+        // SAFETY: per the contract, the pointer came from `Box::into_raw` of a table
+        // and is dropped once.
+        tag::HASH_TABLE => drop(unsafe { Box::from_raw(read_ptr(bytes) as *mut HashTable) }),
+        t => unreachable!("tag {t} is not boxed"),
+    }
+}
+
+/// The bytes a value of tag `tag` counts in the keyspace's memory: its bytes, or its
+/// boxed structure's own count.
+#[inline]
+pub(super) fn memory(tag: u8, bytes: &[u8]) -> u64 {
+    match tag {
+        // SAFETY: an entry's bytes of this tag hold its table, alive while it is.
+        tag::HASH_TABLE => unsafe { table(bytes) }.memory(),
+        _ => bytes.len() as u64,
+    }
+}
