@@ -51,6 +51,8 @@ mod blocking;
 pub mod chan;
 #[cfg(not(feature = "loom"))]
 pub mod fs;
+#[cfg(all(feature = "hook", not(feature = "loom")))]
+pub mod hook;
 #[cfg(not(feature = "loom"))]
 mod io;
 #[cfg(not(feature = "loom"))]

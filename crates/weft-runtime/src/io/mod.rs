@@ -321,7 +321,7 @@ unsafe impl Sync for Slot {}
 unsafe impl Send for Slot {}
 
 impl Slot {
-    fn new(data: OpData) -> Arc<Slot> {
+    pub(crate) fn new(data: OpData) -> Arc<Slot> {
         Arc::new(Slot {
             done: AtomicBool::new(false),
             res: AtomicI64::new(0),
@@ -337,8 +337,13 @@ impl Slot {
         self.waker.unpark();
     }
 
-    fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.done.load(Acquire)
+    }
+
+    /// The result `complete` published (read once [`Slot::is_done`] is true).
+    pub(crate) fn result(&self) -> i64 {
+        self.res.load(Relaxed)
     }
 
     /// The operation's data.
@@ -1272,7 +1277,7 @@ pub(crate) fn connect(fd: &Fd, addr: SockAddr, deadline: Option<Instant>) -> io:
 /// than the read's own work (memset was the top entry of a server's profile), so
 /// each OS thread keeps a few: a buffer comes back after its operation completed and
 /// its bytes were copied out; one lost to a cancellation is simply freed.
-mod bufs {
+pub(crate) mod bufs {
     use std::cell::RefCell;
 
     /// Bytes of buffers kept per OS thread and kind, and the largest buffer kept. A
@@ -1295,7 +1300,7 @@ mod bufs {
     /// A buffer of `len` bytes for an operation to fill (zeroed where it was never
     /// used; a reused one holds old bytes, which the operation overwrites and nobody
     /// reads). Give it back with [`give`].
-    pub(super) fn take(len: usize) -> Vec<u8> {
+    pub(crate) fn take(len: usize) -> Vec<u8> {
         match FILL.with(|c| c.borrow_mut().pop()) {
             Some(mut v) => {
                 v.resize(len, 0);
@@ -1306,7 +1311,7 @@ mod bufs {
     }
 
     /// A buffer holding a copy of `src`. Give it back with [`give_copy`].
-    pub(super) fn copy(src: &[u8]) -> Vec<u8> {
+    pub(crate) fn copy(src: &[u8]) -> Vec<u8> {
         match COPY.with(|c| c.borrow_mut().pop()) {
             Some(mut v) => {
                 v.clear();
@@ -1350,12 +1355,12 @@ mod bufs {
     }
 
     /// Gives a buffer from [`take`] back for reuse.
-    pub(super) fn give(v: Vec<u8>) {
+    pub(crate) fn give(v: Vec<u8>) {
         keep(&FILL, v);
     }
 
     /// Gives a buffer from [`copy`] back for reuse.
-    pub(super) fn give_copy(v: Vec<u8>) {
+    pub(crate) fn give_copy(v: Vec<u8>) {
         keep(&COPY, v);
     }
 }

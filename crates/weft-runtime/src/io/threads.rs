@@ -318,6 +318,18 @@ pub(crate) fn wait_ready(
     since: Option<u64>,
     deadline: Option<Instant>,
 ) -> io::Result<()> {
+    wait_ready_or(fd, dir, since, deadline, &|| false)
+}
+
+/// As [`wait_ready`], returning `Ok` early too when `stop` says so after a wake-up (the
+/// caller, which unparks the thread to stop it, then looks at why).
+pub(crate) fn wait_ready_or(
+    fd: &Fd,
+    dir: Dir,
+    since: Option<u64>,
+    deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> io::Result<()> {
     // Not preemptible while the registry's mutex (or the OnceLock) is held: a green
     // thread switched out holding it would stall the poller and every green thread of
     // its worker that wants it.
@@ -341,6 +353,9 @@ pub(crate) fn wait_ready(
     }
     let _leave = Leave(side, &me);
     loop {
+        if stop() {
+            return Ok(());
+        }
         {
             let _np = NoPreempt::new();
             let mut s = lock(side);

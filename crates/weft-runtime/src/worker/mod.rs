@@ -280,6 +280,16 @@ pub fn current_worker() -> Option<usize> {
     (!w.is_null() && unsafe { (*w).current.is_some() }).then(|| unsafe { (*w).id })
 }
 
+/// Whether the caller is a green thread running its own code, not the runtime's: the
+/// test the system-call layer (`hook`) inlines into every function it overrides.
+#[cfg(feature = "hook")]
+#[inline(always)]
+pub(crate) fn in_green_code() -> bool {
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's live worker; two short reads.
+    !w.is_null() && unsafe { (*w).current.is_some() && (*w).depth.get() == 0 }
+}
+
 impl Worker {
     pub(crate) fn new(
         id: usize,
