@@ -141,6 +141,8 @@ fn check_of(name: &str, args: &[Vec<u8>]) -> Check {
         | "command|list" | "command|docs" | "command|info" => Check::Shape,
         // Key flags are described in each server's own way: the keys are compared.
         "command|getkeysandflags" => Check::Shape,
+        // Each server's own help text; random fields.
+        "object|help" | "hrandfield" => Check::Shape,
         _ => Check::Exact,
     }
 }
@@ -723,7 +725,8 @@ fn full_name(args: &[Vec<u8>]) -> String {
     let name = String::from_utf8_lossy(&args[0]).to_lowercase();
     match args.get(1) {
         Some(sub)
-            if ["client", "config", "command", "function", "script"].contains(&name.as_str()) =>
+            if ["client", "config", "command", "function", "script", "object"]
+                .contains(&name.as_str()) =>
         {
             format!("{name}|{}", String::from_utf8_lossy(sub).to_lowercase())
         }

@@ -262,14 +262,18 @@ pub(crate) fn parse_cursor(text: &[u8]) -> Option<u64> {
 /// Bits of a SCAN cursor below the shard index.
 const SHARD_SHIFT: u32 = 56;
 
-/// A database index as SELECT and MOVE read it: an integer of 32 bits (Redis's
-/// `ERR value is not an integer or out of range` otherwise), 0 to 15 (`out_of_range`
-/// otherwise).
+/// A database index as SELECT and MOVE read it (Redis's `getIntFromObjectOrReply`): not
+/// an integer, `ERR value is not an integer or out of range`; beyond 32 bits, `ERR
+/// value is out of range, value must between -2147483648 and 2147483647`; then 0 to
+/// 15 (`out_of_range` otherwise).
 pub fn parse_db(arg: &[u8], out_of_range: &'static str) -> Result<u8, Reply> {
-    match parse_int32(arg) {
+    match crate::commands::parse_i64(arg) {
+        None => Err(crate::commands::NOT_INT),
+        Some(n) if i32::try_from(n).is_err() => Err(Reply::err(
+            "ERR value is out of range, value must between -2147483648 and 2147483647",
+        )),
         Some(n) if (0..crate::log::DATABASES as i64).contains(&n) => Ok(n as u8),
         Some(_) => Err(Reply::err(out_of_range)),
-        None => Err(crate::commands::NOT_INT),
     }
 }
 
@@ -283,18 +287,19 @@ fn parse_int32(arg: &[u8]) -> Option<i64> {
 /// for an argument that is not an integer, `ERR DB index is out of range` for one
 /// outside 0 to 15.
 fn swapdb(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
-    let index = |a: &[u8], which: &'static str| match parse_int32(a) {
-        None => Err(Reply::err(which)),
-        Some(_) => parse_db(a, "ERR DB index is out of range"),
+    // Both are read before either is checked against the range, as Redis does.
+    let (Some(a), Some(b)) = (parse_int32(&args[1]), parse_int32(&args[2])) else {
+        return Reply::err(if parse_int32(&args[1]).is_none() {
+            "ERR invalid first DB index"
+        } else {
+            "ERR invalid second DB index"
+        });
     };
-    let a = match index(&args[1], "ERR invalid first DB index") {
-        Ok(a) => a,
-        Err(e) => return e,
-    };
-    let b = match index(&args[2], "ERR invalid second DB index") {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
+    let dbs = 0..crate::log::DATABASES as i64;
+    if !dbs.contains(&a) || !dbs.contains(&b) {
+        return Reply::err("ERR DB index is out of range");
+    }
+    let (a, b) = (a as u8, b as u8);
     for s in 0..set.count() {
         if let Some(r) = set.refuses_writes(s) {
             return r;

@@ -233,21 +233,18 @@ pub fn object(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if sub == b"help" && args.len() == 2 {
         return Reply::Array(
             [
-                "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "OBJECT <subcommand> <key>: what weft-kv keeps about a key's value.",
                 "ENCODING <key>",
-                "    Return the kind of internal representation used in order to store the value",
-                "    associated with a <key>.",
+                "    How the value is held: int, embstr or raw for a string; listpack or",
+                "    hashtable for a hash.",
                 "FREQ <key>",
-                "    Return the access frequency index of the <key>. The returned integer is",
-                "    proportional to the logarithm of the recent access frequency of the key.",
+                "    Not kept: weft-kv has no LFU eviction policy.",
                 "IDLETIME <key>",
-                "    Return the idle time of the <key>, that is the approximated number of",
-                "    seconds elapsed since the last access to the key.",
+                "    0: weft-kv does not keep access times.",
                 "REFCOUNT <key>",
-                "    Return the number of references of the value associated with the specified",
-                "    <key>.",
+                "    1: values are never shared.",
                 "HELP",
-                "    Print this help.",
+                "    This help.",
             ]
             .into_iter()
             .map(|l| Reply::Simple(l.into()))

@@ -92,25 +92,46 @@ pub fn records(mut buf: &[u8]) -> Vec<Record> {
     out
 }
 
-/// Every live key with its value and expiry, sorted.
+/// Every live key with its value and expiry, sorted. A hash's value is written as
+/// `hash:` and its sorted `field=value` pairs, each ended by a zero byte.
 pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
-    let mut out = Vec::new();
+    use weft_kv::log::RecordRef;
+    let mut strings = Vec::new();
+    let mut hashes: std::collections::BTreeMap<Vec<u8>, (Vec<Vec<u8>>, Option<u64>)> =
+        Default::default();
     let mut cur = 0;
     loop {
-        cur = ks.walk(cur, 7, now, |r| {
-            if let weft_kv::log::RecordRef::Set {
+        cur = ks.walk(cur, 7, now, |r| match r {
+            RecordRef::Set {
                 key,
                 value,
                 expire_at_ms,
-            } = r
-            {
-                out.push((key.to_vec(), value.to_vec(), expire_at_ms));
+            } => strings.push((key.to_vec(), value.to_vec(), expire_at_ms)),
+            RecordRef::Hash {
+                key,
+                expire_at_ms,
+                items,
+            } => {
+                hashes.insert(key.to_vec(), (items.to_vec(), expire_at_ms));
             }
+            RecordRef::HSet { key, items } => {
+                let h = hashes.get_mut(key).expect("a Hash record first");
+                h.0.extend(items.to_vec());
+            }
+            r => panic!("compaction wrote {r:?}"),
         });
         if cur == 0 {
             break;
         }
     }
-    out.sort();
-    out
+    for (key, (items, at)) in hashes {
+        let mut pairs: Vec<Vec<u8>> = items
+            .chunks(2)
+            .map(|p| [&p[0][..], b"=", &p[1], b"\0"].concat())
+            .collect();
+        pairs.sort();
+        strings.push((key, [b"hash:".to_vec(), pairs.concat()].concat(), at));
+    }
+    strings.sort();
+    strings
 }
