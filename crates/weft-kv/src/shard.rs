@@ -318,3 +318,204 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::{lookup, Exec};
+    use crate::keyspace::Replay;
+
+    /// Every live key of every database: (database, key, its whole-state records as
+    /// bytes), sorted; a big hash's fields sorted so that order does not matter.
+    fn dump(dbs: &[Keyspace], now: u64) -> Vec<(usize, Vec<u8>, Vec<Vec<u8>>)> {
+        let mut out: Vec<(usize, Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
+        for (d, ks) in dbs.iter().enumerate() {
+            let mut cur = 0;
+            loop {
+                cur = ks.walk(cur, 5, now, |r| {
+                    let key = r.key().expect("a key's record").to_vec();
+                    let mut parts = match r {
+                        RecordRef::Set {
+                            value,
+                            expire_at_ms,
+                            ..
+                        } => vec![
+                            b"s".to_vec(),
+                            value.to_vec(),
+                            format!("{expire_at_ms:?}").into(),
+                        ],
+                        RecordRef::Hash {
+                            items,
+                            expire_at_ms,
+                            ..
+                        } => {
+                            let mut v = vec![b"h".to_vec(), format!("{expire_at_ms:?}").into()];
+                            v.extend(items.to_vec().chunks(2).map(|p| p.concat()));
+                            v
+                        }
+                        RecordRef::HSet { items, .. } => {
+                            items.to_vec().chunks(2).map(|p| p.concat()).collect()
+                        }
+                        r => panic!("{r:?}"),
+                    };
+                    match out.last_mut() {
+                        Some((db, k, v)) if *db == d && *k == key => v.append(&mut parts),
+                        _ => out.push((d, key, parts)),
+                    }
+                });
+                if cur == 0 {
+                    break;
+                }
+            }
+        }
+        for (_, _, v) in &mut out {
+            if v[0] == b"h" {
+                v[2..].sort();
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn replay(log: &[u8], now: u64) -> Vec<Keyspace> {
+        let mut dbs: Vec<Keyspace> = (0..DATABASES).map(|_| Keyspace::new()).collect();
+        let mut rp = Replay::new(&mut dbs, now);
+        let mut at = 0;
+        while at < log.len() {
+            let (db, rec, n) = log::decode_frame(&log[at..]).unwrap();
+            rp.push(db, rec);
+            at += n;
+        }
+        rp.finish();
+        dbs
+    }
+
+    struct Rnd(u64);
+    impl Rnd {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// One random command of every kind that changes keys (strings, hashes, the
+    /// expiry, databases), run on the shard as the server runs it; every record goes
+    /// to `all` too.
+    fn random_command(sh: &mut Shard, r: &mut Rnd, now: u64, all: &mut Vec<u8>) {
+        let db = r.below(3) as u8;
+        let key = format!("k{}", r.below(40));
+        let most = if r.below(8) == 0 { 300 } else { 6 };
+        let field = format!("f{}", r.below(most));
+        let before = sh.log.len();
+        match r.below(40) {
+            0 => sh.flush_db(db),
+            1 => sh.swap_dbs(db, r.below(3) as u8),
+            2 => {
+                sh.move_key(key.as_bytes(), db, r.below(3) as u8, now);
+            }
+            3 if r.below(4) == 0 => sh.flush_all(),
+            n => {
+                let v = format!("v{}", r.below(1000));
+                let many: Vec<String> = (0..r.below(200))
+                    .flat_map(|i| [format!("m{i}"), "x".repeat(i as usize % 70)])
+                    .collect();
+                let args: Vec<&str> = match n {
+                    4..=8 => vec!["set", &key, &v],
+                    9..=11 => vec!["append", &key, &v],
+                    12..=13 => vec!["setrange", &key, "3", &v],
+                    14..=15 => vec!["del", &key],
+                    16 => vec!["pexpire", &key, "50"],
+                    17 => vec!["expire", &key, "1000"],
+                    18 => vec!["persist", &key],
+                    19..=25 => vec!["hset", &key, &field, &v],
+                    26 => {
+                        let mut a = vec!["hset", &key];
+                        a.extend(many.iter().map(String::as_str));
+                        if a.len() == 2 {
+                            a.extend([&field[..], &v]);
+                        }
+                        a
+                    }
+                    27..=30 => vec!["hdel", &key, &field, "f1"],
+                    31..=33 => vec!["hincrby", &key, &field, "7"],
+                    34 => vec!["hincrbyfloat", &key, &field, "0.5"],
+                    35 => vec!["incr", &key],
+                    36 => vec!["set", &key, &v, "px", "30"],
+                    _ => vec!["hsetnx", &key, &field, &v],
+                };
+                let cmd = lookup(args[0].as_bytes()).unwrap();
+                let (Exec::Shard(f) | Exec::Split(f, _)) = cmd.exec else {
+                    unreachable!()
+                };
+                let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+                sh.run(f, db, &argv, now, None);
+            }
+        }
+        all.extend_from_slice(&sh.log[before..]);
+        sh.log.clear();
+    }
+
+    /// Compaction while commands run: its image (walked a few hashes at a time, with
+    /// commands of every kind between the steps, time passing) plus its tail of
+    /// records behind the frontier replays to exactly the shard's state, as the whole
+    /// log does; a command about whole databases behind the walk makes it start again.
+    #[test]
+    fn compaction_with_changes_in_between_is_exact() {
+        let mut r = Rnd(0x2545_f491_4f6c_dd1d);
+        let mut restarts = 0;
+        for round in 0..30 {
+            let mut sh = Shard::new(vec![]);
+            let mut now = 1_000_000;
+            let mut all = Vec::new();
+            for _ in 0..300 {
+                random_command(&mut sh, &mut r, now, &mut all);
+            }
+            // The compaction, as `Shards::compact` runs it.
+            sh.start_rewrite();
+            let mut image = Vec::new();
+            let (mut db, mut cursor) = (0u8, 0u64);
+            while (db as usize) < DATABASES as usize {
+                if sh.rewrite_restart {
+                    sh.start_rewrite();
+                    image.clear();
+                    (db, cursor) = (0, 0);
+                    restarts += 1;
+                    continue;
+                }
+                cursor = sh.dbs[db as usize]
+                    .walk(cursor, 2, now, |rec| log::encode_in(db, &rec, &mut image));
+                if cursor == 0 {
+                    db += 1;
+                }
+                sh.frontier = (db, cursor);
+                for _ in 0..r.below(4) {
+                    random_command(&mut sh, &mut r, now, &mut all);
+                }
+                now += r.below(3);
+            }
+            for _ in 0..20 {
+                random_command(&mut sh, &mut r, now, &mut all);
+            }
+            let tail = sh.end_rewrite().unwrap();
+            image.extend_from_slice(&tail);
+            let live = dump(&sh.dbs, now);
+            assert_eq!(
+                dump(&replay(&all, now), now),
+                live,
+                "round {round}: the whole log"
+            );
+            assert_eq!(
+                dump(&replay(&image, now), now),
+                live,
+                "round {round}: the compaction"
+            );
+            assert!(image.len() < all.len() || round == 0 || live.is_empty());
+        }
+        assert!(
+            restarts > 0,
+            "a command about whole databases restarted a compaction"
+        );
+    }
+}
