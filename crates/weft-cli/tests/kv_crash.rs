@@ -4,8 +4,9 @@
 //!
 //! Each round, four writers (two one command at a time, two pipelining 1 to 32
 //! commands) run SET, SET EX, INCR, APPEND, DEL and EXPIRE on keys of their own and on
-//! keys they share, recording for each command when it was sent and when (if ever) its
-//! reply came. Once a random number of replies has come, the server is killed with
+//! keys they share, and HSET, HDEL, HINCRBY, DEL and EXPIRE on hashes of their own and
+//! HINCRBY and HSET on hashes they share, recording for each command when it was sent
+//! and when (if ever) its reply came. Once a random number of replies has come, the server is killed with
 //! SIGKILL; it is restarted on the same directory, and every key is read back (value
 //! and whether it has a time to live). A command whose reply came is *acknowledged*
 //! and must have taken effect; one sent without a reply is *in flight* and may or may
@@ -21,7 +22,11 @@
 //!   live agrees (SET EX leaves one, SET none unless an EXPIRE could come after it);
 //! - a shared APPEND key holds each acknowledged piece once, no piece twice, and no
 //!   two pieces in an order that contradicts the replies (a piece acknowledged before
-//!   another was sent comes first).
+//!   another was sent comes first);
+//! - a writer's own hash is checked as a writer's own key (its fields and values, and
+//!   whether it has a time to live); a shared hash holds in each counter field at least
+//!   the acknowledged HINCRBYs and at most those plus the ones in flight, every field
+//!   whose HSET was acknowledged, and no field never sent.
 //!
 //! What is promised, and so checked: `kill -9` is a crash of the process, not of the
 //! machine, and docs/kv.md promises that such a crash loses nothing acknowledged under
@@ -56,10 +61,36 @@ enum Op {
     Append(String),
     Del,
     Expire,
+    /// HSET field value.
+    HSet(String, String),
+    /// HDEL field.
+    HDel(String),
+    /// HINCRBY field 1.
+    HIncr(String),
 }
 
-/// A key's state: its value and whether it has a time to live.
+/// A key's state: its value (a hash's: its fields as `field=value;` in field order)
+/// and whether it has a time to live.
 type State = Option<(String, bool)>;
+
+/// A hash's fields from its state's text.
+fn fields(text: &str) -> BTreeMap<String, String> {
+    text.split(';')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (f, v) = p.split_once('=').expect("field=value");
+            (f.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// A hash's state text from its fields (a hash without fields does not exist).
+fn hash_state(fields: &BTreeMap<String, String>, ttl: bool) -> State {
+    (!fields.is_empty()).then(|| {
+        let text = fields.iter().map(|(f, v)| format!("{f}={v};")).collect();
+        (text, ttl)
+    })
+}
 
 /// What the command does to `state`, as Redis defines it.
 fn apply(state: &State, op: &Op) -> State {
@@ -80,6 +111,26 @@ fn apply(state: &State, op: &Op) -> State {
                 _ => state.clone(), // an error reply; nothing changes
             },
         },
+        Op::HSet(..) | Op::HDel(_) | Op::HIncr(_) => {
+            let (mut f, ttl) = match state {
+                None => (BTreeMap::new(), false),
+                Some((text, ttl)) => (fields(text), *ttl),
+            };
+            match op {
+                Op::HSet(k, v) => {
+                    f.insert(k.clone(), v.clone());
+                }
+                Op::HDel(k) => {
+                    f.remove(k);
+                }
+                Op::HIncr(k) => {
+                    let n: i64 = f.get(k).map_or(0, |v| v.parse().expect("a counter field"));
+                    f.insert(k.clone(), (n + 1).to_string());
+                }
+                _ => unreachable!(),
+            }
+            hash_state(&f, ttl)
+        }
     }
 }
 
@@ -90,6 +141,10 @@ enum Class {
     Counter,
     Register,
     Appends,
+    /// A writer's own hash.
+    PrivateHash,
+    /// A hash the writers share: counter fields and fields of their own.
+    SharedHash,
 }
 
 /// One command a writer sent.
@@ -125,14 +180,19 @@ fn key_name(round: u64, class: Class, owner: usize, n: u64) -> String {
         Class::Counter => format!("r{round}:c{n}"),
         Class::Register => format!("r{round}:g{n}"),
         Class::Appends => format!("r{round}:a{n}"),
+        Class::PrivateHash => format!("r{round}:hp{owner}:{n}"),
+        Class::SharedHash => format!("r{round}:hs{n}"),
     }
 }
 
 fn class_of(key: &str) -> Class {
-    match key.split(':').nth(1).and_then(|k| k.chars().next()) {
+    let k = key.split(':').nth(1).unwrap_or("");
+    match k.chars().next() {
         Some('p') => Class::Private,
         Some('c') => Class::Counter,
         Some('g') => Class::Register,
+        Some('h') if k.starts_with("hp") => Class::PrivateHash,
+        Some('h') => Class::SharedHash,
         _ => Class::Appends,
     }
 }
@@ -147,7 +207,27 @@ fn next_op(rng: &mut Rng, round: u64, w: usize, seq: u64) -> (String, Op) {
         }
         v
     };
-    match rng.below(20) {
+    match rng.below(26) {
+        20..=22 => {
+            let key = key_name(round, Class::PrivateHash, w, rng.below(3));
+            let op = match rng.below(10) {
+                0..=3 => Op::HSet(format!("f{}", rng.below(4)), unique(rng)),
+                4..=5 => Op::HDel(format!("f{}", rng.below(4))),
+                6..=7 => Op::HIncr(format!("n{}", rng.below(2))),
+                8 => Op::HDel(format!("n{}", rng.below(2))),
+                _ if rng.below(2) == 0 => Op::Del,
+                _ => Op::Expire,
+            };
+            (key, op)
+        }
+        23..=25 => {
+            let key = key_name(round, Class::SharedHash, 0, rng.below(2));
+            let op = match rng.below(3) {
+                0 => Op::HSet(format!("w{w}.{seq}"), "1".into()),
+                _ => Op::HIncr(format!("c{}", rng.below(2))),
+            };
+            (key, op)
+        }
         0..=9 => {
             let key = key_name(round, Class::Private, w, rng.below(6));
             let op = match rng.below(12) {
@@ -188,6 +268,9 @@ fn send(c: &mut Client, key: &str, op: &Op) {
         Op::Append(s) => c.send(&[b"APPEND", k, s.as_bytes()]),
         Op::Del => c.send(&[b"DEL", k]),
         Op::Expire => c.send(&[b"EXPIRE", k, b"100000"]),
+        Op::HSet(f, v) => c.send(&[b"HSET", k, f.as_bytes(), v.as_bytes()]),
+        Op::HDel(f) => c.send(&[b"HDEL", k, f.as_bytes()]),
+        Op::HIncr(f) => c.send(&[b"HINCRBY", k, f.as_bytes(), b"1"]),
     }
 }
 
@@ -246,20 +329,35 @@ fn writer(
     }
 }
 
-/// Reads every key's state (value, and whether TTL says it has a time to live).
+/// Reads every key's state (value, or a hash's fields, and whether TTL says it has a
+/// time to live).
 fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
+    let hash = |k: &str| matches!(class_of(k), Class::PrivateHash | Class::SharedHash);
     for k in keys {
-        c.send(&[b"GET", k.as_bytes()]);
+        let read: &[u8] = if hash(k) { b"HGETALL" } else { b"GET" };
+        c.send(&[read, k.as_bytes()]);
         c.send(&[b"TTL", k.as_bytes()]);
     }
     c.flush().unwrap();
     let mut out = HashMap::new();
+    let text = |v: Reply| match v {
+        Reply::Bulk(v) => String::from_utf8(v).unwrap(),
+        other => panic!("not a string: {other:?}"),
+    };
     for k in keys {
         let v = c.read_reply().unwrap();
         let ttl = c.read_reply().unwrap();
         let state = match (v, ttl) {
             (Reply::Nil, _) => None,
             (Reply::Bulk(v), Reply::Int(t)) => Some((String::from_utf8(v).unwrap(), t >= 0)),
+            (Reply::Array(items), Reply::Int(t)) if hash(k) => {
+                let mut f = BTreeMap::new();
+                let mut it = items.into_iter();
+                while let (Some(name), Some(value)) = (it.next(), it.next()) {
+                    f.insert(text(name), text(value));
+                }
+                hash_state(&f, t >= 0)
+            }
             other => panic!("{k}: {other:?}"),
         };
         out.insert(k.clone(), state);
@@ -286,7 +384,7 @@ fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
     let acked = calls.iter().filter(|c| c.acked.is_some()).count();
     let fail = |why: String| Some(format!("{key}: found {}: {why}", show(got)));
     match class_of(key) {
-        Class::Private => {
+        Class::Private | Class::PrivateHash => {
             // One writer: its acknowledged commands are a prefix of its commands.
             let mut states = vec![None];
             for c in calls {
@@ -367,6 +465,43 @@ fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
                     calls.len() - acked
                 ))
             }
+        }
+        Class::SharedHash => {
+            let got = got.as_ref().map_or_else(BTreeMap::new, |(t, _)| fields(t));
+            for c in ["c0", "c1"] {
+                let incr = |x: &&&Call| matches!(&x.op, Op::HIncr(f) if f == c);
+                let acked = calls
+                    .iter()
+                    .filter(incr)
+                    .filter(|x| x.acked.is_some())
+                    .count();
+                let sent = calls.iter().filter(incr).count();
+                let n = got
+                    .get(c)
+                    .map_or(0, |v| v.parse::<usize>().unwrap_or(usize::MAX));
+                if !(acked..=sent).contains(&n) {
+                    return fail(format!(
+                        "field {c} is {n}: {acked} increments were acknowledged and {} in flight",
+                        sent - acked
+                    ));
+                }
+            }
+            for c in calls {
+                if let Op::HSet(f, _) = &c.op {
+                    if c.acked.is_some() && !got.contains_key(f) {
+                        return fail(format!("the acknowledged field {f} is lost"));
+                    }
+                }
+            }
+            for f in got.keys().filter(|f| !f.starts_with('c')) {
+                let sent = calls
+                    .iter()
+                    .any(|c| matches!(&c.op, Op::HSet(g, _) if g == f));
+                if !sent {
+                    return fail(format!("the field {f} was never sent"));
+                }
+            }
+            None
         }
         Class::Appends => {
             let pieces: Vec<String> = match got {
@@ -673,4 +808,44 @@ fn the_checks_tell_allowed_from_lost() {
     assert!(check_key("r0:a0", &a, &some("|y|x", false)).is_some());
     assert!(check_key("r0:a0", &a, &some("|x", false)).is_some());
     assert!(check_key("r0:a0", &a, &some("|x|y|y", false)).is_some());
+    // A writer's own hash: acknowledged HSET a, HINCRBY n0, HDEL a; in flight HSET b.
+    let hp = [
+        call(
+            "r0:hp0:1",
+            Op::HSet("a".into(), "1".into()),
+            0,
+            1,
+            0,
+            Some(1),
+        ),
+        call("r0:hp0:1", Op::HIncr("n0".into()), 0, 2, 2, Some(3)),
+        call("r0:hp0:1", Op::HDel("a".into()), 0, 3, 4, Some(5)),
+        call("r0:hp0:1", Op::HSet("b".into(), "2".into()), 0, 4, 6, None),
+    ];
+    let hp: Vec<&Call> = hp.iter().collect();
+    assert_eq!(check_key("r0:hp0:1", &hp, &some("n0=1;", false)), None);
+    assert_eq!(check_key("r0:hp0:1", &hp, &some("b=2;n0=1;", false)), None);
+    assert!(check_key("r0:hp0:1", &hp, &some("a=1;n0=1;", false)).is_some());
+    assert!(check_key("r0:hp0:1", &hp, &None).is_some());
+    // A shared hash: two acknowledged increments of c0, one in flight; w1's field
+    // acknowledged.
+    let hs = [
+        call("r0:hs0", Op::HIncr("c0".into()), 0, 1, 0, Some(1)),
+        call("r0:hs0", Op::HIncr("c0".into()), 1, 1, 0, Some(1)),
+        call("r0:hs0", Op::HIncr("c0".into()), 2, 1, 0, None),
+        call(
+            "r0:hs0",
+            Op::HSet("w1.2".into(), "1".into()),
+            1,
+            2,
+            2,
+            Some(3),
+        ),
+    ];
+    let hs: Vec<&Call> = hs.iter().collect();
+    assert_eq!(check_key("r0:hs0", &hs, &some("c0=2;w1.2=1;", false)), None);
+    assert_eq!(check_key("r0:hs0", &hs, &some("c0=3;w1.2=1;", false)), None);
+    assert!(check_key("r0:hs0", &hs, &some("c0=1;w1.2=1;", false)).is_some());
+    assert!(check_key("r0:hs0", &hs, &some("c0=2;", false)).is_some());
+    assert!(check_key("r0:hs0", &hs, &some("c0=2;w1.2=1;w9.9=1;", false)).is_some());
 }
