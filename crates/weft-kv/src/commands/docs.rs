@@ -8,7 +8,7 @@ pub struct Doc {
     pub summary: &'static str,
     /// The Redis version that introduced it.
     pub since: &'static str,
-    /// Redis's group: string, generic, connection, server, scripting.
+    /// Redis's group: string, hash, generic, connection, server, scripting.
     pub group: &'static str,
     /// How its cost grows.
     pub complexity: &'static str,
@@ -33,13 +33,15 @@ const KEYS: &str = "O(N) where N is the number of keys given";
 const ALL: &str = "O(N) where N is the number of keys in the store";
 const CLIENTS: &str = "O(N) where N is the number of connections";
 const SUBS: &str = "Depends on the subcommand";
+const FIELDS: &str = "O(N) where N is the number of fields given";
+const HASH: &str = "O(N) where N is the number of fields of the hash";
 const NONE: &str = "Not supported by weft-kv";
 
 /// The documentation of a command or subcommand (`client|list`), by its lower-case
 /// name.
 pub fn doc(name: &str) -> Option<Doc> {
     use self::d as x;
-    let (s, c, g, n) = ("string", "connection", "generic", "server");
+    let (s, c, g, n, h) = ("string", "connection", "generic", "server", "hash");
     Some(match name {
         "get" => x("Returns the string value of a key", "1.0.0", s, O1),
         "set" => x(
@@ -299,6 +301,30 @@ pub fn doc(name: &str) -> Option<Doc> {
             n,
             O1,
         ),
+        "object" => x("Tells about a key's value", "2.2.3", g, SUBS),
+        "object|encoding" => x("Returns how a key's value is held", "2.2.3", g, O1),
+        "object|freq" => x("Not kept: weft-kv has no LFU policy", "4.0.0", g, O1),
+        "object|idletime" => x("Returns 0: access times are not kept", "2.2.3", g, O1),
+        "object|refcount" => x("Returns 1: values are not shared", "2.2.3", g, O1),
+        "object|help" => x("Returns OBJECT's help", "6.2.0", g, O1),
+        "move" => x("Moves a key to another database", "1.0.0", g, O1),
+        "swapdb" => x("Swaps two databases", "4.0.0", n, ALL),
+        "hset" => x("Sets fields of a hash, creating it", "2.0.0", h, FIELDS),
+        "hsetnx" => x("Sets a field of a hash only if it has none", "2.0.0", h, O1),
+        "hmset" => x("Sets fields of a hash (as HSET, answering OK)", "2.0.0", h, FIELDS),
+        "hget" => x("Returns a field's value", "2.0.0", h, O1),
+        "hmget" => x("Returns the values of fields", "2.0.0", h, FIELDS),
+        "hdel" => x("Removes fields of a hash", "2.0.0", h, FIELDS),
+        "hlen" => x("Returns the number of fields of a hash", "2.0.0", h, O1),
+        "hstrlen" => x("Returns the length of a field's value", "3.2.0", h, O1),
+        "hexists" => x("Says whether a hash has a field", "2.0.0", h, O1),
+        "hkeys" => x("Returns the fields of a hash", "2.0.0", h, HASH),
+        "hvals" => x("Returns the values of a hash", "2.0.0", h, HASH),
+        "hgetall" => x("Returns the fields and values of a hash", "2.0.0", h, HASH),
+        "hincrby" => x("Adds an integer to a field", "2.0.0", h, O1),
+        "hincrbyfloat" => x("Adds a number to a field, in extended precision", "2.6.0", h, O1),
+        "hrandfield" => x("Returns random fields of a hash", "6.2.0", h, FIELDS),
+        "hscan" => x("Walks the fields of a hash with a cursor", "2.8.0", h, O1),
         "function" => x(
             "Functions (not supported; FLUSH answers OK)",
             "7.0.0",

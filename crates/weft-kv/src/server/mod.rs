@@ -119,7 +119,23 @@ impl Settings {
             ("unixsocket", path(&c.unix_socket)),
             ("unixsocketperm", "600".into()),
             ("dir", c.dir.display().to_string()),
-            ("databases", "1".into()),
+            ("databases", crate::log::DATABASES.to_string()),
+            (
+                "hash-max-listpack-entries",
+                crate::keyspace::hash::max_packed_entries().to_string(),
+            ),
+            (
+                "hash-max-listpack-value",
+                crate::keyspace::hash::max_packed_value().to_string(),
+            ),
+            (
+                "hash-max-ziplist-entries",
+                crate::keyspace::hash::max_packed_entries().to_string(),
+            ),
+            (
+                "hash-max-ziplist-value",
+                crate::keyspace::hash::max_packed_value().to_string(),
+            ),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             (
                 "auto-aof-rewrite-percentage",
@@ -162,6 +178,13 @@ impl Settings {
                 *self.password.lock().unwrap() = (!value.is_empty()).then(|| value.to_string())
             }
             "auto-aof-rewrite-min-size" => self.rewrite_min.store(num(value)?, Relaxed),
+            // A hash stays packed within these (later writes convert by them).
+            "hash-max-listpack-entries" | "hash-max-ziplist-entries" => {
+                crate::keyspace::hash::set_thresholds(Some(num(value)? as usize), None)
+            }
+            "hash-max-listpack-value" | "hash-max-ziplist-value" => {
+                crate::keyspace::hash::set_thresholds(None, Some(num(value)? as usize))
+            }
             "auto-aof-rewrite-percentage" => self.rewrite_pct.store(num(value)?, Relaxed),
             "client-output-limit" => {
                 let n = usize::try_from(num(value)?).unwrap_or(usize::MAX);
