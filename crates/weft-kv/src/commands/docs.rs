@@ -311,7 +311,12 @@ pub fn doc(name: &str) -> Option<Doc> {
         "swapdb" => x("Swaps two databases", "4.0.0", n, ALL),
         "hset" => x("Sets fields of a hash, creating it", "2.0.0", h, FIELDS),
         "hsetnx" => x("Sets a field of a hash only if it has none", "2.0.0", h, O1),
-        "hmset" => x("Sets fields of a hash (as HSET, answering OK)", "2.0.0", h, FIELDS),
+        "hmset" => x(
+            "Sets fields of a hash (as HSET, answering OK)",
+            "2.0.0",
+            h,
+            FIELDS,
+        ),
         "hget" => x("Returns a field's value", "2.0.0", h, O1),
         "hmget" => x("Returns the values of fields", "2.0.0", h, FIELDS),
         "hdel" => x("Removes fields of a hash", "2.0.0", h, FIELDS),
@@ -322,7 +327,12 @@ pub fn doc(name: &str) -> Option<Doc> {
         "hvals" => x("Returns the values of a hash", "2.0.0", h, HASH),
         "hgetall" => x("Returns the fields and values of a hash", "2.0.0", h, HASH),
         "hincrby" => x("Adds an integer to a field", "2.0.0", h, O1),
-        "hincrbyfloat" => x("Adds a number to a field, in extended precision", "2.6.0", h, O1),
+        "hincrbyfloat" => x(
+            "Adds a number to a field, in extended precision",
+            "2.6.0",
+            h,
+            O1,
+        ),
         "hrandfield" => x("Returns random fields of a hash", "6.2.0", h, FIELDS),
         "hscan" => x("Walks the fields of a hash with a cursor", "2.8.0", h, O1),
         "function" => x(
