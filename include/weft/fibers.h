@@ -27,6 +27,8 @@
  *   - SwitchToFiber to a fiber that is running on another thread:
  *     ERROR_BUSY (the target's failed_activations count goes up).
  *   - DeleteFiber of a fiber running on another thread: ERROR_BUSY.
+ *   - ConvertFiberToThread in another thread's converted fiber (the thread
+ *     would go on on that thread's stack): ERROR_INVALID_PARAMETER.
  *   - A fiber handle is checked before anything is read: a deleted fiber's
  *     handle gives ERROR_INVALID_HANDLE, NULL or any other value
  *     ERROR_INVALID_PARAMETER.

@@ -292,6 +292,11 @@ static void converted_fiber_visits_another_thread(void) {
     /* Here on the visitor's thread. */
     CHECK(test_gettid() != me);
     CHECK(GetCurrentFiber() == g_fibers[0]);
+    /* Converting back here would leave the visitor on this thread's stack
+     * (undefined on Windows): weft refuses, and nothing changes. */
+    SetLastError(0);
+    CHECK_ERR(ConvertFiberToThread() == FALSE, ERROR_INVALID_PARAMETER);
+    CHECK(GetCurrentFiber() == g_fibers[0]);
     g_step = 2;
     SwitchToFiber(g_fibers[2]);
     /* Back on this thread, from host, once the visitor has ended. */

@@ -281,6 +281,15 @@ pub(crate) fn convert_back() -> Result<(), Error> {
             // Its runtime, or its `Fiber` handle, owns it and would free it.
             return Err(Error::NotThreadFiber);
         }
+        let owner = (*cur).owner.load(Relaxed);
+        if !owner.is_null() && owner != t {
+            // The thread would go on on the other thread's stack, which that thread
+            // frees when it ends.
+            return Err(Error::InvalidParameter(
+                "ConvertFiberToThread in another thread's converted fiber: its frames are on \
+                 that thread's stack; switch to a fiber of this thread first",
+            ));
+        }
         if cur != (*t).main {
             // The thread goes on as a plain thread on `cur`'s stack, with `cur`'s FLS
             // values: `cur` becomes its own record. The converted fiber stays a fiber.

@@ -15,6 +15,7 @@
 //! | `SwitchToFiber`, `DeleteFiber` with a deleted fiber's handle | undefined (freed memory) | fail, `ERROR_INVALID_HANDLE`; nothing else is touched |
 //! | `SwitchToFiber`, `DeleteFiber` with NULL or a pointer that is no fiber handle | crashes | fail, `ERROR_INVALID_PARAMETER` |
 //! | `DeleteFiber` of a fiber running on another thread | undefined | fails, `ERROR_BUSY` |
+//! | `ConvertFiberToThread` in another thread's converted fiber | undefined (the thread goes on on a stack that the other thread's end frees) | fails, `ERROR_INVALID_PARAMETER` |
 //! | `DeleteFiber` of another live thread's converted fiber | frees that thread's stack | fails, `ERROR_INVALID_PARAMETER` |
 //! | `FIBER_FLAG_FLOAT_SWITCH` | opt-in FP state switch | always on (MXCSR and x87 control word are per fiber) |
 //!
