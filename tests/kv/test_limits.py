@@ -11,8 +11,8 @@ data directory already in use.
   limit) with `ERR Protocol error: invalid multibulk length` and closes that connection;
   one announcing 1,000,000 waits for its arguments. VmRSS grows by less than 50 MB, and
   other connections are served meanwhile.
-- `SELECT 1` gets `ERR DB index is out of range` (weft-kv has one database; Redis has
-  16, so this one is weft-kv's own).
+- `SELECT 16` gets `ERR DB index is out of range` (databases 0 to 15, as Redis's
+  default), and a database's keys are its own.
 - A second `weft kv serve` on a data directory a running server uses fails, naming
   the running server's pid.
 
@@ -220,11 +220,14 @@ def test_huge_multibulk_header_allocates_nothing(kv_factory):
 
 
 @weft_only
-def test_select_other_db_is_refused(kv_factory):
+def test_select_past_the_last_db_is_refused(kv_factory):
     s = kv_factory(name="select").start()
     with s.raw() as sk:
         assert raw_command(sk, "SELECT", "0") == b"+OK\r\n"
-        assert raw_command(sk, "SELECT", "1") == b"-ERR DB index is out of range\r\n"
+        assert raw_command(sk, "SET", "k", "zero") == b"+OK\r\n"
+        assert raw_command(sk, "SELECT", "15") == b"+OK\r\n"
+        assert raw_command(sk, "GET", "k") == b"$-1\r\n"
+        assert raw_command(sk, "SELECT", "16") == b"-ERR DB index is out of range\r\n"
         assert raw_command(sk, "SELECT", "x") == b"-ERR value is not an integer or out of range\r\n"
         assert raw_command(sk, "PING") == b"+PONG\r\n"
 

@@ -18,13 +18,25 @@ use crate::shard::{now_ms, Shard};
 pub trait ShardSet {
     /// How many shards there are.
     fn count(&self) -> usize;
-    /// Runs `f` on shard `s`, wherever that shard lives, and returns its result.
+    /// Runs `f` on shard `s`, wherever that shard lives, and returns its result (once
+    /// no transaction holds the shard).
     fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R;
+    /// Runs `f` as a transaction over `shards` (sorted, distinct): `f` reaches them
+    /// through the [`Held`] it is given, and no other command runs on any of them
+    /// from before its first part until every part's records are written, so none
+    /// sees some parts without the others (docs/kv-types.md).
+    fn atomically<R>(&self, shards: &[usize], f: impl FnOnce(&dyn Held) -> R) -> R;
     /// The bytes of memory that may still be added before the configured limit, as
     /// the shards last said (`u64::MAX`: no limit).
     fn room(&self) -> u64;
     /// Why shard `s` refuses writes now (its log cannot be written), if it does.
     fn refuses_writes(&self, s: usize) -> Option<Reply>;
+}
+
+/// The shards a transaction holds ([`ShardSet::atomically`]).
+pub trait Held {
+    /// Runs `f` on shard `s` (one of the transaction's).
+    fn with(&self, s: usize, f: &mut (dyn FnMut(&mut Shard) + Send));
 }
 
 /// The LSNs a connection must see written before it sends its replies: per shard,
@@ -117,12 +129,29 @@ fn run_split(
         return OOM;
     }
     let mut replies = Vec::with_capacity(parts.len());
-    for p in &parts {
+    if let [p] = &parts[..] {
         let argv = borrow_args(&p.args);
         let (reply, lsn) = set.with(p.shard, |sh| sh.run(f, db, &argv, now, None));
         acks.note(p.shard, lsn);
         replies.push(reply);
+        return route::merge(how, &parts, replies);
     }
+    // Keys of several shards: one transaction, so that no client sees some parts
+    // without the others.
+    let mut shards: Vec<usize> = parts.iter().map(|p| p.shard).collect();
+    shards.sort_unstable();
+    set.atomically(&shards, |held| {
+        for p in &parts {
+            let argv = borrow_args(&p.args);
+            let mut out = None;
+            held.with(p.shard, &mut |sh| {
+                out = Some(sh.run(f, db, &argv, now, None))
+            });
+            let (reply, lsn) = out.expect("the part ran");
+            acks.note(p.shard, lsn);
+            replies.push(reply);
+        }
+    });
     route::merge(how, &parts, replies)
 }
 
@@ -223,17 +252,13 @@ pub fn run_common(
                 }
             }
             let all = cmd.name == "flushall";
-            for s in 0..set.count() {
-                let lsn = set.with(s, |sh| {
-                    if all {
-                        sh.flush_all();
-                    } else {
-                        sh.flush_db(db);
-                    }
-                    sh.appended
-                });
-                acks.note(s, lsn);
-            }
+            on_every_shard(set, acks, &mut |sh| {
+                if all {
+                    sh.flush_all();
+                } else {
+                    sh.flush_db(db);
+                }
+            });
             Reply::OK
         }
         _ => return None,
@@ -305,14 +330,24 @@ fn swapdb(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
             return r;
         }
     }
-    for s in 0..set.count() {
-        let lsn = set.with(s, |sh| {
-            sh.swap_dbs(a, b);
-            sh.appended
-        });
-        acks.note(s, lsn);
-    }
+    on_every_shard(set, acks, &mut |sh| sh.swap_dbs(a, b));
     Reply::OK
+}
+
+/// Runs `f` on every shard as one transaction (FLUSHDB, FLUSHALL, SWAPDB: no client
+/// sees some shards changed and others not).
+fn on_every_shard(set: &impl ShardSet, acks: &mut Acks, f: &mut (dyn FnMut(&mut Shard) + Send)) {
+    let shards: Vec<usize> = (0..set.count()).collect();
+    set.atomically(&shards, |held| {
+        for &s in &shards {
+            let mut lsn = 0;
+            held.with(s, &mut |sh| {
+                f(sh);
+                lsn = sh.appended;
+            });
+            acks.note(s, lsn);
+        }
+    });
 }
 
 /// MOVE key db: moves the key from database `db` to the other database, on its shard

@@ -36,6 +36,10 @@ struct StoreShard {
 
 struct Inner {
     shards: Vec<Mutex<StoreShard>>,
+    /// Commands take it shared; a transaction over several shards takes it alone, so
+    /// no command sees part of one (a store serves one process: serializing those is
+    /// simple and enough).
+    gate: std::sync::RwLock<()>,
     fsync: Fsync,
     stop: AtomicBool,
     _dir: DataDir,
@@ -89,6 +93,7 @@ impl Store {
         }
         let inner = Arc::new(Inner {
             shards,
+            gate: std::sync::RwLock::new(()),
             fsync,
             stop: AtomicBool::new(false),
             _dir: dd,
@@ -234,6 +239,38 @@ impl ShardSet for Inner {
     }
 
     fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R {
+        let _shared = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        self.run_on(s, f)
+    }
+
+    fn atomically<R>(&self, _shards: &[usize], f: impl FnOnce(&dyn crate::exec::Held) -> R) -> R {
+        let _alone = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        f(self)
+    }
+
+    fn room(&self) -> u64 {
+        u64::MAX
+    }
+
+    fn refuses_writes(&self, s: usize) -> Option<Reply> {
+        let g = self.shards[s].lock().unwrap_or_else(|p| p.into_inner());
+        g.error.as_ref().map(|e| {
+            Reply::error(format!(
+                "MISCONF Errors writing to the append only file: {e}"
+            ))
+        })
+    }
+}
+
+impl crate::exec::Held for Inner {
+    fn with(&self, s: usize, f: &mut (dyn FnMut(&mut Shard) + Send)) {
+        self.run_on(s, f)
+    }
+}
+
+impl Inner {
+    /// Runs `f` on shard `s` under its lock, then writes what it logged.
+    fn run_on<R>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R) -> R {
         let mut g = self.shards[s].lock().unwrap_or_else(|p| p.into_inner());
         let r = f(&mut g.shard);
         if !g.shard.log.is_empty() {
@@ -253,19 +290,6 @@ impl ShardSet for Inner {
             }
         }
         r
-    }
-
-    fn room(&self) -> u64 {
-        u64::MAX
-    }
-
-    fn refuses_writes(&self, s: usize) -> Option<Reply> {
-        let g = self.shards[s].lock().unwrap_or_else(|p| p.into_inner());
-        g.error.as_ref().map(|e| {
-            Reply::error(format!(
-                "MISCONF Errors writing to the append only file: {e}"
-            ))
-        })
     }
 }
 

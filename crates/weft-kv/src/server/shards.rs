@@ -17,13 +17,31 @@
 //! the caller is blocked in the call until the reply. A pipeline of commands for one
 //! shard goes in one call.
 //!
+//! # Gates: commands over several shards
+//! Each shard has a [`Gate`]: the transaction holding it, and those waiting for it,
+//! first come first served (docs/kv-types.md, "How are commands over several shards
+//! atomic?"). A command over several shards (MSET, MGET, DEL, EXISTS of keys of
+//! several shards; FLUSHDB, FLUSHALL, SWAPDB) runs as a transaction
+//! ([`ShardSet::atomically`]): it enters the gates of its shards in ascending order
+//! (so no two transactions wait for each other), runs its parts, waits until their
+//! records are written, and leaves the gates. Every other access to a shard checks its
+//! gate first, in the closure that runs on the shard's worker: while another
+//! transaction holds it, a local caller waits for the gate, and a closure sent by IPC
+//! is answered "held" at once (the shard's IPC server never blocks) and its caller
+//! waits and sends it again. So no command sees a transaction's part on one shard
+//! without its parts on the others, and a single-shard command pays one load.
+//!
 //! # Writing the log
 //! Each shard's **flusher** green thread owns its [`LogWriter`]. Commands append
 //! records to the shard's buffer and *kick* the flusher; it takes the whole buffer
-//! (every record since its last write: group commit), writes it through weft's
-//! io_uring-backed I/O, fsyncs under `always`, then publishes the LSN it reached as
-//! `durable` and wakes the connections waiting for it. Under `everysec` it also
-//! fsyncs once a second when it wrote something. A failed write (ENOSPC, EIO) puts
+//! (every record since its last write: group commit), writes it (a plain `pwrite` on
+//! the worker, or through io_uring after one that slept: `log/writer.rs`), fsyncs
+//! under `always` (write and fsync as one linked io_uring chain), then publishes the
+//! LSN it reached as `durable` and wakes the connections waiting for it. Under
+//! `everysec` an fsync of what was written runs once a second, when something was, on
+//! a green thread of its own: the flusher goes on writing (and connections on being
+//! acknowledged) while it runs; a failed one is reported as a failed write is, and the
+//! flusher fsyncs again itself. A failed write (ENOSPC, EIO) puts
 //! the records back, makes the shard refuse writes with `MISCONF` and is retried
 //! every 100 ms: service resumes when space returns.
 //!
@@ -67,8 +85,9 @@
 //! (cycles that ended on their budget) and `expire_cycle_cpu_milliseconds`.
 
 use super::Settings;
-use crate::exec::ShardSet;
+use crate::exec::{Held, ShardSet};
 use crate::keyspace::Keyspace;
+use crate::log::writer::SyncHandle;
 use crate::log::{self, DataDir, LogWriter, Rewriter};
 
 /// The number of databases.
@@ -122,9 +141,71 @@ impl ShardCell {
     }
 }
 
+/// A shard's gate (module doc).
+pub struct Gate {
+    /// The transaction holding the shard (0: none). Read without the lock by every
+    /// access to the shard; written under it.
+    held: AtomicU64,
+    /// Transactions waiting for the shard, in arrival order.
+    queue: Mutex<std::collections::VecDeque<u64>>,
+    /// Signalled when the holder changes.
+    cv: Condvar,
+}
+
+impl Gate {
+    fn new() -> Gate {
+        Gate {
+            held: AtomicU64::new(0),
+            queue: Mutex::new(Default::default()),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Whether `tx` (0: no transaction) may run on the shard now.
+    #[inline]
+    fn lets(&self, tx: u64) -> bool {
+        let h = self.held.load(Acquire);
+        h == 0 || h == tx
+    }
+
+    /// Takes the gate for transaction `tx`, waiting behind the transactions that came
+    /// first.
+    fn enter(&self, tx: u64) {
+        let mut q = self.queue.lock();
+        if self.held.load(Acquire) == 0 && q.is_empty() {
+            self.held.store(tx, Release);
+            return;
+        }
+        q.push_back(tx);
+        while self.held.load(Acquire) != tx {
+            q = self.cv.wait(q);
+        }
+    }
+
+    /// Gives the gate up (to the next transaction waiting, if any).
+    fn leave(&self, tx: u64) {
+        let mut q = self.queue.lock();
+        debug_assert_eq!(self.held.load(Acquire), tx, "left by its holder");
+        let next = q.pop_front().unwrap_or(0);
+        self.held.store(next, Release);
+        drop(q);
+        self.cv.notify_all();
+    }
+
+    /// Waits until `tx` (0: no transaction) may run on the shard.
+    fn wait(&self, tx: u64) {
+        let mut q = self.queue.lock();
+        while !self.lets(tx) {
+            q = self.cv.wait(q);
+        }
+    }
+}
+
 /// One shard and the signals around it.
 pub struct ServerShard {
     cell: ShardCell,
+    /// Transactions over several shards (module doc).
+    gate: Gate,
     tid: std::sync::OnceLock<Tid>,
     /// The LSN written (and fsynced under `always`).
     durable: AtomicU64,
@@ -175,6 +256,48 @@ const CLOSING: u8 = 1;
 /// A flusher has written and fsynced all it held and writes nothing more.
 const CLOSED: u8 = 2;
 
+/// A shard's `everysec` fsync, run on a green thread of its own on the shard's worker
+/// so that the flusher goes on writing meanwhile (Redis, too, fsyncs its log in a
+/// background thread under `everysec`).
+#[derive(Default)]
+struct BackgroundSync {
+    /// Set from [`BackgroundSync::start`] until the fsync is done.
+    running: AtomicBool,
+    /// The last fsync's outcome, until the flusher takes it: the flusher's count of
+    /// writes without fsync when it started (it covers those), and its error if any.
+    done: std::sync::Mutex<Option<(u64, Result<(), String>)>>,
+}
+
+impl BackgroundSync {
+    /// Starts an fsync of `file`, covering the first `covers` writes, on `worker`;
+    /// `false` if no green thread could be made for it.
+    fn start(self: &Arc<Self>, s: usize, worker: usize, file: SyncHandle, covers: u64) -> bool {
+        self.running.store(true, Release);
+        let me = self.clone();
+        let spawned = ThreadBuilder::new()
+            .name(format!("kv-fsync {s}"))
+            .preemptible(false)
+            .spawn_on(worker, move || {
+                let res = file.sync().map_err(|e| e.to_string());
+                *me.done.lock().unwrap() = Some((covers, res));
+                me.running.store(false, Release);
+            });
+        if spawned.is_err() {
+            self.running.store(false, Release);
+        }
+        spawned.is_ok()
+    }
+
+    fn running(&self) -> bool {
+        self.running.load(Acquire)
+    }
+
+    /// The outcome of the last fsync, once (None while one runs or after it was taken).
+    fn finished(&self) -> Option<(u64, Result<(), String>)> {
+        self.done.lock().unwrap().take()
+    }
+}
+
 /// Every shard of the server.
 pub struct Shards {
     list: Vec<ServerShard>,
@@ -182,6 +305,8 @@ pub struct Shards {
     settings: Arc<Settings>,
     /// Set while [`Shards::close`] runs: no compaction starts or goes on.
     closing: AtomicBool,
+    /// The last transaction id given (ids start at 1; 0 is "no transaction").
+    next_tx: AtomicU64,
     /// Active expiry cycles that ended on their time budget with keys still due.
     pub expire_capped: AtomicU64,
     /// Time spent in active expiry slices, in microseconds.
@@ -212,6 +337,7 @@ impl Shards {
                         busy: Cell::new(false),
                         state: UnsafeCell::new(state),
                     },
+                    gate: Gate::new(),
                     tid: std::sync::OnceLock::new(),
                     durable: AtomicU64::new(0),
                     fsync_asked: AtomicU64::new(0),
@@ -239,6 +365,7 @@ impl Shards {
             dir,
             settings,
             closing: AtomicBool::new(false),
+            next_tx: AtomicU64::new(0),
             expire_capped: AtomicU64::new(0),
             expire_us: AtomicU64::new(0),
         }
@@ -300,15 +427,21 @@ impl Shards {
         };
         loop {
             let f = msg.words[0] as *mut &mut (dyn FnMut(&mut Shard) + Send);
-            sh.cell.run(|st| {
-                self.set_room(s, st);
-                // SAFETY: `with` put a pointer to its closure here and is blocked in
-                // its call until we reply, so the closure is alive and nobody else
-                // uses it.
-                unsafe { (*f)(st) }
-            });
-            self.after_run(s);
-            match ipc::reply_and_wait(&client, Message::word(0), Timeout::Never) {
+            // Another transaction holds the shard: "held" (1), and the caller waits
+            // for the gate and sends the closure again.
+            let ran = sh.gate.lets(msg.words[1]);
+            if ran {
+                sh.cell.run(|st| {
+                    self.set_room(s, st);
+                    // SAFETY: `run_on` put a pointer to its closure here and is blocked
+                    // in its call until we reply, so the closure is alive and nobody
+                    // else uses it.
+                    unsafe { (*f)(st) }
+                });
+                self.after_run(s);
+            }
+            let answer = Message::word(if ran { 0 } else { 1 });
+            match ipc::reply_and_wait(&client, answer, Timeout::Never) {
                 Ok((c, m)) => (client, msg) = (c, m),
                 Err(_) => loop {
                     if let Ok((c, m)) = ipc::receive(None, Timeout::Never) {
@@ -386,6 +519,12 @@ impl Shards {
         let policy = || self.settings.fsync();
         let mut last_sync = Instant::now();
         let mut unsynced = false;
+        // The `everysec` fsync runs beside the flusher (module doc): `writes` counts the
+        // writes made without fsync, and an fsync that covered the last of them leaves
+        // nothing unsynced. After a failed one, the next fsync is the flusher's own.
+        let background = Arc::new(BackgroundSync::default());
+        let mut writes = 0u64;
+        let mut sync_failed = false;
         // The buffer of the last write, cleared: handed back to the shard for the next
         // records, so appending does not regrow a fresh vector after every write.
         let mut spare: Vec<u8> = Vec::new();
@@ -405,6 +544,15 @@ impl Shards {
             if close == CLOSED {
                 continue; // The process is exiting: nothing more is written.
             }
+            match background.finished() {
+                Some((covers, Ok(()))) if covers == writes => unsynced = false,
+                Some((_, Err(e))) => {
+                    unsynced = true;
+                    sync_failed = true;
+                    self.set_error(s, Some(e));
+                }
+                _ => {}
+            }
             if let Some(rw) = sh.switch.lock().unwrap().take() {
                 self.publish_rewrite(s, rw, &mut writer);
             }
@@ -420,11 +568,7 @@ impl Shards {
                     st.appended,
                 )
             });
-            let must_sync = close == CLOSING
-                || asked > sh.fsync_done.load(Relaxed)
-                || (policy() == Fsync::EverySec
-                    && unsynced
-                    && last_sync.elapsed() >= Duration::from_secs(1));
+            let must_sync = close == CLOSING || asked > sh.fsync_done.load(Relaxed) || sync_failed;
             if !buf.is_empty() {
                 match writer.write(&buf, policy() == Fsync::Always || must_sync) {
                     Ok(()) => {
@@ -432,8 +576,10 @@ impl Shards {
                         if policy() == Fsync::Always || must_sync {
                             last_sync = Instant::now();
                             unsynced = false;
+                            sync_failed = false;
                         } else {
                             unsynced = true;
+                            writes += 1;
                         }
                         self.set_error(s, None);
                         sh.durable.store(end, Release);
@@ -458,6 +604,7 @@ impl Shards {
                     Ok(()) => {
                         last_sync = Instant::now();
                         unsynced = false;
+                        sync_failed = false;
                         self.set_error(s, None);
                     }
                     // A shut-down waits for this fsync: it must hear of its failure.
@@ -466,6 +613,23 @@ impl Shards {
                 }
             } else if asked > sh.fsync_done.load(Relaxed) && !unsynced {
                 // Nothing to write and nothing unsynced: the request is met.
+            }
+            // Once a second under `everysec`: an fsync of what is written so far, on a
+            // green thread of its own, while the writes go on (one still running since
+            // the last second is left to finish first).
+            if policy() == Fsync::EverySec
+                && unsynced
+                && !must_sync
+                && last_sync.elapsed() >= Duration::from_secs(1)
+                && !background.running()
+            {
+                last_sync = Instant::now();
+                if !background.start(s, sh.cell.owner, writer.sync_handle(), writes) {
+                    // No green thread for it: the flusher's own fsync.
+                    if writer.sync().is_ok() {
+                        unsynced = false;
+                    }
+                }
             }
             if asked > sh.fsync_done.load(Relaxed) && !unsynced && !sh.failing.load(Relaxed) {
                 sh.fsync_done.store(asked, Release);
@@ -571,6 +735,41 @@ impl Shards {
             }
         }
         Ok(())
+    }
+
+    /// Runs `f` on shard `s`, wherever it lives, once its gate lets transaction `tx`
+    /// (0: none) in (module doc).
+    fn run_on<R: Send>(&self, s: usize, tx: u64, f: impl FnOnce(&mut Shard) -> R + Send) -> R {
+        let sh = &self.list[s];
+        if current_worker() == Some(sh.cell.owner) {
+            // Nothing else runs on this worker between the check and the closure, and
+            // a transaction's part on this shard runs on this worker too.
+            if !sh.gate.lets(tx) {
+                sh.gate.wait(tx);
+            }
+            let r = sh.cell.run(|st| {
+                self.set_room(s, st);
+                f(st)
+            });
+            self.after_run(s);
+            return r;
+        }
+        let mut f = Some(f);
+        let mut out = None;
+        let mut run = |st: &mut Shard| out = Some((f.take().expect("run once"))(st));
+        let mut dynf: &mut (dyn FnMut(&mut Shard) + Send) = &mut run;
+        let ptr = &mut dynf as *mut &mut (dyn FnMut(&mut Shard) + Send) as u64;
+        let tid = sh.tid.get().expect("the shard's server thread runs");
+        loop {
+            let answer = ipc::call(tid, Message::new([ptr, tx, 0, 0]), Timeout::Never)
+                .expect("a shard's server thread lives as long as the server");
+            if answer.words[0] == 0 {
+                break;
+            }
+            // Held by another transaction: wait for the gate, then send it again.
+            sh.gate.wait(tx);
+        }
+        out.expect("the shard's server ran the closure")
     }
 
     /// Starts a compaction of every shard not compacting already; `false` if all
@@ -770,24 +969,33 @@ impl ShardSet for Shards {
 
     #[inline]
     fn with<R: Send>(&self, s: usize, f: impl FnOnce(&mut Shard) -> R + Send) -> R {
-        let sh = &self.list[s];
-        if current_worker() == Some(sh.cell.owner) {
-            let r = sh.cell.run(|st| {
-                self.set_room(s, st);
-                f(st)
-            });
-            self.after_run(s);
-            return r;
+        self.run_on(s, 0, f)
+    }
+
+    fn atomically<R>(&self, shards: &[usize], f: impl FnOnce(&dyn Held) -> R) -> R {
+        debug_assert!(
+            shards.windows(2).all(|w| w[0] < w[1]),
+            "sorted and distinct"
+        );
+        let tx = self.next_tx.fetch_add(1, Relaxed) + 1;
+        for &s in shards {
+            self.list[s].gate.enter(tx);
         }
-        let mut f = Some(f);
-        let mut out = None;
-        let mut run = |st: &mut Shard| out = Some((f.take().expect("run once"))(st));
-        let mut dynf: &mut (dyn FnMut(&mut Shard) + Send) = &mut run;
-        let ptr = &mut dynf as *mut &mut (dyn FnMut(&mut Shard) + Send) as u64;
-        let tid = sh.tid.get().expect("the shard's server thread runs");
-        ipc::call(tid, Message::word(ptr), Timeout::Never)
-            .expect("a shard's server thread lives as long as the server");
-        out.expect("the shard's server ran the closure")
+        let held = ServerHeld {
+            shards: self,
+            tx,
+            written: std::sync::Mutex::new(Vec::new()),
+        };
+        let r = f(&held);
+        // No one sees the parts before every one of them is written: a crash cannot
+        // take back part of what a client was shown.
+        for (s, lsn) in held.written.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            let _ = self.wait_durable(s, lsn);
+        }
+        for &s in shards {
+            self.list[s].gate.leave(tx);
+        }
+        r
     }
 
     fn room(&self) -> u64 {
@@ -806,5 +1014,32 @@ impl ShardSet for Shards {
         Some(Reply::error(format!(
             "MISCONF Errors writing to the append only file: {e}"
         )))
+    }
+}
+
+/// The shards a transaction holds (`Shards::atomically`): runs its parts through their
+/// gates, and notes how far each part's records go.
+struct ServerHeld<'a> {
+    shards: &'a Shards,
+    tx: u64,
+    /// (shard, LSN at the end of a part): what must be written before the gates open.
+    written: std::sync::Mutex<Vec<(usize, u64)>>,
+}
+
+impl Held for ServerHeld<'_> {
+    fn with(&self, s: usize, f: &mut (dyn FnMut(&mut Shard) + Send)) {
+        let (before, after) = self.shards.run_on(s, self.tx, |st| {
+            let before = st.appended;
+            f(st);
+            (before, st.appended)
+        });
+        // A part that logged nothing (a read) waits for nothing before the gates open
+        // (what it read, its reply waits for, as any read's).
+        if after > before {
+            self.written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((s, after));
+        }
     }
 }
