@@ -725,8 +725,10 @@ fn full_name(args: &[Vec<u8>]) -> String {
     let name = String::from_utf8_lossy(&args[0]).to_lowercase();
     match args.get(1) {
         Some(sub)
-            if ["client", "config", "command", "function", "script", "object"]
-                .contains(&name.as_str()) =>
+            if [
+                "client", "config", "command", "function", "script", "object",
+            ]
+            .contains(&name.as_str()) =>
         {
             format!("{name}|{}", String::from_utf8_lossy(sub).to_lowercase())
         }
