@@ -30,3 +30,45 @@ pub fn pipe() -> (i32, i32) {
 pub fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
+
+/// Raises this process's limit of open descriptors to `want` if it can (the soft limit
+/// up to the hard one; as root the hard one too); returns the limit now.
+pub fn raise_nofile(want: u64) -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        if r.rlim_cur >= want {
+            return r.rlim_cur;
+        }
+        let up = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: r.rlim_max.max(want),
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &up) != 0 {
+            let soft = libc::rlimit {
+                rlim_cur: r.rlim_max.min(want),
+                rlim_max: r.rlim_max,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &soft);
+        }
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+    }
+    r.rlim_cur
+}
+
+/// How many connections of a test that wants `want` fit in the descriptor limit (each
+/// takes `per` descriptors, plus a margin); says so when fewer.
+pub fn connections_that_fit(want: usize, per: usize) -> usize {
+    let limit = raise_nofile((want * per + 256) as u64) as usize;
+    let n = want.min(limit.saturating_sub(256) / per);
+    if n < want {
+        note(&format!(
+            "RLIMIT_NOFILE is {limit} and cannot be raised: {n} connections instead of {want}"
+        ));
+    }
+    n
+}

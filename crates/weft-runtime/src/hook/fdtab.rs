@@ -21,11 +21,13 @@
 //! [`LIMIT`] on have none (the layer then asks the kernel at every wait, and a close
 //! does not wake their waiters).
 
+use crate::io::threads::Registration;
 use crate::io::NoPreempt;
 use crate::park::Unparker;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::Arc;
 
 const CHUNK: usize = 1024;
 const DIRS: usize = 4096;
@@ -63,6 +65,9 @@ pub(crate) struct Entry {
     timeo_tag: AtomicU64,
     rcvtimeo_us: AtomicU64,
     sndtimeo_us: AtomicU64,
+    /// The descriptor's registration with the thread fallback's epoll thread (an
+    /// `Arc::into_raw`, or null), made at its first wait there; changed under `lock`.
+    reg: AtomicPtr<Registration>,
 }
 
 // SAFETY: `head` and the links it leads to are only touched with `lock` held.
@@ -213,6 +218,34 @@ impl Entry {
         (g, wake)
     }
 
+    /// The descriptor's registration with the thread fallback's epoll thread, made if
+    /// need be: None if the generation is no longer `gen`, or the kernel refuses it
+    /// (`EEXIST`: another registration of the same file, or `EPERM`: not pollable).
+    pub(crate) fn registration(&self, fd: c_int, gen: u32) -> Option<Arc<Registration>> {
+        let _g = self.lock();
+        if self.gen.load(Relaxed) != gen {
+            return None;
+        }
+        let p = self.reg.load(Relaxed);
+        if !p.is_null() {
+            // SAFETY: a count the entry holds (`Arc::into_raw`), alive under the lock.
+            return Some(unsafe {
+                Arc::increment_strong_count(p);
+                Arc::from_raw(p)
+            });
+        }
+        let r = Arc::new(Registration::new(fd).ok()?);
+        self.reg.store(Arc::into_raw(r.clone()).cast_mut(), Relaxed);
+        Some(r)
+    }
+
+    /// Takes the registration away (lock held by the caller).
+    fn take_registration(&self) -> Option<Arc<Registration>> {
+        let p = self.reg.swap(core::ptr::null_mut(), Relaxed);
+        // SAFETY: the entry's count, given up here.
+        (!p.is_null()).then(|| unsafe { Arc::from_raw(p) })
+    }
+
     /// Learned kind, if learned in this generation.
     #[inline]
     pub(crate) fn kind(&self, gen: u32) -> Option<Kind> {
@@ -292,17 +325,22 @@ pub(crate) fn closing(fd: c_int) -> Closing {
     let Some(e) = entry(fd) else {
         return Closing(None);
     };
-    let (g, wake) = {
+    let (g, wake, reg) = {
         let _l = e.lock();
         // Odd: being closed. A second close racing with this one keeps it odd.
-        e.bump(|g| {
+        let (g, wake) = e.bump(|g| {
             if g & 1 == 0 {
                 g.wrapping_add(1)
             } else {
                 g.wrapping_add(2)
             }
-        })
+        });
+        (g, wake, e.take_registration())
     };
+    if let Some(r) = reg {
+        // Before the close: the epoll thread's registration goes with the descriptor.
+        r.deregister(fd);
+    }
     for w in wake {
         w.unpark_owned();
     }
@@ -314,10 +352,14 @@ pub(crate) fn closing(fd: c_int) -> Closing {
 /// still registered under the old meaning is woken (it fails with `EBADF`).
 pub(crate) fn created(fd: c_int) {
     let Some(e) = entry(fd) else { return };
-    let (_, wake) = {
+    let (wake, reg) = {
         let _l = e.lock();
-        e.bump(|g| (g | 1).wrapping_add(1))
+        let (_, wake) = e.bump(|g| (g | 1).wrapping_add(1));
+        (wake, e.take_registration())
     };
+    if let Some(r) = reg {
+        r.deregister(fd);
+    }
     for w in wake {
         w.unpark_owned();
     }

@@ -386,7 +386,14 @@ unsafe fn accept_green(
             Err(s) => Err(s),
         }
     } else {
-        accept_pool(fd, flags, f.rcvtimeo.map(|t| Instant::now() + t), &w)
+        accept_pool(
+            fd,
+            e,
+            gen,
+            flags,
+            f.rcvtimeo.map(|t| Instant::now() + t),
+            &w,
+        )
     };
     match r {
         Ok((n, a)) if n >= 0 => {
@@ -404,11 +411,13 @@ unsafe fn accept_green(
 /// returns at once unless another thread took the connection first).
 fn accept_pool(
     fd: c_int,
+    e: Option<&'static fdtab::Entry>,
+    gen: u32,
     flags: c_int,
     deadline: Option<Instant>,
     w: &Waiter,
 ) -> Result<(i64, SockAddr), Stop> {
-    wait::ready(&[(fd, libc::POLLIN as u32)], deadline, w)?;
+    wait::ready_one(fd, e, gen, libc::POLLIN as u32, deadline, w)?;
     wait::pool(
         move || {
             let mut a = SockAddr::default();

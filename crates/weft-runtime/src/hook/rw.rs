@@ -208,7 +208,7 @@ pub(crate) fn transfer(
                 }
             }
         } else {
-            if let Err(s) = wait::ready(&[(x.fd, events)], deadline, &w) {
+            if let Err(s) = wait::ready_one(x.fd, e, gen, events, deadline, &w) {
                 return if done > 0 {
                     done as isize
                 } else {

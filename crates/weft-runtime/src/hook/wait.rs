@@ -203,7 +203,7 @@ pub(crate) fn ready(
         return poll_uring(fds[0].0, fds[0].1, deadline, w);
     }
     let Some(set) = EpollSet::new(fds) else {
-        return Ok(());
+        return ready_on_pool(fds, deadline, w);
     };
     if set.empty {
         // Nothing can become ready (only descriptors that cannot be polled for what
@@ -232,6 +232,67 @@ pub(crate) fn ready(
     }
 }
 
+/// Waits until descriptor `fd` (entry `e` as of generation `gen`, if it has one) may
+/// be ready for `events`: as [`ready`], and on the thread fallback through the
+/// descriptor's own registration with the epoll thread (armed again at each wait, so a
+/// registration the kernel dropped behind the layer's back is made again), which costs
+/// no descriptor of its own.
+pub(crate) fn ready_one(
+    fd: c_int,
+    e: Option<&'static Entry>,
+    gen: u32,
+    events: u32,
+    deadline: Option<Instant>,
+    w: &Waiter,
+) -> Result<(), Stop> {
+    if on_uring() {
+        return poll_uring(fd, events, deadline, w);
+    }
+    let dir = match events as i16 {
+        libc::POLLIN => Dir::Read,
+        libc::POLLOUT => Dir::Write,
+        _ => return ready(&[(fd, events)], deadline, w),
+    };
+    let Some(reg) = e.and_then(|e| e.registration(fd, gen)) else {
+        return ready(&[(fd, events)], deadline, w);
+    };
+    let since = reg.edges(dir);
+    if reg.rearm(fd).is_err() {
+        // Not open any more: the call says so.
+        return Ok(());
+    }
+    threads::wait_edge(&reg, dir, since, deadline, &|| w.check().is_some())
+        .map_err(|_| Stop::TimedOut)?;
+    match w.check() {
+        Some(s) => Err(s),
+        None => Ok(()),
+    }
+}
+
+/// Waits on a pool thread with `poll(2)` (a slice of the time left at most): for when
+/// no epoll instance can be made (no descriptor left). `Ok`: look again.
+fn ready_on_pool(fds: &[(c_int, u32)], deadline: Option<Instant>, w: &Waiter) -> Result<(), Stop> {
+    let slice = left(deadline)?.map_or(1000, |d| d.as_millis().clamp(1, 1000) as c_int);
+    let mut set: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, ev)| libc::pollfd {
+            fd,
+            events: ev as i16,
+            revents: 0,
+        })
+        .collect();
+    pool(
+        move || {
+            // SAFETY: a set the job owns.
+            unsafe { super::real::poll()(set.as_mut_ptr(), set.len() as libc::nfds_t, slice) }
+        },
+        false,
+        Some(w),
+    )?;
+    left(deadline)?;
+    Ok(())
+}
+
 /// Parks until `deadline` (forever if None), a close of a watched descriptor or a
 /// signal: `TimedOut` when the deadline passes.
 pub(crate) fn sleep_until(deadline: Option<Instant>, w: &Waiter) -> Result<(), Stop> {
@@ -249,8 +310,9 @@ struct EpollSet {
 }
 
 impl EpollSet {
-    /// The set; None when the caller should simply look again now (a descriptor is
-    /// not open any more, or no instance can be made: the retried call says why).
+    /// The set; None when no instance can be made (no descriptor left: the caller
+    /// waits otherwise) or a descriptor cannot be added (not open any more: the caller
+    /// waits otherwise and its retried call says so).
     fn new(fds: &[(c_int, u32)]) -> Option<EpollSet> {
         // SAFETY: creates a descriptor that `Fd` owns (and closes).
         let ep = unsafe { super::real::epoll_create1()(libc::EPOLL_CLOEXEC) };

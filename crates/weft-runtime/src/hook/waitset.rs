@@ -15,6 +15,7 @@
 //! with a mask other than the thread's own is the C library's (it blocks the worker,
 //! and is counted as not covered). With no mask, or the thread's own, it is covered.
 
+use super::fd::entry_gen;
 use super::stats::{self, Call};
 use super::wait::{self, Stop, Waiter};
 use super::{fail, fair, green, parked, real, stop_errno};
@@ -69,10 +70,13 @@ fn wait_for(
     let _waiting = stats::Waiting::new(call, fds.is_empty());
     parked();
     loop {
-        let r = if fds.is_empty() {
-            wait::sleep_until(deadline, &w)
-        } else {
-            wait::ready(fds, deadline, &w)
+        let r = match fds {
+            [] => wait::sleep_until(deadline, &w),
+            &[(fd, ev)] => {
+                let (e, gen) = entry_gen(fd);
+                wait::ready_one(fd, e, gen, ev, deadline, &w)
+            }
+            _ => wait::ready(fds, deadline, &w),
         };
         match r {
             Ok(()) => {

@@ -271,7 +271,7 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    fn new(fd: RawFd) -> io::Result<Registration> {
+    pub(crate) fn new(fd: RawFd) -> io::Result<Registration> {
         let p = poller()?;
         let token = p.next.fetch_add(1, Relaxed);
         let state = Arc::new(PollState::default());
@@ -289,8 +289,36 @@ impl Registration {
         Ok(Registration { token, state })
     }
 
+    /// How many readiness edges came in direction `dir` (see [`edges`]).
+    #[cfg_attr(not(feature = "hook"), allow(dead_code))]
+    pub(crate) fn edges(&self, dir: Dir) -> u64 {
+        let _np = NoPreempt::new();
+        lock(self.state.side(dir)).edges
+    }
+
+    /// Arms the registration of `fd` again (`EPOLL_CTL_MOD`, or `ADD` when the kernel
+    /// has dropped it: the descriptor was closed and its number given out again): the
+    /// readiness it has now comes as an edge.
+    #[cfg_attr(not(feature = "hook"), allow(dead_code))]
+    pub(crate) fn rearm(&self, fd: RawFd) -> io::Result<()> {
+        let p = poller()?;
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: self.token,
+        };
+        // SAFETY: an epoll_event on the stack, for a descriptor of the caller's.
+        unsafe {
+            if libc::epoll_ctl(p.epfd, libc::EPOLL_CTL_MOD, fd, &mut ev) == 0
+                || libc::epoll_ctl(p.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) == 0
+            {
+                return Ok(());
+            }
+        }
+        Err(io::Error::last_os_error())
+    }
+
     /// Removes the registration (before the descriptor is closed).
-    pub(crate) fn deregister(self, fd: RawFd) {
+    pub(crate) fn deregister(&self, fd: RawFd) {
         let _np = NoPreempt::new();
         if let Ok(p) = poller() {
             // SAFETY: unregisters a descriptor we still own.
@@ -340,6 +368,18 @@ pub(crate) fn wait_ready_or(
     let (Some(reg), Some(since)) = (reg, since) else {
         return wait_on_pool(fd, dir, deadline);
     };
+    wait_edge(reg, dir, since, deadline, stop)
+}
+
+/// Waits until registration `reg` has an edge in direction `dir` after `since`, or
+/// `deadline`, or `stop` says so after a wake-up (then `Ok`).
+pub(crate) fn wait_edge(
+    reg: &Registration,
+    dir: Dir,
+    since: u64,
+    deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> io::Result<()> {
     let side = reg.state.side(dir);
     let me = Unparker::current();
     // Takes our entry out of the waiter list however we leave (an edge already took it;
