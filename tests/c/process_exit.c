@@ -1,4 +1,4 @@
-/* What happens when the process exits, in child processes:
+/* What happens when the process, or a thread, ends, in child processes:
  *
  *   atexit:   the main thread, a fiber, calls exit(). Its atexit handler still
  *             runs on that fiber: it switches to another fiber and back and
@@ -8,6 +8,9 @@
  *   deadlock: a thread ends and its FLS callback never returns; the main
  *             thread then calls exit(). The process exits all the same, and
  *             the main thread's FLS callback runs during the exit.
+ *   foreign:  a thread ends (pthread_exit) while it runs another thread's
+ *             converted fiber, whose frames are on that thread's stack: weft
+ *             stops the process with a message rather than go on.
  *
  * Each child reports what it saw through a pipe; the parent checks the order
  * and the exit status. A child that hangs is caught by the harness's time
@@ -16,6 +19,7 @@
 
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 static int g_pipe = -1;
@@ -114,9 +118,55 @@ static void child_deadlock(void) {
     exit(0);
 }
 
+/* ---- a thread ends on another thread's stack -------------------------------------- */
+
+static LPVOID g_home, g_borrower;
+
+static void *borrower(void *arg) {
+    (void)arg;
+    g_borrower = ConvertThreadToFiber(NULL);
+    CHECK(g_borrower != NULL);
+    SwitchToFiber(g_home); /* runs the main thread's fiber here */
+    CHECK(!"the borrowed fiber came back");
+    return NULL;
+}
+
+static VOID WINAPI lender(LPVOID param) {
+    (void)param;
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, borrower, NULL), 0);
+    pthread_join(t, NULL); /* the process ends before */
+    CHECK(!"the borrowing thread ended");
+}
+
+static void child_foreign_end(void) {
+    dup2(g_pipe, 2); /* weft's message goes to the parent */
+    g_home = ConvertThreadToFiber(NULL);
+    CHECK(g_home != NULL);
+    LPVOID f = CreateFiber(0, lender, NULL);
+    CHECK(f != NULL);
+    SwitchToFiber(f);
+    /* Here on the borrowing thread: ending it here would leave this fiber's
+     * frames, on the main thread's stack, to a thread that is gone. weft stops
+     * the process with a message instead. */
+    report("ending;");
+    pthread_exit(NULL);
+}
+
 /* ---- parent ---------------------------------------------------------------------- */
 
+/* Runs fn in a child process; returns what it reported (static) and its status. */
+static const char *run_child_status(void (*fn)(void), const char *name, int *status);
+
 static void run_child(void (*fn)(void), const char *name, const char *expect) {
+    int status = 0;
+    const char *got = run_child_status(fn, name, &status);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK(strcmp(got, expect) == 0);
+}
+
+static const char *run_child_status(void (*fn)(void), const char *name, int *status) {
     int fds[2];
     CHECK_EQ(pipe(fds), 0);
     fflush(stdout);
@@ -129,7 +179,7 @@ static void run_child(void (*fn)(void), const char *name, const char *expect) {
         _exit(3); /* not reached: fn exits */
     }
     close(fds[1]);
-    char got[256];
+    static char got[1024];
     size_t len = 0;
     for (;;) {
         ssize_t n = read(fds[0], got + len, sizeof got - 1 - len);
@@ -139,17 +189,20 @@ static void run_child(void (*fn)(void), const char *name, const char *expect) {
     }
     got[len] = 0;
     close(fds[0]);
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
-    printf("%s: child reported \"%s\", status %d\n", name, got, status);
-    CHECK(WIFEXITED(status));
-    CHECK_EQ(WEXITSTATUS(status), 0);
-    CHECK(strcmp(got, expect) == 0);
+    CHECK_EQ(waitpid(pid, status, 0), pid);
+    printf("%s: child reported \"%s\", status %d\n", name, got, *status);
+    return got;
 }
 
 int main(void) {
     run_child(child_atexit, "atexit", "exit;atexit;main-callback;");
     run_child(child_deadlock, "deadlock", "thread-callback;exit;main-callback;");
+    int status = 0;
+    const char *got = run_child_status(child_foreign_end, "foreign end", &status);
+    CHECK(WIFSIGNALED(status));
+    CHECK_EQ(WTERMSIG(status), SIGABRT);
+    CHECK(strncmp(got, "ending;", 7) == 0);
+    CHECK(strstr(got, "another thread's converted fiber") != NULL);
     TEST_PASS("process_exit");
     return 0;
 }

@@ -297,6 +297,11 @@ static void converted_fiber_visits_another_thread(void) {
     SetLastError(0);
     CHECK_ERR(ConvertFiberToThread() == FALSE, ERROR_INVALID_PARAMETER);
     CHECK(GetCurrentFiber() == g_fibers[0]);
+    /* So would deleting it, which ends the thread that runs it. */
+    SetLastError(0);
+    DeleteFiber(GetCurrentFiber());
+    CHECK_EQ(GetLastError(), ERROR_INVALID_PARAMETER);
+    CHECK(GetCurrentFiber() == g_fibers[0]);
     g_step = 2;
     SwitchToFiber(g_fibers[2]);
     /* Back on this thread, from host, once the visitor has ended. */

@@ -419,6 +419,16 @@ unsafe fn cleanup_exiting_thread() {
             take_own_stack_fibers(t, cur);
         }
         if !cur.is_null() && cur != (*t).main {
+            let owner = (*cur).owner.load(Relaxed);
+            if !owner.is_null() && owner != t {
+                die(format_args!(
+                    "thread {} ended (pthread_exit) while running fiber {}, another thread's \
+                     converted fiber, on that thread's stack; end a thread only from its own \
+                     fibers",
+                    (*t).tid,
+                    (*cur).id
+                ));
+            }
             // The fiber running when the thread ended: its FLS callbacks run, and it
             // stays a finished fiber until DeleteFiber (freed now if it deleted itself).
             (*cur).owner.store(ptr::null_mut(), Release);

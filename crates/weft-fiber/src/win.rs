@@ -323,16 +323,17 @@ pub unsafe extern "C" fn DeleteFiber(fiber: LPVOID) {
             ));
         }
         let t = tls::thread();
-        if !t.is_null() && (*t).current == r {
-            // Ends the thread; its cleanup runs the FLS callbacks and frees `r`.
-            thread::delete_current(t, r);
-        }
         let owner = (*r).owner.load(Acquire);
         if !owner.is_null() && owner != t {
-            // Its frames are on that thread's stack, which lives as long as the thread.
+            // Its frames are on that thread's stack, which lives as long as the thread
+            // (and deleting it here while it runs would end this thread on that stack).
             return fail(Error::InvalidParameter(
                 "DeleteFiber of another thread's converted fiber; that thread must call ConvertFiberToThread, or end",
             ));
+        }
+        if !t.is_null() && (*t).current == r {
+            // Ends the thread; its cleanup runs the FLS callbacks and frees `r`.
+            thread::delete_current(t, r);
         }
         let was = match crate::api::take_for_delete(r) {
             Ok(was) => was,
