@@ -16,12 +16,15 @@
 //! | `SwitchToFiber`, `DeleteFiber` with NULL or a pointer that is no fiber handle | crashes | fail, `ERROR_INVALID_PARAMETER` |
 //! | `DeleteFiber` of a fiber running on another thread | undefined | fails, `ERROR_BUSY` |
 //! | `ConvertFiberToThread` in another thread's converted fiber | undefined (the thread goes on on a stack that the other thread's end frees) | fails, `ERROR_INVALID_PARAMETER` |
-//! | `DeleteFiber` of another live thread's converted fiber | frees that thread's stack | fails, `ERROR_INVALID_PARAMETER` |
-//! | `FIBER_FLAG_FLOAT_SWITCH` | opt-in FP state switch | always on (MXCSR and x87 control word are per fiber) |
 //!
-//! One behaviour Linux does not allow weft to match: a converted fiber whose thread
-//! ended while running another fiber cannot run again (its frames were on the thread's
-//! stack, which glibc frees); see `thread.rs`.
+//! What weft does not do as Windows does (docs/fibers.md says why):
+//!
+//! - `FIBER_FLAG_FLOAT_SWITCH` is always on: MXCSR's and the x87 control word's control
+//!   bits are per fiber, as the System V ABI has compiled code expect.
+//! - A converted fiber's frames are on its thread's own stack, which glibc frees when
+//!   the thread ends: a converted fiber whose thread ended while running another fiber
+//!   cannot run again (`thread.rs`), and while its thread lives, only that thread may
+//!   delete it (`DeleteFiber` fails with `ERROR_INVALID_PARAMETER` elsewhere).
 //!
 //! # Safety
 //!
