@@ -1,15 +1,19 @@
 //! A key's entry: one allocation holding its metadata, its key and its value.
 //!
 //! ```text
-//! [ tag:8 stamp:56 | expire Option<NonZeroU64> | key_len u32 | value_len u32 | key | value ... ]
-//!   24 bytes of head                                                          capacity(value_len)
+//! [ e:1 tag:7 stamp:56 | key_len u32 | value_len u32 | (expire u64, if e) | key | value ... ]
+//!   16 bytes of head                                                              capacity(value_len)
 //! ```
 //!
-//! The tag (the stamp word's top byte: stamps are LSNs, below 2^56) is the value's type
-//! and encoding (`value.rs`): a string's bytes, a small collection packed, or a pointer
-//! to a big collection's boxed structure, which the entry owns and frees.
+//! The tag (the stamp word's top byte but one bit: stamps are LSNs, below 2^56) is the
+//! value's type and encoding (`value.rs`): a string's bytes, a small collection packed,
+//! or a pointer to a big collection's boxed structure, which the entry owns and frees.
+//! The top bit `e` says whether the key has an expiry time, which then follows the head:
+//! a key without one (most) spends no bytes on it. Giving a key an expiry, or taking it
+//! away, moves the entry to a block of the other layout (EXPIRE and PERSIST are rare
+//! next to reads).
 //!
-//! One allocation per key (a 14-byte key with a 14-byte value takes 62 bytes, a 64-byte
+//! One allocation per key (a 14-byte key with a 14-byte value takes 46 bytes, a 48-byte
 //! malloc chunk), so a lookup that found the key's slot in the index costs one more
 //! cache miss for key, value and expiry together. The value's room is a function of
 //! its length ([`capacity`]: rounded up to 8 bytes, or to an eighth of its power of two
@@ -24,21 +28,27 @@ use std::ptr::NonNull;
 
 #[repr(C)]
 struct Head {
-    /// The value's tag (top 8 bits) and the stamp of the command that last changed the
-    /// key (keyspace doc).
+    /// Whether an expiry follows (top bit), the value's tag (the next 7 bits) and the
+    /// stamp of the command that last changed the key (keyspace doc).
     stamp: u64,
-    /// The absolute expiry time (Unix ms); 0, long passed, is kept as 1 (the niche).
-    expire: Option<NonZeroU64>,
     key_len: u32,
     value_len: u32,
 }
 
 const HEAD: usize = core::mem::size_of::<Head>();
-const _: () = assert!(HEAD == 24);
+const _: () = assert!(HEAD == 16);
 
-/// Stamps are below 2^56: the stamp word's top byte is the tag.
+/// The bytes of an expiry time after the head (the absolute time in Unix ms; 0, long
+/// passed, is kept as 1).
+const EXPIRE: usize = 8;
+
+/// Stamps are below 2^56: the stamp word's top byte is the expiry bit and the tag.
 pub const STAMP_BITS: u32 = 56;
 const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
+/// The stamp word's bit saying that an expiry follows the head.
+const EXPIRES: u64 = 1 << 63;
+/// The tag's bits, once shifted down.
+const TAG_MASK: u64 = 0x7f;
 
 /// The room kept for a value of `len` bytes: `len` rounded up to a multiple of 8 below
 /// 64 bytes, else to a multiple of an eighth of its highest power of two (at most
@@ -53,9 +63,15 @@ fn capacity(len: usize) -> usize {
     }
 }
 
+/// The bytes before the key: the head, and the expiry if there is one.
 #[inline]
-fn layout(key_len: usize, value_len: usize) -> Layout {
-    Layout::from_size_align(HEAD + key_len + capacity(value_len), 8).expect("entry size")
+fn prefix(expires: bool) -> usize {
+    HEAD + if expires { EXPIRE } else { 0 }
+}
+
+#[inline]
+fn layout(key_len: usize, value_len: usize, expires: bool) -> Layout {
+    Layout::from_size_align(prefix(expires) + key_len + capacity(value_len), 8).expect("entry size")
 }
 
 /// One key's entry (owned: dropping it frees the allocation). Transparent over a
@@ -86,32 +102,43 @@ impl Entry {
         stamp: u64,
     ) -> Entry {
         debug_assert!(stamp <= STAMP_MASK, "a stamp past 2^56");
-        let stamp = stamp | (tag as u64) << STAMP_BITS;
+        debug_assert!(tag as u64 <= TAG_MASK, "a tag of 7 bits");
+        let stamp = stamp | (tag as u64) << STAMP_BITS | if expire.is_some() { EXPIRES } else { 0 };
         let (key_len, value_len) = (
             u32::try_from(key.len()).expect("key under 4 GiB"),
             u32::try_from(value.len()).expect("value under 4 GiB"),
         );
-        let layout = layout(key.len(), value.len());
+        let layout = layout(key.len(), value.len(), expire.is_some());
         // SAFETY: the layout's size is at least HEAD, not zero.
         let p = unsafe { alloc(layout) } as *mut Head;
         let Some(p) = NonNull::new(p) else {
             handle_alloc_error(layout)
         };
-        // SAFETY: `p` is a new allocation of HEAD + key.len() + capacity(value.len())
-        // bytes, aligned to 8 (as Head needs): the head, the key and the value are
-        // written inside it, and the sources do not overlap it.
+        // SAFETY: `p` is a new allocation of prefix + key.len() + capacity(value.len())
+        // bytes, aligned to 8 (as Head and the expiry need): the head, the expiry (if
+        // any), the key and the value are written inside it, and the sources do not
+        // overlap it.
         unsafe {
             p.as_ptr().write(Head {
                 stamp,
-                expire,
                 key_len,
                 value_len,
             });
-            let data = (p.as_ptr() as *mut u8).add(HEAD);
+            let base = p.as_ptr() as *mut u8;
+            if let Some(at) = expire {
+                (base.add(HEAD) as *mut u64).write(at.get());
+            }
+            let data = base.add(prefix(expire.is_some()));
             core::ptr::copy_nonoverlapping(key.as_ptr(), data, key.len());
             core::ptr::copy_nonoverlapping(value.as_ptr(), data.add(key.len()), value.len());
         }
         Entry(p)
+    }
+
+    /// Whether an expiry follows the head.
+    #[inline]
+    fn expires(&self) -> bool {
+        self.head().stamp & EXPIRES != 0
     }
 
     #[inline]
@@ -129,8 +156,8 @@ impl Entry {
 
     #[inline]
     fn data(&self) -> *mut u8 {
-        // SAFETY: the allocation is at least HEAD bytes long.
-        unsafe { (self.0.as_ptr() as *mut u8).add(HEAD) }
+        // SAFETY: the allocation is at least the prefix its head says it has.
+        unsafe { (self.0.as_ptr() as *mut u8).add(prefix(self.expires())) }
     }
 
     /// The allocation's address (for a prefetch).
@@ -167,19 +194,67 @@ impl Entry {
     /// The absolute expiry time (Unix ms), if any.
     #[inline]
     pub fn expire_at_ms(&self) -> Option<u64> {
-        self.head().expire.map(NonZeroU64::get)
+        self.expire().map(NonZeroU64::get)
     }
 
     /// The expiry as stored.
     #[inline]
     pub(super) fn expire(&self) -> Option<NonZeroU64> {
-        self.head().expire
+        if !self.expires() {
+            return None;
+        }
+        // SAFETY: the head says the 8 bytes after it, aligned (the head is 16 bytes
+        // at the start of an 8-aligned block), hold the expiry.
+        NonZeroU64::new(unsafe { ((self.0.as_ptr() as *const u8).add(HEAD) as *const u64).read() })
     }
 
-    /// Sets the stored expiry; answers the previous one.
-    #[inline]
+    /// Sets the stored expiry; answers the previous one. Giving a key its first expiry
+    /// or taking its last away moves the entry to a block of the other layout.
     pub(super) fn replace_expire(&mut self, expire: Option<NonZeroU64>) -> Option<NonZeroU64> {
-        std::mem::replace(&mut self.head_mut().expire, expire)
+        let old = self.expire();
+        if old.is_some() == expire.is_some() {
+            if let Some(at) = expire {
+                // SAFETY: as in `expire`; `&mut self` makes the access unique.
+                unsafe { ((self.0.as_ptr() as *mut u8).add(HEAD) as *mut u64).write(at.get()) };
+            }
+            return old;
+        }
+        let h = self.head();
+        let (key_len, value_len) = (h.key_len as usize, h.value_len as usize);
+        let (from, to) = (
+            layout(key_len, value_len, old.is_some()),
+            layout(key_len, value_len, expire.is_some()),
+        );
+        // SAFETY: the new layout's size is at least HEAD, not zero.
+        let p = unsafe { alloc(to) } as *mut Head;
+        let Some(p) = NonNull::new(p) else {
+            handle_alloc_error(to)
+        };
+        // SAFETY: `p` is a new block of the layout for the new expiry; the old block
+        // (of layout `from`, which its head gives) holds the head, then the key and
+        // the value after its own prefix; the copies stay inside both blocks, which do
+        // not overlap; the old block is freed with the layout it was allocated with
+        // and not used again (`self` now points to the new one).
+        unsafe {
+            let (src, dst) = (self.0.as_ptr() as *mut u8, p.as_ptr() as *mut u8);
+            let stamp = (self.head().stamp & !EXPIRES) | if expire.is_some() { EXPIRES } else { 0 };
+            p.as_ptr().write(Head {
+                stamp,
+                key_len: key_len as u32,
+                value_len: value_len as u32,
+            });
+            if let Some(at) = expire {
+                (dst.add(HEAD) as *mut u64).write(at.get());
+            }
+            core::ptr::copy_nonoverlapping(
+                src.add(prefix(old.is_some())),
+                dst.add(prefix(expire.is_some())),
+                key_len + value_len,
+            );
+            dealloc(src, from);
+        }
+        self.0 = p;
+        old
     }
 
     /// The stamp of the command that last changed the key.
@@ -198,7 +273,7 @@ impl Entry {
     /// The value's tag: its type and encoding ([`value::tag`]).
     #[inline]
     pub fn tag(&self) -> u8 {
-        (self.head().stamp >> STAMP_BITS) as u8
+        ((self.head().stamp >> STAMP_BITS) & TAG_MASK) as u8
     }
 
     /// The value's type.
@@ -218,7 +293,7 @@ impl Entry {
     #[inline]
     pub(super) fn set_tag(&mut self, tag: u8) {
         let h = self.head_mut();
-        h.stamp = (h.stamp & STAMP_MASK) | (tag as u64) << STAMP_BITS;
+        h.stamp = (h.stamp & (STAMP_MASK | EXPIRES)) | (tag as u64) << STAMP_BITS;
     }
 
     /// The bytes the value counts in the keyspace's memory (`value.rs`).
@@ -244,17 +319,18 @@ impl Entry {
         let (key_len, old) = (self.head().key_len as usize, self.head().value_len as usize);
         let len32 = u32::try_from(len).expect("value under 4 GiB");
         if capacity(len) != capacity(old) {
-            let (from, to) = (layout(key_len, old), layout(key_len, len));
+            let exp = self.expires();
+            let (from, to) = (layout(key_len, old, exp), layout(key_len, len, exp));
             // SAFETY: the block was allocated with `from` (the layout depends only on
-            // the key's length and the value's size class, unchanged since); the new
-            // size is not zero. realloc keeps the head and key (and the value's first
-            // min(old, len) bytes).
+            // the key's length, the value's size class and whether there is an expiry,
+            // unchanged since); the new size is not zero. realloc keeps the head, the
+            // expiry and the key (and the value's first min(old, len) bytes).
             let p = unsafe { realloc(self.0.as_ptr() as *mut u8, from, to.size()) } as *mut Head;
             self.0 = NonNull::new(p).unwrap_or_else(|| handle_alloc_error(to));
         }
         if len > old {
             // SAFETY: the block has room for `capacity(len)` >= len value bytes after
-            // the key; bytes old..len are inside it.
+            // the key; bytes old..len are inside it (`data` reads the new block).
             unsafe { core::ptr::write_bytes(self.data().add(key_len + old), 0, len - old) };
         }
         self.head_mut().value_len = len32;
@@ -310,7 +386,7 @@ impl Drop for Entry {
     fn drop(&mut self) {
         self.drop_boxed();
         let h = self.head();
-        let layout = layout(h.key_len as usize, h.value_len as usize);
+        let layout = layout(h.key_len as usize, h.value_len as usize, self.expires());
         // SAFETY: the block was allocated with this layout (see `resize`), and is
         // not used again.
         unsafe { dealloc(self.0.as_ptr() as *mut u8, layout) }
@@ -344,6 +420,33 @@ mod tests {
         for n in 0..5000 {
             assert!(capacity(n) >= n && capacity(n) <= n + n / 8 + 8, "{n}");
         }
+    }
+
+    /// Giving a key an expiry and taking it away moves it between the two layouts,
+    /// keeping key, value, tag and stamp; changing an expiry stays in place.
+    #[test]
+    fn expiry_comes_and_goes() {
+        for (klen, vlen) in [(0, 0), (1, 7), (14, 14), (40, 300), (3, 5000)] {
+            let key: Vec<u8> = (0..klen).map(|i| i as u8).collect();
+            let value: Vec<u8> = (0..vlen).map(|i| (i * 7) as u8).collect();
+            let mut e = Entry::with_tag(tag::STR_RAW, &key, &value, None, 11);
+            for round in 0..6u64 {
+                let at = (round % 3 != 2).then(|| NonZeroU64::new(100 + round).unwrap());
+                e.replace_expire(at);
+                assert_eq!(e.expire(), at, "{klen} {vlen} {round}");
+                assert_eq!((e.key(), e.value()), (key.as_slice(), value.as_slice()));
+                assert_eq!((e.tag(), e.stamp()), (tag::STR_RAW, 11));
+                e.set_stamp(11);
+            }
+            e.resize(vlen + 100);
+            assert_eq!(&e.value()[..vlen], value.as_slice());
+            assert_eq!(e.key(), key.as_slice());
+        }
+        let e = Entry::new(b"k", b"v", NonZeroU64::new(5), 1);
+        assert_eq!(
+            (e.expire_at_ms(), e.key(), e.value()),
+            (Some(5), &b"k"[..], &b"v"[..])
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! TYPE and OBJECT ENCODING, and the big encodings' boxed structures (dropped and
 //! counted here, in one `match` over the tags).
 //!
-//! A tag is the top byte of the entry's stamp word (`entry.rs`). A *packed* encoding
+//! A tag is 7 bits of the entry's stamp word's top byte (`entry.rs`). A *packed* encoding
 //! keeps the value's bytes in the entry; a *boxed* one keeps there an 8-byte pointer to
 //! a structure the entry owns (docs/kv-types.md, "How is a value held?").
 
