@@ -699,14 +699,19 @@ fn green_threads_show_their_name_and_spawn_site() {
         let at = f.spawned_at.as_ref().expect("a spawn site");
         assert_eq!((at.file.as_str(), at.line), (file!(), *line), "{f:?}");
     }
-    // The workers' own fibers carry their threads' names.
+    // The workers' own fibers carry their threads' names, once each worker has started
+    // (a loaded machine may not have run worker 1 yet: eventually, not at once).
     for w in ["labels-rt-0", "labels-rt-1"] {
-        assert!(
+        let named = |snap: &weft_fiber::introspect::Snapshot| {
             snap.fibers
                 .iter()
-                .any(|f| f.is_thread_fiber && f.name.as_deref() == Some(w)),
-            "no worker fiber named {w}"
-        );
+                .any(|f| f.is_thread_fiber && f.name.as_deref() == Some(w))
+        };
+        let t0 = std::time::Instant::now();
+        while !named(&weft_fiber::introspect::read(0).unwrap()) {
+            assert!(t0.elapsed() < PATIENCE, "no worker fiber named {w}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     stop.store(true, Relaxed);
     for h in hs {
