@@ -676,12 +676,10 @@ fn hash_replies_match_redis_server() {
                 line.push(field(&mut rng));
                 line.push(value(&mut rng));
             }
-            "hrandfield" => {
-                if rng.below(3) > 0 {
-                    line.push(format!("{}", rng.below(21) as i64 - 10));
-                    if rng.below(2) == 0 {
-                        line.push("withvalues".into());
-                    }
+            "hrandfield" if rng.below(3) > 0 => {
+                line.push(format!("{}", rng.below(21) as i64 - 10));
+                if rng.below(2) == 0 {
+                    line.push("withvalues".into());
                 }
             }
             "hscan" => {

@@ -92,7 +92,7 @@ fn wrong_args(name: &str) -> Reply {
 /// answers how many were new. An odd number of field and value arguments: `ERR wrong
 /// number of arguments for 'hset' command`.
 pub fn hset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return wrong_args("hset");
     }
     if ctx.over_memory {
@@ -104,7 +104,7 @@ pub fn hset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// HMSET key field value [field value ...]: HSET answering `OK` (the arity error
 /// names 'hmset').
 pub fn hmset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return wrong_args("hmset");
     }
     if ctx.over_memory {

@@ -395,7 +395,7 @@ pub fn is_empty(e: &Entry) -> bool {
 /// ...; a repeated field keeps its last value), packed if they fit the thresholds.
 /// `items` must not be empty.
 pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp: u64) -> Entry {
-    debug_assert!(!items.is_empty() && items.len() % 2 == 0);
+    debug_assert!(!items.is_empty() && items.len().is_multiple_of(2));
     // A packed record whose fields fit is the packed value itself (one copy): the
     // records a hash's state is logged as have each field once.
     if let Items::Packed { n, bytes } = items {

@@ -97,8 +97,9 @@ pub fn records(mut buf: &[u8]) -> Vec<Record> {
 pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
     use weft_kv::log::RecordRef;
     let mut strings = Vec::new();
-    let mut hashes: std::collections::BTreeMap<Vec<u8>, (Vec<Vec<u8>>, Option<u64>)> =
-        Default::default();
+    // Each hash's fields and values, and its expiry.
+    type Fields = (Vec<Vec<u8>>, Option<u64>);
+    let mut hashes: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
     let mut cur = 0;
     loop {
         cur = ks.walk(cur, 7, now, |r| match r {
