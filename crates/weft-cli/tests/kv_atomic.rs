@@ -1,8 +1,8 @@
 //! Commands over several shards are atomic and isolated in `weft kv serve` (the built
 //! binary, two workers, so the keys fall on shards of both and connections are served
-//! by both): while writers MSET sixteen keys to one value each time, and DEL them all
-//! now and then, readers on every worker MGET the sixteen keys and must never see two
-//! different values, or some keys set and others not.
+//! by both): while writers MSET sixteen keys to one value each time, and now and then
+//! DEL them all and MSETNX them, readers on every worker MGET the sixteen keys and must
+//! never see two different values, or some keys set and others not.
 //!
 //! `WEFT_KV_ATOMIC_ROUNDS=N` runs N MSETs per writer (default 300).
 
@@ -52,6 +52,11 @@ fn readers_never_see_part_of_an_mset() {
                         let mut del: Vec<&[u8]> = vec![b"DEL"];
                         del.extend(keys.iter().map(|k| k.as_bytes()));
                         c.command(&del).unwrap();
+                        // Set them again only if none is there: the other writer may
+                        // have been first (0), and either way no reader sees a part.
+                        args[0] = b"MSETNX";
+                        let r = c.command(&args).unwrap();
+                        assert!(matches!(r, Reply::Int(0 | 1)), "{r:?}");
                     }
                 }
             })

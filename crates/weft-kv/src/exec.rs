@@ -190,8 +190,8 @@ fn eq(a: &[u8], b: &str) -> bool {
 }
 
 /// The commands about every shard, or about none, that the server and the store share
-/// (PING, ECHO, TIME, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL, SWAPDB, MOVE), run in
-/// database `db`. Other commands: `None`.
+/// (PING, ECHO, TIME, DBSIZE, KEYS, SCAN, FLUSHDB, FLUSHALL, SWAPDB, MOVE, MSETNX), run
+/// in database `db`. Other commands: `None`.
 pub fn run_common(
     set: &impl ShardSet,
     cmd: &Command,
@@ -239,6 +239,7 @@ pub fn run_common(
         }
         "scan" => scan(set, args, db, acks),
         "swapdb" => swapdb(set, args, acks),
+        "msetnx" => msetnx(set, cmd, args, db, acks),
         "move" => move_key(set, args, db, acks),
         "flushdb" | "flushall" => {
             if args.len() > 2
@@ -332,6 +333,55 @@ fn swapdb(set: &impl ShardSet, args: &[Vec<u8>], acks: &mut Acks) -> Reply {
     }
     on_every_shard(set, acks, &mut |sh| sh.swap_dbs(a, b));
     Reply::OK
+}
+
+/// MSETNX key value [key value ...]: sets every key (no expiry) if none of them exists,
+/// answering 1; else sets none, answering 0. A key of any type exists. One transaction
+/// over the keys' shards: no key appears between the check and the sets, and no client
+/// sees some keys set and not the others. An odd number of arguments: `ERR wrong number
+/// of arguments for 'msetnx' command`; a log that cannot be written, or the memory
+/// limit (counted as if every key were new), refuse it before anything changes.
+fn msetnx(set: &impl ShardSet, cmd: &Command, args: &[Vec<u8>], db: u8, acks: &mut Acks) -> Reply {
+    if args.len().is_multiple_of(2) {
+        return Reply::err("ERR wrong number of arguments for 'msetnx' command");
+    }
+    let parts: Vec<Part> = route::split(cmd, args, set.count());
+    for p in &parts {
+        if let Some(r) = precheck(set, cmd, p.shard) {
+            return r;
+        }
+    }
+    let now = now_ms();
+    if !split_fits(set, &parts, now) {
+        return OOM;
+    }
+    let mut shards: Vec<usize> = parts.iter().map(|p| p.shard).collect();
+    shards.sort_unstable();
+    set.atomically(&shards, |held| {
+        let mut run = |p: &Part, f: crate::commands::ShardFn, args: &[&[u8]]| {
+            let mut out = None;
+            held.with(p.shard, &mut |sh| {
+                out = Some(sh.run(f, db, args, now, None))
+            });
+            let (reply, lsn) = out.expect("the part ran");
+            acks.note(p.shard, lsn);
+            reply
+        };
+        for p in &parts {
+            let mut keys: Vec<&[u8]> = vec![b"exists"];
+            keys.extend(p.args[1..].iter().step_by(2).map(Vec::as_slice));
+            if run(p, crate::commands::keys::exists, &keys) != Reply::Int(0) {
+                return Reply::Int(0);
+            }
+        }
+        for p in &parts {
+            let r = run(p, crate::commands::strings::mset, &borrow_args(&p.args));
+            if r.is_error() {
+                return r;
+            }
+        }
+        Reply::Int(1)
+    })
 }
 
 /// Runs `f` on every shard as one transaction (FLUSHDB, FLUSHALL, SWAPDB: no client

@@ -310,3 +310,43 @@ fn an_argument_over_the_limit_is_refused_clearly() {
     assert_eq!(s.len(), 0, "nothing stored");
     assert_eq!(s.exec(&[b"set", b"k", b"v"]), Reply::OK);
 }
+
+/// MSETNX over keys of several shards (a directory of four): all set or none, a key of
+/// any type counting as there; the store's transactions keep it whole after a reopen.
+#[test]
+fn msetnx_sets_all_or_none_across_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(weft_kv::log::DataDir::open(dir.path(), 4).unwrap());
+    let store = Store::open(dir.path()).unwrap();
+    let run = |args: &[&str]| {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        store.exec(&args)
+    };
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    let mut first = vec!["msetnx"];
+    for k in &keys {
+        first.extend([k.as_str(), "1"]);
+    }
+    assert_eq!(run(&first), Reply::Int(1));
+    assert_eq!(
+        run(&["msetnx", "new1", "x", "k7", "2", "new2", "y"]),
+        Reply::Int(0)
+    );
+    assert_eq!(run(&["exists", "new1", "new2"]), Reply::Int(0), "none set");
+    assert_eq!(bulk(run(&["get", "k7"])), b"1");
+    run(&["hset", "h", "f", "v"]);
+    assert_eq!(
+        run(&["msetnx", "new1", "x", "h", "2"]),
+        Reply::Int(0),
+        "a hash is a key"
+    );
+    assert_eq!(
+        run(&["msetnx", "a", "1", "b"]),
+        Reply::Error("ERR wrong number of arguments for 'msetnx' command".into())
+    );
+    assert_eq!(run(&["msetnx", "new1", "x", "new2", "y"]), Reply::Int(1));
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.len(), 23);
+    assert_eq!(store.get(b"new2").unwrap().as_deref(), Some(&b"y"[..]));
+}

@@ -309,6 +309,12 @@ pub fn doc(name: &str) -> Option<Doc> {
         "object|help" => x("Returns OBJECT's help", "6.2.0", g, O1),
         "move" => x("Moves a key to another database", "1.0.0", g, O1),
         "swapdb" => x("Swaps two databases", "4.0.0", n, ALL),
+        "msetnx" => x(
+            "Sets keys only if none of them exists, atomically",
+            "1.0.1",
+            s,
+            KEYS,
+        ),
         "hset" => x("Sets fields of a hash, creating it", "2.0.0", h, FIELDS),
         "hsetnx" => x("Sets a field of a hash only if it has none", "2.0.0", h, O1),
         "hmset" => x(

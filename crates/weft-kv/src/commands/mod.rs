@@ -352,7 +352,7 @@ static OBJECT_SUBS: [Sub; 5] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 85] = [
+static TABLE: [Command; 86] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -463,6 +463,8 @@ static TABLE: [Command; 85] = [
     ),
     cmd("hrandfield", -2, R, ONE, Exec::Shard(h::hrandfield)),
     cmd("hscan", -3, R, ONE, Exec::Shard(h::hscan)),
+    // run by `exec` as one transaction over the keys' shards
+    cmd("msetnx", -3, W | D, (1, -1, 2), Exec::Server),
 ];
 
 /// The index in [`TABLE`] of a command whose name is given in lower case.
@@ -554,6 +556,7 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"hincrbyfloat" => 82,
         b"hrandfield" => 83,
         b"hscan" => 84,
+        b"msetnx" => 85,
         _ => return None,
     })
 }
