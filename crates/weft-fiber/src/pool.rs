@@ -91,6 +91,7 @@ pub(crate) fn lookup(handle: u64) -> Option<*mut FiberRecord> {
 /// Why `handle` is not valid: it named a fiber that no longer has it (deleted, or a
 /// thread that converted back), or it was never a handle at all.
 #[cold]
+#[inline(never)]
 pub(crate) fn invalid(handle: u64) -> Error {
     if handle == 0 {
         return Error::InvalidParameter("fiber handle is NULL");

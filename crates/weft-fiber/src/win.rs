@@ -110,6 +110,14 @@ fn fail(e: Error) {
     tls::set_last_error(e.code());
 }
 
+/// Sets the last error for a handle that names no fiber: kept out of line, so that the
+/// switch's own code stays together.
+#[cold]
+#[inline(never)]
+fn bad_handle(f: LPVOID) {
+    fail(pool::invalid(f as u64));
+}
+
 /// The record a fiber handle names, or why the handle is not valid (`pool.rs`).
 #[inline(always)]
 fn record(f: LPVOID) -> Result<*mut FiberRecord, Error> {
@@ -288,12 +296,9 @@ unsafe extern "C" fn prepare_switch(fiber: LPVOID) -> Prepared {
     // the record. The error path builds no heap value (the errors hold static strings),
     // so this stays fit for signal handlers.
     unsafe {
-        let to = match record(fiber) {
-            Ok(to) => to,
-            Err(e) => {
-                fail(e);
-                return NONE;
-            }
+        let Some(to) = pool::lookup(fiber as u64) else {
+            bad_handle(fiber);
+            return NONE;
         };
         match fiber::begin_switch::<false>(to, fiber as u64) {
             Ok(Some(cur)) => Prepared { cur, to },
