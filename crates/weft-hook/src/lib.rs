@@ -45,3 +45,6 @@ weft_runtime::weft_hook_symbols!();
 
 /// The counters of the calls green threads made (see `weft_runtime::hook::stats`).
 pub use weft_runtime::hook::stats;
+/// Whether the layer works, and turning it off or on for the process (`WEFT_HOOK=off`
+/// in the environment turns it off too).
+pub use weft_runtime::hook::{enabled, set_enabled};

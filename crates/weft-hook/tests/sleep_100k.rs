@@ -3,10 +3,11 @@
 //! sleep: not serialised), and each slept at least 100 ms. The wall time is reported as
 //! a note, not checked (a loaded machine would miss any bound).
 //!
-//! One worker, so that the check holds however slow the machine: the threads meet at a
-//! barrier, and the last to arrive (a green thread of the same worker) queues them all
-//! at once; the worker runs them in that order, and a sleep that ends queues its thread
-//! behind the ones still to start theirs. So all are asleep before the first returns.
+//! One worker without preemption, so that the check holds however slow the machine: the
+//! threads meet at a barrier, and the last to arrive (a green thread of the same worker)
+//! queues them all at once; the worker runs them in that order, and a sleep that ends
+//! queues its thread behind the ones still to start theirs. So all are asleep before the
+//! first returns.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -45,7 +46,14 @@ fn a_hundred_thousand_green_threads_sleep_at_once() {
              mappings; sysctl -w vm.max_map_count=262144 for the full count)"
         ));
     }
-    let rt = Runtime::builder().workers(1).build().unwrap();
+    // Without preemption: the last to arrive at the barrier queues the others in one go
+    // (a preempted leader would let the first sleepers start, and their 100 ms run out,
+    // before it queued the last ones: on a slow machine, or a debug build).
+    let rt = Runtime::builder()
+        .workers(1)
+        .preempt(false)
+        .build()
+        .unwrap();
     let short = Arc::new(AtomicUsize::new(0));
     // When the last sleep ended, in ns after `base`.
     let last_end = Arc::new(AtomicU64::new(0));

@@ -68,6 +68,8 @@ pub(crate) struct Entry {
     /// The descriptor's registration with the thread fallback's epoll thread (an
     /// `Arc::into_raw`, or null), made at its first wait there; changed under `lock`.
     reg: AtomicPtr<Registration>,
+    /// How many socket reads in a row had to wait (a hint: see [`Entry::waited`]).
+    waits: AtomicU32,
 }
 
 // SAFETY: `head` and the links it leads to are only touched with `lock` held.
@@ -246,6 +248,33 @@ impl Entry {
         (!p.is_null()).then(|| unsafe { Arc::from_raw(p) })
     }
 
+    /// Whether the last reads had to wait, so a read may skip its first attempt: the
+    /// descriptor is known (in generation `gen`) to be a blocking socket, and this is
+    /// not the one read in `retry` that tries anyway.
+    #[inline]
+    pub(crate) fn waited(&self, gen: u32, retry: u32) -> bool {
+        let w = self.waits.load(Relaxed);
+        w != 0
+            && !w.is_multiple_of(retry)
+            && self.kind(gen) == Some(Kind::Socket)
+            && self.nonblocking(gen) == Some(false)
+    }
+
+    /// A read had to wait.
+    #[inline]
+    pub(crate) fn waiting(&self) {
+        self.waits
+            .store(self.waits.load(Relaxed).wrapping_add(1).max(1), Relaxed);
+    }
+
+    /// A read found something at once.
+    #[inline]
+    pub(crate) fn ready(&self) {
+        if self.waits.load(Relaxed) != 0 {
+            self.waits.store(0, Relaxed);
+        }
+    }
+
     /// Learned kind, if learned in this generation.
     #[inline]
     pub(crate) fn kind(&self, gen: u32) -> Option<Kind> {
@@ -322,6 +351,9 @@ impl Closing {
 /// (it sees the generation change: `EBADF`), and calls that start before
 /// [`Closing::done`] see it being closed.
 pub(crate) fn closing(fd: c_int) -> Closing {
+    if !super::enabled() {
+        return Closing(None);
+    }
     let Some(e) = entry(fd) else {
         return Closing(None);
     };
@@ -351,6 +383,9 @@ pub(crate) fn closing(fd: c_int) -> Closing {
 /// duplicate, ...): whatever the layer knew of that number is forgotten, and a waiter
 /// still registered under the old meaning is woken (it fails with `EBADF`).
 pub(crate) fn created(fd: c_int) {
+    if !super::enabled() {
+        return;
+    }
     let Some(e) = entry(fd) else { return };
     let (wake, reg) = {
         let _l = e.lock();

@@ -57,13 +57,44 @@ pub use symbols::*;
 pub use waitset::{epoll_pwait, epoll_wait, poll, ppoll, pselect, select};
 
 use core::ffi::c_int;
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use wait::Stop;
 
-/// Whether the caller is a green thread running its own code: the one test of the
-/// fast path.
+/// Whether the caller is a green thread running its own code, and the layer is on:
+/// the one test of the fast path (the second part is read on green threads only).
 #[inline(always)]
 fn green() -> bool {
-    crate::worker::in_green_code()
+    crate::worker::in_green_code() && enabled()
+}
+
+/// 0: not known yet (`WEFT_HOOK` not read), 1: on, 2: off.
+static STATE: AtomicU8 = AtomicU8::new(0);
+
+/// Whether the layer works: it does once linked, unless `WEFT_HOOK=off` (or `0`) is in
+/// the environment or the program turned it off with [`set_enabled`]. Off, every
+/// overridden function is the C library's on every thread.
+#[inline]
+pub fn enabled() -> bool {
+    match STATE.load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => read_state(),
+    }
+}
+
+#[cold]
+fn read_state() -> bool {
+    let off = std::env::var_os("WEFT_HOOK").is_some_and(|v| v == "off" || v == "0");
+    let _ = STATE.compare_exchange(0, if off { 2 } else { 1 }, Relaxed, Relaxed);
+    STATE.load(Relaxed) == 1
+}
+
+/// Turns the layer on or off for the whole process, whatever `WEFT_HOOK` says; best
+/// called first thing in `main`, before any runtime starts (a call already parked
+/// finishes as it began). A program that links the layer for some of its work only
+/// (the `weft` command links it for one benchmark) turns it off at start.
+pub fn set_enabled(on: bool) {
+    STATE.store(if on { 1 } else { 2 }, Relaxed);
 }
 
 /// Sets `errno`.

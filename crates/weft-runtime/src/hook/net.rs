@@ -24,6 +24,7 @@ fn input(
     fd: c_int,
     iov: &Iov<'_>,
     flags: c_int,
+    ring_flags: bool,
     mut attempt: impl FnMut(usize, c_int) -> isize,
 ) -> isize {
     let total = iov.total();
@@ -38,6 +39,7 @@ fn input(
         total,
         waitall: flags & libc::MSG_WAITALL != 0 && total > 0,
         off: None,
+        recv: ring_flags.then_some(flags & !(libc::MSG_WAITALL | libc::MSG_DONTWAIT)),
     };
     transfer(&x, iov, |done, nowait| {
         attempt(
@@ -66,6 +68,7 @@ fn output(
         total: iov.total(),
         waitall: true,
         off: None,
+        recv: None,
     };
     transfer(&x, iov, |done, nowait| {
         attempt(
@@ -119,7 +122,7 @@ pub unsafe fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssiz
     };
     // SAFETY: one iovec over the caller's buffer.
     let iov = unsafe { Iov::new(&v, 1) };
-    input(Call::recv, fd, &iov, flags, |done, fl| {
+    input(Call::recv, fd, &iov, flags, true, |done, fl| {
         // SAFETY: within the caller's buffer.
         neg(unsafe { real::recv()(fd, buf.cast::<u8>().add(done).cast(), n - done, fl) })
     })
@@ -148,19 +151,26 @@ pub unsafe fn recvfrom(
     };
     // SAFETY: one iovec over the caller's buffer.
     let iov = unsafe { Iov::new(&v, 1) };
-    input(Call::recvfrom, fd, &iov, flags, |done, fl| {
-        // SAFETY: within the caller's buffer; the caller's address buffer.
-        neg(unsafe {
-            real::recvfrom()(
-                fd,
-                buf.cast::<u8>().add(done).cast(),
-                n - done,
-                fl,
-                addr,
-                len,
-            )
-        })
-    })
+    input(
+        Call::recvfrom,
+        fd,
+        &iov,
+        flags,
+        addr.is_null(),
+        |done, fl| {
+            // SAFETY: within the caller's buffer; the caller's address buffer.
+            neg(unsafe {
+                real::recvfrom()(
+                    fd,
+                    buf.cast::<u8>().add(done).cast(),
+                    n - done,
+                    fl,
+                    addr,
+                    len,
+                )
+            })
+        },
+    )
 }
 
 /// `recvmsg(2)`.
@@ -177,7 +187,7 @@ pub unsafe fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
     unsafe {
         let iov = Iov::new((*msg).msg_iov, (*msg).msg_iovlen as c_int);
         let first = *msg;
-        input(Call::recvmsg, fd, &iov, flags, |done, fl| {
+        input(Call::recvmsg, fd, &iov, flags, false, |done, fl| {
             if done == 0 {
                 return neg(real::recvmsg()(fd, msg, fl));
             }

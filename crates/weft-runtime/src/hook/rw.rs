@@ -28,7 +28,7 @@ use super::{fail, fair, green, neg, parked, real, ret, stop_errno};
 use crate::io::{bufs, OpData};
 use core::ffi::{c_int, c_void};
 use libc::{iovec, off_t, size_t, ssize_t};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The most one operation through a buffer of its own moves at a time.
 const OP_MAX: usize = 1 << 20;
@@ -125,7 +125,16 @@ pub(crate) struct Xfer {
     pub waitall: bool,
     /// Where a disk transfer goes: an offset (`pread`), or the file position (None).
     pub off: Option<u64>,
+    /// For a read that a socket answers as `recv(2)` with these flags would (`read`,
+    /// `recv`, `recvfrom` without an address): on io_uring a socket's wait is then an
+    /// `IORING_OP_RECV` into a buffer of its own, which saves the call made again
+    /// after a readiness wait.
+    pub recv: Option<c_int>,
 }
+
+/// A socket read whose last call had to wait tries the call first again only once in
+/// this many (the attempt would most likely say `EAGAIN`).
+const RETRY: u32 = 8;
 
 /// Runs transfer `x` on a green thread. `attempt(done, nowait)` makes the call on what
 /// is left after `done` bytes, without waiting if `nowait` (else as the program asked:
@@ -137,23 +146,29 @@ pub(crate) fn transfer(
     mut attempt: impl FnMut(usize, bool) -> isize,
 ) -> isize {
     stats::call(x.call);
+    let (e, gen) = entry_gen(x.fd);
+    let ring_recv = x.recv.is_some() && wait::on_uring();
     let mut done = 0usize;
     let mut nowait_ok = true;
-    let r = attempt(0, true);
-    if r >= 0 {
-        let n = r as usize;
-        if n == 0 || n >= x.total {
-            fair();
-            return r;
+    if !(ring_recv && e.is_some_and(|e| e.waited(gen, RETRY))) {
+        let r = attempt(0, true);
+        if r >= 0 {
+            let n = r as usize;
+            if let (Some(e), true) = (e, ring_recv) {
+                e.ready();
+            }
+            if n == 0 || n >= x.total {
+                fair();
+                return r;
+            }
+            done = n;
+        } else if r == -(libc::EOPNOTSUPP as isize) {
+            nowait_ok = false;
+        } else if r != -(libc::EAGAIN as isize) {
+            return ret(r);
         }
-        done = n;
-    } else if r == -(libc::EOPNOTSUPP as isize) {
-        nowait_ok = false;
-    } else if r != -(libc::EAGAIN as isize) {
-        return ret(r);
     }
     // Short, or would block: what the descriptor is decides what comes next.
-    let (e, gen) = entry_gen(x.fd);
     let f = match facts(x.fd, e, gen) {
         Ok(f) => f,
         Err(err) => return if done > 0 { done as isize } else { fail(err) },
@@ -196,8 +211,41 @@ pub(crate) fn transfer(
     let mut kind = f.kind;
     let mut spurious = 0;
     loop {
-        let r = if kind == Kind::Disk || !nowait_ok {
-            match op(x, iov, done, kind == Kind::Disk, &w) {
+        let r = if ring_recv && kind == Kind::Socket {
+            if let Some(e) = e {
+                e.waiting();
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return if done > 0 {
+                    done as isize
+                } else {
+                    fail(libc::EAGAIN)
+                };
+            }
+            match op(x, iov, done, false, &w, left) {
+                Ok(r) if r == -(libc::ECANCELED as isize) && left.is_some() => {
+                    -(libc::EAGAIN as isize)
+                }
+                Ok(r) => {
+                    if r > 0 && r as usize >= (x.total - done).min(OP_MAX) {
+                        // A full buffer: more is probably there already.
+                        if let Some(e) = e {
+                            e.ready();
+                        }
+                    }
+                    r
+                }
+                Err(s) => {
+                    return if done > 0 {
+                        done as isize
+                    } else {
+                        fail(stop_errno(s))
+                    }
+                }
+            }
+        } else if kind == Kind::Disk || !nowait_ok {
+            match op(x, iov, done, kind == Kind::Disk, &w, None) {
                 Ok(r) => r,
                 Err(s) => {
                     return if done > 0 {
@@ -245,7 +293,14 @@ pub(crate) fn transfer(
 /// Moves (part of) what is left through an operation with a buffer of its own: an
 /// io_uring read or write, or a pool thread. `disk`: nothing interrupts it (the kernel
 /// does not interrupt disk waits); otherwise a stop of `w` cancels it.
-fn op(x: &Xfer, iov: &Iov<'_>, done: usize, disk: bool, w: &Waiter) -> Result<isize, Stop> {
+fn op(
+    x: &Xfer,
+    iov: &Iov<'_>,
+    done: usize,
+    disk: bool,
+    w: &Waiter,
+    timeout: Option<Duration>,
+) -> Result<isize, Stop> {
     let len = (x.total - done).min(OP_MAX);
     let off = x.off.map(|o| o + done as u64);
     let buf = if x.out {
@@ -267,23 +322,28 @@ fn op(x: &Xfer, iov: &Iov<'_>, done: usize, disk: bool, w: &Waiter) -> Result<is
             buf,
             ..Default::default()
         };
-        let out = x.out;
+        let (out, recv) = (x.out, x.recv.filter(|_| !disk));
         let d = wait::ring_op(
             data,
             |d| {
                 let fd = io_uring::types::Fd(d.fd);
                 let o = d.off.unwrap_or(u64::MAX);
-                if out {
-                    io_uring::opcode::Write::new(fd, d.buf.as_ptr(), d.buf.len() as u32)
+                let len = d.buf.len() as u32;
+                match (out, recv) {
+                    (true, _) => io_uring::opcode::Write::new(fd, d.buf.as_ptr(), len)
                         .offset(o)
-                        .build()
-                } else {
-                    io_uring::opcode::Read::new(fd, d.buf.as_mut_ptr(), d.buf.len() as u32)
+                        .build(),
+                    (false, Some(flags)) => {
+                        io_uring::opcode::Recv::new(fd, d.buf.as_mut_ptr(), len)
+                            .flags(flags)
+                            .build()
+                    }
+                    (false, None) => io_uring::opcode::Read::new(fd, d.buf.as_mut_ptr(), len)
                         .offset(o)
-                        .build()
+                        .build(),
                 }
             },
-            None,
+            timeout,
             w,
             true,
         )?;
@@ -367,6 +427,8 @@ unsafe fn rw(call: Call, fd: c_int, iov: &Iov<'_>, off: Option<u64>, out: bool) 
         total,
         waitall: false,
         off,
+        // A read at the file position is, on a socket, a recv without flags.
+        recv: (!out && off.is_none()).then_some(0),
     };
     transfer(&x, iov, |done, nowait| {
         rw_attempt(fd, iov, off, out, done, nowait)

@@ -243,7 +243,7 @@ pub unsafe fn sigaction(
     act: *const libc::sigaction,
     oldact: *mut libc::sigaction,
 ) -> c_int {
-    if excluded(sig) {
+    if excluded(sig) || !super::enabled() {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::sigaction()(sig, act, oldact) };
     }
@@ -305,7 +305,7 @@ pub unsafe fn sigaction(
 /// # Safety
 /// As `signal(3)`.
 pub unsafe fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if excluded(sig) {
+    if excluded(sig) || !super::enabled() {
         // SAFETY: passed on.
         return unsafe { real::signal()(sig, handler) };
     }

@@ -1,8 +1,9 @@
 //! What green threads called: a counter per call, visible in `weft ps PID`.
 //!
 //! For every call the layer overrides, the counters say how many times green threads
-//! made it, how many of those parked the green thread, how many are parked in it now
-//! and the most ever parked in it at once. For the blocking calls it does **not**
+//! made it, how many of those parked the green thread, and how many are parked in it
+//! now (and the header, how many green threads are asleep now and the most ever asleep
+//! at once). For the blocking calls it does **not**
 //! cover (it overrides them only to count them: `fread`, `system`, `flock`, ...),
 //! they say how many times a green thread made them, each time blocking its worker
 //! for as long as the call took. Calls made off green threads are not counted.
@@ -17,13 +18,16 @@
 //! thread makes each uncovered call (`WEFT_HOOK_LOG=all`: every time).
 //!
 //! Format (version 1, native endianness): a 64-byte header (magic `WEFTHOOK`, version
-//! u32, entry size u32, entries u32, pid u32, process start time u64 (field 22 of
-//! /proc/PID/stat), green threads asleep now u64, most asleep at once u64), then one
-//! 64-byte entry per call: name (24 bytes, NUL-padded), covered (u8: 1 covered, 0 not),
-//! 7 bytes of padding, then calls, parked, parked now and most parked at once (u64
-//! each).
+//! u32, calls u32, slots u32, pid u32, process start time u64 (field 22 of
+//! /proc/PID/stat), green threads asleep now u64, most asleep at once u64, 16 bytes of
+//! padding); one 32-byte entry per call (name, 24 bytes NUL-padded; covered, u8: 1
+//! covered, 0 not; 7 bytes of padding); then, from the next multiple of 64 bytes,
+//! `slots` slots, each a whole number of 64-byte lines holding per call three u64:
+//! calls, parked, parked now. An OS thread counts in a slot of its own (round robin once
+//! they are all taken), so the workers do not share a cache line; a reader sums the
+//! slots.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering::*};
 use std::sync::OnceLock;
 
 macro_rules! calls {
@@ -69,27 +73,21 @@ calls! {
 
 const MAGIC: &[u8; 8] = b"WEFTHOOK";
 const VERSION: u32 = 1;
-const ENTRY: usize = 64;
 const HEADER: usize = 64;
-
-/// One call's counters (an entry of the file, after its name).
-#[repr(C)]
-struct Counters {
-    name: [u8; 24],
-    covered: u8,
-    _pad: [u8; 7],
-    calls: AtomicU64,
-    parked: AtomicU64,
-    waiting: AtomicU64,
-    waiting_max: AtomicU64,
-}
+/// A call's name and kind.
+const NAME: usize = 32;
+/// A call's counters in one slot: calls, parked, parked now.
+const COUNTERS: usize = 24;
+/// Slots of counters: each OS thread that counts takes one (round robin past the last),
+/// so two workers never write one cache line.
+const SLOTS: usize = 64;
 
 #[repr(C)]
 struct Header {
     magic: [u8; 8],
     version: u32,
-    entry: u32,
     entries: u32,
+    slots: u32,
     pid: u32,
     start: u64,
     asleep: AtomicU64,
@@ -97,15 +95,40 @@ struct Header {
     _pad: [u8; 16],
 }
 
-const _: () = assert!(core::mem::size_of::<Counters>() == ENTRY);
+#[repr(C)]
+struct Name {
+    name: [u8; 24],
+    covered: u8,
+    _pad: [u8; 7],
+}
+
+#[repr(C)]
+struct Counters {
+    calls: AtomicU64,
+    parked: AtomicU64,
+    waiting: AtomicU64,
+}
+
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER);
+const _: () = assert!(core::mem::size_of::<Name>() == NAME);
+const _: () = assert!(core::mem::size_of::<Counters>() == COUNTERS);
+
+/// Bytes of one slot (a whole number of cache lines).
+fn slot_size(entries: usize) -> usize {
+    (entries * COUNTERS).div_ceil(64) * 64
+}
+
+/// Where the slots begin.
+fn slots_at(entries: usize) -> usize {
+    (HEADER + entries * NAME).div_ceil(64) * 64
+}
+
+fn size() -> usize {
+    slots_at(CALLS.len()) + SLOTS * slot_size(CALLS.len())
+}
 
 /// The counters' memory (the mapped file, or private memory), made at first use.
 static BASE: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
-
-fn size() -> usize {
-    HEADER + CALLS.len() * ENTRY
-}
 
 #[inline]
 fn base() -> *mut u8 {
@@ -127,7 +150,7 @@ fn init() -> *mut u8 {
     *INIT.get_or_init(|| {
         let mem = map_file().unwrap_or_else(|| {
             let layout = std::alloc::Layout::from_size_align(size(), 64).expect("small");
-            // SAFETY: a non-zero size; zeroed memory is a valid header and entries.
+            // SAFETY: a non-zero size; zeroed memory is a valid header and counters.
             unsafe { std::alloc::alloc_zeroed(layout) }
         });
         assert!(!mem.is_null(), "weft-hook: no memory for the call counters");
@@ -136,12 +159,12 @@ fn init() -> *mut u8 {
             let h = &mut *(mem as *mut Header);
             h.magic = *MAGIC;
             h.version = VERSION;
-            h.entry = ENTRY as u32;
             h.entries = CALLS.len() as u32;
+            h.slots = SLOTS as u32;
             h.pid = std::process::id();
             h.start = start_time(std::process::id()).unwrap_or(0);
             for (i, (name, covered)) in CALLS.iter().enumerate() {
-                let c = &mut *(mem.add(HEADER + i * ENTRY) as *mut Counters);
+                let c = &mut *(mem.add(HEADER + i * NAME) as *mut Name);
                 let n = name.len().min(23);
                 c.name[..n].copy_from_slice(&name.as_bytes()[..n]);
                 c.covered = *covered as u8;
@@ -213,10 +236,32 @@ fn map_file() -> Option<*mut u8> {
     }
 }
 
+thread_local! {
+    /// This OS thread's slot plus one (0: none taken yet).
+    static SLOT: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+#[cold]
+fn take_slot() -> usize {
+    static NEXT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+    let s = NEXT.fetch_add(1, Relaxed) % SLOTS;
+    SLOT.with(|c| c.set(s + 1));
+    s
+}
+
+/// Call `c`'s counters in the calling thread's slot.
 #[inline]
 fn counters(c: Call) -> &'static Counters {
-    // SAFETY: the memory holds one entry per call and lives as long as the process.
-    unsafe { &*(base().add(HEADER + c as usize * ENTRY) as *const Counters) }
+    let slot = match SLOT.with(|s| s.get()) {
+        0 => take_slot(),
+        s => s - 1,
+    };
+    let n = CALLS.len();
+    // SAFETY: the memory holds SLOTS slots of one entry per call and lives as long as
+    // the process.
+    unsafe {
+        &*(base().add(slots_at(n) + slot * slot_size(n) + c as usize * COUNTERS) as *const Counters)
+    }
 }
 
 fn header() -> &'static Header {
@@ -237,7 +282,9 @@ pub(crate) fn uncovered(c: Call) {
     log(c);
 }
 
-/// While alive: a green thread is parked (or about to park) in call `c`.
+/// While alive: a green thread is parked (or about to park) in call `c`. Dropped on
+/// the thread that made it (a green thread stays on its worker), so the slot is the
+/// same.
 pub(crate) struct Waiting(&'static Counters, bool);
 
 impl Waiting {
@@ -245,8 +292,7 @@ impl Waiting {
     pub(crate) fn new(c: Call, asleep: bool) -> Waiting {
         let k = counters(c);
         k.parked.fetch_add(1, Relaxed);
-        let now = k.waiting.fetch_add(1, Relaxed) + 1;
-        k.waiting_max.fetch_max(now, Relaxed);
+        k.waiting.fetch_add(1, Relaxed);
         if asleep {
             let h = header();
             let now = h.asleep.fetch_add(1, Relaxed) + 1;
@@ -278,8 +324,6 @@ pub struct CallStats {
     pub parked: u64,
     /// Green threads parked in it now.
     pub waiting: u64,
-    /// The most green threads ever parked in it at once.
-    pub waiting_max: u64,
 }
 
 /// A process's counters, as read.
@@ -301,33 +345,43 @@ impl Stats {
     }
 }
 
-/// Parses counters from `mem` (the file's bytes, or ours).
+/// Parses counters from `mem` (the file's bytes, or ours), summing the slots.
 ///
 /// # Safety
-/// `mem` is readable for `len` bytes.
+/// `mem` is readable for `len` bytes and 8-aligned.
 unsafe fn parse(mem: *const u8, len: usize) -> Option<Stats> {
     if len < HEADER {
         return None;
     }
-    // SAFETY: per the contract; fields read with unaligned reads or atomics.
+    // SAFETY: per the contract; every read is checked against `len`.
     unsafe {
         let h = &*(mem as *const Header);
-        if &h.magic != MAGIC || h.version != VERSION || h.entry as usize != ENTRY {
+        if &h.magic != MAGIC || h.version != VERSION {
             return None;
         }
-        let n = (h.entries as usize).min((len - HEADER) / ENTRY);
+        let (n, slots) = (h.entries as usize, h.slots as usize);
+        if len < slots_at(n) + slots * slot_size(n) {
+            return None;
+        }
         let calls = (0..n)
             .map(|i| {
-                let c = &*(mem.add(HEADER + i * ENTRY) as *const Counters);
+                let c = &*(mem.add(HEADER + i * NAME) as *const Name);
                 let end = c.name.iter().position(|&b| b == 0).unwrap_or(24);
-                CallStats {
+                let mut s = CallStats {
                     name: String::from_utf8_lossy(&c.name[..end]).into_owned(),
                     covered: c.covered != 0,
-                    calls: c.calls.load(Relaxed),
-                    parked: c.parked.load(Relaxed),
-                    waiting: c.waiting.load(Relaxed),
-                    waiting_max: c.waiting_max.load(Relaxed),
+                    calls: 0,
+                    parked: 0,
+                    waiting: 0,
+                };
+                for slot in 0..slots {
+                    let k = &*(mem.add(slots_at(n) + slot * slot_size(n) + i * COUNTERS)
+                        as *const Counters);
+                    s.calls += k.calls.load(Relaxed);
+                    s.parked += k.parked.load(Relaxed);
+                    s.waiting = s.waiting.wrapping_add(k.waiting.load(Relaxed));
                 }
+                s
             })
             .collect();
         Some(Stats {
@@ -350,18 +404,16 @@ pub fn snapshot() -> Stats {
 /// pid was reused).
 pub fn read(pid: u32) -> Option<Stats> {
     let bytes = std::fs::read(path(pid)).ok()?;
-    // SAFETY: `bytes` is readable for its length; copied out, so atomics over it are
-    // plain reads.
-    let s = unsafe {
-        let mut aligned = vec![0u64; bytes.len().div_ceil(8)];
-        core::ptr::copy_nonoverlapping(bytes.as_ptr(), aligned.as_mut_ptr().cast(), bytes.len());
-        let h = &*(aligned.as_ptr() as *const Header);
-        if bytes.len() >= HEADER && h.start != 0 && start_time(pid) != Some(h.start) {
-            return None;
-        }
-        parse(aligned.as_ptr().cast(), bytes.len())
+    let mut aligned = vec![0u64; bytes.len().div_ceil(8)];
+    // SAFETY: copies the file's bytes into 8-aligned memory of at least their length.
+    unsafe {
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), aligned.as_mut_ptr().cast(), bytes.len())
     };
-    s
+    // SAFETY: `aligned` is readable for `bytes.len()` bytes and 8-aligned.
+    let s = unsafe { parse(aligned.as_ptr().cast(), bytes.len())? };
+    // SAFETY: parse checked the header is there.
+    let h = unsafe { &*(aligned.as_ptr() as *const Header) };
+    (h.start == 0 || start_time(pid) == Some(h.start)).then_some(s)
 }
 
 /// Writes the log line of uncovered call `c`, if `WEFT_HOOK_LOG` asks for it.
@@ -372,7 +424,8 @@ fn log(c: Call) {
         Ok("") | Ok("0") | Err(_) => 0,
         Ok(_) => 1,
     });
-    if mode == 0 || (mode == 1 && counters(c).calls.load(Relaxed) != 1) {
+    static LOGGED: [AtomicBool; CALLS.len()] = [const { AtomicBool::new(false) }; CALLS.len()];
+    if mode == 0 || (mode == 1 && LOGGED[c as usize].swap(true, Relaxed)) {
         return;
     }
     let worker = crate::worker::current_worker().unwrap_or(0);

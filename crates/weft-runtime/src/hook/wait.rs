@@ -143,7 +143,7 @@ impl Drop for Waiter {
 /// Whether the calling green thread's runtime is shutting down (its parks return at
 /// once, or unwind).
 fn cancelled() -> bool {
-    worker::current_task().is_some_and(|t| t.cancelled())
+    worker::current_cancelled()
 }
 
 /// One park of the calling green thread, the shutdown unwind caught.

@@ -1301,6 +1301,9 @@ pub(crate) mod bufs {
     /// used; a reused one holds old bytes, which the operation overwrites and nobody
     /// reads). Give it back with [`give`].
     pub(crate) fn take(len: usize) -> Vec<u8> {
+        // The caches are this OS thread's: a green thread switched out while it borrows
+        // one (preemption) would leave it borrowed for the next.
+        let _np = super::NoPreempt::new();
         match FILL.with(|c| c.borrow_mut().pop()) {
             Some(mut v) => {
                 v.resize(len, 0);
@@ -1312,6 +1315,7 @@ pub(crate) mod bufs {
 
     /// A buffer holding a copy of `src`. Give it back with [`give_copy`].
     pub(crate) fn copy(src: &[u8]) -> Vec<u8> {
+        let _np = super::NoPreempt::new();
         match COPY.with(|c| c.borrow_mut().pop()) {
             Some(mut v) => {
                 v.clear();
@@ -1343,6 +1347,7 @@ pub(crate) mod bufs {
     }
 
     fn keep(cache: &'static std::thread::LocalKey<RefCell<Cache>>, v: Vec<u8>) {
+        let _np = super::NoPreempt::new();
         if v.capacity() <= MAX {
             cache.with(|c| {
                 let mut c = c.borrow_mut();

@@ -290,6 +290,16 @@ pub(crate) fn in_green_code() -> bool {
     !w.is_null() && unsafe { (*w).current.is_some() && (*w).depth.get() == 0 }
 }
 
+/// Whether the running green thread has been cancelled (its runtime shuts down), read
+/// without taking a count on its task (the layer asks before every park).
+#[cfg(feature = "hook")]
+#[inline]
+pub(crate) fn current_cancelled() -> bool {
+    let w = current();
+    // SAFETY: as above.
+    !w.is_null() && unsafe { (*w).current.as_ref().is_some_and(|t| t.cancelled()) }
+}
+
 impl Worker {
     pub(crate) fn new(
         id: usize,
