@@ -64,6 +64,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The system-call layer is linked for `weft bench runtime`'s hooked servers, which
+    // turn it on in their own processes (`bench-worker hooked-*`); off everywhere else.
+    weft_hook::set_enabled(false);
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::main(args),

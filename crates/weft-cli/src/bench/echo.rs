@@ -1,5 +1,6 @@
 //! `tcp-echo`: TCP echo throughput of weft's green-thread sockets against the two
-//! classic ways of writing a server, all in this process, on 127.0.0.1.
+//! classic ways of writing a server, on 127.0.0.1 (all in this process but the hooked
+//! servers).
 //!
 //! The servers, each run in turn:
 //!
@@ -9,6 +10,11 @@
 //!   `write_all` (only the green thread parks). Once on the io_uring backend (skipped,
 //!   with a note, where the kernel refuses io_uring) and once on the thread fallback
 //!   (nonblocking calls plus the epoll poller), chosen with `Builder::io_backend`.
+//! * `weft-hooked` / `weft-hooked-threads`: the same server written with `std::net`
+//!   (`TcpListener::accept`, `TcpStream::read`, `write_all`) on green threads, whose
+//!   blocking calls the system-call layer (weft-hook) turns into parks; in a child
+//!   process (`weft bench-worker hooked-echo`, see `hooked.rs`), on io_uring and on the
+//!   thread fallback. Their target: within 10% of weft's own sockets.
 //! * `pthread-per-conn`: `std::net::TcpListener` and one OS thread per connection,
 //!   blocking `read` then `write_all`.
 //! * `epoll-loop`: one OS thread, nonblocking sockets, level-triggered epoll; each
@@ -47,7 +53,7 @@
 //! direction: requests/s x message size). Ratios are weft / peer: above 1 means weft
 //! served more requests per second.
 
-use super::{median, progress, Measurement, Reporter};
+use super::{hooked, median, progress, Measurement, Reporter};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -64,7 +70,7 @@ const SIZES: [usize; 2] = [64, 16 * 1024];
 /// Client OS threads (fewer if there are fewer connections).
 const CLIENT_THREADS: usize = 2;
 /// The echo buffer of every server.
-const SERVER_BUF: usize = 64 * 1024;
+pub(super) const SERVER_BUF: usize = 64 * 1024;
 /// A client read or write that waits this long means a broken server: an error.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -106,14 +112,18 @@ impl Plan {
 enum Kind {
     WeftUring,
     WeftThreads,
+    WeftHooked,
+    WeftHookedThreads,
     PthreadPerConn,
     EpollLoop,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [
+    const ALL: [Kind; 6] = [
         Kind::WeftUring,
         Kind::WeftThreads,
+        Kind::WeftHooked,
+        Kind::WeftHookedThreads,
         Kind::PthreadPerConn,
         Kind::EpollLoop,
     ];
@@ -122,6 +132,8 @@ impl Kind {
         match self {
             Kind::WeftUring => "weft-uring",
             Kind::WeftThreads => "weft-threads",
+            Kind::WeftHooked => "weft-hooked",
+            Kind::WeftHookedThreads => "weft-hooked-threads",
             Kind::PthreadPerConn => "pthread-per-conn",
             Kind::EpollLoop => "epoll-loop",
         }
@@ -131,9 +143,21 @@ impl Kind {
         match self {
             Kind::WeftUring => start_weft(IoBackend::Uring),
             Kind::WeftThreads => start_weft(IoBackend::Threads),
+            Kind::WeftHooked => start_hooked(hooked::Backend::Uring),
+            Kind::WeftHookedThreads => start_hooked(hooked::Backend::Threads),
             Kind::PthreadPerConn => start_pthread(),
             Kind::EpollLoop => start_epoll(),
         }
+    }
+
+    /// Whether this server runs on io_uring.
+    fn uring(self) -> bool {
+        matches!(self, Kind::WeftUring | Kind::WeftHooked)
+    }
+
+    /// Whether this server runs in a child process (`bench-worker hooked-echo`).
+    fn hooked(self) -> bool {
+        matches!(self, Kind::WeftHooked | Kind::WeftHookedThreads)
     }
 }
 
@@ -151,16 +175,22 @@ pub fn run(rep: &mut Reporter, quick: bool) -> Result<(), String> {
     progress::part("tcp-echo");
     let plan = Plan::new(quick);
     // Which servers can run: io_uring may be refused by the kernel or a seccomp filter.
+    let uring = Runtime::builder()
+        .workers(1)
+        .io_backend(IoBackend::Uring)
+        .build()
+        .map(drop)
+        .map_err(|e| format!("io_uring unavailable: {e}"));
     let available: Vec<(Kind, Result<(), String>)> = Kind::ALL
         .iter()
         .map(|&k| {
             let ok = match k {
-                Kind::WeftUring => Runtime::builder()
-                    .workers(1)
-                    .io_backend(IoBackend::Uring)
-                    .build()
-                    .map(drop)
-                    .map_err(|e| format!("io_uring unavailable: {e}")),
+                // The hooked servers are this binary re-executed: the `weft` command,
+                // not a unit-test binary.
+                k if k.hooked() && cfg!(test) => {
+                    Err("runs as `weft bench-worker`: not in unit tests".to_string())
+                }
+                k if k.uring() => uring.clone(),
                 _ => Ok(()),
             };
             (k, ok)
@@ -271,6 +301,24 @@ pub fn run(rep: &mut Reporter, quick: bool) -> Result<(), String> {
             }
         }
         let of = |k: Kind| medians.iter().find(|m| m.0 == k).and_then(|m| m.1);
+        for (hooked, net) in [
+            (Kind::WeftHooked, Kind::WeftUring),
+            (Kind::WeftHookedThreads, Kind::WeftThreads),
+        ] {
+            if let (Some(h), Some(n)) = (of(hooked), of(net)) {
+                super::print_target(
+                    rep,
+                    &format!(
+                        "{} (std::net, hooked) within 10% of {} (weft's net) at {}",
+                        hooked.name(),
+                        net.name(),
+                        size_label(size)
+                    ),
+                    &format!("{:.2}x requests/s", h / n),
+                    Some(h >= 0.9 * n),
+                );
+            }
+        }
         for weft in [Kind::WeftUring, Kind::WeftThreads] {
             for peer in [Kind::PthreadPerConn, Kind::EpollLoop] {
                 if let (Some(w), Some(p)) = (of(weft), of(peer)) {
@@ -537,6 +585,20 @@ fn weft_echo(mut s: weft_runtime::net::TcpStream) {
             }
         }
     }
+}
+
+/// The hooked server: `std::net` on green threads, in a child process with the
+/// system-call layer on (`bench-worker hooked-echo`, see `hooked.rs`).
+fn start_hooked(backend: hooked::Backend) -> Result<Server, String> {
+    let name = match backend {
+        hooked::Backend::Uring => "uring",
+        hooked::Backend::Threads => "threads",
+    };
+    let w = hooked::Worker::start(&["hooked-echo", "--backend", name])?;
+    Ok(Server {
+        addr: w.addr,
+        stop: Box::new(move || w.stop()),
+    })
 }
 
 /// The pthread server: an OS thread accepting, an OS thread per connection.
@@ -854,6 +916,9 @@ mod tests {
             warmup: Duration::from_millis(2),
         };
         for kind in Kind::ALL {
+            if kind.hooked() {
+                continue;
+            }
             if kind == Kind::WeftUring
                 && Runtime::builder()
                     .workers(1)

@@ -27,6 +27,7 @@
 mod echo;
 pub mod fibers;
 mod gopeer;
+mod hooked;
 mod ipc;
 mod kv;
 mod peers;
@@ -191,6 +192,20 @@ impl Suite {
 /// one JSON line on stdout.
 #[derive(clap::Subcommand, Debug)]
 pub enum WorkerJob {
+    /// `bench runtime`'s echo server with std::net on green threads, the system-call
+    /// layer on (see `hooked.rs`): prints "port P", ends when its stdin closes.
+    #[command(name = "hooked-echo")]
+    HookedEcho {
+        #[arg(long, value_enum)]
+        backend: hooked::Backend,
+    },
+    /// `bench runtime`'s idle connections, each held by a hooked green thread or an OS
+    /// thread (see `hooked.rs`): prints "port P", ends when its stdin closes.
+    #[command(name = "hooked-conns")]
+    HookedConns {
+        #[arg(long, value_enum)]
+        mode: hooked::Mode,
+    },
     /// The many-fibers workload of `bench fibers`: F fibers shared by one OS thread per CPU.
     #[command(name = "many-fibers")]
     ManyFibers {
@@ -287,6 +302,8 @@ pub fn run(suite: Suite, opts: Options, plot: Option<&Path>) -> Result<(), Strin
 /// Runs a `bench-worker` job in this process.
 pub fn run_worker(job: WorkerJob) -> Result<(), String> {
     match job {
+        WorkerJob::HookedEcho { backend } => hooked::echo_main(backend),
+        WorkerJob::HookedConns { mode } => hooked::conns_main(mode),
         WorkerJob::ManyFibers { fibers, work } => fibers::many_fibers_worker_main(fibers, work),
         WorkerJob::KvClient {
             socket,

@@ -87,7 +87,10 @@ pub fn parts(opts: &Options) -> Vec<Part> {
         Part::micro("cross-worker", opts, 7),
         Part::micro("spawn", opts, 5),
         Part::micro("yield", opts, 4),
+        Part::micro("hooked-call", opts, 2),
         Part::new("tcp-echo", super::echo::estimate(opts.quick)),
+        // Connecting and serving each connection once, twice over.
+        Part::new("connections-memory", 2.0 * hooked_conns(opts) as f64 * 1e-4),
         // Spawn and shutdown take a few microseconds a thread.
         Part::new("parked", 0.2 + parked_count(opts) as f64 * 5e-6),
     ]
@@ -125,6 +128,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     cross_worker_rows(opts, rep, pinned, &rtd, &mut go)?;
     spawn_rows(opts, rep, &rt1, &rtd, &mut go)?;
     yield_rows(opts, rep, on_cpu0, &rt1, &mut go)?;
+    hooked_call_rows(opts, rep)?;
     drop(go);
     drop(rt1);
     drop(rtd);
@@ -132,6 +136,8 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
         set_affinity(&set);
     }
     super::echo::run(rep, opts.quick)?;
+    progress::part("connections-memory");
+    super::hooked::memory(rep, hooked_conns(opts))?;
     parked_rows(opts, rep)
 }
 
@@ -377,6 +383,73 @@ fn without_run_time<T>(f: impl FnOnce() -> T) -> T {
     let r = f();
     weft_fiber::set_run_time_accounting(true);
     r
+}
+
+/// How many idle connections `connections-memory` holds.
+fn hooked_conns(opts: &Options) -> usize {
+    if opts.quick {
+        1_000
+    } else {
+        10_000
+    }
+}
+
+/// The system-call layer's target: a covered call made off a green thread costs at most
+/// this much more than the C library's.
+const TARGET_HOOKED_CALL_NS: f64 = 2.0;
+
+/// `hooked-call`: `read(-1, buf, 0)` (the kernel says EBADF at once) off green threads,
+/// called through the C library's own `read` and through the layer's (this binary
+/// links weft-hook, whose `read` tests the thread word and calls the C library's).
+fn hooked_call_rows(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
+    progress::part("hooked-call");
+    let libc_read = super::hooked::libc_read();
+    let mut buf = [0u8; 1];
+    let p: *mut libc::c_void = buf.as_mut_ptr().cast();
+    let mut contenders = vec![
+        Contender::new("libc", 1, move |n| {
+            let t = Instant::now();
+            for _ in 0..n {
+                // SAFETY: a zero-length read of a descriptor that is not open.
+                black_box(unsafe { libc_read(black_box(-1), p, 0) });
+            }
+            Ok(t.elapsed())
+        }),
+        Contender::new("weft-hooked", 1, move |n| {
+            let t = Instant::now();
+            for _ in 0..n {
+                // SAFETY: as above; `read` is weft-hook's here.
+                black_box(unsafe { libc::read(black_box(-1), p, 0) });
+            }
+            Ok(t.elapsed())
+        }),
+    ];
+    let results = measure_interleaved(opts, &mut contenders)?;
+    drop(contenders);
+    print_micro_table(
+        rep,
+        Suite::Runtime,
+        "hooked-call",
+        "read(-1, buf, 0) off green threads (the kernel says EBADF): the C library's read, \
+         and weft-hook's (one thread-local test, then the C library's)",
+        &results,
+    );
+    let (l, h) = (
+        median_of(&results, "libc"),
+        median_of(&results, "weft-hooked"),
+    );
+    if let (Some(l), Some(h)) = (l, h) {
+        print_target(
+            rep,
+            &format!(
+                "a covered call off a green thread costs at most {TARGET_HOOKED_CALL_NS} ns \
+                 more than the C library's"
+            ),
+            &format!("{:+.2} ns", h - l),
+            Some(h - l <= TARGET_HOOKED_CALL_NS),
+        );
+    }
+    Ok(())
 }
 
 /// A green thread's panic payload as text.
