@@ -1,7 +1,7 @@
 //! `weft bench kv --quick --json` (with the smoke sizes) runs to the end against the real weft-kv and a
 //! redis-server and reports both sides of every row as JSON lines (servers started and
 //! stopped, client workers checking every reply, redis-benchmark's CSV, how busy the
-//! client was). It is skipped (see tests/support/skip.rs) where redis-server or
+//! client was, the latency-under-load tables with their CPU hogs and disk writer). It is skipped (see tests/support/skip.rs) where redis-server or
 //! redis-benchmark is missing.
 
 use std::collections::BTreeSet;
@@ -67,6 +67,19 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
                 }
             }
         }
+        // Latency under load: fsync every second and fsync always, three loads, an
+        // existing and a new connection; the figures and how many tries they come from.
+        for table in ["latency-under-load", "latency-under-load-always"] {
+            for load in ["quiet", "cpu", "cpu-disk"] {
+                for conn in ["existing", "new"] {
+                    let name = format!("{table}/{load}/{conn}");
+                    for p in ["p50", "p90", "p99", "p99.9", "max"] {
+                        expected.insert((format!("{name}/{p}"), imp.into(), "us".into()));
+                    }
+                    expected.insert((format!("{name}/tries"), imp.into(), "count".into()));
+                }
+            }
+        }
     }
     assert_eq!(rows, expected);
     // The table names what it measures and where the figures beside it come from.
@@ -75,6 +88,11 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
         stderr.contains("published = Table 1 of a Linux kernel module's report"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("latency under load, fsync every second"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("disk writer: "), "{stderr}");
     assert!(!stderr.to_lowercase().contains("seed"), "{stderr}");
     assert_eq!(
         text.lines().count(),

@@ -74,6 +74,22 @@ fn fixture() -> String {
         );
         s += &line("kv", "redis-benchmark/tcp/P1/set/p99", imp, 0.9, "ms");
         s += &line("kv", "redis-benchmark/tcp/P1/client-busy", imp, 90.0, "%");
+        for p in ["p99", "max"] {
+            s += &line(
+                "kv",
+                &format!("latency-under-load/cpu/new/{p}"),
+                imp,
+                900.0,
+                "us",
+            );
+        }
+        s += &line(
+            "kv",
+            "latency-under-load/cpu/new/tries",
+            imp,
+            2000.0,
+            "count",
+        );
     }
     // Not measured: left out of the charts.
     s += "{\"suite\":\"fibers\",\"name\":\"switch\",\"impl\":\"absent\",\"value\":null,\"unit\":\"ns\"}\n";
@@ -116,6 +132,14 @@ fn expected() -> Vec<(&'static str, Vec<&'static str>)> {
         ("kv-clients-mixed.svg", vec!["weft", "redis-server"]),
         ("kv-redis-benchmark-rps.svg", vec!["weft", "redis-server"]),
         ("kv-redis-benchmark-p99.svg", vec!["weft", "redis-server"]),
+        (
+            "kv-latency-under-load-p99.svg",
+            vec!["weft", "redis-server"],
+        ),
+        (
+            "kv-latency-under-load-max.svg",
+            vec!["weft", "redis-server"],
+        ),
     ]
 }
 

@@ -17,8 +17,10 @@
 //! `WEFT_BENCH_KV_SMOKE=1` runs every part with tiny sizes (a key space of 1,000, 500
 //! operations per cell, 2,000 redis-benchmark requests): it proves in seconds that the
 //! suite runs end to end, as the tests do; its figures mean nothing.
+//! `WEFT_BENCH_KV_ONLY=latency` runs only the third part (the latency-under-load
+//! tables), to measure a change of the write path without the minutes of the others.
 //!
-//! Two parts:
+//! Three parts:
 //!
 //! 1. **The client-processes table**, the benchmark of section 4 ("Performance
 //!    analysis") of a Linux kernel module's report (a key-value store shared by
@@ -49,7 +51,28 @@
 //!    the row (without pipelining on a 2-CPU machine it is), and no server can show
 //!    more than its rate there.
 //!
-//! Units in JSON: the table cells in "ms", throughput in "req/s", latencies in "ms".
+//! 3. **Latency under load**: how long one small pipeline (PING, SET, GET, INCR, sent
+//!    together over TCP on 127.0.0.1) takes from the send to its last reply, try after
+//!    try, on a connection opened before and on a new connection per try (the connect
+//!    counted), while the machine is (a) quiet, (b) busy with one busy-looping process
+//!    per CPU (`weft bench-worker cpu-hog`), (c) busy with those and a disk writer
+//!    (`weft bench-worker disk-writer`: appends 1 MiB to a file in the servers'
+//!    directory and fdatasyncs it, again and again). The suite starts and stops these
+//!    processes itself; they also stop when the suite dies (their stdin closes, and
+//!    SIGKILL on their parent's death). Per load up to 2,000 rounds (300 with
+//!    `--quick`) within 30 s (8 s); a round is one try per server and connection kind,
+//!    the servers taking turns (who goes first alternating), each try followed by a 1 ms
+//!    pause so the tries sample the load over time. Reported per row: the number of
+//!    tries, p50, p90, p99, p99.9 and the maximum, and weft / redis for each. The table
+//!    is measured at fsync every second on the servers above, then again on a fresh
+//!    pair with fsync always (weft `--fsync always`, redis-server `--appendfsync
+//!    always`; up to 500 rounds, 100 with `--quick`). JSON:
+//!    `latency-under-load/<load>/<conn>/<p>` (and `latency-under-load-always/...`) with
+//!    load `quiet`, `cpu` or `cpu-disk`, conn `existing` or `new`, p `p50`, `p90`,
+//!    `p99`, `p99.9` or `max` in "us", and `.../tries` (a "count").
+//!
+//! Units in JSON: the table cells in "ms", throughput in "req/s", redis-benchmark's
+//! latencies in "ms", the latency-under-load figures in "us".
 
 use super::progress::{self, Part};
 use super::{median, Measurement, Options, Reporter};
@@ -153,19 +176,35 @@ impl SelfKind {
 /// The method line of the table header.
 pub fn method_line(opts: &Options) -> String {
     format!(
-        "method: both servers started by the suite (append-only log, fsync every second); \
+        "method: both servers started by the suite (append-only log, fsync every second; \
+         a second pair with fsync always for the last table); \
          client-processes table: one run per cell, {} operations, servers alternating cell \
          by cell; \
          redis-benchmark: median of {} run(s), servers alternating run by run; \
+         latency under load: up to {} tries per row, servers alternating try by try; \
          redis / weft (time) and weft / redis (req/s) > 1 mean weft is faster",
         table_ops(opts),
-        rb_runs(opts)
+        rb_runs(opts),
+        lat_rounds(opts, Durability::EverySec)
     )
 }
 
 /// Whether this is a smoke run (`WEFT_BENCH_KV_SMOKE=1`, inherited by the client workers).
 fn smoke() -> bool {
     std::env::var_os("WEFT_BENCH_KV_SMOKE").is_some_and(|v| v == "1")
+}
+
+/// Whether only the latency-under-load tables run (`WEFT_BENCH_KV_ONLY=latency`).
+fn latency_only() -> Result<bool, String> {
+    match std::env::var("WEFT_BENCH_KV_ONLY") {
+        Err(_) => Ok(false),
+        Ok(v) if v.is_empty() => Ok(false),
+        Ok(v) if v == "latency" => Ok(true),
+        Ok(v) => Err(format!(
+            "WEFT_BENCH_KV_ONLY={v:?} is not understood: unset it to run every part, or set \
+             it to \"latency\" to run only the latency-under-load tables"
+        )),
+    }
 }
 
 /// The key space: the client-processes table's, or a smoke run's.
@@ -215,14 +254,29 @@ pub fn parts(opts: &Options) -> Vec<Part> {
     // SET and GET at ~60,000 requests/s without pipelining, ~400,000 with.
     let n = rb_requests(opts) as f64;
     let rb = 2.0 * rb_runs(opts) as f64 * 2.0 * (2.0 * n / 60e3 + 2.0 * n / 400e3);
+    let (table, rb) = if latency_only().unwrap_or(false) {
+        (0.0, 0.0)
+    } else {
+        (table, rb)
+    };
     vec![
         Part::new("servers", 1.0 + 2.0 * key_space() as f64 * 10e-6),
         Part::new("client-processes table", table),
         Part::new("redis-benchmark", rb),
+        Part::new(
+            Durability::EverySec.part(),
+            lat_estimate(opts, Durability::EverySec),
+        ),
+        Part::new(
+            Durability::Always.part(),
+            1.0 + lat_estimate(opts, Durability::Always),
+        ),
     ]
 }
 
-/// Runs the suite: starts the servers, the client-processes table, then redis-benchmark.
+/// Runs the suite: starts the servers, the client-processes table, redis-benchmark,
+/// then the latency-under-load tables (fsync every second on those servers, then on a
+/// fresh pair with fsync always).
 pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     progress::part("servers");
     let me = SelfKind::from_env()?;
@@ -234,18 +288,65 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     })?;
     let redis_path = find_on_path("redis-server");
     let base = TempDir::new()?;
+    rep.line("");
+    let servers = start_servers(
+        rep,
+        me,
+        &exe,
+        redis_path.as_deref(),
+        &base.0,
+        "",
+        "everysec",
+    )?;
+    if !latency_only()? {
+        for s in &servers {
+            populate(&s.socket).map_err(|e| format!("populating {}: {e}", s.impl_name))?;
+        }
+        clients_table(opts, rep, &exe, &servers)?;
+        redis_benchmark(opts, rep, &servers)?;
+    }
+    latency_under_load(opts, rep, &exe, &base.0, &servers, Durability::EverySec)?;
+    stop_servers(rep, servers);
+    progress::part("latency under load, fsync always");
+    rep.line("");
+    let servers = start_servers(
+        rep,
+        me,
+        &exe,
+        redis_path.as_deref(),
+        &base.0,
+        "-always",
+        "always",
+    )?;
+    latency_under_load(opts, rep, &exe, &base.0, &servers, Durability::Always)?;
+    stop_servers(rep, servers);
+    Ok(())
+}
+
+/// Starts the "weft" side (weft-kv, or its redis stand-in) and, when installed,
+/// redis-server, both with `fsync` (`everysec` or `always`), in `base/weft<suffix>` and
+/// `base/redis<suffix>`, and says so in the table.
+fn start_servers(
+    rep: &mut Reporter,
+    me: SelfKind,
+    exe: &Path,
+    redis_path: Option<&Path>,
+    base: &Path,
+    suffix: &str,
+    fsync: &str,
+) -> Result<Vec<Server>, String> {
+    let weft_dir = base.join(format!("weft{suffix}"));
     let weft = match me {
-        SelfKind::WeftKv => Server::start_weft(&exe, &base.0.join("weft"), me.impl_name())?,
+        SelfKind::WeftKv => Server::start_weft(exe, &weft_dir, me.impl_name(), fsync)?,
         SelfKind::RedisStandIn => {
-            let path = redis_path.as_ref().ok_or_else(|| {
+            let path = redis_path.ok_or_else(|| {
                 "WEFT_BENCH_KV_SELF=redis needs redis-server on PATH (Debian: apt-get install \
                  redis-server)"
                     .to_string()
             })?;
-            Server::start_redis(path, &base.0.join("weft"), me.impl_name())?
+            Server::start_redis(path, &weft_dir, me.impl_name(), fsync)?
         }
     };
-    rep.line("");
     rep.line(format!("servers: {} ({})", weft.impl_name, weft.describe));
     if me == SelfKind::RedisStandIn {
         rep.line(
@@ -253,11 +354,12 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
              (impl redis-stand-in), not weft-kv: these figures prove the suite, not weft-kv",
         );
     }
-    let redis = match &redis_path {
+    let redis = match redis_path {
         Some(path) => Some(Server::start_redis(
             path,
-            &base.0.join("redis"),
+            &base.join(format!("redis{suffix}")),
             "redis-server",
+            fsync,
         )?),
         None => {
             rep.line(
@@ -272,17 +374,16 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
     }
     let mut servers: Vec<Server> = vec![weft];
     servers.extend(redis);
-    for s in &servers {
-        populate(&s.socket).map_err(|e| format!("populating {}: {e}", s.impl_name))?;
-    }
-    clients_table(opts, rep, &exe, &servers)?;
-    redis_benchmark(opts, rep, &servers)?;
+    Ok(servers)
+}
+
+/// Stops the servers, noting in the table any that did not exit cleanly.
+fn stop_servers(rep: &mut Reporter, servers: Vec<Server>) {
     for mut s in servers {
         if let Some(warning) = s.stop() {
             rep.line(format!("  warning: {warning}"));
         }
     }
-    Ok(())
 }
 
 /// The key of index `k` and the value every writer stores under it.
@@ -873,6 +974,569 @@ fn run_to_end(mut cmd: Command, what: &str) -> Result<String, String> {
 }
 
 // ---------------------------------------------------------------------------
+// Part 3: latency under load.
+
+/// The durability both servers run at in a latency table.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Durability {
+    /// weft `--fsync everysec`, redis-server `--appendfsync everysec`.
+    EverySec,
+    /// weft `--fsync always`, redis-server `--appendfsync always`.
+    Always,
+}
+
+impl Durability {
+    /// The first part of the table's row names in JSON.
+    fn table(self) -> &'static str {
+        match self {
+            Durability::EverySec => "latency-under-load",
+            Durability::Always => "latency-under-load-always",
+        }
+    }
+
+    /// The table's part on the progress line.
+    fn part(self) -> &'static str {
+        match self {
+            Durability::EverySec => "latency under load",
+            Durability::Always => "latency under load, fsync always",
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Durability::EverySec => {
+                "fsync every second (weft --fsync everysec, redis-server appendfsync everysec)"
+            }
+            Durability::Always => {
+                "fsync before every reply to a write (weft --fsync always, redis-server \
+                 appendfsync always)"
+            }
+        }
+    }
+}
+
+/// What else runs on the machine while a latency table is measured.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Load {
+    /// Nothing started by the suite.
+    Quiet,
+    /// One busy-looping process per CPU.
+    Cpu,
+    /// The CPU hogs, and a process appending to a file and fdatasyncing it after each
+    /// MiB, on the servers' filesystem.
+    CpuDisk,
+}
+
+const LOADS: [Load; 3] = [Load::Quiet, Load::Cpu, Load::CpuDisk];
+
+impl Load {
+    fn name(self) -> &'static str {
+        match self {
+            Load::Quiet => "quiet",
+            Load::Cpu => "cpu",
+            Load::CpuDisk => "cpu-disk",
+        }
+    }
+
+    fn words(self, hogs: usize) -> String {
+        match self {
+            Load::Quiet => "quiet (nothing started by the suite)".to_string(),
+            Load::Cpu => format!("{hogs} CPU hogs (one busy-looping process per CPU)"),
+            Load::CpuDisk => format!(
+                "{hogs} CPU hogs and a disk writer (appends 1 MiB and fdatasyncs, again and \
+                 again, on the servers' filesystem)"
+            ),
+        }
+    }
+}
+
+/// How a try reaches the server.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum ConnKind {
+    /// One connection per server, opened before the tries.
+    Existing,
+    /// A new connection per try; the connect is part of the try's time.
+    New,
+}
+
+const CONNS: [ConnKind; 2] = [ConnKind::Existing, ConnKind::New];
+
+impl ConnKind {
+    fn name(self) -> &'static str {
+        match self {
+            ConnKind::Existing => "existing",
+            ConnKind::New => "new",
+        }
+    }
+}
+
+/// The figures of a latency row as named in JSON, and their quantile (1 = the maximum).
+const PERCENTILES: [(&str, f64); 5] = [
+    ("p50", 0.50),
+    ("p90", 0.90),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
+    ("max", 1.0),
+];
+
+/// Rounds per load (a round is one try per server and connection kind): fsync every
+/// second, and fsync always (each try then waits for a disk flush, slow under the disk
+/// writer).
+const LAT_ROUNDS: usize = 2000;
+const LAT_ROUNDS_QUICK: usize = 300;
+const LAT_ROUNDS_ALWAYS: usize = 500;
+const LAT_ROUNDS_ALWAYS_QUICK: usize = 100;
+const LAT_ROUNDS_SMOKE: usize = 10;
+/// The most time the rounds of one load may take; fewer rounds then (the table says how
+/// many tries each row has).
+const LAT_BUDGET: Duration = Duration::from_secs(30);
+const LAT_BUDGET_QUICK: Duration = Duration::from_secs(8);
+/// The pause after each try: the tries sample the load over time rather than in a burst.
+const LAT_GAP: Duration = Duration::from_millis(1);
+/// How long a load runs before the first try.
+const LOAD_SETTLE: Duration = Duration::from_secs(1);
+const LOAD_SETTLE_SMOKE: Duration = Duration::from_millis(100);
+/// The longest a CPU hog or the disk writer runs, should nothing stop it.
+const HELPER_CAP_S: u64 = 1800;
+/// How long a stopped CPU hog or disk writer may take to exit before it is killed.
+const HELPER_STOP: Duration = Duration::from_secs(10);
+/// The disk writer's chunk (one fdatasync after each) and the size at which its file
+/// starts over.
+const DISK_CHUNK: usize = 1 << 20;
+const DISK_FILE_MAX: u64 = 256 << 20;
+
+fn lat_rounds(opts: &Options, d: Durability) -> usize {
+    match (smoke(), opts.quick, d) {
+        (true, _, _) => LAT_ROUNDS_SMOKE,
+        (false, false, Durability::EverySec) => LAT_ROUNDS,
+        (false, true, Durability::EverySec) => LAT_ROUNDS_QUICK,
+        (false, false, Durability::Always) => LAT_ROUNDS_ALWAYS,
+        (false, true, Durability::Always) => LAT_ROUNDS_ALWAYS_QUICK,
+    }
+}
+
+fn lat_budget(opts: &Options) -> Duration {
+    if opts.quick || smoke() {
+        LAT_BUDGET_QUICK
+    } else {
+        LAT_BUDGET
+    }
+}
+
+fn load_settle() -> Duration {
+    if smoke() {
+        LOAD_SETTLE_SMOKE
+    } else {
+        LOAD_SETTLE
+    }
+}
+
+/// Estimated seconds of one latency table: per load the settling time and the rounds
+/// (4 tries and their pauses; ~1.3 ms a try with fsync every second, ~5 ms with fsync
+/// always), at most the budget.
+fn lat_estimate(opts: &Options, d: Durability) -> f64 {
+    let per_try = match d {
+        Durability::EverySec => 1.3e-3,
+        Durability::Always => 5e-3,
+    };
+    let rounds = (lat_rounds(opts, d) as f64 * 4.0 * per_try).min(lat_budget(opts).as_secs_f64());
+    LOADS.len() as f64 * (load_settle().as_secs_f64() + rounds)
+}
+
+/// The `q` quantile of `sorted` by nearest rank (`q` = 1: the maximum); NaN when empty.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let rank = (q * n as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(n) - 1]
+}
+
+/// One try: PING, SET, GET, INCR as one pipeline, on `conn` or (None) on a new
+/// connection to `addr`; every reply checked. Returns the time from the connect (or
+/// the send) to the last reply.
+fn one_try(addr: &Addr, conn: Option<&mut Conn>, i: u64) -> Result<Duration, String> {
+    let key = format!("latency:{}", i % 1000);
+    let value = format!("value-{i}");
+    let t0 = Instant::now();
+    let mut fresh;
+    let c = match conn {
+        Some(c) => c,
+        None => {
+            fresh = Conn::connect_to(addr)?;
+            &mut fresh
+        }
+    };
+    c.queue(&[b"PING"]);
+    c.queue(&[b"SET", key.as_bytes(), value.as_bytes()]);
+    c.queue(&[b"GET", key.as_bytes()]);
+    c.queue(&[b"INCR", b"latency:counter"]);
+    c.flush()?;
+    let replies = [
+        c.read_reply()?,
+        c.read_reply()?,
+        c.read_reply()?,
+        c.read_reply()?,
+    ];
+    let took = t0.elapsed();
+    match &replies {
+        [Reply::Simple(p), Reply::Simple(ok), Reply::Bulk(v), Reply::Int(_)]
+            if p == "PONG" && ok == "OK" && v == value.as_bytes() =>
+        {
+            Ok(took)
+        }
+        _ => Err(format!(
+            "the pipeline PING, SET {key} {value}, GET {key}, INCR latency:counter was \
+             answered {replies:?}"
+        )),
+    }
+}
+
+/// A process loading the machine (a CPU hog or the disk writer): this binary as `weft
+/// bench-worker <job>`. It stops when its stdin closes ([`Helper::stop`]), which also
+/// happens when the suite dies; it is killed on drop if still running.
+struct Helper {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    what: &'static str,
+}
+
+impl Helper {
+    fn start(exe: &Path, args: &[&std::ffi::OsStr], what: &'static str) -> Result<Helper, String> {
+        let mut child = Command::new(exe)
+            .arg("bench-worker")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start the {what} ({e})"))?;
+        let stdin = child.stdin.take();
+        Ok(Helper { child, stdin, what })
+    }
+
+    /// Closes its stdin, waits for it to exit (killing it after [`HELPER_STOP`]) and
+    /// returns the line it printed.
+    fn stop(mut self) -> Result<String, String> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + HELPER_STOP;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Ok(None) => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return Err(format!(
+                        "the {} did not stop within {} s of being told to: killed",
+                        self.what,
+                        HELPER_STOP.as_secs()
+                    ));
+                }
+                Err(e) => return Err(format!("cannot wait for the {}: {e}", self.what)),
+            }
+        };
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        if !status.success() {
+            return Err(format!(
+                "the {} failed ({status}); its message is above",
+                self.what
+            ));
+        }
+        Ok(out.trim().to_string())
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The latency table at durability `d` on `servers`: see the module doc.
+fn latency_under_load(
+    opts: &Options,
+    rep: &mut Reporter,
+    exe: &Path,
+    base: &Path,
+    servers: &[Server],
+    d: Durability,
+) -> Result<(), String> {
+    progress::part(d.part());
+    let rounds = lat_rounds(opts, d);
+    let budget = lat_budget(opts);
+    let hogs_n = super::nproc();
+    rep.line("");
+    rep.line(format!(
+        "latency under load, {}: one pipeline (PING, SET, GET, INCR) per try over TCP \
+         (127.0.0.1), from the send to the last reply, on a connection opened before \
+         (existing) and on a new connection per try (new; the connect included); every \
+         reply checked",
+        d.words()
+    ));
+    rep.line(format!(
+        "  per load up to {rounds} rounds or {} s; a round is one try per server and \
+         connection kind, the servers taking turns try by try, a {} ms pause after each \
+         try; the load runs {:.1} s before the first; p99.9 of fewer than 1,000 tries is \
+         nearly the maximum",
+        budget.as_secs(),
+        LAT_GAP.as_millis(),
+        load_settle().as_secs_f64()
+    ));
+    let addrs: Vec<Addr> = servers
+        .iter()
+        .map(|s| Addr::Tcp(format!("127.0.0.1:{}", s.port)))
+        .collect();
+    let mut hogs: Vec<Helper> = Vec::new();
+    let mut i = 0u64;
+    for (li, &load) in LOADS.iter().enumerate() {
+        let mut writer = None;
+        match load {
+            Load::Quiet => {}
+            Load::Cpu => {
+                let cap = HELPER_CAP_S.to_string();
+                for _ in 0..hogs_n {
+                    hogs.push(Helper::start(
+                        exe,
+                        &["cpu-hog".as_ref(), "--seconds".as_ref(), cap.as_ref()],
+                        "CPU hog",
+                    )?);
+                }
+            }
+            Load::CpuDisk => {
+                let cap = HELPER_CAP_S.to_string();
+                let file = base.join("disk-writer.dat");
+                writer = Some(Helper::start(
+                    exe,
+                    &[
+                        "disk-writer".as_ref(),
+                        "--file".as_ref(),
+                        file.as_os_str(),
+                        "--seconds".as_ref(),
+                        cap.as_ref(),
+                    ],
+                    "disk writer",
+                )?);
+            }
+        }
+        std::thread::sleep(load_settle());
+        let load_avg = super::load_average();
+        let mut conns: Vec<Conn> = addrs
+            .iter()
+            .map(Conn::connect_to)
+            .collect::<Result<_, _>>()?;
+        // samples[conn kind][server], in microseconds.
+        let mut samples: Vec<Vec<Vec<f64>>> =
+            vec![vec![Vec::with_capacity(rounds); servers.len()]; CONNS.len()];
+        let fail = |s: &Server, kind: ConnKind, e: String| {
+            format!(
+                "latency under load ({}, {} connection) on {}: {e}",
+                load.name(),
+                kind.name(),
+                s.impl_name
+            )
+        };
+        // A first try per server and kind, not counted (the key's first SET, the
+        // counter's creation, cold caches).
+        for (si, s) in servers.iter().enumerate() {
+            for kind in CONNS {
+                i += 1;
+                let c = (kind == ConnKind::Existing).then(|| &mut conns[si]);
+                one_try(&addrs[si], c, i).map_err(|e| fail(s, kind, e))?;
+            }
+        }
+        let t0 = Instant::now();
+        let mut done = 0;
+        while done < rounds && (done == 0 || t0.elapsed() < budget) {
+            progress::step(
+                format_args!("{}, round {} of {rounds}", load.name(), done + 1),
+                li * rounds + done,
+                LOADS.len() * rounds,
+            );
+            for (ki, &kind) in CONNS.iter().enumerate() {
+                for j in 0..servers.len() {
+                    // Who goes first alternates round by round.
+                    let si = if done % 2 == 0 {
+                        j
+                    } else {
+                        servers.len() - 1 - j
+                    };
+                    i += 1;
+                    let c = (kind == ConnKind::Existing).then(|| &mut conns[si]);
+                    let took =
+                        one_try(&addrs[si], c, i).map_err(|e| fail(&servers[si], kind, e))?;
+                    samples[ki][si].push(took.as_secs_f64() * 1e6);
+                    std::thread::sleep(LAT_GAP);
+                }
+            }
+            done += 1;
+        }
+        let took = t0.elapsed();
+        drop(conns);
+        let writer_report = writer.map(Helper::stop).transpose()?;
+        rep.line(format!(
+            "  {}: {done} rounds in {:.1} s; load average {load_avg} before the first try",
+            load.words(hogs_n),
+            took.as_secs_f64()
+        ));
+        if let Some(line) = writer_report {
+            rep.line(format!("    disk writer: {}", disk_writer_words(&line)));
+        }
+        rep.line(format!(
+            "    {:<9} {:<16} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  (us)",
+            "conn", "impl", "tries", "p50", "p90", "p99", "p99.9", "max"
+        ));
+        for (ki, kind) in CONNS.iter().enumerate() {
+            let mut figures: Vec<Vec<f64>> = Vec::new();
+            for (si, s) in servers.iter().enumerate() {
+                let v = &mut samples[ki][si];
+                v.sort_by(f64::total_cmp);
+                let name = format!("{}/{}/{}", d.table(), load.name(), kind.name());
+                let f: Vec<f64> = PERCENTILES.iter().map(|&(_, q)| quantile(v, q)).collect();
+                for ((p, _), &value) in PERCENTILES.iter().zip(&f) {
+                    rep.emit(&Measurement {
+                        suite: SUITE,
+                        name: format!("{name}/{p}"),
+                        impl_name: s.impl_name.to_string(),
+                        value: Some(value),
+                        unit: "us",
+                        note: None,
+                    });
+                }
+                rep.emit(&Measurement {
+                    suite: SUITE,
+                    name: format!("{name}/tries"),
+                    impl_name: s.impl_name.to_string(),
+                    value: Some(v.len() as f64),
+                    unit: "count",
+                    note: None,
+                });
+                let mut line = format!("    {:<9} {:<16} {:>6}", kind.name(), s.impl_name, v.len());
+                for x in &f {
+                    line.push_str(&format!(" {:>8}", super::group(*x)));
+                }
+                rep.line(line);
+                figures.push(f);
+            }
+            if let [w, r] = figures.as_slice() {
+                let mut line = format!("    {:<9} {:<16} {:>6}", "", "weft / redis", "");
+                for (a, b) in w.iter().zip(r) {
+                    line.push_str(&format!(" {:>8}", format!("{:.2}", a / b)));
+                }
+                rep.line(line);
+            }
+        }
+    }
+    for h in hogs {
+        if let Err(e) = h.stop() {
+            rep.line(format!("  warning: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// The disk writer's report (`{"bytes":N,"fsyncs":M,"secs":S}`) in words.
+fn disk_writer_words(line: &str) -> String {
+    let v: serde_json::Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(_) => return format!("no report ({line:?})"),
+    };
+    let (Some(bytes), Some(fsyncs), Some(secs)) = (
+        v["bytes"].as_f64(),
+        v["fsyncs"].as_f64(),
+        v["secs"].as_f64(),
+    ) else {
+        return format!("no report ({line:?})");
+    };
+    let secs = secs.max(1e-9);
+    format!(
+        "{:.0} MiB in {secs:.1} s ({:.1} MiB/s, {:.1} fdatasync/s)",
+        bytes / (1 << 20) as f64,
+        bytes / (1 << 20) as f64 / secs,
+        fsyncs / secs
+    )
+}
+
+/// What a load process does first: it dies with the suite (SIGKILL when its parent
+/// goes away), and the flag it returns is set when its stdin closes (the suite's
+/// [`Helper::stop`], or the suite's end).
+fn helper_setup() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number; no memory is passed.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    stop
+}
+
+/// `weft bench-worker cpu-hog`: busy-loops on one CPU until its stdin closes (or its
+/// parent dies, or `seconds` pass), then prints `{"spun_s":S}`.
+pub fn cpu_hog_main(seconds: u64) -> Result<(), String> {
+    let stop = helper_setup();
+    let cap = Duration::from_secs(seconds);
+    let t0 = Instant::now();
+    let mut x = 1u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed() < cap {
+        for _ in 0..100_000 {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+        }
+    }
+    println!("{{\"spun_s\":{}}}", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `weft bench-worker disk-writer`: appends 1 MiB chunks to `file`, each followed by an
+/// fdatasync, starting the file over at 256 MiB, until its stdin closes (or its parent
+/// dies, or `seconds` pass); then removes the file and prints
+/// `{"bytes":N,"fsyncs":M,"secs":S}`.
+pub fn disk_writer_main(file: &Path, seconds: u64) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let stop = helper_setup();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(file)
+        .map_err(|e| format!("disk writer: cannot create {}: {e}", file.display()))?;
+    let chunk: Vec<u8> = (0..DISK_CHUNK).map(|i| (i * 131 % 251) as u8).collect();
+    let cap = Duration::from_secs(seconds);
+    let t0 = Instant::now();
+    let (mut pos, mut bytes, mut fsyncs) = (0u64, 0u64, 0u64);
+    let err = |e: std::io::Error| format!("disk writer: {}: {e}", file.display());
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed() < cap {
+        if pos >= DISK_FILE_MAX {
+            f.set_len(0).map_err(err)?;
+            pos = 0;
+        }
+        f.write_all_at(&chunk, pos).map_err(err)?;
+        f.sync_data().map_err(err)?;
+        pos += chunk.len() as u64;
+        bytes += chunk.len() as u64;
+        fsyncs += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(file);
+    println!("{{\"bytes\":{bytes},\"fsyncs\":{fsyncs},\"secs\":{secs}}}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
 // The servers.
 
 /// A temporary directory (mode 0700), removed on drop.
@@ -919,7 +1583,13 @@ struct Server {
 }
 
 impl Server {
-    fn start_weft(exe: &Path, dir: &Path, impl_name: &'static str) -> Result<Server, String> {
+    /// `weft kv serve` with `--fsync fsync` (`everysec` or `always`).
+    fn start_weft(
+        exe: &Path,
+        dir: &Path,
+        impl_name: &'static str,
+        fsync: &str,
+    ) -> Result<Server, String> {
         let port = free_port()?;
         let data = dir.join("data");
         let socket = dir.join("kv.sock");
@@ -928,18 +1598,24 @@ impl Server {
             .arg(&data)
             .arg("--socket")
             .arg(&socket)
-            .args(["--port", &port.to_string(), "--fsync", "everysec"]);
+            .args(["--port", &port.to_string(), "--fsync", fsync]);
         Server::start(
             cmd,
             dir,
             socket,
             port,
             impl_name,
-            "weft kv serve --fsync everysec",
+            &format!("weft kv serve --fsync {fsync}"),
         )
     }
 
-    fn start_redis(path: &Path, dir: &Path, impl_name: &'static str) -> Result<Server, String> {
+    /// redis-server with an append-only log and `--appendfsync fsync`.
+    fn start_redis(
+        path: &Path,
+        dir: &Path,
+        impl_name: &'static str,
+        fsync: &str,
+    ) -> Result<Server, String> {
         let port = free_port()?;
         let data = dir.join("data");
         let socket = dir.join("kv.sock");
@@ -949,27 +1625,20 @@ impl Server {
             .create(&data)
             .map_err(|e| format!("cannot create {}: {e}", data.display()))?;
         let mut cmd = Command::new(path);
-        cmd.args([
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-        ])
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .arg("--unixsocket")
-        .arg(&socket)
-        .args([
-            "--unixsocketperm",
-            "700",
-            "--daemonize",
-            "no",
-            "--logfile",
-            "",
-        ])
-        .arg("--dir")
-        .arg(&data);
+        cmd.args(["--appendonly", "yes", "--appendfsync", fsync, "--save", ""])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .args([
+                "--unixsocketperm",
+                "700",
+                "--daemonize",
+                "no",
+                "--logfile",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&data);
         let version = Command::new(path)
             .arg("--version")
             .output()
@@ -977,7 +1646,7 @@ impl Server {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         let describe = format!(
-            "{} --appendonly yes --appendfsync everysec --save ''; {version}",
+            "{} --appendonly yes --appendfsync {fsync} --save ''; {version}",
             path.display()
         );
         Server::start(cmd, dir, socket, port, impl_name, &describe)
@@ -1150,7 +1819,11 @@ struct Conn(Client);
 
 impl Conn {
     fn connect(socket: &Path) -> Result<Conn, String> {
-        let c = Client::connect(&Addr::Unix(socket.to_path_buf())).map_err(|e| e.to_string())?;
+        Conn::connect_to(&Addr::Unix(socket.to_path_buf()))
+    }
+
+    fn connect_to(addr: &Addr) -> Result<Conn, String> {
+        let c = Client::connect(addr).map_err(|e| e.to_string())?;
         c.set_timeout(Some(CLIENT_TIMEOUT))
             .map_err(|e| format!("cannot set a read timeout: {e}"))?;
         Ok(Conn(c))
@@ -1221,6 +1894,28 @@ mod tests {
         let err = parse_rb_csv("\"SET\",\"56022.41\"\n").unwrap_err();
         assert!(err.contains("no \"test\" column"), "{err}");
         assert!(parse_rb_csv("").is_err());
+    }
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 500.0);
+        assert_eq!(quantile(&v, 0.99), 990.0);
+        assert_eq!(quantile(&v, 0.999), 999.0);
+        assert_eq!(quantile(&v, 1.0), 1000.0);
+        // Ten tries: p99 and p99.9 are the maximum.
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.9), 9.0);
+        assert_eq!(quantile(&v, 0.99), 10.0);
+        assert_eq!(quantile(&[7.0], 0.5), 7.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn the_disk_writers_report_reads_in_words() {
+        let w = disk_writer_words(r#"{"bytes":104857600,"fsyncs":100,"secs":2.0}"#);
+        assert_eq!(w, "100 MiB in 2.0 s (50.0 MiB/s, 50.0 fdatasync/s)");
+        assert!(disk_writer_words("garbage").starts_with("no report"));
     }
 
     #[test]

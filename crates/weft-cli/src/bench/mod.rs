@@ -159,8 +159,9 @@ pub enum Suite {
     Syslets,
     /// weft-kv vs redis-server at the same durability: 100,000 reads / writes / mixed
     /// over 1-10 client processes (beside a Linux kernel module's published figures),
-    /// and redis-benchmark (set, get; TCP and Unix socket; with and without pipelining),
-    /// against a target of 1.5x redis-server.
+    /// redis-benchmark (set, get; TCP and Unix socket; with and without pipelining),
+    /// against a target of 1.5x redis-server, and the latency of a small pipeline on a
+    /// quiet machine, beside CPU hogs, and beside CPU hogs and a disk writer.
     Kv,
 }
 
@@ -232,6 +233,21 @@ pub enum WorkerJob {
         /// The seed of the random key sequence.
         #[arg(long)]
         seed: u64,
+    },
+    /// `bench kv`'s CPU hog: busy-loops until its stdin closes (at most SECONDS).
+    #[command(name = "cpu-hog")]
+    CpuHog {
+        #[arg(long)]
+        seconds: u64,
+    },
+    /// `bench kv`'s disk writer: appends to FILE and fdatasyncs after each MiB until its
+    /// stdin closes (at most SECONDS).
+    #[command(name = "disk-writer")]
+    DiskWriter {
+        #[arg(long)]
+        file: std::path::PathBuf,
+        #[arg(long)]
+        seconds: u64,
     },
 }
 
@@ -311,6 +327,8 @@ pub fn run_worker(job: WorkerJob) -> Result<(), String> {
             ops,
             seed,
         } => kv::client_worker_main(&socket, op, ops, seed),
+        WorkerJob::CpuHog { seconds } => kv::cpu_hog_main(seconds),
+        WorkerJob::DiskWriter { file, seconds } => kv::disk_writer_main(&file, seconds),
     }
 }
 

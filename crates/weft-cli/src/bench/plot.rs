@@ -14,7 +14,8 @@
 //!   prints (dashed);
 //! * `kv`'s client-processes table: time against client processes, weft-kv beside
 //!   redis-server, one chart each for reads, writes and mixed; redis-benchmark's
-//!   requests per second and p99 latency as grouped bars;
+//!   requests per second and p99 latency as grouped bars; the latency-under-load
+//!   tables' p99 and maximum as grouped bars, per load and connection kind;
 //! * `runtime`'s TCP echo: thousand requests per second per server, by message size.
 //!
 //! Every chart has a title saying what is measured, a line saying what is compared
@@ -196,6 +197,7 @@ pub fn charts(rows: &[Row]) -> Vec<Chart> {
             "kv" => {
                 out.extend(kv_clients(&of));
                 out.extend(kv_redis_benchmark(&of));
+                out.extend(kv_latency(&of));
             }
             "runtime" => out.extend(tcp_echo(&of)),
             _ => {}
@@ -554,6 +556,57 @@ fn kv_redis_benchmark(rows: &[&Row]) -> Vec<Chart> {
             label,
             &cells,
         ));
+    }
+    out
+}
+
+/// The latency-under-load tables, `latency-under-load[-always]/<load>/<conn>/<p>` in
+/// us: grouped bars of the p99 and of the maximum, a category per load and connection.
+fn kv_latency(rows: &[&Row]) -> Vec<Chart> {
+    let mut out = Vec::new();
+    for (table, fsync) in [
+        ("latency-under-load", "fsync every second"),
+        ("latency-under-load-always", "fsync always"),
+    ] {
+        for (what, label) in [("p99", "99th percentile"), ("max", "maximum")] {
+            let cells: Vec<(String, &Row)> = rows
+                .iter()
+                .filter_map(|r| {
+                    let parts: Vec<&str> = r.name.strip_prefix(table)?.split('/').collect();
+                    let ["", load, conn, w] = parts.as_slice() else {
+                        return None;
+                    };
+                    if *w != what {
+                        return None;
+                    }
+                    let load = match *load {
+                        "quiet" => "quiet",
+                        "cpu" => "CPU hogs",
+                        "cpu-disk" => "CPU hogs + disk writer",
+                        l => l,
+                    };
+                    let conn = match *conn {
+                        "existing" => "open connection",
+                        "new" => "new connection",
+                        c => c,
+                    };
+                    Some((format!("{load}, {conn}"), *r))
+                })
+                .collect();
+            if cells.is_empty() {
+                continue;
+            }
+            out.push(grouped(
+                format!("kv-{table}-{what}.svg"),
+                format!(
+                    "weft-kv: {label} latency of a pipeline (PING, SET, GET, INCR) under load, \
+                     {fsync}"
+                ),
+                "lower",
+                &format!("{label} latency"),
+                &cells,
+            ));
+        }
     }
     out
 }
