@@ -1,6 +1,6 @@
 # weft: build and install the weft command and libweft (the C library: the Windows
 # Fibers API, green threads, IPC and syslets, with the headers in include/weft/).
-#   make build                      cargo build --release -p libweft -p weft-cli
+#   make build                      cargo build --release -p libweft -p libweft-hook -p weft-cli
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make uninstall [PREFIX=/usr/local] [DESTDIR=]
 #   make test                       every test: the workspace (Rust and C), the loom
@@ -10,9 +10,11 @@
 #                                   warning; ends with "total: N passed, N failed,
 #                                   N skipped" and fails if any test failed
 # make install puts weft in $(PREFIX)/bin, libweft.so and libweft.a in $(PREFIX)/lib,
-# the headers in $(PREFIX)/include/weft and weft.pc in $(PREFIX)/lib/pkgconfig.
+# with libweft-hook.so and libweft-hook.a (libweft and the system-call layer,
+# docs/hook.md: -lweft-hook), the headers in $(PREFIX)/include/weft and weft.pc in
+# $(PREFIX)/lib/pkgconfig.
 # NO_BUILD=1 installs what is already in $(BUILD_DIR) without running cargo (the weft
-# command only if it is there).
+# command and libweft-hook only if they are there).
 
 PREFIX     ?= /usr/local
 CARGO      ?= cargo
@@ -30,7 +32,7 @@ HEADERS     = $(wildcard include/weft/*.h)
 all: build
 
 build:
-	$(CARGO) build --profile $(if $(filter debug,$(PROFILE)),dev,$(PROFILE)) -p libweft -p weft-cli
+	$(CARGO) build --profile $(if $(filter debug,$(PROFILE)),dev,$(PROFILE)) -p libweft -p libweft-hook -p weft-cli
 
 install: $(if $(NO_BUILD),,build)
 	install -d $(LIBDIR)/pkgconfig $(INCDIR)
@@ -38,6 +40,9 @@ install: $(if $(NO_BUILD),,build)
 		install -d $(BINDIR) && install -m 755 $(BUILD_DIR)/weft $(BINDIR)/weft; fi
 	install -m 755 $(BUILD_DIR)/libweft.so $(LIBDIR)/libweft.so
 	install -m 644 $(BUILD_DIR)/libweft.a $(LIBDIR)/libweft.a
+	@if [ -z "$(NO_BUILD)" ] || [ -f $(BUILD_DIR)/libweft_hook.so ]; then \
+		install -m 755 $(BUILD_DIR)/libweft_hook.so $(LIBDIR)/libweft-hook.so && \
+		install -m 644 $(BUILD_DIR)/libweft_hook.a $(LIBDIR)/libweft-hook.a; fi
 	install -m 644 $(HEADERS) $(INCDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' weft.pc.in > $(LIBDIR)/pkgconfig/weft.pc
 	@# Let the dynamic loader find libweft.so at once when installing system-wide.
@@ -46,6 +51,7 @@ install: $(if $(NO_BUILD),,build)
 uninstall:
 	rm -f $(BINDIR)/weft
 	rm -f $(LIBDIR)/libweft.so $(LIBDIR)/libweft.a $(LIBDIR)/pkgconfig/weft.pc
+	rm -f $(LIBDIR)/libweft-hook.so $(LIBDIR)/libweft-hook.a
 	rm -f $(addprefix $(INCDIR)/,$(notdir $(HEADERS)))
 	-rmdir $(INCDIR) 2>/dev/null
 

@@ -29,7 +29,10 @@
  *   - Do not block a worker in a plain blocking call (a pthread mutex held by
  *     another green thread, a long read(), sleep()): the other green threads
  *     of its worker cannot run meanwhile.  weft_sleep_ns() parks only the
- *     calling green thread.
+ *     calling green thread.  A program linked with -lweft-hook instead of
+ *     -lweft (or run with LD_PRELOAD=libweft-hook.so) has read(), write(),
+ *     accept(), poll(), sleep() and the other calls of docs/hook.md park only
+ *     the calling green thread too.
  *
  * Errors
  * ------

@@ -16,6 +16,7 @@
 
 mod bench;
 mod fs;
+mod hookcalls;
 mod introspect;
 mod kv;
 mod ps;

@@ -12,14 +12,19 @@
 //! to a symbol. The registry is read once, the target's maps and smaps once, and each
 //! distinct entry address is resolved once, so 100,000 fibers take well under a second.
 //!
-//! `--json`: one JSON object per line (per process, or per fiber) and nothing else on
-//! stdout.
+//! A process linked with the system-call layer (weft-hook) also has counters of the C
+//! library calls its green threads made: the table of its fibers is followed by them,
+//! and `--calls` shows them alone (see `hookcalls.rs`).
+//!
+//! `--json`: one JSON object per line (per process, per fiber, or with `--calls` per
+//! call) and nothing else on stdout.
 
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 
 use weft_fiber::introspect::{self as reg, FiberInfo, IntrospectError};
 
+use crate::hookcalls;
 use crate::introspect::{self as intro, Details};
 
 #[derive(clap::Args, Debug)]
@@ -33,12 +38,17 @@ pub struct Args {
     /// remove), then list.
     #[arg(long, conflicts_with = "pid")]
     pub prune: bool,
+    /// With a PID: only the C library calls its green threads made, per call (the
+    /// counters of the system-call layer, weft-hook, for a process linked with it).
+    #[arg(long, requires = "pid")]
+    pub calls: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
     let out = io::stdout().lock();
     let mut out = BufWriter::with_capacity(1 << 16, out);
     let r = match args.pid {
+        Some(pid) if args.calls => calls(pid, args.json, &mut out),
         Some(pid) => fibers(pid, args.json, &mut out),
         None => processes(args.json, args.prune, &mut out),
     };
@@ -238,8 +248,29 @@ fn fibers(pid: i32, json: bool, out: &mut impl Write) -> Result<(), Error> {
     if json {
         write_json(pid, &snap.fibers, &mut details, out)
     } else {
-        write_table(&snap.fibers, &mut details, out)
+        write_table(&snap.fibers, &mut details, out)?;
+        if let Some(s) = hookcalls::read(pid) {
+            writeln!(out)?;
+            hookcalls::write_table(&s, out)?;
+        }
+        Ok(())
     }
+}
+
+/// `weft ps PID --calls`.
+fn calls(pid: i32, json: bool, out: &mut impl Write) -> Result<(), Error> {
+    let s = hookcalls::read(pid).ok_or_else(|| {
+        Error::Msg(format!(
+            "process {pid} has no system-call counters: it does not link weft-hook, or none \
+             of its green threads has made an overridden call yet"
+        ))
+    })?;
+    if json {
+        hookcalls::write_json(pid, &s, out)?;
+    } else {
+        hookcalls::write_table(&s, out)?;
+    }
+    Ok(())
 }
 
 fn write_json(

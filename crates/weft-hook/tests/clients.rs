@@ -18,27 +18,6 @@ use weft_runtime::{spawn, Runtime};
 mod common;
 use common::*;
 
-/// The `weft` command beside this test binary (`<target>/<profile>/weft`), built if
-/// it is not there.
-fn weft_command() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
-    let weft = profile_dir.join("weft");
-    if !weft.exists() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "weft-cli", "--bin", "weft"]);
-        if profile_dir.ends_with("release") {
-            cmd.arg("--release");
-        }
-        cmd.env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-        let st = cmd.status().expect("run cargo build -p weft-cli");
-        assert!(st.success(), "cargo build -p weft-cli failed: {st}");
-    }
-    weft
-}
-
 /// A free TCP port on 127.0.0.1 (free when this returns).
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

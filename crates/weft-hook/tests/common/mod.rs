@@ -72,3 +72,24 @@ pub fn connections_that_fit(want: usize, per: usize) -> usize {
     }
     n
 }
+
+/// The `weft` command beside this test binary (`<target>/<profile>/weft`), built
+/// (or found fresh) with `cargo build -p weft-cli` for that profile first.
+pub fn weft_command() -> std::path::PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "weft-cli", "--bin", "weft"]);
+        if profile_dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        cmd.env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let st = cmd.status().expect("run cargo build -p weft-cli");
+        assert!(st.success(), "cargo build -p weft-cli failed: {st}");
+    });
+    profile_dir.join("weft")
+}

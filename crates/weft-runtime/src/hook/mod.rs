@@ -9,8 +9,8 @@
 //!
 //! - **Off green threads** (a plain thread, a worker's scheduler, the runtime's own
 //!   code, before any runtime starts) a function is the C library's, after one test of
-//!   a thread-local word ([`crate::worker`]'s thread word, read by the fiber core's
-//!   initial-exec access, and two fields of the worker when it is set).
+//!   a thread-local word (the worker pointer in the fiber core's thread word, read with
+//!   its initial-exec access; and two fields of the worker when it is set).
 //! - **On a green thread** it first tries the call without blocking (`MSG_DONTWAIT`,
 //!   `RWF_NOWAIT`); when that would block, it asks the descriptor's facts (`fdtab`:
 //!   kind, `O_NONBLOCK`, socket timeouts; learned once, then kept), returns `EAGAIN` as
