@@ -743,6 +743,37 @@ fn writer_on_a_green_thread_uses_the_linked_syslet() {
     }
 }
 
+#[test]
+fn writer_on_a_green_thread_writes_on_the_worker_while_an_fsync_runs_beside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("shard-000.log");
+    fs::write(&log, weft_kv::log::header::header(&ID)).unwrap();
+    let rt = weft_runtime::Runtime::builder().workers(1).build().unwrap();
+    let log2 = log.clone();
+    let (recs, stats) = rt.block_on(move || {
+        let mut w = LogWriter::open(&log2).unwrap();
+        let mut recs = write_records(&mut w, 0, 20, false);
+        // An fsync on another green thread of the same worker while writes go on; it
+        // keeps the file open after the writer is gone.
+        let handle = w.sync_handle();
+        let syncer = weft_runtime::spawn(move || handle.sync());
+        recs.extend(write_records(&mut w, 20, 20, false));
+        let stats = w.stats();
+        drop(w);
+        syncer.join().unwrap().unwrap();
+        (recs, stats)
+    });
+    let mut got = Vec::new();
+    let r = recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(got, recs);
+    assert_eq!(r.torn_bytes, 0);
+    // Every write went with pwrite on the worker, or (after one that slept: a busy
+    // disk) through io_uring.
+    assert_eq!(stats.direct + stats.deferred, 40, "{stats:?}");
+    assert!(stats.direct >= 1, "{stats:?}");
+    assert!(stats.slept <= stats.direct, "{stats:?}");
+}
+
 /// A tmpfs mounted for one test, unmounted on drop.
 struct Tmpfs(PathBuf);
 
@@ -839,10 +870,12 @@ fn enospc_leaves_only_whole_frames_and_writing_resumes() {
     };
     enospc_round(&m.0, false);
     enospc_round(&m.0, true);
-    // And on a green thread (the write+fsync syslet).
+    // And on a green thread (the write+fsync syslet; pwrite on the worker).
     let rt = weft_runtime::Runtime::new().unwrap();
     let dir = m.0.clone();
     rt.block_on(move || enospc_round(&dir, true));
+    let dir = m.0.clone();
+    rt.block_on(move || enospc_round(&dir, false));
     drop(rt);
 }
 

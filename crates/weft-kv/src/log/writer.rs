@@ -9,10 +9,22 @@
 //! whole program goes to the io_uring chain engine, which submits both as one linked
 //! io_uring chain (write, then fsync linked); on the threads I/O backend it runs on a
 //! cachemiss thread. Only the green thread parks meanwhile. (The syslet owns a copy of
-//! the buffer: a memcpy, small beside an fsync.) A write without sync goes through
-//! `weft_runtime::fs` (an io_uring write on a green thread). On a plain OS thread (the
-//! embedded store) everything is the plain system call: that is what
-//! `weft_runtime::fs` does outside a green thread.
+//! the buffer: a memcpy, small beside an fsync.)
+//!
+//! A write without sync on a green thread is a plain `pwrite` on the worker, as Redis
+//! writes its log from its main thread: a write to the page cache takes microseconds,
+//! while an io_uring write to a file whose filesystem cannot write to the page cache
+//! without blocking (ext4 refuses `RWF_NOWAIT` for buffered writes, and io_uring then
+//! hands every such write to one of its worker threads) costs two thread wake-ups (the
+//! helper's, then the worker's for the completion). Should such a write sleep (the
+//! worker's voluntary context switches, from `getrusage(RUSAGE_THREAD)`, went up
+//! during the call: it waited for the filesystem's journal or for dirty pages to be
+//! written back), the writes of the next [`ASYNC_AFTER_SLEEP`] go through
+//! `weft_runtime::fs` (an io_uring write, which parks only the green thread), so a
+//! worker never keeps sleeping in the log's writes while its other green threads wait.
+//! [`LogWriter::sync_handle`] lets an fsync run on another green thread while writes
+//! go on (`everysec`). On a plain OS thread (the embedded store) everything is the
+//! plain system call: that is what `weft_runtime::fs` does outside a green thread.
 //!
 //! **Write errors** (ENOSPC, EIO, a failed fsync): the file is truncated back to its
 //! length before the call, so the log never holds part of a buffer followed by later
@@ -27,14 +39,19 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use weft_runtime::fs::{File, OpenOptions};
 use weft_runtime::syslet::{self, Builder, Outcome};
 
 use super::header::HEADER_LEN;
 
+/// After a write on the worker slept, how long writes go through io_uring instead.
+pub const ASYNC_AFTER_SLEEP: Duration = Duration::from_secs(1);
+
 /// Appends to one shard's log (see the module doc).
 pub struct LogWriter {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     len: u64,
     /// A failed write's bytes may lie past `len` (the truncation back failed).
@@ -42,6 +59,40 @@ pub struct LogWriter {
     /// Whether a write with sync on a green thread uses the write+fsync syslet.
     use_syslet: bool,
     ctx: Option<syslet::Context>,
+    /// Until when writes without sync on a green thread go through io_uring (a write
+    /// on the worker slept).
+    async_until: Option<Instant>,
+    stats: WriteStats,
+}
+
+/// How a [`LogWriter`]'s writes without sync on a green thread went (for tests and
+/// measurements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Written with `pwrite` on the worker.
+    pub direct: u64,
+    /// Of those, writes during which the worker slept.
+    pub slept: u64,
+    /// Written through io_uring, as a write that slept asked.
+    pub deferred: u64,
+}
+
+/// The log file, shared with an fsync running beside the writer
+/// ([`LogWriter::sync_handle`]).
+#[derive(Clone, Debug)]
+pub struct SyncHandle {
+    file: Arc<File>,
+    path: PathBuf,
+}
+
+impl SyncHandle {
+    /// fdatasyncs the file (parking only the green thread on a runtime). The file stays
+    /// open while the handle lives, even if the writer moved on to another file.
+    pub fn sync(&self) -> io::Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| ctx_err(e, "cannot fsync", &self.path, 0))
+    }
 }
 
 impl std::fmt::Debug for LogWriter {
@@ -86,12 +137,14 @@ impl LogWriter {
             ));
         }
         Ok(LogWriter {
-            file,
+            file: Arc::new(file),
             path: path.to_path_buf(),
             len: end as u64,
             dirty: false,
             use_syslet: true,
             ctx: None,
+            async_until: None,
+            stats: WriteStats::default(),
         })
     }
 
@@ -117,6 +170,21 @@ impl LogWriter {
         self.use_syslet = on;
     }
 
+    /// How the writes without sync on a green thread went so far.
+    #[doc(hidden)]
+    pub fn stats(&self) -> WriteStats {
+        self.stats
+    }
+
+    /// The file, for an fsync on another green thread while this writer goes on: that
+    /// fsync covers every write that returned before it started.
+    pub fn sync_handle(&self) -> SyncHandle {
+        SyncHandle {
+            file: self.file.clone(),
+            path: self.path.clone(),
+        }
+    }
+
     /// Writes all of `buf` at the end of the log and, if `sync`, fdatasyncs it. On an
     /// error nothing of `buf` stays in the file (see the module doc) and the length is
     /// unchanged.
@@ -129,8 +197,14 @@ impl LogWriter {
             return if sync { self.sync() } else { Ok(()) };
         }
         let start = self.len;
-        let res = if sync && self.use_syslet && weft_runtime::current_worker().is_some() {
+        let green = weft_runtime::current_worker().is_some();
+        let res = if sync && self.use_syslet && green {
             self.write_sync_syslet(buf, start)
+        } else if !sync && green && self.async_until.is_some_and(|t| Instant::now() < t) {
+            self.stats.deferred += 1;
+            self.write_plain(buf, start, false)
+        } else if !sync && green {
+            self.write_on_worker(buf, start)
         } else {
             self.write_plain(buf, start, sync)
         };
@@ -161,6 +235,48 @@ impl LogWriter {
             self.file.sync_data()?;
         }
         Ok(())
+    }
+
+    /// `pwrite` on the calling thread (a worker: see the module doc); a write during
+    /// which the thread slept sends the next [`ASYNC_AFTER_SLEEP`] of writes through
+    /// io_uring.
+    fn write_on_worker(&mut self, buf: &[u8], start: u64) -> io::Result<()> {
+        let before = voluntary_switches();
+        let fd = self.file.as_raw_fd();
+        let mut done = 0;
+        let res = loop {
+            if done == buf.len() {
+                break Ok(());
+            }
+            let rest = &buf[done..];
+            // SAFETY: pwrite reads `rest` (in bounds of `buf`, alive for the call) into
+            // the log's descriptor, which `self.file` keeps open.
+            let r = unsafe {
+                libc::pwrite(
+                    fd,
+                    rest.as_ptr().cast(),
+                    rest.len(),
+                    (start + done as u64) as libc::off_t,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break Err(e);
+            }
+            if r == 0 {
+                break Err(io::ErrorKind::WriteZero.into());
+            }
+            done += r as usize;
+        };
+        self.stats.direct += 1;
+        if voluntary_switches() > before {
+            self.stats.slept += 1;
+            self.async_until = Some(Instant::now() + ASYNC_AFTER_SLEEP);
+        }
+        res
     }
 
     /// `pwrite64` then `fdatasync`, one syslet (a linked chain on the io_uring engine).
@@ -215,4 +331,15 @@ impl LogWriter {
         }
         Ok(())
     }
+}
+
+/// The calling thread's voluntary context switches so far (times it slept).
+fn voluntary_switches() -> i64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes the struct we pass, which lives for the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_nvcsw as i64
 }

@@ -34,10 +34,14 @@
 //! # Writing the log
 //! Each shard's **flusher** green thread owns its [`LogWriter`]. Commands append
 //! records to the shard's buffer and *kick* the flusher; it takes the whole buffer
-//! (every record since its last write: group commit), writes it through weft's
-//! io_uring-backed I/O, fsyncs under `always`, then publishes the LSN it reached as
-//! `durable` and wakes the connections waiting for it. Under `everysec` it also
-//! fsyncs once a second when it wrote something. A failed write (ENOSPC, EIO) puts
+//! (every record since its last write: group commit), writes it (a plain `pwrite` on
+//! the worker, or through io_uring after one that slept: `log/writer.rs`), fsyncs
+//! under `always` (write and fsync as one linked io_uring chain), then publishes the
+//! LSN it reached as `durable` and wakes the connections waiting for it. Under
+//! `everysec` an fsync of what was written runs once a second, when something was, on
+//! a green thread of its own: the flusher goes on writing (and connections on being
+//! acknowledged) while it runs; a failed one is reported as a failed write is, and the
+//! flusher fsyncs again itself. A failed write (ENOSPC, EIO) puts
 //! the records back, makes the shard refuse writes with `MISCONF` and is retried
 //! every 100 ms: service resumes when space returns.
 //!
@@ -83,6 +87,7 @@
 use super::Settings;
 use crate::exec::{Held, ShardSet};
 use crate::keyspace::Keyspace;
+use crate::log::writer::SyncHandle;
 use crate::log::{self, DataDir, LogWriter, Rewriter};
 
 /// The number of databases.
@@ -250,6 +255,48 @@ const OPEN: u8 = 0;
 const CLOSING: u8 = 1;
 /// A flusher has written and fsynced all it held and writes nothing more.
 const CLOSED: u8 = 2;
+
+/// A shard's `everysec` fsync, run on a green thread of its own on the shard's worker
+/// so that the flusher goes on writing meanwhile (Redis, too, fsyncs its log in a
+/// background thread under `everysec`).
+#[derive(Default)]
+struct BackgroundSync {
+    /// Set from [`BackgroundSync::start`] until the fsync is done.
+    running: AtomicBool,
+    /// The last fsync's outcome, until the flusher takes it: the flusher's count of
+    /// writes without fsync when it started (it covers those), and its error if any.
+    done: std::sync::Mutex<Option<(u64, Result<(), String>)>>,
+}
+
+impl BackgroundSync {
+    /// Starts an fsync of `file`, covering the first `covers` writes, on `worker`;
+    /// `false` if no green thread could be made for it.
+    fn start(self: &Arc<Self>, s: usize, worker: usize, file: SyncHandle, covers: u64) -> bool {
+        self.running.store(true, Release);
+        let me = self.clone();
+        let spawned = ThreadBuilder::new()
+            .name(format!("kv-fsync {s}"))
+            .preemptible(false)
+            .spawn_on(worker, move || {
+                let res = file.sync().map_err(|e| e.to_string());
+                *me.done.lock().unwrap() = Some((covers, res));
+                me.running.store(false, Release);
+            });
+        if spawned.is_err() {
+            self.running.store(false, Release);
+        }
+        spawned.is_ok()
+    }
+
+    fn running(&self) -> bool {
+        self.running.load(Acquire)
+    }
+
+    /// The outcome of the last fsync, once (None while one runs or after it was taken).
+    fn finished(&self) -> Option<(u64, Result<(), String>)> {
+        self.done.lock().unwrap().take()
+    }
+}
 
 /// Every shard of the server.
 pub struct Shards {
@@ -472,6 +519,12 @@ impl Shards {
         let policy = || self.settings.fsync();
         let mut last_sync = Instant::now();
         let mut unsynced = false;
+        // The `everysec` fsync runs beside the flusher (module doc): `writes` counts the
+        // writes made without fsync, and an fsync that covered the last of them leaves
+        // nothing unsynced. After a failed one, the next fsync is the flusher's own.
+        let background = Arc::new(BackgroundSync::default());
+        let mut writes = 0u64;
+        let mut sync_failed = false;
         // The buffer of the last write, cleared: handed back to the shard for the next
         // records, so appending does not regrow a fresh vector after every write.
         let mut spare: Vec<u8> = Vec::new();
@@ -491,6 +544,15 @@ impl Shards {
             if close == CLOSED {
                 continue; // The process is exiting: nothing more is written.
             }
+            match background.finished() {
+                Some((covers, Ok(()))) if covers == writes => unsynced = false,
+                Some((_, Err(e))) => {
+                    unsynced = true;
+                    sync_failed = true;
+                    self.set_error(s, Some(e));
+                }
+                _ => {}
+            }
             if let Some(rw) = sh.switch.lock().unwrap().take() {
                 self.publish_rewrite(s, rw, &mut writer);
             }
@@ -506,11 +568,7 @@ impl Shards {
                     st.appended,
                 )
             });
-            let must_sync = close == CLOSING
-                || asked > sh.fsync_done.load(Relaxed)
-                || (policy() == Fsync::EverySec
-                    && unsynced
-                    && last_sync.elapsed() >= Duration::from_secs(1));
+            let must_sync = close == CLOSING || asked > sh.fsync_done.load(Relaxed) || sync_failed;
             if !buf.is_empty() {
                 match writer.write(&buf, policy() == Fsync::Always || must_sync) {
                     Ok(()) => {
@@ -518,8 +576,10 @@ impl Shards {
                         if policy() == Fsync::Always || must_sync {
                             last_sync = Instant::now();
                             unsynced = false;
+                            sync_failed = false;
                         } else {
                             unsynced = true;
+                            writes += 1;
                         }
                         self.set_error(s, None);
                         sh.durable.store(end, Release);
@@ -544,6 +604,7 @@ impl Shards {
                     Ok(()) => {
                         last_sync = Instant::now();
                         unsynced = false;
+                        sync_failed = false;
                         self.set_error(s, None);
                     }
                     // A shut-down waits for this fsync: it must hear of its failure.
@@ -552,6 +613,23 @@ impl Shards {
                 }
             } else if asked > sh.fsync_done.load(Relaxed) && !unsynced {
                 // Nothing to write and nothing unsynced: the request is met.
+            }
+            // Once a second under `everysec`: an fsync of what is written so far, on a
+            // green thread of its own, while the writes go on (one still running since
+            // the last second is left to finish first).
+            if policy() == Fsync::EverySec
+                && unsynced
+                && !must_sync
+                && last_sync.elapsed() >= Duration::from_secs(1)
+                && !background.running()
+            {
+                last_sync = Instant::now();
+                if !background.start(s, sh.cell.owner, writer.sync_handle(), writes) {
+                    // No green thread for it: the flusher's own fsync.
+                    if writer.sync().is_ok() {
+                        unsynced = false;
+                    }
+                }
             }
             if asked > sh.fsync_done.load(Relaxed) && !unsynced && !sh.failing.load(Relaxed) {
                 sh.fsync_done.store(asked, Release);
