@@ -64,10 +64,19 @@ enum Command {
     },
 }
 
+/// The system-call layer (weft-hook) is linked for `weft bench runtime`'s hooked rows,
+/// which turn it on for what they measure; it is off everywhere else, from before
+/// `main` (and in this crate's unit tests, which have no `main` of ours).
+#[used]
+#[link_section = ".init_array"]
+static HOOK_OFF: extern "C" fn() = {
+    extern "C" fn off() {
+        weft_hook::set_enabled(false);
+    }
+    off
+};
+
 fn main() -> ExitCode {
-    // The system-call layer is linked for `weft bench runtime`'s hooked servers, which
-    // turn it on in their own processes (`bench-worker hooked-*`); off everywhere else.
-    weft_hook::set_enabled(false);
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::main(args),

@@ -111,6 +111,7 @@ fn a_non_blocking_descriptor_still_says_eagain() {
             write_all(z, b"x");
             assert_eq!(r.join().unwrap(), (1, 0), "{b:?}: blocking again");
             // ioctl(FIONBIO), through std's set_nonblocking
+            // SAFETY: `a` is a socket of this test, owned by the stream from here.
             let s = unsafe { std::os::unix::net::UnixStream::from_raw_fd(a) };
             s.set_nonblocking(true).unwrap();
             let e = (&s).read(&mut [0u8; 4]).unwrap_err();
@@ -566,6 +567,7 @@ fn a_fork_in_a_green_thread_leaves_a_working_child() {
             }
             assert!(pid > 0);
             write_all(w, b"hello");
+            // SAFETY: the read end of a pipe of this test, owned by the file from here.
             let mut f = unsafe { std::fs::File::from_raw_fd(r2) };
             let mut back = [0u8; 5];
             f.read_exact(&mut back).unwrap();
@@ -580,6 +582,7 @@ fn a_fork_in_a_green_thread_leaves_a_working_child() {
             close(r);
             close(w);
             close(w2);
+            drop(f);
             (waited == pid, status, back, echo)
         });
         assert!(out.0, "{b:?}");

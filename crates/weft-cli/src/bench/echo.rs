@@ -1,6 +1,5 @@
 //! `tcp-echo`: TCP echo throughput of weft's green-thread sockets against the two
-//! classic ways of writing a server, on 127.0.0.1 (all in this process but the hooked
-//! servers).
+//! classic ways of writing a server, all in this process, on 127.0.0.1.
 //!
 //! The servers, each run in turn:
 //!
@@ -11,10 +10,11 @@
 //!   with a note, where the kernel refuses io_uring) and once on the thread fallback
 //!   (nonblocking calls plus the epoll poller), chosen with `Builder::io_backend`.
 //! * `weft-hooked` / `weft-hooked-threads`: the same server written with `std::net`
-//!   (`TcpListener::accept`, `TcpStream::read`, `write_all`) on green threads, whose
-//!   blocking calls the system-call layer (weft-hook) turns into parks; in a child
-//!   process (`weft bench-worker hooked-echo`, see `hooked.rs`), on io_uring and on the
-//!   thread fallback. Their target: within 10% of weft's own sockets.
+//!   (`TcpListener::accept`, `TcpStream::read`, `write_all`, the code of
+//!   `pthread-per-conn`) on green threads, whose blocking calls the system-call layer
+//!   (weft-hook, linked into this binary and turned on while the server runs) turns
+//!   into parks; on io_uring and on the thread fallback. Their target: within 10% of
+//!   weft's own sockets.
 //! * `pthread-per-conn`: `std::net::TcpListener` and one OS thread per connection,
 //!   blocking `read` then `write_all`.
 //! * `epoll-loop`: one OS thread, nonblocking sockets, level-triggered epoll; each
@@ -53,7 +53,7 @@
 //! direction: requests/s x message size). Ratios are weft / peer: above 1 means weft
 //! served more requests per second.
 
-use super::{hooked, median, progress, Measurement, Reporter};
+use super::{median, progress, Measurement, Reporter};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -143,8 +143,8 @@ impl Kind {
         match self {
             Kind::WeftUring => start_weft(IoBackend::Uring),
             Kind::WeftThreads => start_weft(IoBackend::Threads),
-            Kind::WeftHooked => start_hooked(hooked::Backend::Uring),
-            Kind::WeftHookedThreads => start_hooked(hooked::Backend::Threads),
+            Kind::WeftHooked => start_hooked(IoBackend::Uring),
+            Kind::WeftHookedThreads => start_hooked(IoBackend::Threads),
             Kind::PthreadPerConn => start_pthread(),
             Kind::EpollLoop => start_epoll(),
         }
@@ -153,11 +153,6 @@ impl Kind {
     /// Whether this server runs on io_uring.
     fn uring(self) -> bool {
         matches!(self, Kind::WeftUring | Kind::WeftHooked)
-    }
-
-    /// Whether this server runs in a child process (`bench-worker hooked-echo`).
-    fn hooked(self) -> bool {
-        matches!(self, Kind::WeftHooked | Kind::WeftHookedThreads)
     }
 }
 
@@ -185,11 +180,6 @@ pub fn run(rep: &mut Reporter, quick: bool) -> Result<(), String> {
         .iter()
         .map(|&k| {
             let ok = match k {
-                // The hooked servers are this binary re-executed: the `weft` command,
-                // not a unit-test binary.
-                k if k.hooked() && cfg!(test) => {
-                    Err("runs as `weft bench-worker`: not in unit tests".to_string())
-                }
                 k if k.uring() => uring.clone(),
                 _ => Ok(()),
             };
@@ -587,18 +577,76 @@ fn weft_echo(mut s: weft_runtime::net::TcpStream) {
     }
 }
 
-/// The hooked server: `std::net` on green threads, in a child process with the
-/// system-call layer on (`bench-worker hooked-echo`, see `hooked.rs`).
-fn start_hooked(backend: hooked::Backend) -> Result<Server, String> {
-    let name = match backend {
-        hooked::Backend::Uring => "uring",
-        hooked::Backend::Threads => "threads",
-    };
-    let w = hooked::Worker::start(&["hooked-echo", "--backend", name])?;
+/// The hooked server: `std::net` on green threads, its blocking calls parked by the
+/// system-call layer, which this binary links and turns on for the server's life (off
+/// again when it stops; the client's calls, on OS threads, are the C library's either
+/// way).
+fn start_hooked(backend: IoBackend) -> Result<Server, String> {
+    let on = HookOn::new();
+    let started = (|| -> Result<_, String> {
+        let rt = Runtime::builder()
+            .io_backend(backend)
+            .build()
+            .map_err(|e| format!("cannot start a weft runtime on {}: {e}", backend.name()))?;
+        let listener =
+            StdListener::bind("127.0.0.1:0").map_err(|e| format!("hooked server: bind: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("hooked server: local_addr: {e}"))?;
+        Ok((rt, listener, addr))
+    })();
+    let (rt, listener, addr) = started?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let acceptor = rt.spawn(move || -> io::Result<()> {
+        loop {
+            let (s, _) = listener.accept()?;
+            if stop2.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            s.set_nodelay(true)?;
+            weft_runtime::spawn(move || pthread_echo(s));
+        }
+    });
     Ok(Server {
-        addr: w.addr,
-        stop: Box::new(move || w.stop()),
+        addr,
+        stop: Box::new(move || {
+            stop.store(true, Ordering::Release);
+            wake_acceptor(addr);
+            let r = match acceptor.join() {
+                Ok(r) => r.map_err(|e| format!("hooked accept loop: {e}")),
+                Err(p) => Err(format!("hooked accept loop panicked: {}", panic_text(&*p))),
+            };
+            drop(rt);
+            drop(on);
+            r
+        }),
     })
+}
+
+/// The system-call layer on while one is alive (several hooked servers may run at once:
+/// the unit tests of this file run side by side).
+struct HookOn;
+
+static HOOK_ON: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+impl HookOn {
+    fn new() -> HookOn {
+        let mut n = HOOK_ON.lock().unwrap_or_else(|e| e.into_inner());
+        *n += 1;
+        weft_hook::set_enabled(true);
+        HookOn
+    }
+}
+
+impl Drop for HookOn {
+    fn drop(&mut self) {
+        let mut n = HOOK_ON.lock().unwrap_or_else(|e| e.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            weft_hook::set_enabled(false);
+        }
+    }
 }
 
 /// The pthread server: an OS thread accepting, an OS thread per connection.
@@ -916,10 +964,7 @@ mod tests {
             warmup: Duration::from_millis(2),
         };
         for kind in Kind::ALL {
-            if kind.hooked() {
-                continue;
-            }
-            if kind == Kind::WeftUring
+            if kind.uring()
                 && Runtime::builder()
                     .workers(1)
                     .io_backend(IoBackend::Uring)

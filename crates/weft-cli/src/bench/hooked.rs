@@ -1,24 +1,22 @@
-//! The system-call layer (`weft-hook`) in `weft bench runtime`: its servers, run in a
-//! child process, and the two measurements of `runtime.rs` that need them.
+//! The system-call layer (`weft-hook`) in `weft bench runtime`: the memory of idle
+//! connections held by hooked green threads or by OS threads ([`memory`]), and the C
+//! library's `read` for `hooked-call` ([`libc_read`]). (`tcp-echo`'s `weft-hooked`
+//! server is in `echo.rs`.)
 //!
-//! The `weft` command links the layer but turns it off first thing (`main.rs`): its
-//! other commands (`weft kv serve`) keep the C library's calls. A benchmark that wants
-//! the layer re-executes this binary as `weft bench-worker hooked-echo` or `weft
-//! bench-worker hooked-conns`, which turn it on. Each child prints `port P` once it
-//! listens on 127.0.0.1:P and ends when its standard input closes.
-//!
-//! * `hooked-echo`: the TCP echo of `echo.rs` written with `std::net` (accept, read,
-//!   `write_all`) on green threads, one per connection: `weft-hooked` in its tables.
-//! * `hooked-conns`: a server holding connections idle, each served by a green thread
-//!   blocked in `std::net`'s read (`--mode green`) or by an OS thread per connection
-//!   (`--mode threads`): the memory the parent measures ([`memory`]).
+//! The `weft` command links the layer but turns it off before `main` (`main.rs`): its
+//! other commands (`weft kv serve`) keep the C library's calls, and a benchmark turns it
+//! on for what it measures. The memory is measured in a child process, this binary
+//! re-executed as `weft bench-worker hooked-conns --mode green|threads`: a server holding
+//! connections idle, each served by a green thread blocked in `std::net`'s read (the
+//! layer on) or by an OS thread per connection. It prints `port P` once it listens on
+//! 127.0.0.1:P and ends when its standard input closes.
 
 use super::{Measurement, Reporter};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
-use weft_runtime::{IoBackend, Runtime};
+use weft_runtime::Runtime;
 
 /// How `hooked-conns` serves its connections.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -27,22 +25,6 @@ pub enum Mode {
     Green,
     /// An OS thread per connection (std's default stack), blocked in read.
     Threads,
-}
-
-/// The I/O backend of a child's runtime.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    Uring,
-    Threads,
-}
-
-impl Backend {
-    fn io(self) -> IoBackend {
-        match self {
-            Backend::Uring => IoBackend::Uring,
-            Backend::Threads => IoBackend::Threads,
-        }
-    }
 }
 
 /// In the child: says where it listens, and ends the process when the parent closes
@@ -65,8 +47,7 @@ fn listen_and_watch_stdin() -> Result<TcpListener, String> {
     Ok(l)
 }
 
-/// Echoes until end of stream with a buffer of `buf` bytes, as every server of the
-/// echo benchmark does.
+/// Echoes until end of stream with a buffer of `buf` bytes.
 fn echo(mut s: TcpStream, buf: usize) {
     let mut b = vec![0u8; buf];
     loop {
@@ -79,26 +60,6 @@ fn echo(mut s: TcpStream, buf: usize) {
             }
         }
     }
-}
-
-/// `weft bench-worker hooked-echo`: the echo server of `echo.rs` with std::net on
-/// hooked green threads (a runtime of its default size on `backend`).
-pub fn echo_main(backend: Backend) -> Result<(), String> {
-    weft_hook::set_enabled(true);
-    let rt = Runtime::builder()
-        .io_backend(backend.io())
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
-    let l = listen_and_watch_stdin()?;
-    rt.block_on(move || loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                let _ = s.set_nodelay(true);
-                weft_runtime::spawn(move || echo(s, super::echo::SERVER_BUF));
-            }
-            Err(e) => return Err(format!("accept: {e}")),
-        }
-    })
 }
 
 /// `weft bench-worker hooked-conns`: holds connections idle (module comment).

@@ -193,13 +193,6 @@ impl Suite {
 /// one JSON line on stdout.
 #[derive(clap::Subcommand, Debug)]
 pub enum WorkerJob {
-    /// `bench runtime`'s echo server with std::net on green threads, the system-call
-    /// layer on (see `hooked.rs`): prints "port P", ends when its stdin closes.
-    #[command(name = "hooked-echo")]
-    HookedEcho {
-        #[arg(long, value_enum)]
-        backend: hooked::Backend,
-    },
     /// `bench runtime`'s idle connections, each held by a hooked green thread or an OS
     /// thread (see `hooked.rs`): prints "port P", ends when its stdin closes.
     #[command(name = "hooked-conns")]
@@ -318,7 +311,6 @@ pub fn run(suite: Suite, opts: Options, plot: Option<&Path>) -> Result<(), Strin
 /// Runs a `bench-worker` job in this process.
 pub fn run_worker(job: WorkerJob) -> Result<(), String> {
     match job {
-        WorkerJob::HookedEcho { backend } => hooked::echo_main(backend),
         WorkerJob::HookedConns { mode } => hooked::conns_main(mode),
         WorkerJob::ManyFibers { fibers, work } => fibers::many_fibers_worker_main(fibers, work),
         WorkerJob::KvClient {
