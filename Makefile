@@ -9,6 +9,12 @@
 #                                   is installed, and the API docs building without a
 #                                   warning; ends with "total: N passed, N failed,
 #                                   N skipped" and fails if any test failed
+#   make conformance                weft-kv measured with Redis 7.0's and redis-py's own
+#                                   test suites (fetched once into ~/.cache/weft-conformance),
+#                                   side by side with redis-server; fails on a test that is
+#                                   not in tests/conformance/*-expected-failures.txt;
+#                                   CONFORMANCE_ARGS="--units pubsub" passes options (see
+#                                   tests/conformance/run --help); not part of make test
 # make install puts weft in $(PREFIX)/bin, libweft.so and libweft.a in $(PREFIX)/lib,
 # with libweft-hook.so and libweft-hook.a (libweft and the system-call layer,
 # docs/hook.md: -lweft-hook), the headers in $(PREFIX)/include/weft and weft.pc in
@@ -27,7 +33,7 @@ LIBDIR      = $(DESTDIR)$(PREFIX)/lib
 INCDIR      = $(DESTDIR)$(PREFIX)/include/weft
 HEADERS     = $(wildcard include/weft/*.h)
 
-.PHONY: all build install uninstall test test-aarch64
+.PHONY: all build install uninstall test test-aarch64 conformance
 
 all: build
 
@@ -63,3 +69,8 @@ test:
 # The fiber core (context switch, ownership, signals, overflow, registry) on aarch64.
 test-aarch64:
 	@CARGO="$(CARGO)" WEFT_TEST_PHASES=aarch64 bash tests/run-all
+
+# Redis's test units and redis-py's test_commands.py against a fresh release build of
+# weft kv serve, compared with the expected-failure lists (tests/conformance/run).
+conformance:
+	@CARGO="$(CARGO)" python3 tests/conformance/run $(CONFORMANCE_ARGS)
