@@ -143,6 +143,9 @@ fn check_of(name: &str, args: &[Vec<u8>]) -> Check {
         "command|getkeysandflags" => Check::Shape,
         // Each server's own help text; random fields.
         "object|help" | "hrandfield" => Check::Shape,
+        // Redis shares the objects of small integers (their count reads 2147483647): an
+        // internal detail weft-kv does not copy. Whether the key exists still shows.
+        "object|refcount" => Check::Shape,
         _ => Check::Exact,
     }
 }
