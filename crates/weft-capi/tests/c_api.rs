@@ -149,9 +149,11 @@ fn ensure_library_fresh(dir: &Path) {
     );
     let status = cmd.status().expect("run cargo build -p libweft");
     assert!(status.success(), "cargo build -p libweft failed: {status}");
+    // Cargo knows what libweft is built from: a newer source file it does not compile
+    // (behind a feature libweft does not use) leaves the library as it is, and rightly.
     assert!(
-        fresh(&so) && fresh(&a),
-        "cargo build -p libweft did not produce a fresh {} and {}",
+        so.is_file() && a.is_file(),
+        "cargo build -p libweft did not produce {} and {}",
         so.display(),
         a.display()
     );
