@@ -241,6 +241,23 @@ impl Entry {
         Some(r)
     }
 
+    /// The descriptor's registration, if it has one in generation `gen` (none is made).
+    pub(crate) fn existing_registration(&self, gen: u32) -> Option<Arc<Registration>> {
+        if self.reg.load(Relaxed).is_null() {
+            return None;
+        }
+        let _g = self.lock();
+        let p = self.reg.load(Relaxed);
+        if p.is_null() || self.gen.load(Relaxed) != gen {
+            return None;
+        }
+        // SAFETY: a count the entry holds (`Arc::into_raw`), alive under the lock.
+        Some(unsafe {
+            Arc::increment_strong_count(p);
+            Arc::from_raw(p)
+        })
+    }
+
     /// Takes the registration away (lock held by the caller).
     fn take_registration(&self) -> Option<Arc<Registration>> {
         let p = self.reg.swap(core::ptr::null_mut(), Relaxed);

@@ -427,7 +427,15 @@ fn accept_pool(
     deadline: Option<Instant>,
     w: &Waiter,
 ) -> Result<(i64, SockAddr), Stop> {
-    wait::ready_one(fd, e, gen, libc::POLLIN as u32, deadline, w)?;
+    wait::ready_one(
+        fd,
+        e,
+        gen,
+        libc::POLLIN as u32,
+        wait::Mark::none(),
+        deadline,
+        w,
+    )?;
     wait::pool(
         move || {
             let mut a = SockAddr::default();

@@ -23,9 +23,9 @@
 use super::fd::{entry_gen, facts, kind_of};
 use super::fdtab::Kind;
 use super::stats::{self, Call};
-use super::wait::{self, Stop, Waiter};
+use super::wait::{self, Mark, Stop, Waiter};
 use super::{fail, fair, green, neg, parked, real, ret, stop_errno};
-use crate::io::{bufs, OpData};
+use crate::io::{bufs, Dir, OpData};
 use core::ffi::{c_int, c_void};
 use libc::{iovec, off_t, size_t, ssize_t};
 use std::time::{Duration, Instant};
@@ -150,6 +150,17 @@ pub(crate) fn transfer(
     let ring_recv = x.recv.is_some() && wait::on_uring();
     let mut done = 0usize;
     let mut nowait_ok = true;
+    let dir = if x.out { Dir::Write } else { Dir::Read };
+    // On the thread fallback a read notes its descriptor's readiness count first (see
+    // `wait::Mark`); a write seldom waits, and arms the registration when it does.
+    let mark = |ring: bool| {
+        if x.out || ring {
+            Mark::none()
+        } else {
+            Mark::take(e, gen, dir)
+        }
+    };
+    let mut m = mark(ring_recv);
     if !(ring_recv && e.is_some_and(|e| e.waited(gen, RETRY))) {
         let r = attempt(0, true);
         if r >= 0 {
@@ -256,13 +267,15 @@ pub(crate) fn transfer(
                 }
             }
         } else {
-            if let Err(s) = wait::ready_one(x.fd, e, gen, events, deadline, &w) {
+            let here = core::mem::replace(&mut m, Mark::none());
+            if let Err(s) = wait::ready_one(x.fd, e, gen, events, here, deadline, &w) {
                 return if done > 0 {
                     done as isize
                 } else {
                     fail(stop_errno(s))
                 };
             }
+            m = mark(false);
             let r = attempt(done, true);
             if r == -(libc::EAGAIN as isize) {
                 // Ready, then not: another reader was first, or the facts are stale

@@ -232,16 +232,47 @@ pub(crate) fn ready(
     }
 }
 
+/// The readiness-edge count of a descriptor's registration with the thread fallback's
+/// epoll thread, read before a call that may say `EAGAIN`, so that an edge between that
+/// call and the wait after it is not lost (and the wait need not arm the registration
+/// again, which would make the epoll thread report the descriptor once more).
+pub(crate) struct Mark(Option<(Arc<threads::Registration>, u64)>);
+
+impl Mark {
+    /// No mark (io_uring, or a descriptor not registered yet: its wait arms one).
+    pub(crate) fn none() -> Mark {
+        Mark(None)
+    }
+
+    /// The mark of `e` (generation `gen`) in direction `dir`, if the worker uses the
+    /// thread fallback and the descriptor has a registration already.
+    pub(crate) fn take(e: Option<&'static Entry>, gen: u32, dir: Dir) -> Mark {
+        if on_uring() {
+            return Mark(None);
+        }
+        Mark(e.and_then(|e| e.existing_registration(gen)).map(|r| {
+            let since = r.edges(dir);
+            (r, since)
+        }))
+    }
+}
+
+/// How long a wait through a registration lasts before it arms the registration again:
+/// a descriptor closed and its number given out again behind the layer's back would
+/// otherwise leave the wait on a registration the kernel dropped.
+const REARM_EVERY: Duration = Duration::from_secs(10);
+
 /// Waits until descriptor `fd` (entry `e` as of generation `gen`, if it has one) may
 /// be ready for `events`: as [`ready`], and on the thread fallback through the
-/// descriptor's own registration with the epoll thread (armed again at each wait, so a
-/// registration the kernel dropped behind the layer's back is made again), which costs
-/// no descriptor of its own.
+/// descriptor's own registration with the epoll thread (no descriptor of its own),
+/// from `mark` (read before the call that said `EAGAIN`) or, without one, armed again
+/// now.
 pub(crate) fn ready_one(
     fd: c_int,
     e: Option<&'static Entry>,
     gen: u32,
     events: u32,
+    mark: Mark,
     deadline: Option<Instant>,
     w: &Waiter,
 ) -> Result<(), Stop> {
@@ -253,16 +284,34 @@ pub(crate) fn ready_one(
         libc::POLLOUT => Dir::Write,
         _ => return ready(&[(fd, events)], deadline, w),
     };
-    let Some(reg) = e.and_then(|e| e.registration(fd, gen)) else {
-        return ready(&[(fd, events)], deadline, w);
+    let (reg, mut since) = match mark.0 {
+        Some(m) => m,
+        None => {
+            let Some(reg) = e.and_then(|e| e.registration(fd, gen)) else {
+                return ready(&[(fd, events)], deadline, w);
+            };
+            let since = reg.edges(dir);
+            if reg.rearm(fd).is_err() {
+                // Not open any more: the call says so.
+                return Ok(());
+            }
+            (reg, since)
+        }
     };
-    let since = reg.edges(dir);
-    if reg.rearm(fd).is_err() {
-        // Not open any more: the call says so.
-        return Ok(());
+    loop {
+        let slice = Instant::now() + REARM_EVERY;
+        let until = deadline.map_or(slice, |d| d.min(slice));
+        match threads::wait_edge(&reg, dir, since, Some(until), &|| w.check().is_some()) {
+            Ok(()) => break,
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => return Err(Stop::TimedOut),
+            Err(_) => {
+                since = reg.edges(dir);
+                if reg.rearm(fd).is_err() {
+                    return Ok(());
+                }
+            }
+        }
     }
-    threads::wait_edge(&reg, dir, since, deadline, &|| w.check().is_some())
-        .map_err(|_| Stop::TimedOut)?;
     match w.check() {
         Some(s) => Err(s),
         None => Ok(()),

@@ -74,7 +74,7 @@ fn wait_for(
             [] => wait::sleep_until(deadline, &w),
             &[(fd, ev)] => {
                 let (e, gen) = entry_gen(fd);
-                wait::ready_one(fd, e, gen, ev, deadline, &w)
+                wait::ready_one(fd, e, gen, ev, wait::Mark::none(), deadline, &w)
             }
             _ => wait::ready(fds, deadline, &w),
         };
