@@ -757,12 +757,23 @@ pub(crate) fn lock(dir: &Path, for_writing: bool) -> io::Result<Option<fs::File>
             ))
         }
     };
+    // A lock that names this process, taken by a descriptor this process has closed,
+    // can outlive the close for a moment: a child forked by another thread holds a copy
+    // of the descriptor until it execs (the file is close-on-exec). Such a lock is
+    // retried for up to 2 s; a directory this process really has open still fails.
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(2);
     // SAFETY: flock on a descriptor we own; no memory is passed.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    while unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             let mut s = String::new();
+            let _ = std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0));
             let _ = f.read_to_string(&mut s);
+            let ours = s.trim().parse::<u32>() == Ok(std::process::id());
+            if ours && std::time::Instant::now() < patience {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
             let pid = match s.trim().parse::<u32>() {
                 Ok(p) if p == std::process::id() => format!("pid {p}, this process"),
                 Ok(p) => format!("pid {p}"),
