@@ -102,17 +102,22 @@ fn bench_runtime_quick_json_reports_every_row() {
         "yield",
         2,
     ));
+    // A covered C library call off a green thread, against the plain call.
+    expected.extend([("hooked-call", "libc"), ("hooked-call", "weft-hooked")]);
     // The TCP echo rows: weft on io_uring (when this kernel allows it) and on the thread
-    // fallback, against a pthread-per-connection server and an epoll loop.
+    // fallback, std::net on hooked green threads (both backends), against a
+    // pthread-per-connection server and an epoll loop.
     let uring = weft_runtime::io_backend() == "io_uring";
     for size in ["64B", "16KiB"] {
         for server in [
             "weft-uring",
             "weft-threads",
+            "weft-hooked",
+            "weft-hooked-threads",
             "pthread-per-conn",
             "epoll-loop",
         ] {
-            if server == "weft-uring" && !uring {
+            if (server == "weft-uring" || server == "weft-hooked") && !uring {
                 continue;
             }
             for what in ["requests", "throughput"] {
@@ -120,6 +125,14 @@ fn bench_runtime_quick_json_reports_every_row() {
                     Box::leak(format!("tcp-echo/{size}/c8/{what}").into_boxed_str());
                 expected.push((name, server));
             }
+        }
+    }
+    // 1,000 connections' memory: hooked green threads against OS threads.
+    for imp in ["weft-hooked", "os-threads"] {
+        for what in ["rss-per-connection", "rss-total", "page-tables"] {
+            let name: &'static str =
+                Box::leak(format!("connections-memory/1000/{what}").into_boxed_str());
+            expected.push((name, imp));
         }
     }
     expected.extend([
