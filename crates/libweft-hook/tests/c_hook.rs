@@ -15,8 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../../tests/support/nofile.rs"]
+mod nofile;
 #[path = "../../../tests/support/skip.rs"]
 mod skip;
+use nofile::raise_nofile;
 
 const WANT: usize = 10_000;
 const MSG: usize = 64;
@@ -82,24 +85,6 @@ fn build(dir: &Path, lib: &str) -> PathBuf {
         .expect("run cc");
     assert!(st.success(), "compiling hook_echo.c with -l{lib} failed");
     out
-}
-
-/// This process's descriptor limit raised to `want` if it can be.
-fn raise_nofile(want: u64) -> u64 {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        if r.rlim_cur < want {
-            r.rlim_cur = want.min(r.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        }
-    }
-    r.rlim_cur
 }
 
 /// Whether this kernel lets the process make an io_uring.

@@ -532,33 +532,52 @@ fn start_weft(backend: IoBackend) -> Result<Server, String> {
     let addr = listener
         .local_addr()
         .map_err(|e| format!("weft server: local_addr: {e}"))?;
+    let accept = move || {
+        let (s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    };
+    Ok(green_server(rt, addr, "weft", accept, weft_echo, ()))
+}
+
+/// A server of green threads on `rt`, listening at `addr`: a green thread accepting
+/// with `accept`, a green thread per connection running `serve`. Stopping it sets a
+/// flag, wakes the accept, joins it and drops the runtime, then `keep`.
+fn green_server<S: Send + 'static>(
+    rt: Runtime,
+    addr: SocketAddr,
+    what: &'static str,
+    mut accept: impl FnMut() -> io::Result<S> + Send + 'static,
+    serve: fn(S),
+    keep: impl Sized + 'static,
+) -> Server {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let acceptor = rt.spawn(move || -> io::Result<()> {
         loop {
-            let (s, _) = listener.accept()?;
+            let s = accept()?;
             if stop2.load(Ordering::Acquire) {
                 return Ok(());
             }
-            s.set_nodelay(true)?;
-            weft_runtime::spawn(move || weft_echo(s));
+            weft_runtime::spawn(move || serve(s));
         }
     });
-    Ok(Server {
+    Server {
         addr,
         stop: Box::new(move || {
             stop.store(true, Ordering::Release);
             wake_acceptor(addr);
             let r = match acceptor.join() {
-                Ok(r) => r.map_err(|e| format!("weft accept loop: {e}")),
-                Err(p) => Err(format!("weft accept loop panicked: {}", panic_text(&*p))),
+                Ok(r) => r.map_err(|e| format!("{what} accept loop: {e}")),
+                Err(p) => Err(format!("{what} accept loop panicked: {}", panic_text(&*p))),
             };
             // The connections' green threads end at the clients' end of stream; the
             // drop waits for the workers (and unwinds anything still parked).
             drop(rt);
+            drop(keep);
             r
         }),
-    })
+    }
 }
 
 /// A weft connection: read what is there, write it back, until end of stream. Errors
@@ -596,32 +615,12 @@ fn start_hooked(backend: IoBackend) -> Result<Server, String> {
         Ok((rt, listener, addr))
     })();
     let (rt, listener, addr) = started?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let acceptor = rt.spawn(move || -> io::Result<()> {
-        loop {
-            let (s, _) = listener.accept()?;
-            if stop2.load(Ordering::Acquire) {
-                return Ok(());
-            }
-            s.set_nodelay(true)?;
-            weft_runtime::spawn(move || pthread_echo(s));
-        }
-    });
-    Ok(Server {
-        addr,
-        stop: Box::new(move || {
-            stop.store(true, Ordering::Release);
-            wake_acceptor(addr);
-            let r = match acceptor.join() {
-                Ok(r) => r.map_err(|e| format!("hooked accept loop: {e}")),
-                Err(p) => Err(format!("hooked accept loop panicked: {}", panic_text(&*p))),
-            };
-            drop(rt);
-            drop(on);
-            r
-        }),
-    })
+    let accept = move || {
+        let (s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    };
+    Ok(green_server(rt, addr, "hooked", accept, pthread_echo, on))
 }
 
 /// The system-call layer on while one is alive (several hooked servers may run at once:

@@ -12,6 +12,10 @@
 //! 127.0.0.1:P and ends when its standard input closes.
 
 use super::{Measurement, Reporter};
+
+#[path = "../../../../tests/support/nofile.rs"]
+mod nofile;
+use nofile::raise_nofile;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -166,24 +170,6 @@ fn status_field(pid: u32, key: &str) -> Result<u64, String> {
                 .map(|v| if key == "Threads" { v } else { v * 1024 })
         })
         .ok_or_else(|| format!("no {key} in /proc/{pid}/status"))
-}
-
-/// This process's limit of open descriptors raised towards `want`; the limit now.
-fn raise_nofile(want: u64) -> u64 {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        if r.rlim_cur < want {
-            r.rlim_cur = want.min(r.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        }
-    }
-    r.rlim_cur
 }
 
 /// What [`memory`] measured for one server.

@@ -4,8 +4,11 @@
 
 use weft_runtime::{IoBackend, Runtime};
 
+#[path = "../../../../tests/support/nofile.rs"]
+mod nofile;
 #[path = "../../../weft-runtime/tests/common/mod.rs"]
 mod runtime_common;
+pub use nofile::raise_nofile;
 #[allow(unused_imports)]
 pub use runtime_common::{backends, note, skip, wait_until, PATIENCE};
 
@@ -29,35 +32,6 @@ pub fn pipe() -> (i32, i32) {
 /// The calling thread's errno.
 pub fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-/// Raises this process's limit of open descriptors to `want` if it can (the soft limit
-/// up to the hard one; as root the hard one too); returns the limit now.
-pub fn raise_nofile(want: u64) -> u64 {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        if r.rlim_cur >= want {
-            return r.rlim_cur;
-        }
-        let up = libc::rlimit {
-            rlim_cur: want,
-            rlim_max: r.rlim_max.max(want),
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &up) != 0 {
-            let soft = libc::rlimit {
-                rlim_cur: r.rlim_max.min(want),
-                rlim_max: r.rlim_max,
-            };
-            libc::setrlimit(libc::RLIMIT_NOFILE, &soft);
-        }
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-    }
-    r.rlim_cur
 }
 
 /// How many connections of a test that wants `want` fit in the descriptor limit (each

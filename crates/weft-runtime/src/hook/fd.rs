@@ -660,20 +660,7 @@ fn sync_green(call: Call, fd: c_int, data_only: bool) -> c_int {
             flags: data_only as i32,
             ..Default::default()
         };
-        wait::ring_op(
-            data,
-            |d| {
-                let mut op = io_uring::opcode::Fsync::new(io_uring::types::Fd(d.fd));
-                if d.flags != 0 {
-                    op = op.flags(io_uring::types::FsyncFlags::DATASYNC);
-                }
-                op.build()
-            },
-            None,
-            &w,
-            true,
-        )
-        .map(|d| d.res)
+        wait::ring_op(data, crate::io::fsync_sqe, None, &w, true).map(|d| d.res)
     } else {
         wait::pool(
             move || {

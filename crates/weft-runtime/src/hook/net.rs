@@ -534,20 +534,7 @@ unsafe fn connect_green(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_i
             addr: a,
             ..Default::default()
         };
-        match wait::ring_op(
-            data,
-            |d| {
-                io_uring::opcode::Connect::new(
-                    io_uring::types::Fd(d.fd),
-                    (&d.addr.storage as *const libc::sockaddr_storage).cast(),
-                    d.addr.len,
-                )
-                .build()
-            },
-            f.sndtimeo,
-            &w,
-            true,
-        ) {
+        match wait::ring_op(data, crate::io::connect_sqe, f.sndtimeo, &w, true) {
             Ok(d) if d.res == -(libc::ECANCELED as i64) && f.sndtimeo.is_some() => {
                 Ok(-(libc::EINPROGRESS as i64))
             }

@@ -789,6 +789,25 @@ pub(crate) fn open(path: CString, flags: i32, mode: u32) -> io::Result<Fd> {
     Ok(Fd::new(fd as RawFd, false))
 }
 
+/// The io_uring entry of an fsync of `d.fd` (an fdatasync when `d.flags` is not 0).
+pub(crate) fn fsync_sqe(d: &mut OpData) -> io_uring::squeue::Entry {
+    let mut op = io_uring::opcode::Fsync::new(io_uring::types::Fd(d.fd));
+    if d.flags != 0 {
+        op = op.flags(io_uring::types::FsyncFlags::DATASYNC);
+    }
+    op.build()
+}
+
+/// The io_uring entry of a connect of `d.fd` to `d.addr`.
+pub(crate) fn connect_sqe(d: &mut OpData) -> io_uring::squeue::Entry {
+    io_uring::opcode::Connect::new(
+        io_uring::types::Fd(d.fd),
+        (&d.addr.storage as *const libc::sockaddr_storage).cast(),
+        d.addr.len,
+    )
+    .build()
+}
+
 /// fsync(2), or fdatasync(2) when `data_only`.
 pub(crate) fn fsync(fd: &Fd, data_only: bool) -> io::Result<()> {
     let data = OpData {
@@ -800,13 +819,7 @@ pub(crate) fn fsync(fd: &Fd, data_only: bool) -> io::Result<()> {
     let done = run(
         ctx(),
         data,
-        |d| {
-            let mut op = io_uring::opcode::Fsync::new(io_uring::types::Fd(d.fd));
-            if d.flags != 0 {
-                op = op.flags(io_uring::types::FsyncFlags::DATASYNC);
-            }
-            op.build()
-        },
+        fsync_sqe,
         |d| {
             let (fd, only) = (d.fd, d.flags != 0);
             // SAFETY: plain syscalls on a descriptor kept open by the data.
@@ -1221,14 +1234,7 @@ pub(crate) fn connect(fd: &Fd, addr: SockAddr, deadline: Option<Instant>) -> io:
         let done = run(
             cx,
             data,
-            |d| {
-                io_uring::opcode::Connect::new(
-                    io_uring::types::Fd(d.fd),
-                    (&d.addr.storage as *const libc::sockaddr_storage).cast(),
-                    d.addr.len,
-                )
-                .build()
-            },
+            connect_sqe,
             |_| -(libc::ENOSYS as i64),
             remaining(deadline)?,
         )?;
