@@ -570,8 +570,22 @@ fn ps_shows_green_thread_names_and_entries() {
     let long = t.lines["long"].join(" ");
     let (green, renamer) = (t.addr("greenfn"), t.addr("renamerfn"));
 
-    let o = weft(&reg.0, &["ps", &pid.to_string(), "--json"]);
-    let rows = json_lines(&o);
+    // The workers' fibers get their threads' names when each worker starts: a loaded
+    // machine may not have started one yet, so the listing is taken once both show.
+    let workers_named = |rows: &[Value]| {
+        ["weft-worker-0", "weft-worker-1"].iter().all(|w| {
+            rows.iter()
+                .any(|r| r["name"] == *w && r["is_thread_fiber"] == true)
+        })
+    };
+    let t0 = std::time::Instant::now();
+    let rows = loop {
+        let rows = json_lines(&weft(&reg.0, &["ps", &pid.to_string(), "--json"]));
+        if workers_named(&rows) || t0.elapsed() > std::time::Duration::from_secs(60) {
+            break rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let all = format!("{rows:#?}");
     let by_id: HashMap<u64, &Value> = rows
         .iter()
