@@ -341,7 +341,7 @@ fn random_pair(e: &Entry, len: usize) -> (&[u8], &[u8]) {
 /// the reply's size is the count's, whatever the hash's): a bound on one reply.
 const MAX_RANDOM_REPEATS: u64 = 1 << 20;
 
-/// HRANDFIELD key [count [WITHVALUES]] (Redis 7.0's hrandfieldCommand):
+/// `HRANDFIELD key [count [WITHVALUES]]` (Redis 7.0's hrandfieldCommand):
 ///
 /// - No count: a random field, or nil for a missing key.
 /// - A count: an array (empty for a missing key or a count of 0). A positive count
