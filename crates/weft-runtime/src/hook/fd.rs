@@ -431,6 +431,7 @@ pub unsafe fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 /// the open does (a FIFO opened for reading would not wait for a writer, one opened for
 /// writing fails with `ENXIO`), so an open of one of those without `O_NONBLOCK` is made
 /// again on a pool thread, as `open(2)` makes it.
+#[inline(never)]
 unsafe fn open_green(
     call: Call,
     dir: c_int,
@@ -538,6 +539,7 @@ pub unsafe fn close(fd: c_int) -> c_int {
     r
 }
 
+#[inline(never)]
 fn close_green(fd: c_int) -> c_int {
     stats::call(Call::close);
     if !wait::on_uring() {
@@ -649,6 +651,7 @@ pub unsafe fn fdatasync(fd: c_int) -> c_int {
     sync_green(Call::fdatasync, fd, true)
 }
 
+#[inline(never)]
 fn sync_green(call: Call, fd: c_int, data_only: bool) -> c_int {
     stats::call(call);
     let _w = stats::Waiting::new(call, false);

@@ -67,27 +67,31 @@ fn green() -> bool {
     crate::worker::in_green_code() && enabled()
 }
 
-/// 0: not known yet (`WEFT_HOOK` not read), 1: on, 2: off.
+/// 0: on (not set), 1: on (set), 2: off. Read on green threads only, and by the calls
+/// that track descriptors.
 static STATE: AtomicU8 = AtomicU8::new(0);
 
 /// Whether the layer works: it does once linked, unless `WEFT_HOOK=off` (or `0`) is in
 /// the environment or the program turned it off with [`set_enabled`]. Off, every
 /// overridden function is the C library's on every thread.
-#[inline]
+#[inline(always)]
 pub fn enabled() -> bool {
-    match STATE.load(Relaxed) {
-        1 => true,
-        2 => false,
-        _ => read_state(),
-    }
+    STATE.load(Relaxed) != 2
 }
 
-#[cold]
-fn read_state() -> bool {
-    let off = std::env::var_os("WEFT_HOOK").is_some_and(|v| v == "off" || v == "0");
-    let _ = STATE.compare_exchange(0, if off { 2 } else { 1 }, Relaxed, Relaxed);
-    STATE.load(Relaxed) == 1
-}
+/// Reads `WEFT_HOOK` when the program (or library) is loaded, before `main`: a load,
+/// not a call, is then all [`enabled`] costs.
+#[used]
+#[link_section = ".init_array"]
+static READ_WEFT_HOOK: extern "C" fn() = {
+    extern "C" fn read_weft_hook() {
+        if std::env::var_os("WEFT_HOOK").is_some_and(|v| v == "off" || v == "0") {
+            // Unless the program has said otherwise already.
+            let _ = STATE.compare_exchange(0, 2, Relaxed, Relaxed);
+        }
+    }
+    read_weft_hook
+};
 
 /// Turns the layer on or off for the whole process, whatever `WEFT_HOOK` says; best
 /// called first thing in `main`, before any runtime starts (a call already parked

@@ -116,15 +116,35 @@ pub unsafe fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssiz
         // SAFETY: passed on.
         return unsafe { real::recv()(fd, buf, n, flags) };
     }
+    // SAFETY: the caller's buffer.
+    unsafe {
+        let from = (core::ptr::null_mut(), core::ptr::null_mut());
+        recvfrom_green(Call::recv, fd, buf, n, flags, from)
+    }
+}
+
+/// `recv` and `recvfrom` on a green thread (out of line: the functions that call it
+/// stay a thread-local test and a jump to the C library's on every other thread).
+/// `from` is where the sender's address goes (null for none).
+#[inline(never)]
+unsafe fn recvfrom_green(
+    call: Call,
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    from: (*mut sockaddr, *mut socklen_t),
+) -> ssize_t {
+    let (addr, len) = from;
     let v = iovec {
         iov_base: buf,
         iov_len: n,
     };
     // SAFETY: one iovec over the caller's buffer.
     let iov = unsafe { Iov::new(&v, 1) };
-    input(Call::recv, fd, &iov, flags, true, |done, fl| {
-        // SAFETY: within the caller's buffer.
-        neg(unsafe { real::recv()(fd, buf.cast::<u8>().add(done).cast(), n - done, fl) })
+    input(call, fd, &iov, flags, addr.is_null(), |done, fl| {
+        // SAFETY: within the caller's buffer (`done` <= `n`); the caller's address buffer.
+        neg(unsafe { real::recvfrom()(fd, buf.byte_add(done), n - done, fl, addr, len) })
     })
 }
 
@@ -145,32 +165,8 @@ pub unsafe fn recvfrom(
         // SAFETY: passed on.
         return unsafe { real::recvfrom()(fd, buf, n, flags, addr, len) };
     }
-    let v = iovec {
-        iov_base: buf,
-        iov_len: n,
-    };
-    // SAFETY: one iovec over the caller's buffer.
-    let iov = unsafe { Iov::new(&v, 1) };
-    input(
-        Call::recvfrom,
-        fd,
-        &iov,
-        flags,
-        addr.is_null(),
-        |done, fl| {
-            // SAFETY: within the caller's buffer; the caller's address buffer.
-            neg(unsafe {
-                real::recvfrom()(
-                    fd,
-                    buf.cast::<u8>().add(done).cast(),
-                    n - done,
-                    fl,
-                    addr,
-                    len,
-                )
-            })
-        },
-    )
+    // SAFETY: the caller's buffers.
+    unsafe { recvfrom_green(Call::recvfrom, fd, buf, n, flags, (addr, len)) }
 }
 
 /// `recvmsg(2)`.
@@ -183,6 +179,12 @@ pub unsafe fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
         // SAFETY: passed on.
         return unsafe { real::recvmsg()(fd, msg, flags) };
     }
+    // SAFETY: the caller's message header.
+    unsafe { recvmsg_green(fd, msg, flags) }
+}
+
+#[inline(never)]
+unsafe fn recvmsg_green(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's message header and its iovecs.
     unsafe {
         let iov = Iov::new((*msg).msg_iov, (*msg).msg_iovlen as c_int);
@@ -218,15 +220,31 @@ pub unsafe fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ss
         // SAFETY: passed on.
         return unsafe { real::send()(fd, buf, n, flags) };
     }
+    // SAFETY: the caller's buffer.
+    unsafe { sendto_green(Call::send, fd, buf, n, flags, (core::ptr::null(), 0)) }
+}
+
+/// `send` and `sendto` on a green thread (out of line, as [`recvfrom_green`]); `to` is
+/// the address to send to (null for the connected peer).
+#[inline(never)]
+unsafe fn sendto_green(
+    call: Call,
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    to: (*const sockaddr, socklen_t),
+) -> ssize_t {
+    let (addr, len) = to;
     let v = iovec {
         iov_base: buf.cast_mut(),
         iov_len: n,
     };
     // SAFETY: one iovec over the caller's buffer.
     let iov = unsafe { Iov::new(&v, 1) };
-    output(Call::send, fd, &iov, flags, |done, fl| {
-        // SAFETY: within the caller's buffer.
-        neg(unsafe { real::send()(fd, buf.cast::<u8>().add(done).cast(), n - done, fl) })
+    output(call, fd, &iov, flags, |done, fl| {
+        // SAFETY: within the caller's buffer (`done` <= `n`); the caller's address.
+        neg(unsafe { real::sendto()(fd, buf.byte_add(done), n - done, fl, addr, len) })
     })
 }
 
@@ -247,25 +265,8 @@ pub unsafe fn sendto(
         // SAFETY: passed on.
         return unsafe { real::sendto()(fd, buf, n, flags, addr, len) };
     }
-    let v = iovec {
-        iov_base: buf.cast_mut(),
-        iov_len: n,
-    };
-    // SAFETY: one iovec over the caller's buffer.
-    let iov = unsafe { Iov::new(&v, 1) };
-    output(Call::sendto, fd, &iov, flags, |done, fl| {
-        // SAFETY: within the caller's buffer; the caller's address.
-        neg(unsafe {
-            real::sendto()(
-                fd,
-                buf.cast::<u8>().add(done).cast(),
-                n - done,
-                fl,
-                addr,
-                len,
-            )
-        })
-    })
+    // SAFETY: the caller's buffer and address.
+    unsafe { sendto_green(Call::sendto, fd, buf, n, flags, (addr, len)) }
 }
 
 /// `sendmsg(2)`.
@@ -278,6 +279,12 @@ pub unsafe fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
         // SAFETY: passed on.
         return unsafe { real::sendmsg()(fd, msg, flags) };
     }
+    // SAFETY: the caller's message header.
+    unsafe { sendmsg_green(fd, msg, flags) }
+}
+
+#[inline(never)]
+unsafe fn sendmsg_green(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's message header and its iovecs.
     unsafe {
         let iov = Iov::new((*msg).msg_iov, (*msg).msg_iovlen as c_int);
@@ -337,6 +344,7 @@ pub unsafe fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags
 /// An accept on a green thread: the C library's on a non-blocking socket; otherwise an
 /// `IORING_OP_ACCEPT` (with `SO_RCVTIMEO` as a linked timeout), or on the thread
 /// fallback a wait for readiness and the accept on a pool thread.
+#[inline(never)]
 unsafe fn accept_green(
     call: Call,
     fd: c_int,
@@ -494,6 +502,7 @@ pub unsafe fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int
 /// `EINPROGRESS`); otherwise an `IORING_OP_CONNECT` (`SO_SNDTIMEO` as a linked timeout:
 /// then `EINPROGRESS`, the attempt going on, as the kernel's timeout does), or on the
 /// thread fallback the connect on a pool thread.
+#[inline(never)]
 unsafe fn connect_green(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     stats::call(Call::connect);
     let (e, gen) = entry_gen(fd);

@@ -65,6 +65,7 @@ pub unsafe fn wait(status: *mut c_int) -> pid_t {
     unsafe { waitpid_green(Call::wait, -1, status, 0) }
 }
 
+#[inline(never)]
 unsafe fn waitpid_green(call: Call, pid: pid_t, status: *mut c_int, options: c_int) -> pid_t {
     stats::call(call);
     // The waitid form of the same wait.

@@ -425,7 +425,10 @@ fn rw_attempt(
     r
 }
 
-/// One descriptor, with buffers `iov`, at `off`: the read and write calls.
+/// One descriptor, with buffers `iov`, at `off`: the read and write calls on a green
+/// thread. Out of line: the functions below stay a thread-local test and a jump to the
+/// C library's on every other thread (no frame to set up).
+#[inline(never)]
 unsafe fn rw(call: Call, fd: c_int, iov: &Iov<'_>, off: Option<u64>, out: bool) -> isize {
     let total = iov.total();
     if total == 0 {
@@ -448,6 +451,31 @@ unsafe fn rw(call: Call, fd: c_int, iov: &Iov<'_>, off: Option<u64>, out: bool) 
     })
 }
 
+/// [`rw`] with one buffer (out of line, as `rw`).
+#[inline(never)]
+unsafe fn rw1(
+    call: Call,
+    fd: c_int,
+    p: *mut c_void,
+    n: size_t,
+    off: Option<u64>,
+    out: bool,
+) -> isize {
+    let v = iovec {
+        iov_base: p,
+        iov_len: n,
+    };
+    // SAFETY: one iovec over the caller's buffer.
+    unsafe { rw(call, fd, &Iov::new(&v, 1), off, out) }
+}
+
+/// [`rw`] with the caller's iovecs (out of line, as `rw`).
+#[inline(never)]
+unsafe fn rwv(call: Call, fd: c_int, iov: *const iovec, n: c_int, out: bool) -> isize {
+    // SAFETY: the caller's iovecs.
+    unsafe { rw(call, fd, &Iov::new(iov, n), None, out) }
+}
+
 /// `read(2)`.
 ///
 /// # Safety
@@ -458,12 +486,8 @@ pub unsafe fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
         // SAFETY: passed on.
         return unsafe { real::read()(fd, buf, n) };
     }
-    let v = iovec {
-        iov_base: buf,
-        iov_len: n,
-    };
-    // SAFETY: one iovec over the caller's buffer.
-    unsafe { rw(Call::read, fd, &Iov::new(&v, 1), None, false) }
+    // SAFETY: the caller's buffer.
+    unsafe { rw1(Call::read, fd, buf, n, None, false) }
 }
 
 /// `readv(2)`.
@@ -477,7 +501,7 @@ pub unsafe fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
         return unsafe { real::readv()(fd, iov, n) };
     }
     // SAFETY: the caller's iovecs.
-    unsafe { rw(Call::readv, fd, &Iov::new(iov, n), None, false) }
+    unsafe { rwv(Call::readv, fd, iov, n, false) }
 }
 
 /// `pread(2)`.
@@ -501,12 +525,8 @@ pub unsafe fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssi
         // SAFETY: passed on.
         return unsafe { real::pread64()(fd, buf, n, off) };
     }
-    let v = iovec {
-        iov_base: buf,
-        iov_len: n,
-    };
-    // SAFETY: one iovec over the caller's buffer.
-    unsafe { rw(Call::pread, fd, &Iov::new(&v, 1), Some(off as u64), false) }
+    // SAFETY: the caller's buffer.
+    unsafe { rw1(Call::pread, fd, buf, n, Some(off as u64), false) }
 }
 
 /// `write(2)`.
@@ -519,12 +539,8 @@ pub unsafe fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
         // SAFETY: passed on.
         return unsafe { real::write()(fd, buf, n) };
     }
-    let v = iovec {
-        iov_base: buf.cast_mut(),
-        iov_len: n,
-    };
-    // SAFETY: one iovec over the caller's buffer (only read from).
-    unsafe { rw(Call::write, fd, &Iov::new(&v, 1), None, true) }
+    // SAFETY: the caller's buffer.
+    unsafe { rw1(Call::write, fd, buf.cast_mut(), n, None, true) }
 }
 
 /// `writev(2)`.
@@ -538,7 +554,7 @@ pub unsafe fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
         return unsafe { real::writev()(fd, iov, n) };
     }
     // SAFETY: the caller's iovecs.
-    unsafe { rw(Call::writev, fd, &Iov::new(iov, n), None, true) }
+    unsafe { rwv(Call::writev, fd, iov, n, true) }
 }
 
 /// `pwrite(2)`.
@@ -561,10 +577,6 @@ pub unsafe fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> 
         // SAFETY: passed on.
         return unsafe { real::pwrite64()(fd, buf, n, off) };
     }
-    let v = iovec {
-        iov_base: buf.cast_mut(),
-        iov_len: n,
-    };
-    // SAFETY: one iovec over the caller's buffer.
-    unsafe { rw(Call::pwrite, fd, &Iov::new(&v, 1), Some(off as u64), true) }
+    // SAFETY: the caller's buffer.
+    unsafe { rw1(Call::pwrite, fd, buf.cast_mut(), n, Some(off as u64), true) }
 }

@@ -19,6 +19,7 @@ use libc::timespec;
 use std::time::{Duration, Instant};
 
 /// Parks until `d` has passed: `Ok`, or why it ended early with the time left.
+#[inline(never)]
 fn sleep_for(call: Call, d: Duration) -> Result<(), (Stop, Duration)> {
     stats::call(call);
     let deadline = Instant::now() + d;
@@ -66,7 +67,22 @@ fn to_timespec(d: Duration) -> timespec {
 /// As `nanosleep(2)`.
 #[inline]
 pub unsafe fn nanosleep(req: *const timespec, rem: *mut timespec) -> c_int {
-    if !green() || req.is_null() {
+    if !green() {
+        // SAFETY: passed on.
+        return unsafe { real::nanosleep()(req, rem) };
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { nanosleep_green(req, rem) }
+}
+
+/// `nanosleep` on a green thread (out of line: the call off green threads stays a
+/// test and a jump).
+///
+/// # Safety
+/// As `nanosleep(2)`.
+#[inline(never)]
+unsafe fn nanosleep_green(req: *const timespec, rem: *mut timespec) -> c_int {
+    if req.is_null() {
         // SAFETY: passed on.
         return unsafe { real::nanosleep()(req, rem) };
     }
@@ -97,11 +113,30 @@ pub unsafe fn clock_nanosleep(
     req: *const timespec,
     rem: *mut timespec,
 ) -> c_int {
+    if !green() {
+        // SAFETY: passed on.
+        return unsafe { real::clock_nanosleep()(clock, flags, req, rem) };
+    }
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { clock_nanosleep_green(clock, flags, req, rem) }
+}
+
+/// `clock_nanosleep` on a green thread (out of line, as [`nanosleep_green`]).
+///
+/// # Safety
+/// As `clock_nanosleep(2)`.
+#[inline(never)]
+unsafe fn clock_nanosleep_green(
+    clock: libc::clockid_t,
+    flags: c_int,
+    req: *const timespec,
+    rem: *mut timespec,
+) -> c_int {
     let ours = matches!(
         clock,
         libc::CLOCK_MONOTONIC | libc::CLOCK_BOOTTIME | libc::CLOCK_REALTIME | libc::CLOCK_TAI
     );
-    if !green() || !ours || req.is_null() {
+    if !ours || req.is_null() {
         // SAFETY: passed on.
         return unsafe { real::clock_nanosleep()(clock, flags, req, rem) };
     }

@@ -139,6 +139,7 @@ pub unsafe fn ppoll(
     unsafe { poll_green(Call::ppoll, fds, n, d.map(|d| Instant::now() + d), zero) }
 }
 
+#[inline(never)]
 unsafe fn poll_green(
     call: Call,
     fds: *mut pollfd,
@@ -330,6 +331,7 @@ pub unsafe fn pselect(
     }
 }
 
+#[inline(never)]
 unsafe fn select_green(
     call: Call,
     nfds: c_int,
@@ -408,6 +410,7 @@ pub unsafe fn epoll_pwait(
     unsafe { epoll_green(Call::epoll_pwait, ep, evs, max, timeout) }
 }
 
+#[inline(never)]
 unsafe fn epoll_green(
     call: Call,
     ep: c_int,
