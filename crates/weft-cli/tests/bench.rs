@@ -103,7 +103,12 @@ fn bench_runtime_quick_json_reports_every_row() {
         2,
     ));
     // A covered C library call off a green thread, against the plain call.
-    expected.extend([("hooked-call", "libc"), ("hooked-call", "weft-hooked")]);
+    expected.extend([
+        ("hooked-call", "libc"),
+        ("hooked-call", "weft-hooked"),
+        ("hooked-call", "libc-read"),
+        ("hooked-call", "weft-hooked-read"),
+    ]);
     // The TCP echo rows: weft on io_uring (when this kernel allows it) and on the thread
     // fallback, std::net on hooked green threads (both backends), against a
     // pthread-per-connection server and an epoll loop.

@@ -1,6 +1,6 @@
 //! The system-call layer (`weft-hook`) in `weft bench runtime`: the memory of idle
 //! connections held by hooked green threads or by OS threads ([`memory`]), and the C
-//! library's `read` for `hooked-call` ([`libc_read`]). (`tcp-echo`'s `weft-hooked`
+//! library's own functions for `hooked-call` ([`libc_read`], [`libc_clock_nanosleep`]). (`tcp-echo`'s `weft-hooked`
 //! server is in `echo.rs`.)
 //!
 //! The `weft` command links the layer but turns it off before `main` (`main.rs`): its
@@ -279,18 +279,37 @@ pub fn memory(rep: &mut Reporter, want: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// `read(2)` as the C library has it, looked up by name in the C library (`weft`
-/// links the layer, whose `read` is the program's).
-pub fn libc_read() -> unsafe extern "C" fn(i32, *mut libc::c_void, usize) -> isize {
-    // SAFETY: dlopen of the already loaded C library, dlsym of a function it has with
-    // this type.
-    unsafe {
+/// The C library's own function `name` (the program's is weft-hook's), looked up by
+/// name in the already loaded C library.
+fn libc_sym(name: &core::ffi::CStr) -> *mut libc::c_void {
+    // SAFETY: dlopen of the already loaded C library (no load), dlsym of a name.
+    let p = unsafe {
         let h = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
-        let p = libc::dlsym(h, c"read".as_ptr());
-        assert!(!p.is_null(), "the C library has no read");
+        libc::dlsym(h, name.as_ptr())
+    };
+    assert!(!p.is_null(), "the C library has no {name:?}");
+    p
+}
+
+/// `read(2)` as the C library has it.
+pub fn libc_read() -> unsafe extern "C" fn(i32, *mut libc::c_void, usize) -> isize {
+    // SAFETY: the C library's read has this type.
+    unsafe {
         core::mem::transmute::<
             *mut libc::c_void,
             unsafe extern "C" fn(i32, *mut libc::c_void, usize) -> isize,
-        >(p)
+        >(libc_sym(c"read"))
+    }
+}
+
+/// `clock_nanosleep(2)`'s type.
+pub type ClockNanosleep =
+    unsafe extern "C" fn(libc::clockid_t, i32, *const libc::timespec, *mut libc::timespec) -> i32;
+
+/// `clock_nanosleep(2)` as the C library has it.
+pub fn libc_clock_nanosleep() -> ClockNanosleep {
+    // SAFETY: the C library's clock_nanosleep has this type.
+    unsafe {
+        core::mem::transmute::<*mut libc::c_void, ClockNanosleep>(libc_sym(c"clock_nanosleep"))
     }
 }
