@@ -615,3 +615,121 @@ fn calls_off_green_threads_are_the_c_librarys() {
     close(r);
     close(w);
 }
+
+/// A signal mask other than the thread's own, given to `ppoll`, `pselect` and
+/// `epoll_pwait`: the thread's mask with SIGUSR2 blocked too.
+fn another_mask() -> libc::sigset_t {
+    // SAFETY: reads the thread's mask into a local and adds one signal to it.
+    unsafe {
+        let mut m: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_SETMASK, core::ptr::null(), &mut m);
+        let add = if libc::sigismember(&m, libc::SIGUSR2) == 1 {
+            libc::SIGUSR1
+        } else {
+            libc::SIGUSR2
+        };
+        libc::sigaddset(&mut m, add);
+        m
+    }
+}
+
+#[test]
+fn calls_given_a_signal_mask_park_only_their_green_thread() {
+    let _s = serial();
+    for b in backends() {
+        rt(b, 1).block_on(move || {
+            let mask = another_mask();
+            let before = stats::snapshot();
+            let calls = |s: &stats::Stats, n: &str| s.get(n).map_or(0, |c| c.calls);
+            // On one worker, the writer runs only if the call parks its green thread
+            // alone; a call that blocked the worker would return 0 after its 60 s.
+            let wake_later = |w: i32| {
+                spawn(move || {
+                    weft_runtime::yield_now();
+                    write_all(w, b"x")
+                })
+            };
+            // ppoll
+            let (r, w) = pipe();
+            let mut p = libc::pollfd {
+                fd: r,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let t = libc::timespec {
+                tv_sec: 60,
+                tv_nsec: 0,
+            };
+            let writer = wake_later(w);
+            // SAFETY: one pollfd, a timespec and a mask on the stack.
+            let n = unsafe { libc::ppoll(&mut p, 1, &t, &mask) };
+            assert_eq!((n, p.revents), (1, libc::POLLIN), "{b:?}: ppoll");
+            writer.join().unwrap();
+            close(r);
+            close(w);
+            // pselect, and its set says which descriptor is ready
+            let (r, w) = pipe();
+            // SAFETY: a zeroed fd_set is empty; FD_SET adds one descriptor.
+            let mut set: libc::fd_set = unsafe { core::mem::zeroed() };
+            unsafe { libc::FD_SET(r, &mut set) };
+            let writer = wake_later(w);
+            // SAFETY: a set, a timespec and a mask on the stack.
+            let n = unsafe {
+                libc::pselect(
+                    r + 1,
+                    &mut set,
+                    core::ptr::null_mut(),
+                    core::ptr::null_mut(),
+                    &t,
+                    &mask,
+                )
+            };
+            // SAFETY: reads the set the call filled in.
+            assert_eq!((n, unsafe { libc::FD_ISSET(r, &set) }), (1, true), "{b:?}");
+            writer.join().unwrap();
+            // epoll_pwait, and the event's token comes back
+            // SAFETY: a new epoll instance with one descriptor registered.
+            let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            let (r2, w2) = pipe();
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: 7,
+            };
+            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, r2, &mut ev) };
+            let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+            let writer = wake_later(w2);
+            // SAFETY: an event buffer of 4 and a mask on the stack.
+            let n = unsafe { libc::epoll_pwait(ep, out.as_mut_ptr(), 4, 60_000, &mask) };
+            let token = out[0].u64;
+            assert_eq!((n, token), (1, 7), "{b:?}: epoll_pwait");
+            writer.join().unwrap();
+            // Timeouts hold: not before.
+            let t0 = Instant::now();
+            let short = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            let mut p = libc::pollfd {
+                fd: r2,
+                events: libc::POLLOUT | libc::POLLPRI,
+                revents: 0,
+            };
+            // SAFETY: as above (a read end is never writable: nothing is ready).
+            let n = unsafe { libc::ppoll(&mut p, 1, &short, &mask) };
+            assert_eq!(n, 0, "{b:?}");
+            assert!(t0.elapsed() >= Duration::from_millis(50), "{b:?}");
+            // Each was counted as a covered call.
+            let after = stats::snapshot();
+            for name in ["ppoll(sigmask)", "pselect(sigmask)", "epoll_pwait(sigmask)"] {
+                assert!(
+                    calls(&after, name) > calls(&before, name),
+                    "{b:?}: {name} counted"
+                );
+                assert!(stats::CALLS.contains(&(name, true)), "{name} is covered");
+            }
+            for fd in [ep, r, w, r2, w2] {
+                close(fd);
+            }
+        });
+    }
+}

@@ -9,6 +9,7 @@
 //! | `fibers` (default) | [`fiber`] | fibers with the Windows Fibers API ([`fiber::win`]) and a Rust API ([`fiber::Fiber`]), fiber-local storage, per-fiber statistics, and reading another process's fibers ([`fiber::introspect`]) |
 //! | `runtime` | [`runtime`] | green threads over one pinned worker per CPU ([`runtime::Runtime`], [`runtime::spawn`]), locks and channels that park only the green thread, files and sockets on io_uring, synchronous IPC ([`runtime::ipc`]) and syslets ([`runtime::syslet`]) |
 //! | `kv` | [`kv`] | the weft-kv store embedded in a program ([`kv::Store`]), on the same files as the `weft kv serve` daemon, and a client for that daemon ([`kv::Client`]) |
+//! | `hook` | [`hook`] | the system-call layer: blocking C library calls (`std::net`, `std::fs`, `std::thread::sleep`, and every crate built on them) made on a green thread park only that green thread; turned on in a binary by this feature and `use weft::hook as _;` |
 //!
 //! Links to a part whose feature was off when these docs were built lead back to this
 //! table; `cargo doc -p weft --all-features` documents every part.
@@ -61,12 +62,20 @@
     doc = "[`kv::Store`]: #features",
     doc = "[`kv::Client`]: #features"
 )]
+#![cfg_attr(not(feature = "hook"), doc = "", doc = "[`hook`]: #features")]
 #![warn(missing_docs)]
 
 pub use weft_fiber as fiber;
 
 #[cfg(feature = "runtime")]
 pub use weft_runtime as runtime;
+
+/// The system-call layer (the `weft-hook` crate): naming it once in a binary (`use
+/// weft::hook as _;`) links its overrides of the C library's blocking calls, so that
+/// such a call made on a green thread parks only that green thread. What is covered
+/// and what is not: `docs/hook.md`.
+#[cfg(feature = "hook")]
+pub use weft_hook as hook;
 
 /// The weft-kv store embedded in a program: the same files, durability and commands as
 /// the `weft kv serve` daemon, in one process ([`Store`](kv::Store)), and a blocking

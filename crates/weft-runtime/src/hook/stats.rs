@@ -52,6 +52,8 @@ calls! {
         clock_nanosleep = "clock_nanosleep", usleep = "usleep", sleep = "sleep",
         fsync = "fsync", fdatasync = "fdatasync", open = "open", openat = "openat",
         close = "close", getaddrinfo = "getaddrinfo", waitpid = "waitpid", wait = "wait",
+        ppoll_mask = "ppoll(sigmask)", pselect_mask = "pselect(sigmask)",
+        epoll_pwait_mask = "epoll_pwait(sigmask)",
     }
     uncovered {
         fread = "fread", fwrite = "fwrite", fgets = "fgets", getline = "getline",
@@ -66,8 +68,6 @@ calls! {
         getnameinfo = "getnameinfo",
         pthread_join = "pthread_join", sem_wait = "sem_wait",
         sem_timedwait = "sem_timedwait", msgrcv = "msgrcv", msgsnd = "msgsnd",
-        ppoll_mask = "ppoll(sigmask)", pselect_mask = "pselect(sigmask)",
-        epoll_pwait_mask = "epoll_pwait(sigmask)",
     }
 }
 

@@ -11,14 +11,18 @@
 //! writes the time left into its timeout, as Linux does.
 //!
 //! A signal mask given to `ppoll`, `pselect` or `epoll_pwait` applies to the OS thread
-//! while the call waits, which the other green threads of the worker share; so a call
-//! with a mask other than the thread's own is the C library's (it blocks the worker,
-//! and is counted as not covered). With no mask, or the thread's own, it is covered.
+//! while the call waits. The worker's OS thread runs the other green threads of the
+//! worker meanwhile, so it cannot take the mask: a call with a mask other than the
+//! thread's own runs on a blocking-pool thread, with that mask, while the green thread
+//! parks ([`masked`]). A signal the mask lets through interrupts it there (`EINTR`) if
+//! the kernel picks that thread to take it, exactly as with several OS threads of
+//! which one waits in `ppoll`. With no mask, or the thread's own, the call is the
+//! green wait above.
 
 use super::fd::entry_gen;
 use super::stats::{self, Call};
 use super::wait::{self, Stop, Waiter};
-use super::{fail, fair, green, parked, real, stop_errno};
+use super::{errno, fail, fair, green, parked, real, set_errno, stop_errno};
 use core::ffi::c_int;
 use libc::{epoll_event, fd_set, nfds_t, pollfd, sigset_t, timespec, timeval};
 use std::time::{Duration, Instant};
@@ -121,9 +125,8 @@ pub unsafe fn ppoll(
         return unsafe { real::ppoll()(fds, n, tmo, mask) };
     }
     if !is_own_mask(mask) {
-        stats::uncovered(Call::ppoll_mask);
-        // SAFETY: passed on.
-        return unsafe { real::ppoll()(fds, n, tmo, mask) };
+        // SAFETY: as the caller's.
+        return unsafe { ppoll_masked(fds, n, tmo, mask) };
     }
     // SAFETY: the caller's timespec.
     let d = if tmo.is_null() {
@@ -304,9 +307,8 @@ pub unsafe fn pselect(
         return unsafe { real::pselect()(nfds, r, w, e, ts, mask) };
     }
     if !is_own_mask(mask) {
-        stats::uncovered(Call::pselect_mask);
-        // SAFETY: passed on.
-        return unsafe { real::pselect()(nfds, r, w, e, ts, mask) };
+        // SAFETY: as the caller's.
+        return unsafe { pselect_masked(nfds, r, w, e, ts, mask) };
     }
     // SAFETY: the caller's timespec.
     let d = if ts.is_null() {
@@ -329,6 +331,182 @@ pub unsafe fn pselect(
             d == Some(Duration::ZERO),
         )
     }
+}
+
+/// Runs `job` (a call given signal mask `mask`) on a blocking-pool thread while the
+/// green thread parks, and answers its result, with `errno` as the job left it. The
+/// job owns copies of what the call reads and writes, given back by `back` only when
+/// it returned: the runtime's shutdown ends the park while the job may still wait,
+/// and must not leave it writing into the green thread's memory.
+fn masked<T: Send + 'static>(
+    call: Call,
+    job: impl FnOnce(&sigset_t) -> (c_int, T) + Send + 'static,
+    mask: sigset_t,
+    back: impl FnOnce(T),
+) -> c_int {
+    stats::call(call);
+    let _waiting = stats::Waiting::new(call, false);
+    parked();
+    let r = wait::pool(
+        move || {
+            let (r, v) = job(&mask);
+            (r, errno(), v)
+        },
+        false,
+        None,
+    );
+    match r {
+        Ok((r, e, v)) => {
+            if r < 0 {
+                set_errno(e);
+            } else {
+                back(v);
+            }
+            r
+        }
+        Err(s) => fail(stop_errno(s)) as c_int,
+    }
+}
+
+/// A copy of a timespec pointer's value, for a job that outlives the caller's frame.
+///
+/// # Safety
+/// `t` is null or points at a timespec.
+unsafe fn own_timespec(t: *const timespec) -> Option<timespec> {
+    // SAFETY: as the caller says.
+    (!t.is_null()).then(|| unsafe { *t })
+}
+
+/// `ppoll` with a signal mask other than the thread's own ([`masked`]).
+///
+/// # Safety
+/// As `ppoll(2)`, with `mask` not null.
+#[inline(never)]
+unsafe fn ppoll_masked(
+    fds: *mut pollfd,
+    n: nfds_t,
+    tmo: *const timespec,
+    mask: *const sigset_t,
+) -> c_int {
+    if n > max_fds() {
+        return fail(libc::EINVAL) as c_int;
+    }
+    // SAFETY: the caller's array of n entries, timeout and mask.
+    let (own, t, m) = unsafe {
+        let own = if n == 0 {
+            Vec::new()
+        } else {
+            core::slice::from_raw_parts(fds, n as usize).to_vec()
+        };
+        (own, own_timespec(tmo), *mask)
+    };
+    let job = move |m: &sigset_t| {
+        let mut own = own;
+        let t = t
+            .as_ref()
+            .map_or(core::ptr::null(), |t| t as *const timespec);
+        // SAFETY: arrays, timeout and mask the job owns.
+        let r = unsafe { real::ppoll()(own.as_mut_ptr(), own.len() as nfds_t, t, m) };
+        (r, own)
+    };
+    masked(Call::ppoll_mask, job, m, |own| {
+        // SAFETY: the caller's array, of the same length.
+        unsafe { core::ptr::copy_nonoverlapping(own.as_ptr(), fds, own.len()) }
+    })
+}
+
+/// The most descriptors a poll may name (the kernel's `RLIMIT_NOFILE` rule: more is
+/// `EINVAL`).
+fn max_fds() -> nfds_t {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: fills a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return nfds_t::MAX;
+    }
+    l.rlim_cur.min(nfds_t::MAX as libc::rlim_t) as nfds_t
+}
+
+/// `pselect` with a signal mask other than the thread's own ([`masked`]).
+///
+/// # Safety
+/// As `pselect(2)`, with `mask` not null.
+#[inline(never)]
+unsafe fn pselect_masked(
+    nfds: c_int,
+    r: *mut fd_set,
+    w: *mut fd_set,
+    e: *mut fd_set,
+    ts: *const timespec,
+    mask: *const sigset_t,
+) -> c_int {
+    // SAFETY: the caller's sets (or nulls), timeout and mask.
+    let (sets, t, m) = unsafe {
+        let c = |p: *mut fd_set| (!p.is_null()).then(|| *p);
+        ([c(r), c(w), c(e)], own_timespec(ts), *mask)
+    };
+    let job = move |m: &sigset_t| {
+        let mut sets = sets;
+        let p = |s: &mut Option<fd_set>| {
+            s.as_mut()
+                .map_or(core::ptr::null_mut(), |s| s as *mut fd_set)
+        };
+        let t = t
+            .as_ref()
+            .map_or(core::ptr::null(), |t| t as *const timespec);
+        let [a, b, c] = &mut sets;
+        // SAFETY: sets, timeout and mask the job owns.
+        let n = unsafe { real::pselect()(nfds, p(a), p(b), p(c), t, m) };
+        (n, sets)
+    };
+    masked(Call::pselect_mask, job, m, |sets| {
+        for (dst, src) in [r, w, e].into_iter().zip(sets) {
+            if let Some(src) = src {
+                // SAFETY: the caller's set, not null since it was copied.
+                unsafe { *dst = src };
+            }
+        }
+    })
+}
+
+/// `epoll_pwait` with a signal mask other than the thread's own ([`masked`]).
+///
+/// # Safety
+/// As `epoll_pwait(2)`, with `mask` not null.
+#[inline(never)]
+unsafe fn epoll_pwait_masked(
+    ep: c_int,
+    evs: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const sigset_t,
+) -> c_int {
+    // The kernel's own bound on maxevents (its EINVAL otherwise).
+    let limit = (i32::MAX as usize / core::mem::size_of::<epoll_event>()) as c_int;
+    if max <= 0 || max > limit {
+        return fail(libc::EINVAL) as c_int;
+    }
+    // SAFETY: the caller's mask.
+    let m = unsafe { *mask };
+    let job = move |m: &sigset_t| {
+        // Room for as many events as the caller asked for, at most a page's worth at
+        // a time of what the kernel fills in (it stops at what is ready).
+        let want = max.min(4096) as usize;
+        let mut own: Vec<epoll_event> = Vec::with_capacity(want);
+        // SAFETY: the job's own buffer of `want` events and mask.
+        let n = unsafe { real::epoll_pwait()(ep, own.as_mut_ptr(), want as c_int, timeout, m) };
+        if n > 0 {
+            // SAFETY: the kernel filled in the first n.
+            unsafe { own.set_len(n as usize) };
+        }
+        (n, own)
+    };
+    masked(Call::epoll_pwait_mask, job, m, |own| {
+        // SAFETY: the caller's buffer of at least `max` >= own.len() events.
+        unsafe { core::ptr::copy_nonoverlapping(own.as_ptr(), evs, own.len()) }
+    })
 }
 
 #[inline(never)]
@@ -402,9 +580,8 @@ pub unsafe fn epoll_pwait(
         return unsafe { real::epoll_pwait()(ep, evs, max, timeout, mask) };
     }
     if !is_own_mask(mask) {
-        stats::uncovered(Call::epoll_pwait_mask);
-        // SAFETY: passed on.
-        return unsafe { real::epoll_pwait()(ep, evs, max, timeout, mask) };
+        // SAFETY: as the caller's.
+        return unsafe { epoll_pwait_masked(ep, evs, max, timeout, mask) };
     }
     // SAFETY: as the caller's.
     unsafe { epoll_green(Call::epoll_pwait, ep, evs, max, timeout) }

@@ -341,7 +341,9 @@ impl Slot {
         self.done.load(Acquire)
     }
 
-    /// The result `complete` published (read once [`Slot::is_done`] is true).
+    /// The result `complete` published (read once [`Slot::is_done`] is true). Only
+    /// the system-call layer reads it.
+    #[cfg_attr(not(feature = "hook"), allow(dead_code))]
     pub(crate) fn result(&self) -> i64 {
         self.res.load(Relaxed)
     }
