@@ -12,12 +12,14 @@ const ENOENT: i64 = -(libc::ENOENT as i64);
 
 fn pipe() -> (i32, i32) {
     let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into a local array.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     (fds[0], fds[1])
 }
 
 fn write_all(fd: i32, data: &[u8]) {
     assert_eq!(
+        // SAFETY: writes from a live buffer of that length to a descriptor this test owns.
         unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) },
         data.len() as isize
     );
@@ -174,6 +176,7 @@ fn a_read_that_would_block_goes_async_and_completes_in_the_ring() {
     assert_eq!((d.id, d.ret), (h.0, 4));
     assert_eq!(&d.program.buffer(buf)[..4], b"ping");
     assert_eq!(ctx.in_flight(), 0);
+    // SAFETY: closes descriptors this test opened and uses no more.
     unsafe {
         libc::close(r);
         libc::close(w);
@@ -207,6 +210,7 @@ fn syslet_async_forces_a_cachemiss_thread_and_sync_stays_inline() {
         Outcome::Async(_) => panic!("SYSLET_SYNC never goes asynchronous"),
     }
     let w = writer.join().unwrap();
+    // SAFETY: closes descriptors this test opened and uses no more.
     unsafe {
         libc::close(r);
         libc::close(w);
@@ -229,6 +233,7 @@ fn no_complete_posts_nothing() {
     }
     assert_eq!(ctx.in_flight(), 0);
     assert_eq!(ctx.ready(), 0, "NO_COMPLETE: no completion");
+    // SAFETY: closes descriptors this test opened and uses no more.
     unsafe {
         libc::close(r);
         libc::close(w);
@@ -254,6 +259,7 @@ fn cancel_stops_a_blocked_syslet() {
         d.ret
     );
     assert!(!ctx.cancel(h), "no longer in flight");
+    // SAFETY: closes descriptors this test opened and uses no more.
     unsafe {
         libc::close(r);
         libc::close(w);
@@ -271,6 +277,9 @@ fn bad_pointers_give_efault_never_a_crash() {
         ..Default::default()
     };
     a.arg_ptr[0] = bad;
+    // SAFETY: exec_raw reads the atom through the pointers it holds and must check each
+    // itself: the deliberately bad ones here must give EFAULT, and the others point at live
+    // locals.
     let r = unsafe { ctx.exec_raw(&mut a) };
     assert_eq!(
         r,
@@ -282,6 +291,9 @@ fn bad_pointers_give_efault_never_a_crash() {
         ret_ptr: 0x18 as *mut i64,
         ..Default::default()
     };
+    // SAFETY: exec_raw reads the atom through the pointers it holds and must check each
+    // itself: the deliberately bad ones here must give EFAULT, and the others point at live
+    // locals.
     let r = unsafe { ctx.exec_raw(&mut a) };
     assert_eq!(
         r,
@@ -293,6 +305,9 @@ fn bad_pointers_give_efault_never_a_crash() {
         next: 0x20 as *mut SysletUatom,
         ..Default::default()
     };
+    // SAFETY: exec_raw reads the atom through the pointers it holds and must check each
+    // itself: the deliberately bad ones here must give EFAULT, and the others point at live
+    // locals.
     let r = unsafe { ctx.exec_raw(&mut a) };
     assert_eq!(r, RawOutcome::Done(0x20 as *mut _, -(libc::EFAULT as i64)));
     // umem_add on a bad counter pointer.
@@ -304,6 +319,9 @@ fn bad_pointers_give_efault_never_a_crash() {
     };
     a.arg_ptr[0] = &p;
     a.arg_ptr[1] = &one;
+    // SAFETY: exec_raw reads the atom through the pointers it holds and must check each
+    // itself: the deliberately bad ones here must give EFAULT, and the others point at live
+    // locals.
     let r = unsafe { ctx.exec_raw(&mut a) };
     assert_eq!(
         r,
@@ -315,6 +333,9 @@ fn bad_pointers_give_efault_never_a_crash() {
         ..Default::default()
     };
     a.arg_ptr[0] = &val;
+    // SAFETY: exec_raw reads the atom through the pointers it holds and must check each
+    // itself: the deliberately bad ones here must give EFAULT, and the others point at live
+    // locals.
     let r = unsafe { ctx.exec_raw(&mut a) };
     assert_eq!(
         r,
@@ -374,6 +395,7 @@ fn thousands_in_flight_and_a_small_ring_loses_nothing() {
         "the ring of 8 overflowed and nothing was lost"
     );
     for (r, w) in pipes {
+        // SAFETY: closes descriptors this test opened and uses no more.
         unsafe {
             libc::close(r);
             libc::close(w);
@@ -460,10 +482,12 @@ fn from_green_threads_wait_parks_only_the_green_thread() {
         });
         let d = ctx.wait_for(h).unwrap();
         let w = writer.join().unwrap();
+        // SAFETY: closes descriptors this test opened and uses no more.
         unsafe { libc::close(w) };
         d.ret
     });
     assert_eq!(got, 5);
+    // SAFETY: closes descriptors this test opened and uses no more.
     unsafe { libc::close(r) };
 }
 
@@ -556,6 +580,7 @@ fn dropping_the_context_while_a_syslet_runs_is_safe() {
         common::wait_until("every read ran", || !common::readable(*r));
     }
     for (r, w, _) in ends {
+        // SAFETY: closes descriptors this test opened and uses no more.
         unsafe {
             libc::close(r);
             libc::close(w);

@@ -57,6 +57,7 @@ fn finish(ctx: &Context, o: Outcome) -> Done {
 
 fn pipe() -> (i32, i32) {
     let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into a local array.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     (fds[0], fds[1])
 }
@@ -185,6 +186,7 @@ fn a_stop_condition_in_the_middle_ends_the_chain_and_is_evaluated() {
         assert_eq!(d.program.get(o.c), SENTINEL);
         let fd = d.program.get(o.fd);
         assert!(fd >= 0);
+        // SAFETY: closes descriptors this test opened and uses no more.
         assert_eq!(unsafe { libc::close(fd as i32) }, 0, "a real descriptor");
     });
     let _ = std::fs::remove_dir_all(dir);
@@ -288,9 +290,12 @@ fn a_loop_whose_body_is_a_chain_counts_with_umem_add() {
         const K: usize = 20;
         let writer = std::thread::spawn(move || {
             for i in 0..K {
+                // SAFETY: writes from a live buffer of that length to a descriptor this
+                // test owns.
                 unsafe { libc::write(w, [i as u8].as_ptr().cast(), 1) };
                 std::thread::sleep(Duration::from_millis(1));
             }
+            // SAFETY: closes descriptors this test opened and uses no more.
             unsafe { libc::close(w) };
         });
         let d = finish(ctx, o);
@@ -301,6 +306,7 @@ fn a_loop_whose_body_is_a_chain_counts_with_umem_add() {
             "engine {on}: ends at the read's EOF"
         );
         assert_eq!(d.program.get(count), K as i64);
+        // SAFETY: closes descriptors this test opened and uses no more.
         unsafe { libc::close(r) };
     });
 }
@@ -336,6 +342,7 @@ fn cancel_a_chain_blocked_in_a_read() {
             assert_eq!((d.atom, d.ret), (0, ECANCELED));
             assert_eq!(d.program.get(n), SENTINEL);
         }
+        // SAFETY: closes descriptors this test opened and uses no more.
         unsafe {
             libc::close(r);
             libc::close(w);
@@ -390,6 +397,7 @@ fn cancel_in_the_middle_of_a_chain() {
             d.program.get(w1)
         );
         for fd in [r, w, r2, w2] {
+            // SAFETY: closes descriptors this test opened and uses no more.
             unsafe { libc::close(fd) };
         }
     });
@@ -430,10 +438,14 @@ fn efault_in_the_middle_of_a_chain() {
             a.ret_ptr = &mut rets[i];
         }
         let base = atoms.as_mut_ptr();
+        // SAFETY: `base` points at a local array of three atoms; add(1) and add(2) stay
+        // inside it.
         unsafe {
             (*base).next = base.add(1);
             (*base.add(1)).next = base.add(2);
         }
+        // SAFETY: the atoms, their arguments and result slots are locals that outlive the
+        // program, whose completion this test waits for before they go.
         let h = match unsafe { ctx.exec_raw(base) } {
             RawOutcome::Async(h) => h,
             RawOutcome::Done(..) => panic!("SYSLET_ASYNC goes async"),
@@ -449,6 +461,7 @@ fn efault_in_the_middle_of_a_chain() {
         assert_eq!(c.id, h.0);
         assert_eq!(
             (c.atom, c.ret),
+            // SAFETY: an offset inside the local array of three atoms.
             (unsafe { base.add(1) }, EFAULT),
             "engine {on}"
         );
@@ -499,6 +512,7 @@ fn an_atom_io_uring_cannot_do_goes_on_a_cachemiss_thread() {
         // until a thread writes: the engine hands the rest to a cachemiss thread.
         let (r1, w1) = pipe();
         let (r2, w2) = pipe();
+        // SAFETY: writes from a live buffer of that length to a descriptor this test owns.
         unsafe { libc::write(w1, b"1".as_ptr().cast(), 1) };
         let mut b = Builder::new();
         let (fd1, buf, len, n) = (b.value(r1 as i64), b.buffer(8), b.value(8), b.var());
@@ -524,6 +538,7 @@ fn an_atom_io_uring_cannot_do_goes_on_a_cachemiss_thread() {
                 engine_stats().offloaded != before.offloaded
             });
         }
+        // SAFETY: writes from a live buffer of that length to a descriptor this test owns.
         unsafe { libc::write(w2, b"22".as_ptr().cast(), 2) };
         let d = finish(ctx, o);
         assert_eq!((d.atom, d.ret, d.program.get(n)), (1, 2, 1), "engine {on}");
@@ -532,6 +547,7 @@ fn an_atom_io_uring_cannot_do_goes_on_a_cachemiss_thread() {
             assert!(engine_stats().offloaded > before.offloaded);
         }
         for fd in [r1, w1, r2, w2] {
+            // SAFETY: closes descriptors this test opened and uses no more.
             unsafe { libc::close(fd) };
         }
     });
@@ -543,6 +559,7 @@ fn calls_io_uring_would_do_differently_keep_the_calls_results() {
         // A read on an empty non-blocking pipe: EAGAIN, as the call gives (io_uring would
         // wait): such an atom is not put on io_uring.
         let (r, w) = pipe();
+        // SAFETY: sets a flag on a descriptor this test owns.
         unsafe { libc::fcntl(r, libc::F_SETFL, libc::O_NONBLOCK) };
         let mut b = Builder::new();
         let (fd, buf, len) = (b.value(r as i64), b.buffer(8), b.value(8));
@@ -551,8 +568,10 @@ fn calls_io_uring_would_do_differently_keep_the_calls_results() {
         let d = finish(ctx, ctx.exec(b.build().unwrap()));
         assert_eq!(d.ret, -(libc::EAGAIN as i64), "engine {on}");
         // pread64 on a pipe: ESPIPE (io_uring would ignore the offset and read).
+        // SAFETY: writes from a live buffer of that length to a descriptor this test owns.
         unsafe { libc::write(w, b"data".as_ptr().cast(), 4) };
         let (r2, w2) = pipe();
+        // SAFETY: writes from a live buffer of that length to a descriptor this test owns.
         unsafe { libc::write(w2, b"data".as_ptr().cast(), 4) };
         let mut b = Builder::new();
         let (fd, buf, len, off) = (b.value(r2 as i64), b.buffer(8), b.value(8), b.value(0));
@@ -561,6 +580,7 @@ fn calls_io_uring_would_do_differently_keep_the_calls_results() {
         let d = finish(ctx, ctx.exec(b.build().unwrap()));
         assert_eq!(d.ret, -(libc::ESPIPE as i64), "engine {on}");
         for fd in [r, w, r2, w2] {
+            // SAFETY: closes descriptors this test opened and uses no more.
             unsafe { libc::close(fd) };
         }
     });
@@ -635,10 +655,14 @@ fn results_feeding_later_atoms_cut_the_chain_and_stay_exact() {
         atoms[2].ret_ptr = &mut last_ret;
         atoms[2].arg_ptr[..4].copy_from_slice(&[&dfd as *const u64, &np, &eight, &sixteen]);
         let base = atoms.as_mut_ptr();
+        // SAFETY: `base` points at a local array of three atoms; add(1) and add(2) stay
+        // inside it.
         unsafe {
             (*base).next = base.add(1);
             (*base.add(1)).next = base.add(2);
         }
+        // SAFETY: the atoms, their arguments and result slots are locals that outlive the
+        // program, whose completion this test waits for before they go.
         let RawOutcome::Async(h) = (unsafe { ctx.exec_raw(base) }) else {
             panic!("SYSLET_ASYNC goes async")
         };
@@ -652,9 +676,11 @@ fn results_feeding_later_atoms_cut_the_chain_and_stay_exact() {
         };
         assert_eq!(
             (c.id, c.atom, c.ret),
+            // SAFETY: an offset inside the local array of three atoms.
             (h.0, unsafe { base.add(2) }, 8),
             "engine {on}"
         );
+        // SAFETY: reads a local that the finished program wrote through its result pointer.
         assert_eq!(unsafe { std::ptr::read_volatile(&last_ret) }, 8);
         let got = std::fs::read(&dst).unwrap();
         assert_eq!(&got[..7], b"seven!!");
@@ -693,6 +719,7 @@ fn measure_open_read_close() {
     let drop_caches = std::env::var("WEFT_SYSLET_MEASURE_DROP").as_deref() == Ok("1");
     let prepare = || {
         if drop_caches {
+            // SAFETY: sync takes no arguments.
             unsafe { libc::sync() };
             std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
         }
@@ -704,9 +731,12 @@ fn measure_open_read_close() {
         let mut buf = vec![0u8; 4096];
         for p in &paths {
             let c = std::ffi::CString::new(p.as_str()).unwrap();
+            // SAFETY: opens a NUL-terminated path (a CString).
             let fd = unsafe { libc::openat(libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY) };
             assert!(fd >= 0);
+            // SAFETY: reads at most 4096 bytes into a live local buffer of that size.
             total += unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 4096) } as usize;
+            // SAFETY: closes descriptors this test opened and uses no more.
             unsafe { libc::close(fd) };
         }
         eprintln!("round {round} sync loop:            {:?}", t.elapsed());
