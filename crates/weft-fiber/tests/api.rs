@@ -110,6 +110,7 @@ fn run_time_and_threads_are_recorded() {
             back.switch_to().unwrap();
         })
         .unwrap();
+        // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         assert_eq!(f.stats().creator_tid, tid);
         assert_eq!(f.stats().last_tid, 0);
@@ -147,8 +148,11 @@ fn a_fiber_created_on_one_thread_runs_on_another() {
         let f = Fiber::builder()
             .stack_size(64 * 1024)
             .spawn(move || loop {
+                // SAFETY: gettid has no preconditions.
                 seen.lock().unwrap().push(unsafe { libc::gettid() });
                 if let Some(h) = HOME.with(|h| h.get()) {
+                    // SAFETY: h is the home fiber of the thread that switched here,
+                    // converted and waiting.
                     unsafe { weft_fiber::win::SwitchToFiber(h) };
                 }
             })
@@ -165,6 +169,7 @@ fn a_fiber_created_on_one_thread_runs_on_another() {
             HOME.with(|h| h.set(Some(main.as_raw())));
             f.switch_to().unwrap();
             f.switch_to().unwrap();
+            // SAFETY: gettid has no preconditions.
             unsafe { libc::gettid() }
         }));
     }
@@ -243,10 +248,12 @@ fn floating_point_control_state_is_per_fiber() {
 fn the_x87_control_word_alone_is_per_fiber() {
     fn x87() -> u16 {
         let mut v = 0u16;
+        // SAFETY: stores the x87 control word into a live local.
         unsafe { std::arch::asm!("fnstcw [{}]", in(reg) &mut v) };
         v
     }
     fn set_x87(v: u16) {
+        // SAFETY: loads an x87 control word the test made from the current one.
         unsafe { std::arch::asm!("fldcw [{}]", in(reg) &v) };
     }
     const PC_MASK: u16 = 0x0300; // precision control
@@ -271,21 +278,25 @@ fn the_x87_control_word_alone_is_per_fiber() {
 #[cfg(target_arch = "x86_64")]
 fn fp_control() -> u32 {
     let mut v = 0u32;
+    // SAFETY: stores MXCSR into a live local.
     unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut v) };
     v
 }
 #[cfg(target_arch = "x86_64")]
 fn set_fp_control(v: u32) {
+    // SAFETY: loads an MXCSR value the test made from the current one.
     unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &v) };
 }
 #[cfg(target_arch = "aarch64")]
 fn fp_control() -> u32 {
     let v: u64;
+    // SAFETY: reads FPCR into a register.
     unsafe { std::arch::asm!("mrs {}, fpcr", out(reg) v) };
     v as u32
 }
 #[cfg(target_arch = "aarch64")]
 fn set_fp_control(v: u32) {
+    // SAFETY: writes an FPCR value the test made from the current one.
     unsafe { std::arch::asm!("msr fpcr, {}", in(reg) v as u64) };
 }
 
@@ -303,6 +314,9 @@ fn a_fiber_that_drops_its_own_handle_is_freed_when_it_switches_away() {
         let key = weft_fiber::FlsKey::new(Some(count_freed)).unwrap();
         let k = key.index();
         let f = Fiber::new(move || {
+            // SAFETY: the Windows fiber calls take handles this test created and has not
+            // deleted (or, where the test says so, deliberately bad ones, which the API
+            // must refuse), and FLS values are integers it never dereferences.
             unsafe { weft_fiber::win::FlsSetValue(k, std::ptr::dangling_mut()) };
             drop(OWN_HANDLE.lock().unwrap().take()); // our own handle
             assert_eq!(FREED_SELF.load(Relaxed), 0, "still running: not freed yet");
@@ -312,6 +326,9 @@ fn a_fiber_that_drops_its_own_handle_is_freed_when_it_switches_away() {
         .unwrap();
         let raw = f.as_raw();
         *OWN_HANDLE.lock().unwrap() = Some(f);
+        // SAFETY: the Windows fiber calls take handles this test created and has not
+        // deleted (or, where the test says so, deliberately bad ones, which the API must
+        // refuse), and FLS values are integers it never dereferences.
         unsafe { weft_fiber::win::SwitchToFiber(raw) };
         assert_eq!(
             FREED_SELF.load(Relaxed),

@@ -32,6 +32,9 @@ static mut SEEN: usize = usize::MAX;
 /// Reads the slot (NULL, and ERROR_INVALID_PARAMETER: a new fiber has no FLS yet),
 /// stores its param there, goes home, then checks its value survived.
 unsafe extern "C" fn reader(param: LPVOID) {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         SetLastError(0);
         SEEN = FlsGetValue(INDEX) as usize;
@@ -47,6 +50,9 @@ unsafe extern "C" fn reader(param: LPVOID) {
 #[test]
 fn values_are_per_fiber_and_callbacks_run_on_delete_and_free() {
     let _g = serial();
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     std::thread::spawn(|| unsafe {
         HOME = ConvertThreadToFiber(std::ptr::null_mut());
         INDEX = FlsAlloc(Some(count_free));
@@ -94,6 +100,9 @@ fn values_are_per_fiber_and_callbacks_run_on_delete_and_free() {
 #[test]
 fn bad_indexes_are_invalid_parameters() {
     let _g = serial();
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         for bad in [
             0,
@@ -160,7 +169,13 @@ fn any_index_below_the_limit_can_be_set_and_read_as_on_windows() {
 #[test]
 fn a_thread_that_never_converts_has_fls_and_its_callbacks_run_at_exit() {
     let _g = serial();
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     let i = unsafe { FlsAlloc(Some(count_free)) };
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or deliberately bad ones, which the API must refuse); FLS values are integers never
+    // dereferenced.
     std::thread::spawn(move || unsafe {
         assert_eq!(IsThreadAFiber(), FALSE);
         assert_eq!(FlsGetValue(i), std::ptr::null_mut());
@@ -174,12 +189,18 @@ fn a_thread_that_never_converts_has_fls_and_its_callbacks_run_at_exit() {
     .unwrap();
     assert_eq!(FREED.load(SeqCst), 1, "thread exit ran the callback");
     assert_eq!(FREED_SUM.load(SeqCst), 5);
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe { assert_eq!(FlsFree(i), TRUE) };
 }
 
 #[test]
 fn callbacks_run_for_the_fiber_running_when_its_thread_exits() {
     let _g = serial();
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     let i = unsafe { FlsAlloc(Some(count_free)) };
     let key = weft_fiber::FlsKey::new(None).unwrap();
     let k2 = key.index();
@@ -187,6 +208,9 @@ fn callbacks_run_for_the_fiber_running_when_its_thread_exits() {
     K2.store(k2 as usize, SeqCst);
     // A pthread, not a std::thread: ending a thread from a fiber skips std's own
     // bookkeeping frames, so JoinHandle::join would panic (documented in weft-fiber).
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         let mut th: libc::pthread_t = 0;
         assert_eq!(
@@ -205,6 +229,9 @@ fn callbacks_run_for_the_fiber_running_when_its_thread_exits() {
     // and FlsFree reaches it.
     assert_eq!(FREED.load(SeqCst), 1, "the returning fiber's callback ran");
     assert_eq!(FREED_SUM.load(SeqCst), 23);
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe { assert_eq!(FlsFree(i), TRUE) };
     assert_eq!(
         FREED.load(SeqCst),
@@ -215,6 +242,9 @@ fn callbacks_run_for_the_fiber_running_when_its_thread_exits() {
 }
 
 extern "C" fn converts_and_runs_a_returning_fiber(_: *mut c_void) -> *mut c_void {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         assert!(!ConvertThreadToFiber(std::ptr::null_mut()).is_null());
         assert_eq!(
@@ -232,6 +262,9 @@ static INDEX2: AtomicUsize = AtomicUsize::new(0);
 static K2: AtomicUsize = AtomicUsize::new(0);
 
 unsafe extern "C" fn ends_thread(param: LPVOID) {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         assert_eq!(FlsSetValue(INDEX2.load(SeqCst) as DWORD, param), TRUE);
         assert_eq!(FlsGetValue(K2.load(SeqCst) as DWORD), std::ptr::null_mut());

@@ -4,6 +4,9 @@ use weft_fiber::win::*;
 
 #[test]
 fn flsalloc_hands_out_indexes_1_to_4079_then_fails_with_not_enough_memory() {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         let mut got = Vec::new();
         loop {

@@ -36,7 +36,11 @@ fn try_run(f: &Fiber) -> bool {
         return false; // ERROR_BUSY: the caller keeps running
     }
     // Restore, run, save.
+    // SAFETY: loom checks this very access: the model says whether two threads touch the
+    // cell at once.
     let n = f.context.with(|p| unsafe { *p });
+    // SAFETY: loom checks this very access: the model fails if two threads touch the cell
+    // at once.
     f.context.with_mut(|p| unsafe { *p = n + 1 });
     // The next context on this thread releases the fiber, after the save above.
     f.state.store(READY, Release);
@@ -59,6 +63,8 @@ fn a_fiber_runs_on_one_thread_at_a_time_and_resumes_from_its_last_save() {
         let ran: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert!(ran >= 1);
         // Every successful run saw the previous run's save: no lost or doubled run.
+        // SAFETY: loom checks this very access: the model says whether two threads touch
+        // the cell at once.
         assert_eq!(f.context.with(|p| unsafe { *p }), ran);
     });
 }
@@ -74,6 +80,8 @@ fn a_finished_fiber_is_never_resumed() {
         // The thread running it: the closure returns; its last switch leaves the note
         // FINISHED, and the next context publishes it.
         let finisher = thread::spawn(move || {
+            // SAFETY: loom checks this very access: the model says whether two threads
+            // touch the cell at once.
             f2.context.with_mut(|p| unsafe { *p = 99 });
             f2.state.store(FINISHED, Release);
         });
@@ -81,6 +89,8 @@ fn a_finished_fiber_is_never_resumed() {
         finisher.join().unwrap();
         assert!(!taken, "a RUNNING or FINISHED fiber cannot be taken");
         assert_eq!(f.state.load(Acquire), FINISHED);
+        // SAFETY: loom checks this very access: the model says whether two threads touch
+        // the cell at once.
         assert_eq!(f.context.with(|p| unsafe { *p }), 99);
     });
 }

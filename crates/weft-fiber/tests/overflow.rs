@@ -22,6 +22,8 @@ unsafe extern "C" fn overflows(_: LPVOID) {
 #[test]
 fn stack_overflow_names_the_fiber_and_its_stack_size() {
     if std::env::var_os("WEFT_OVERFLOW_CHILD").is_some() {
+        // SAFETY: in the child process only: the fiber overflows its stack on purpose,
+        // which the guard page turns into the report the parent checks.
         unsafe {
             ConvertThreadToFiber(std::ptr::null_mut());
             let f = CreateFiber(64 * 1024, Some(overflows), std::ptr::null_mut());

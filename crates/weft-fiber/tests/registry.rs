@@ -52,6 +52,7 @@ fn this_process_is_listed_with_exact_counts() {
         assert_eq!(me.stack_size, 64 * 1024);
         assert_ne!(me.stack_base, 0);
         assert_ne!(me.entry, 0);
+        // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         assert_eq!(me.creator_tid, tid);
         assert_eq!(me.last_tid, tid);

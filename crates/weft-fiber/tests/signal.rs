@@ -28,6 +28,8 @@ extern "C" fn on_alarm(_: libc::c_int) {
     } else {
         tick % FIBERS
     };
+    // SAFETY: the handler and the thread switch among fibers the test created and never
+    // deletes while the timer runs; HANDLES is written before the timer starts.
     unsafe {
         // A handler leaves the thread's last error as it found it, as it would errno: a
         // tick can land just after another handler's switch has succeeded and before
@@ -59,6 +61,8 @@ extern "C" fn on_alarm(_: libc::c_int) {
 #[test]
 #[allow(clippy::needless_range_loop)] // HANDLES is a static mut, indexed on purpose
 fn a_sigalrm_handler_time_slices_fibers_that_never_yield() {
+    // SAFETY: the handler and the thread switch among fibers the test created and never
+    // deletes while the timer runs; HANDLES is written before the timer starts.
     std::thread::spawn(|| unsafe {
         HANDLES[FIBERS] = ConvertThreadToFiber(std::ptr::null_mut());
         for i in 0..FIBERS {

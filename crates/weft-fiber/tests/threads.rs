@@ -28,6 +28,7 @@ static mut POOL: *const Pool = std::ptr::null();
 unsafe extern "C" fn pool_fiber(param: LPVOID) {
     let i = param as usize;
     loop {
+        // SAFETY: POOL is set to a leaked (never freed) Pool before any fiber runs.
         let pool = unsafe { &*POOL };
         if pool.inside[i].swap(true, SeqCst) {
             pool.overlaps.fetch_add(1, SeqCst);
@@ -37,6 +38,9 @@ unsafe extern "C" fn pool_fiber(param: LPVOID) {
             std::hint::spin_loop();
         }
         pool.inside[i].store(false, SeqCst);
+        // SAFETY: the Windows fiber calls take handles this test created and has not
+        // deleted (or, where the test says so, deliberately bad ones, which the API must
+        // refuse), and FLS values are integers it never dereferences.
         unsafe { SwitchToFiber(home()) };
     }
 }
@@ -54,9 +58,13 @@ fn many_threads_contending_for_the_same_fibers_never_run_one_twice() {
         entries: AtomicU64::new(0),
         overlaps: AtomicU64::new(0),
     }));
+    // SAFETY: set once, before any fiber that reads it is created.
     unsafe { POOL = pool };
     let fibers: Arc<Vec<usize>> = Arc::new(
         (0..FIBERS)
+            // SAFETY: the Windows fiber calls take handles this test created and has not
+            // deleted (or deliberately bad ones, which the API must refuse); FLS values are
+            // integers never dereferenced.
             .map(|i| unsafe { CreateFiber(64 * 1024, Some(pool_fiber), i as LPVOID) } as usize)
             .collect(),
     );
@@ -66,6 +74,9 @@ fn many_threads_contending_for_the_same_fibers_never_run_one_twice() {
     let mut handles = Vec::new();
     for t in 0..THREADS {
         let (fibers, ok, busy) = (fibers.clone(), ok.clone(), busy.clone());
+        // SAFETY: the Windows fiber calls take handles this test created and has not
+        // deleted (or, where the test says so, deliberately bad ones, which the API must
+        // refuse), and FLS values are integers it never dereferences.
         handles.push(std::thread::spawn(move || unsafe {
             let me = ConvertThreadToFiber(std::ptr::null_mut());
             HOME.with(|h| h.set(me as usize));
@@ -111,6 +122,9 @@ fn many_threads_contending_for_the_same_fibers_never_run_one_twice() {
             "fiber ran {} ns in a {elapsed} ns test",
             s.run_time_ns
         );
+        // SAFETY: the Windows fiber calls take handles this test created and has not
+        // deleted (or, where the test says so, deliberately bad ones, which the API must
+        // refuse), and FLS values are integers it never dereferences.
         unsafe { DeleteFiber(f as LPVOID) };
     }
     assert_eq!(
@@ -135,6 +149,7 @@ fn many_threads_contending_for_the_same_fibers_never_run_one_twice() {
 
 fn stats(f: LPVOID) -> WeftFiberStats {
     let mut s = WeftFiberStats::default();
+    // SAFETY: a live fiber handle and a local to fill in.
     assert_eq!(unsafe { weft_fiber_stats(f, &mut s) }, TRUE);
     s
 }
@@ -147,16 +162,28 @@ unsafe extern "C" fn spin_until_released(_: LPVOID) {
     while !RELEASE.load(SeqCst) {
         std::hint::spin_loop();
     }
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe { SwitchToFiber(home()) };
 }
 
 unsafe extern "C" fn straight_home(_: LPVOID) {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe { SwitchToFiber(home()) };
 }
 
 #[test]
 fn a_fiber_running_elsewhere_cannot_be_switched_to_or_deleted() {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     let f = unsafe { CreateFiber(0, Some(spin_until_released), std::ptr::null_mut()) } as usize;
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or deliberately bad ones, which the API must refuse); FLS values are integers never
+    // dereferenced.
     let runner = std::thread::spawn(move || unsafe {
         let me = ConvertThreadToFiber(std::ptr::null_mut());
         HOME.with(|h| h.set(me as usize));
@@ -166,6 +193,9 @@ fn a_fiber_running_elsewhere_cannot_be_switched_to_or_deleted() {
     while RUNNING_ELSEWHERE.load(SeqCst) == 0 {
         std::hint::spin_loop();
     }
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         let me = ConvertThreadToFiber(std::ptr::null_mut());
         assert!(!me.is_null());
@@ -207,11 +237,17 @@ static DELETED_SELF_RAN: AtomicUsize = AtomicUsize::new(0);
 
 unsafe extern "C" fn deletes_itself(_: LPVOID) {
     DELETED_SELF_RAN.fetch_add(1, SeqCst);
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe { DeleteFiber(GetCurrentFiber()) };
     unreachable!("DeleteFiber of the running fiber ends the thread");
 }
 
 extern "C" fn thread_whose_fiber_deletes_itself(_: *mut c_void) -> *mut c_void {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         ConvertThreadToFiber(std::ptr::null_mut());
         let f = CreateFiber(64 * 1024, Some(deletes_itself), std::ptr::null_mut());
@@ -221,6 +257,9 @@ extern "C" fn thread_whose_fiber_deletes_itself(_: *mut c_void) -> *mut c_void {
 }
 
 extern "C" fn thread_that_deletes_its_own_fiber(_: *mut c_void) -> *mut c_void {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     unsafe {
         ConvertThreadToFiber(std::ptr::null_mut());
         DELETED_SELF_RAN.fetch_add(10, SeqCst);
@@ -235,6 +274,9 @@ fn deleting_the_running_fiber_ends_the_thread() {
         thread_whose_fiber_deletes_itself as extern "C" fn(*mut c_void) -> *mut c_void,
         thread_that_deletes_its_own_fiber,
     ] {
+        // SAFETY: the Windows fiber calls take handles this test created and has not
+        // deleted (or, where the test says so, deliberately bad ones, which the API must
+        // refuse), and FLS values are integers it never dereferences.
         unsafe {
             let mut th: libc::pthread_t = 0;
             assert_eq!(
@@ -249,6 +291,9 @@ fn deleting_the_running_fiber_ends_the_thread() {
 
 #[test]
 fn errors_for_bad_handles_flags_and_conversions() {
+    // SAFETY: the Windows fiber calls take handles this test created and has not deleted
+    // (or, where the test says so, deliberately bad ones, which the API must refuse), and
+    // FLS values are integers it never dereferences.
     std::thread::spawn(|| unsafe {
         SetLastError(0);
         SwitchToFiber(std::ptr::null_mut());

@@ -59,6 +59,7 @@ fn read1(fd: i32) -> (isize, i32) {
 fn write_all(fd: i32, b: &[u8]) {
     // SAFETY: from a local buffer.
     assert_eq!(
+        // SAFETY: writes from a live buffer of that length to a descriptor this test owns.
         unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) },
         b.len() as isize
     );
@@ -204,6 +205,7 @@ fn poll_select_and_epoll_timeouts_hold() {
             };
             // SAFETY: a zeroed fd_set is empty; FD_SET adds one descriptor.
             let mut set: libc::fd_set = unsafe { core::mem::zeroed() };
+            // SAFETY: adds a descriptor below FD_SETSIZE to a local set.
             unsafe { libc::FD_SET(r, &mut set) };
             let t0 = Instant::now();
             // SAFETY: a set and a timeval on the stack.
@@ -225,8 +227,11 @@ fn poll_select_and_epoll_timeouts_hold() {
                 events: libc::EPOLLIN as u32,
                 u64: 5,
             };
+            // SAFETY: registers a descriptor this test owns with an epoll instance it owns,
+            // the event a local.
             unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, r, &mut ev) };
             let t0 = Instant::now();
+            // SAFETY: one event into a local, on an epoll instance this test owns.
             let n = unsafe { libc::epoll_wait(ep, &mut ev, 1, 100) };
             assert_eq!(n, 0, "{b:?}");
             assert!(t0.elapsed() >= t, "{b:?}: epoll_wait {:?}", t0.elapsed());
@@ -504,6 +509,7 @@ fn dup_dup2_and_fcntl_keep_the_view_right() {
             assert_eq!(r.join().unwrap(), (1, 0));
             // SAFETY: plain descriptor calls.
             let d = unsafe { libc::dup(a) };
+            // SAFETY: sets a flag on a descriptor this test owns.
             unsafe { libc::fcntl(d, libc::F_SETFL, libc::O_NONBLOCK) };
             assert_eq!(read1(a), (-1, libc::EAGAIN), "{b:?}: through dup");
             // SAFETY: as above.
@@ -671,6 +677,7 @@ fn calls_given_a_signal_mask_park_only_their_green_thread() {
             let (r, w) = pipe();
             // SAFETY: a zeroed fd_set is empty; FD_SET adds one descriptor.
             let mut set: libc::fd_set = unsafe { core::mem::zeroed() };
+            // SAFETY: adds a descriptor below FD_SETSIZE to a local set.
             unsafe { libc::FD_SET(r, &mut set) };
             let writer = wake_later(w);
             // SAFETY: a set, a timespec and a mask on the stack.
@@ -695,6 +702,8 @@ fn calls_given_a_signal_mask_park_only_their_green_thread() {
                 events: libc::EPOLLIN as u32,
                 u64: 7,
             };
+            // SAFETY: registers a descriptor this test owns with an epoll instance it owns,
+            // the event a local.
             unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, r2, &mut ev) };
             let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
             let writer = wake_later(w2);

@@ -858,6 +858,7 @@ fn a_never_run_threads_closure_may_park_while_it_is_dropped() {
 #[test]
 fn blocking_pool_threads_are_not_pinned_to_the_workers_cpu() {
     // A pool thread started from a pinned worker must not inherit its single CPU.
+    // SAFETY: sched_getaffinity fills a zeroed local CPU set of its own size.
     let cpus = |pid: i32| unsafe {
         let mut set: libc::cpu_set_t = core::mem::zeroed();
         assert_eq!(
@@ -866,6 +867,7 @@ fn blocking_pool_threads_are_not_pinned_to_the_workers_cpu() {
         );
         libc::CPU_COUNT(&set)
     };
+    // SAFETY: getpid has no preconditions.
     let all = cpus(unsafe { libc::getpid() });
     let rt = Runtime::builder().workers(1).pin(true).build().unwrap();
     let (worker, pool) = rt.block_on(move || {

@@ -67,9 +67,11 @@ unsafe fn guarded<R>(f: impl FnOnce() -> R) -> R {
 
 unsafe impl GlobalAlloc for Detect {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: passed on to the system allocator with the caller's layout and pointer.
         unsafe { guarded(|| System.alloc(l)) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: passed on to the system allocator with the caller's pointer and layout.
         unsafe { guarded(|| System.dealloc(p, l)) }
     }
 }

@@ -178,6 +178,8 @@ mod tests {
     #[test]
     fn fifo_until_full_then_hands_the_message_back() {
         let b = Spsc::new(3); // rounded up to 4
+                              // SAFETY: one thread pushes and pops, so there is one producer and one consumer, as
+                              // push and pop require.
         unsafe {
             assert!(!b.is_ready());
             for i in 0..4 {
@@ -203,6 +205,8 @@ mod tests {
     #[test]
     fn many_laps_keep_order() {
         let b = Spsc::new(2);
+        // SAFETY: one thread pushes and pops, so there is one producer and one consumer, as
+        // push and pop require.
         unsafe {
             for i in 0..1000u32 {
                 b.push(2 * i).unwrap();
@@ -219,6 +223,8 @@ mod tests {
     fn queued_messages_are_dropped_with_the_box() {
         let token = std::sync::Arc::new(());
         let b = Spsc::new(4);
+        // SAFETY: one thread pushes and pops, so there is one producer and one consumer, as
+        // push and pop require.
         unsafe {
             b.push(token.clone()).unwrap();
             b.push(token.clone()).unwrap();
