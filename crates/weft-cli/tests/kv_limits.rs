@@ -611,9 +611,12 @@ fn ipv4_mapped_loopback_is_loopback() {
         skip("this machine cannot listen on IPv6 [::]");
         return;
     }
-    let port = free_port();
-    let _s = Server::start(port, &["--bind", "[::]"]);
-    assert_pong(Ipv4Addr::LOCALHOST.into(), port);
-    assert_pong(Ipv6Addr::LOCALHOST.into(), port);
-    assert_denied(other.into(), port);
+    // With and without the brackets of an IPv6 address.
+    for bind in ["[::]", "::"] {
+        let port = free_port();
+        let _s = Server::start(port, &["--bind", bind]);
+        assert_pong(Ipv4Addr::LOCALHOST.into(), port);
+        assert_pong(Ipv6Addr::LOCALHOST.into(), port);
+        assert_denied(other.into(), port);
+    }
 }

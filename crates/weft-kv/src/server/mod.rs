@@ -401,7 +401,7 @@ pub fn serve(config: Config) -> io::Result<()> {
             listeners.push(bind_unix(&path, s.clone())?);
         }
         if s.config.port != 0 {
-            let addr = format!("{}:{}", s.config.bind, s.config.port);
+            let addr = tcp_addr(&s.config.bind, s.config.port);
             let l = weft_runtime::net::TcpListener::bind(&addr).map_err(|e| {
                 io::Error::new(e.kind(), format!("cannot listen on tcp {addr}: {e}"))
             })?;
@@ -588,4 +588,14 @@ fn recover_all(dir: &DataDir) -> io::Result<Vec<(Vec<Keyspace>, u64, LogWriter)>
             .map(|h| h.join().expect("recovery thread panicked"))
             .collect()
     })
+}
+
+/// `bind:port` as a socket address: an IPv6 address gets its brackets (`::` listens
+/// on every address, `[::1]` is taken as written).
+fn tcp_addr(bind: &str, port: u16) -> String {
+    if bind.contains(':') && !bind.starts_with('[') {
+        format!("[{bind}]:{port}")
+    } else {
+        format!("{bind}:{port}")
+    }
 }
