@@ -13,85 +13,40 @@
 //!   turned off.
 
 mod common;
+#[path = "common/kv.rs"]
+mod kv;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{skip, WEFT};
+use common::skip;
+use kv::TempKv;
 
 /// However long a busy machine takes; the ceiling only stops a hang.
 const EVENTUALLY: Duration = Duration::from_secs(60);
 
 /// A `weft kv serve` on a temporary directory, killed when dropped.
-struct Server {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
+struct Server(TempKv);
 
 impl Server {
     /// Starts a server with `args`, on its Unix socket and, when `port` is not 0, on
     /// TCP; returns once both accept connections.
     fn start(port: u16, args: &[&str]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("kv.sock");
-        let child = Command::new(WEFT)
-            .args(["kv", "serve", "--port", &port.to_string()])
-            .args(args)
-            .arg("--dir")
-            .arg(dir.path().join("data"))
-            .arg("--socket")
-            .arg(&socket)
-            .env_remove("WEFT_KV_PASSWORD")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start weft kv serve");
-        let s = Server {
-            child,
-            socket,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + EVENTUALLY;
-        let mut s = s;
-        while UnixStream::connect(&s.socket).is_err()
-            || (port != 0 && TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err())
-        {
-            assert!(Instant::now() < deadline, "weft kv serve did not start");
-            if let Some(st) = s.child.try_wait().unwrap() {
-                panic!("weft kv serve {args:?} exited: {st}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
+        Server(TempKv::start(port, args))
     }
 
     fn unix(&self) -> UnixStream {
-        let c = UnixStream::connect(&self.socket).unwrap();
+        let c = UnixStream::connect(&self.0.socket).unwrap();
         c.set_read_timeout(Some(EVENTUALLY)).unwrap();
         c
     }
 
     /// The process's resident memory, in bytes.
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/PID/status");
-        kb << 10
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.status_kib("VmRSS") << 10
     }
 }
 

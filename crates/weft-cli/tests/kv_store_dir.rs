@@ -7,21 +7,19 @@
 //! The server runs 2 workers, so the directory has 2 shards: the store must find every
 //! key in the shard the server put it in, and the server every key the store wrote.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use weft_kv::client::{Addr, Client};
+use weft_kv::client::Client;
 use weft_kv::resp::Reply;
 use weft_kv::store::{SetOutcome, Store};
 
-const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+#[path = "common/kv.rs"]
+mod kv;
+use kv::KvServer;
 
 /// A `weft kv serve` on `dir`, Unix socket only, killed if still running when dropped.
-struct Server {
-    child: Child,
-    socket: PathBuf,
-}
+struct Server(KvServer);
 
 impl Server {
     fn start(dir: &Path, socket: &Path) -> Server {
@@ -29,31 +27,11 @@ impl Server {
     }
 
     fn start_with(dir: &Path, socket: &Path, extra: &[&str]) -> Server {
-        let child = Command::new(WEFT)
-            .args(["kv", "serve", "--port", "0"])
-            .args(extra)
-            .arg("--dir")
-            .arg(dir)
-            .arg("--socket")
-            .arg(socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start weft kv serve");
-        let s = Server {
-            child,
-            socket: socket.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while s.client().is_err() {
-            assert!(Instant::now() < deadline, "weft kv serve did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
+        Server(KvServer::weft(dir, socket, extra).expect("weft kv serve starts"))
     }
 
     fn client(&self) -> std::io::Result<Client> {
-        Client::connect(&Addr::Unix(self.socket.clone()))
+        self.0.client()
     }
 
     /// SHUTDOWN, then waits for the process to exit with status 0.
@@ -61,22 +39,8 @@ impl Server {
         let mut c = self.client().unwrap();
         // The server exits without replying (as Redis does): the error is expected.
         let _ = c.command(&[b"SHUTDOWN"]);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                assert!(st.success(), "weft kv serve exited with {st}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "weft kv serve did not exit");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let st = self.0.wait_exit();
+        assert!(st.success(), "weft kv serve exited with {st}");
     }
 }
 
@@ -223,7 +187,7 @@ fn a_pipeline_across_both_workers_answers_in_order() {
             _ => {}
         }
     }
-    let mut s = std::os::unix::net::UnixStream::connect(&srv.socket).unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(&srv.0.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(&req).unwrap();
     let mut got = vec![0; want.len()];

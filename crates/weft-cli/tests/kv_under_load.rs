@@ -17,76 +17,47 @@
 //!   redis-server took a few milliseconds. The cause is checked here, not a time.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weft_kv::client::{Addr, Client};
+use weft_kv::client::Client;
 use weft_kv::resp::Reply;
 
+#[path = "common/kv.rs"]
+mod kv;
 #[path = "../../../tests/support/skip.rs"]
 mod skip;
+use kv::TempKv;
 
-const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 /// A ceiling against hangs only: what the tests wait for comes long before.
 const EVENTUALLY: Duration = Duration::from_secs(60);
 
 /// A `weft kv serve` on a fresh directory, Unix socket only, killed when dropped.
-struct Server {
-    child: Child,
-    socket: PathBuf,
-    dir: PathBuf,
-    _tmp: tempfile::TempDir,
-}
+struct Server(TempKv);
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("data");
-        let socket = tmp.path().join("kv.sock");
-        let child = Command::new(WEFT)
-            .args(["kv", "serve", "--port", "0"])
-            .args(extra)
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--socket")
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start weft kv serve");
-        let s = Server {
-            child,
-            socket,
-            dir,
-            _tmp: tmp,
-        };
-        let deadline = Instant::now() + EVENTUALLY;
-        while s.client().is_err() {
-            assert!(Instant::now() < deadline, "weft kv serve did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
+        Server(TempKv::start(0, extra))
     }
 
     fn client(&self) -> std::io::Result<Client> {
-        Client::connect(&Addr::Unix(self.socket.clone()))
+        self.0.client()
+    }
+
+    /// The server's process id.
+    fn pid(&self) -> u32 {
+        self.0.child.id()
     }
 
     /// The server's peak resident memory (VmHWM), in KiB.
     fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/PID/status")
+        self.0.status_kib("VmHWM")
     }
 
     /// The size of each shard's log, in shard order.
     fn log_sizes(&self) -> Vec<u64> {
         let mut sizes = Vec::new();
-        while let Ok(m) = std::fs::metadata(log_path(&self.dir, sizes.len())) {
+        while let Ok(m) = std::fs::metadata(log_path(&self.0.dir, sizes.len())) {
             sizes.push(m.len());
         }
         sizes
@@ -95,13 +66,6 @@ impl Server {
 
 fn log_path(dir: &Path, shard: usize) -> PathBuf {
     dir.join(format!("shard-{shard:03}.log"))
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn run(c: &mut Client, args: &[&[u8]]) -> Reply {
@@ -348,7 +312,7 @@ fn server_threads_may_run_on_every_cpu() {
     let mut c = srv.client().unwrap();
     // A write, so that the workers have done I/O (and made their helper threads).
     assert_eq!(cmd(&mut c, &["SET", "k", "v"]), Reply::Simple("OK".into()));
-    let pid = srv.child.id();
+    let pid = srv.pid();
     let all = allowed(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap());
     let mut workers = 0;
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -30,15 +31,35 @@ impl KvServer {
     /// `weft kv serve --port 0 --dir DIR --socket SOCKET EXTRA...`, once it answers
     /// PING; `Err` with what it printed if it exits first.
     pub fn weft(dir: &Path, socket: &Path, extra: &[&str]) -> Result<KvServer, String> {
+        KvServer::weft_tcp(dir, socket, 0, extra)
+    }
+
+    /// [`KvServer::weft`], also on TCP `port` (0: no TCP), once the port accepts
+    /// connections too.
+    pub fn weft_tcp(
+        dir: &Path,
+        socket: &Path,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<KvServer, String> {
         let mut cmd = Command::new(WEFT);
-        cmd.args(["kv", "serve", "--port", "0"])
+        cmd.args(["kv", "serve", "--port", &port.to_string()])
             .args(extra)
             .arg("--dir")
             .arg(dir)
             .arg("--socket")
             .arg(socket)
             .env_remove("WEFT_KV_PASSWORD");
-        KvServer::spawn(cmd, socket, &log_next_to(socket))
+        let mut s = KvServer::spawn(cmd, socket, &log_next_to(socket))?;
+        let deadline = Instant::now() + CEILING;
+        while port != 0 && TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            if let Some(st) = s.child.try_wait().unwrap() {
+                return Err(format!("exited with {st}: {}", s.stderr()));
+            }
+            assert!(Instant::now() < deadline, "no TCP: {}", s.stderr());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(s)
     }
 
     /// A redis-server persisting into `dir` (`appendonly` yes or no, no RDB snapshots),
@@ -77,7 +98,13 @@ impl KvServer {
             if let Ok(mut c) = s.client() {
                 // Not for ever: what listens there may not be this server.
                 c.set_timeout(Some(Duration::from_secs(1))).unwrap();
-                if matches!(c.command(&[b"PING"]), Ok(Reply::Simple(_))) {
+                // Up: PONG, or NOAUTH from a server that wants a password.
+                let up = match c.command(&[b"PING"]) {
+                    Ok(Reply::Simple(_)) => true,
+                    Ok(Reply::Error(e)) => e.starts_with("NOAUTH"),
+                    _ => false,
+                };
+                if up {
                     return Ok(s);
                 }
             }
@@ -92,6 +119,16 @@ impl KvServer {
 
     pub fn client(&self) -> std::io::Result<Client> {
         Client::connect(&Addr::Unix(self.socket.clone()))
+    }
+
+    /// A field of the server's `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`, ...).
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
     }
 
     /// What the server printed on stderr so far.
@@ -128,6 +165,43 @@ impl KvServer {
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A `weft kv serve` on a fresh temporary directory (its data in `data/`, its socket
+/// `kv.sock`), removed when dropped; it derefs to its [`KvServer`].
+pub struct TempKv {
+    pub server: KvServer,
+    /// The data directory.
+    pub dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl TempKv {
+    /// Starts one with `extra` options, also on TCP `port` unless it is 0.
+    pub fn start(port: u16, extra: &[&str]) -> TempKv {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let server = KvServer::weft_tcp(&dir, &tmp.path().join("kv.sock"), port, extra)
+            .unwrap_or_else(|e| panic!("weft kv serve {extra:?}: {e}"));
+        TempKv {
+            server,
+            dir,
+            _tmp: tmp,
+        }
+    }
+}
+
+impl std::ops::Deref for TempKv {
+    type Target = KvServer;
+    fn deref(&self) -> &KvServer {
+        &self.server
+    }
+}
+
+impl std::ops::DerefMut for TempKv {
+    fn deref_mut(&mut self) -> &mut KvServer {
+        &mut self.server
     }
 }
 
