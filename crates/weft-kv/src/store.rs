@@ -178,6 +178,70 @@ impl Store {
         }
     }
 
+    /// Pushes `elems` one after another at the head of the list `key` (creating it):
+    /// its new length.
+    pub fn lpush(&self, key: &[u8], elems: &[&[u8]]) -> io::Result<usize> {
+        self.push(b"lpush", key, elems)
+    }
+
+    /// Pushes `elems` one after another at the tail of the list `key` (creating it):
+    /// its new length.
+    pub fn rpush(&self, key: &[u8], elems: &[&[u8]]) -> io::Result<usize> {
+        self.push(b"rpush", key, elems)
+    }
+
+    fn push(&self, name: &[u8], key: &[u8], elems: &[&[u8]]) -> io::Result<usize> {
+        let args: Vec<&[u8]> = [name, key]
+            .into_iter()
+            .chain(elems.iter().copied())
+            .collect();
+        match self.exec(&args) {
+            Reply::Int(n) => Ok(n as usize),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// Removes and returns up to `count` elements from the head of the list `key`
+    /// (none if there is no such list).
+    pub fn lpop(&self, key: &[u8], count: usize) -> io::Result<Vec<Vec<u8>>> {
+        self.elements(&[b"lpop", key, count.to_string().as_bytes()])
+    }
+
+    /// Removes and returns up to `count` elements from the tail of the list `key`, the
+    /// last first.
+    pub fn rpop(&self, key: &[u8], count: usize) -> io::Result<Vec<Vec<u8>>> {
+        self.elements(&[b"rpop", key, count.to_string().as_bytes()])
+    }
+
+    /// The elements of the list `key` from `start` to `stop` inclusive (negative
+    /// indexes count from the tail: `0, -1` is the whole list).
+    pub fn lrange(&self, key: &[u8], start: i64, stop: i64) -> io::Result<Vec<Vec<u8>>> {
+        let (a, b) = (start.to_string(), stop.to_string());
+        self.elements(&[b"lrange", key, a.as_bytes(), b.as_bytes()])
+    }
+
+    /// The number of elements of the list `key` (0 if there is none).
+    pub fn llen(&self, key: &[u8]) -> io::Result<usize> {
+        match self.exec(&[b"llen", key]) {
+            Reply::Int(n) => Ok(n as usize),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    fn elements(&self, args: &[&[u8]]) -> io::Result<Vec<Vec<u8>>> {
+        match self.exec(args) {
+            Reply::NilArray => Ok(Vec::new()),
+            Reply::Array(v) => v
+                .into_iter()
+                .map(|r| match r {
+                    Reply::Bulk(b) => Ok(b),
+                    r => Err(reply_error(r)),
+                })
+                .collect(),
+            r => Err(reply_error(r)),
+        }
+    }
+
     /// The keys matching glob `pattern`.
     pub fn keys(&self, pattern: &[u8]) -> io::Result<Vec<Vec<u8>>> {
         match self.exec(&[b"keys", pattern]) {

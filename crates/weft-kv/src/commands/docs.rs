@@ -36,6 +36,8 @@ const SUBS: &str = "Depends on the subcommand";
 const FIELDS: &str = "O(N) where N is the number of fields given";
 const HASH: &str = "O(N) where N is the number of fields of the hash";
 const NONE: &str = "Not supported by weft-kv";
+const ELEMS: &str = "O(N) where N is the number of elements given or asked for";
+const LIST_N: &str = "O(N) where N is the number of elements of the list";
 
 /// The documentation of a command or subcommand (`client|list`), by its lower-case
 /// name.
@@ -378,6 +380,108 @@ pub fn doc(name: &str) -> Option<Doc> {
                 NONE,
             )
         }
+        "lpush" => x(
+            "Pushes elements at the head of a list, creating it",
+            "1.0.0",
+            "list",
+            ELEMS,
+        ),
+        "rpush" => x(
+            "Pushes elements at the tail of a list, creating it",
+            "1.0.0",
+            "list",
+            ELEMS,
+        ),
+        "lpushx" => x(
+            "Pushes elements at the head of an existing list",
+            "2.2.0",
+            "list",
+            ELEMS,
+        ),
+        "rpushx" => x(
+            "Pushes elements at the tail of an existing list",
+            "2.2.0",
+            "list",
+            ELEMS,
+        ),
+        "lpop" => x(
+            "Removes and returns elements from the head of a list",
+            "1.0.0",
+            "list",
+            ELEMS,
+        ),
+        "rpop" => x(
+            "Removes and returns elements from the tail of a list",
+            "1.0.0",
+            "list",
+            ELEMS,
+        ),
+        "llen" => x(
+            "Returns the number of elements of a list",
+            "1.0.0",
+            "list",
+            O1,
+        ),
+        "lrange" => x(
+            "Returns a range of elements of a list",
+            "1.0.0",
+            "list",
+            LIST_N,
+        ),
+        "lindex" => x(
+            "Returns the element at an index of a list",
+            "1.0.0",
+            "list",
+            LIST_N,
+        ),
+        "lset" => x(
+            "Replaces the element at an index of a list",
+            "1.0.0",
+            "list",
+            LIST_N,
+        ),
+        "linsert" => x(
+            "Inserts an element before or after another in a list",
+            "2.2.0",
+            "list",
+            LIST_N,
+        ),
+        "lrem" => x(
+            "Removes elements equal to a value from a list",
+            "1.0.0",
+            "list",
+            LIST_N,
+        ),
+        "ltrim" => x(
+            "Keeps only a range of elements of a list",
+            "1.0.0",
+            "list",
+            LIST_N,
+        ),
+        "lpos" => x(
+            "Returns the positions of elements equal to a value in a list",
+            "6.0.6",
+            "list",
+            LIST_N,
+        ),
+        "lmpop" => x(
+            "Removes and returns elements from the first non-empty list of several",
+            "7.0.0",
+            "list",
+            ELEMS,
+        ),
+        "lmove" => x(
+            "Moves an element from one end of a list to an end of another",
+            "6.2.0",
+            "list",
+            O1,
+        ),
+        "rpoplpush" => x(
+            "Moves the last element of a list to the head of another",
+            "1.2.0",
+            "list",
+            O1,
+        ),
         _ => return None,
     })
 }

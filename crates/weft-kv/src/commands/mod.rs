@@ -22,6 +22,7 @@ pub mod docs;
 pub mod float80;
 pub mod hashes;
 pub mod keys;
+pub mod lists;
 pub mod strings;
 
 /// What a shard command is given besides its arguments.
@@ -340,6 +341,7 @@ const NONE: (i32, i32, i32) = (0, 0, 0);
 
 use hashes as h;
 use keys as k;
+use lists as l;
 use strings as s;
 
 /// OBJECT's subcommands (each names its key second).
@@ -352,7 +354,7 @@ static OBJECT_SUBS: [Sub; 5] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 86] = [
+static TABLE: [Command; 103] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -465,6 +467,25 @@ static TABLE: [Command; 86] = [
     cmd("hscan", -3, R, ONE, Exec::Shard(h::hscan)),
     // run by `exec` as one transaction over the keys' shards
     cmd("msetnx", -3, W | D, (1, -1, 2), Exec::Server),
+    // lists (LMOVE, RPOPLPUSH and LMPOP over several shards run as transactions:
+    // `lists::run_server`)
+    cmd("lpush", -3, W | D | F, ONE, Exec::Shard(l::lpush)),
+    cmd("rpush", -3, W | D | F, ONE, Exec::Shard(l::rpush)),
+    cmd("lpushx", -3, W | D | F, ONE, Exec::Shard(l::lpushx)),
+    cmd("rpushx", -3, W | D | F, ONE, Exec::Shard(l::rpushx)),
+    cmd("lpop", -2, W | F, ONE, Exec::Shard(l::lpop)),
+    cmd("rpop", -2, W | F, ONE, Exec::Shard(l::rpop)),
+    cmd("llen", 2, R | F, ONE, Exec::Shard(l::llen)),
+    cmd("lrange", 4, R, ONE, Exec::Shard(l::lrange)),
+    cmd("lindex", 3, R, ONE, Exec::Shard(l::lindex)),
+    cmd("lset", 4, W | D, ONE, Exec::Shard(l::lset)),
+    cmd("linsert", 5, W | D, ONE, Exec::Shard(l::linsert)),
+    cmd("lrem", 4, W, ONE, Exec::Shard(l::lrem)),
+    cmd("ltrim", 4, W, ONE, Exec::Shard(l::ltrim)),
+    cmd("lpos", -3, R, ONE, Exec::Shard(l::lpos)),
+    cmd("lmpop", -4, W, NONE, Exec::Server),
+    cmd("lmove", 5, W | D, (1, 2, 1), Exec::Server),
+    cmd("rpoplpush", 3, W | D, (1, 2, 1), Exec::Server),
 ];
 
 /// The index in [`TABLE`] of a command whose name is given in lower case.
@@ -557,6 +578,23 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"hrandfield" => 83,
         b"hscan" => 84,
         b"msetnx" => 85,
+        b"lpush" => 86,
+        b"rpush" => 87,
+        b"lpushx" => 88,
+        b"rpushx" => 89,
+        b"lpop" => 90,
+        b"rpop" => 91,
+        b"llen" => 92,
+        b"lrange" => 93,
+        b"lindex" => 94,
+        b"lset" => 95,
+        b"linsert" => 96,
+        b"lrem" => 97,
+        b"ltrim" => 98,
+        b"lpos" => 99,
+        b"lmpop" => 100,
+        b"lmove" => 101,
+        b"rpoplpush" => 102,
         _ => return None,
     })
 }

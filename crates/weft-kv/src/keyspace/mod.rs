@@ -74,6 +74,7 @@ pub mod glob;
 pub mod hash;
 mod index;
 mod key;
+pub mod list;
 mod replay;
 pub mod value;
 
@@ -162,6 +163,11 @@ enum Op<K> {
         key: K,
         items: Box<[u8]>,
     },
+    /// A list's change (`list::Change`).
+    List {
+        key: K,
+        change: list::Change,
+    },
     /// Every key of the keyspace goes.
     Flush,
 }
@@ -216,6 +222,22 @@ impl<'a> Op<&'a [u8]> {
                 key,
                 items: packed_bytes(items),
             },
+            RecordRef::List {
+                key,
+                expire_at_ms,
+                items,
+            } if !items.is_empty() => Op::Put(list::new_entry(key, items, expiry(expire_at_ms), 0)),
+            RecordRef::List { key, .. } => Op::Del { key },
+            RecordRef::LPush { key, .. }
+            | RecordRef::RPush { key, .. }
+            | RecordRef::LPop { key, .. }
+            | RecordRef::RPop { key, .. }
+            | RecordRef::LSet { key, .. }
+            | RecordRef::LInsert { key, .. }
+            | RecordRef::LRem { key, .. } => Op::List {
+                key,
+                change: list::Change::of(&rec).expect("a list change"),
+            },
         })
     }
 }
@@ -229,7 +251,8 @@ impl<K: AsRef<[u8]>> Op<K> {
             | Op::Append { key, .. }
             | Op::SetRange { key, .. }
             | Op::HSet { key, .. }
-            | Op::HDel { key, .. } => Some(key.as_ref()),
+            | Op::HDel { key, .. }
+            | Op::List { key, .. } => Some(key.as_ref()),
             Op::Flush => None,
         }
     }
@@ -247,6 +270,10 @@ impl<K: AsRef<[u8]>> Op<K> {
             },
             Op::HSet { key, items } => Op::HSet { key: f(key), items },
             Op::HDel { key, items } => Op::HDel { key: f(key), items },
+            Op::List { key, change } => Op::List {
+                key: f(key),
+                change,
+            },
             Op::Flush => Op::Flush,
         }
     }
@@ -277,6 +304,7 @@ fn is_empty_collection(e: &Entry) -> bool {
     match e.kind() {
         Type::String => false,
         Type::Hash => hash::is_empty(e),
+        Type::List => list::is_empty(e),
     }
 }
 
@@ -770,6 +798,11 @@ impl Keyspace {
                     });
                 }
             }
+            Op::List { key, change } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::List) {
+                    self.change_at(h, p, |e| change.apply(e));
+                }
+            }
             Op::Flush => self.clear(),
         }
     }
@@ -923,6 +956,7 @@ impl Keyspace {
                 expire_at_ms: e.expire_at_ms(),
             }),
             Type::Hash => hash::state_records(e, f),
+            Type::List => list::state_records(e, f),
         }
     }
 

@@ -141,6 +141,13 @@ mod tests {
                         pairs.insert(0, b"h".to_vec());
                         pairs
                     }
+                    Type::List => {
+                        let mut elements: Vec<Vec<u8>> = super::super::list::iter_from(e, 0)
+                            .map(<[u8]>::to_vec)
+                            .collect();
+                        elements.insert(0, b"l".to_vec());
+                        elements
+                    }
                 };
                 (e.key().to_vec(), content, e.expire_at_ms())
             })
@@ -185,7 +192,7 @@ mod tests {
                 let db = rnd(3) as u8;
                 recs.push((
                     db,
-                    match rnd(30) {
+                    match rnd(32) {
                         0 if round % 2 == 0 => Record::Flush,
                         1 if round % 3 == 0 => Record::FlushAll,
                         2 if round % 2 == 1 => Record::SwapDb {
@@ -214,6 +221,32 @@ mod tests {
                         20..=22 => Record::HDel {
                             key,
                             items: fields(&mut rnd, false),
+                        },
+                        30 => Record::List {
+                            key,
+                            expire_at_ms: at,
+                            items: fields(&mut rnd, false),
+                        },
+                        31 => match rnd(5) {
+                            0 => Record::LPush {
+                                key,
+                                items: fields(&mut rnd, false),
+                            },
+                            1 => Record::RPop { key, count: rnd(3) },
+                            2 => Record::LInsert {
+                                key,
+                                index: rnd(4),
+                                value: b"i".to_vec(),
+                            },
+                            3 => Record::LSet {
+                                key,
+                                index: rnd(3),
+                                value: b"s".to_vec(),
+                            },
+                            _ => Record::LRem {
+                                key,
+                                positions: vec![rnd(3).to_le_bytes().to_vec()],
+                            },
                         },
                         _ => Record::Set {
                             key,

@@ -18,6 +18,10 @@ pub mod tag {
     pub const HASH_PACKED: u8 = 2;
     /// A big hash: a pointer to a [`super::HashTable`].
     pub const HASH_TABLE: u8 = 3;
+    /// A small list: packed elements from head to tail (`listpack`).
+    pub const LIST_PACKED: u8 = 4;
+    /// A big list: a pointer to a [`crate::keyspace::list::QuickList`] (`quicklist`).
+    pub const LIST_QUICK: u8 = 5;
 }
 
 /// A value's type, as TYPE names it.
@@ -27,6 +31,8 @@ pub enum Type {
     String,
     /// Fields and values.
     Hash,
+    /// Elements in order.
+    List,
 }
 
 impl Type {
@@ -35,12 +41,13 @@ impl Type {
         match self {
             Type::String => "string",
             Type::Hash => "hash",
+            Type::List => "list",
         }
     }
 
     /// The type TYPE calls `name` (any case), if weft-kv has it.
     pub fn from_name(name: &[u8]) -> Option<Type> {
-        [Type::String, Type::Hash]
+        [Type::String, Type::Hash, Type::List]
             .into_iter()
             .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
@@ -52,6 +59,7 @@ pub fn type_of(tag: u8) -> Type {
     match tag {
         tag::STR | tag::STR_RAW => Type::String,
         tag::HASH_PACKED | tag::HASH_TABLE => Type::Hash,
+        tag::LIST_PACKED | tag::LIST_QUICK => Type::List,
         t => unreachable!("no value has tag {t}"),
     }
 }
@@ -59,7 +67,7 @@ pub fn type_of(tag: u8) -> Type {
 /// Whether a tag's value bytes are a pointer to a boxed structure.
 #[inline]
 pub fn is_boxed(tag: u8) -> bool {
-    tag == tag::HASH_TABLE
+    tag == tag::HASH_TABLE || tag == tag::LIST_QUICK
 }
 
 /// What OBJECT ENCODING answers for a value of tag `tag` whose bytes (in the entry)
@@ -72,6 +80,8 @@ pub fn encoding_name(tag: u8, bytes: &[u8]) -> &'static str {
         tag::STR if bytes.len() <= 44 => "embstr",
         tag::STR | tag::STR_RAW => "raw",
         tag::HASH_PACKED => "listpack",
+        tag::LIST_PACKED => "listpack",
+        tag::LIST_QUICK => "quicklist",
         tag::HASH_TABLE => "hashtable",
         t => unreachable!("no value has tag {t}"),
     }
@@ -124,6 +134,8 @@ pub(super) unsafe fn drop_boxed(tag: u8, bytes: &[u8]) {
         // SAFETY: per the contract, the pointer came from `Box::into_raw` of a table
         // and is dropped once.
         tag::HASH_TABLE => drop(unsafe { Box::from_raw(read_ptr(bytes) as *mut HashTable) }),
+        // SAFETY: per the contract (the same as `drop_quick`'s).
+        tag::LIST_QUICK => unsafe { super::list::drop_quick(bytes) },
         t => unreachable!("tag {t} is not boxed"),
     }
 }
@@ -135,6 +147,8 @@ pub(super) fn memory(tag: u8, bytes: &[u8]) -> u64 {
     match tag {
         // SAFETY: an entry's bytes of this tag hold its table, alive while it is.
         tag::HASH_TABLE => unsafe { table(bytes) }.memory(),
+        // SAFETY: an entry's bytes of this tag hold its quicklist, alive while it is.
+        tag::LIST_QUICK => unsafe { super::list::quick_memory(bytes) },
         _ => bytes.len() as u64,
     }
 }

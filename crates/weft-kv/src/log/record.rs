@@ -18,6 +18,16 @@
 //!                                                   fields (field value field value ...)
 //!  21   key:bytes items                             HSet: these fields are set
 //!  22   key:bytes items                             HDel: these fields are removed
+//!  30   key:bytes expire:opt items                  List: the key holds a list of these
+//!                                                   elements (head to tail)
+//!  31   key:bytes items                             LPush: pushed at the head, one by one
+//!  32   key:bytes items                             RPush: pushed at the tail, one by one
+//!  33   key:bytes n:u64le                           LPop: n elements leave the head
+//!  34   key:bytes n:u64le                           RPop: n elements leave the tail
+//!  35   key:bytes index:u64le value:bytes           LSet: the element at index is replaced
+//!  36   key:bytes index:u64le value:bytes           LInsert: the value is inserted at index
+//!  37   key:bytes items                             LRem: the elements at these positions
+//!                                                   (8-byte LE each, descending) go
 //!   1   key:bytes value:bytes expire:opt            (format 2) Set in database 0
 //!   2   key:bytes                                   (format 2) Del in database 0
 //!   3   key:bytes expire:opt                        (format 2) Expire in database 0
@@ -137,6 +147,37 @@ pub enum RecordRef<'a> {
     /// The fields of `items` are removed from the existing hash (an emptied hash is
     /// removed).
     HDel { key: &'a [u8], items: Items<'a> },
+    /// The key now holds a list of `items` (head to tail), expiring at
+    /// `expire_at_ms` or never, whatever it held before.
+    List {
+        key: &'a [u8],
+        expire_at_ms: Option<u64>,
+        items: Items<'a>,
+    },
+    /// `items` are pushed one after another at the head of the existing list.
+    LPush { key: &'a [u8], items: Items<'a> },
+    /// `items` are pushed one after another at the tail of the existing list.
+    RPush { key: &'a [u8], items: Items<'a> },
+    /// `count` elements leave the head of the existing list (an emptied list is
+    /// removed).
+    LPop { key: &'a [u8], count: u64 },
+    /// `count` elements leave the tail of the existing list.
+    RPop { key: &'a [u8], count: u64 },
+    /// The element at `index` of the existing list becomes `value`.
+    LSet {
+        key: &'a [u8],
+        index: u64,
+        value: &'a [u8],
+    },
+    /// `value` is inserted into the existing list so that it is at `index`.
+    LInsert {
+        key: &'a [u8],
+        index: u64,
+        value: &'a [u8],
+    },
+    /// The elements at `positions` (each 8 bytes, little-endian, in descending
+    /// order) of the existing list are removed.
+    LRem { key: &'a [u8], positions: Items<'a> },
 }
 
 /// An owned record (what [`decode`] reads).
@@ -176,6 +217,37 @@ pub enum Record {
     HSet { key: Vec<u8>, items: Vec<Vec<u8>> },
     /// See [`RecordRef::HDel`].
     HDel { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::List`].
+    List {
+        key: Vec<u8>,
+        expire_at_ms: Option<u64>,
+        items: Vec<Vec<u8>>,
+    },
+    /// See [`RecordRef::LPush`].
+    LPush { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::RPush`].
+    RPush { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::LPop`].
+    LPop { key: Vec<u8>, count: u64 },
+    /// See [`RecordRef::RPop`].
+    RPop { key: Vec<u8>, count: u64 },
+    /// See [`RecordRef::LSet`].
+    LSet {
+        key: Vec<u8>,
+        index: u64,
+        value: Vec<u8>,
+    },
+    /// See [`RecordRef::LInsert`].
+    LInsert {
+        key: Vec<u8>,
+        index: u64,
+        value: Vec<u8>,
+    },
+    /// See [`RecordRef::LRem`].
+    LRem {
+        key: Vec<u8>,
+        positions: Vec<Vec<u8>>,
+    },
 }
 
 impl<'a> RecordRef<'a> {
@@ -225,6 +297,45 @@ impl<'a> RecordRef<'a> {
                 key: key.to_vec(),
                 items: items.to_vec(),
             },
+            RecordRef::List {
+                key,
+                expire_at_ms,
+                items,
+            } => Record::List {
+                key: key.to_vec(),
+                expire_at_ms,
+                items: items.to_vec(),
+            },
+            RecordRef::LPush { key, items } => Record::LPush {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
+            RecordRef::RPush { key, items } => Record::RPush {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
+            RecordRef::LPop { key, count } => Record::LPop {
+                key: key.to_vec(),
+                count,
+            },
+            RecordRef::RPop { key, count } => Record::RPop {
+                key: key.to_vec(),
+                count,
+            },
+            RecordRef::LSet { key, index, value } => Record::LSet {
+                key: key.to_vec(),
+                index,
+                value: value.to_vec(),
+            },
+            RecordRef::LInsert { key, index, value } => Record::LInsert {
+                key: key.to_vec(),
+                index,
+                value: value.to_vec(),
+            },
+            RecordRef::LRem { key, positions } => Record::LRem {
+                key: key.to_vec(),
+                positions: positions.to_vec(),
+            },
         }
     }
 
@@ -238,7 +349,15 @@ impl<'a> RecordRef<'a> {
             | RecordRef::SetRange { key, .. }
             | RecordRef::Hash { key, .. }
             | RecordRef::HSet { key, .. }
-            | RecordRef::HDel { key, .. } => Some(key),
+            | RecordRef::HDel { key, .. }
+            | RecordRef::List { key, .. }
+            | RecordRef::LPush { key, .. }
+            | RecordRef::RPush { key, .. }
+            | RecordRef::LPop { key, .. }
+            | RecordRef::RPop { key, .. }
+            | RecordRef::LSet { key, .. }
+            | RecordRef::LInsert { key, .. }
+            | RecordRef::LRem { key, .. } => Some(key),
             RecordRef::Flush | RecordRef::FlushAll | RecordRef::SwapDb { .. } => None,
         }
     }
@@ -284,6 +403,39 @@ impl Record {
             Record::HDel { key, items } => RecordRef::HDel {
                 key,
                 items: Items::Owned(items),
+            },
+            Record::List {
+                key,
+                expire_at_ms,
+                items,
+            } => RecordRef::List {
+                key,
+                expire_at_ms: *expire_at_ms,
+                items: Items::Owned(items),
+            },
+            Record::LPush { key, items } => RecordRef::LPush {
+                key,
+                items: Items::Owned(items),
+            },
+            Record::RPush { key, items } => RecordRef::RPush {
+                key,
+                items: Items::Owned(items),
+            },
+            Record::LPop { key, count } => RecordRef::LPop { key, count: *count },
+            Record::RPop { key, count } => RecordRef::RPop { key, count: *count },
+            Record::LSet { key, index, value } => RecordRef::LSet {
+                key,
+                index: *index,
+                value,
+            },
+            Record::LInsert { key, index, value } => RecordRef::LInsert {
+                key,
+                index: *index,
+                value,
+            },
+            Record::LRem { key, positions } => RecordRef::LRem {
+                key,
+                positions: Items::Owned(positions),
             },
         }
     }
@@ -422,6 +574,58 @@ pub fn encode_in(db: u8, rec: &RecordRef<'_>, out: &mut Vec<u8>) {
             kind(out, 22);
             put_bytes(out, key);
             put_items(out, &items);
+        }
+        RecordRef::List {
+            key,
+            expire_at_ms,
+            items,
+        } => {
+            kind(out, 30);
+            put_bytes(out, key);
+            put_opt(out, expire_at_ms);
+            put_items(out, &items);
+        }
+        RecordRef::LPush { key, items } | RecordRef::RPush { key, items } => {
+            kind(
+                out,
+                if matches!(rec, RecordRef::LPush { .. }) {
+                    31
+                } else {
+                    32
+                },
+            );
+            put_bytes(out, key);
+            put_items(out, &items);
+        }
+        RecordRef::LPop { key, count } | RecordRef::RPop { key, count } => {
+            kind(
+                out,
+                if matches!(rec, RecordRef::LPop { .. }) {
+                    33
+                } else {
+                    34
+                },
+            );
+            put_bytes(out, key);
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+        RecordRef::LSet { key, index, value } | RecordRef::LInsert { key, index, value } => {
+            kind(
+                out,
+                if matches!(rec, RecordRef::LSet { .. }) {
+                    35
+                } else {
+                    36
+                },
+            );
+            put_bytes(out, key);
+            out.extend_from_slice(&index.to_le_bytes());
+            put_bytes(out, value);
+        }
+        RecordRef::LRem { key, positions } => {
+            kind(out, 37);
+            put_bytes(out, key);
+            put_items(out, &positions);
         }
     }
     let payload = &out[start + FRAME_HEADER..];
@@ -601,6 +805,43 @@ pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeErro
             key: r.bytes()?,
             items: r.items()?,
         },
+        30 => RecordRef::List {
+            key: r.bytes()?,
+            expire_at_ms: r.opt()?,
+            items: r.items()?,
+        },
+        31 => RecordRef::LPush {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
+        32 => RecordRef::RPush {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
+        33 => RecordRef::LPop {
+            key: r.bytes()?,
+            count: r.u64()?,
+        },
+        34 => RecordRef::RPop {
+            key: r.bytes()?,
+            count: r.u64()?,
+        },
+        35 => RecordRef::LSet {
+            key: r.bytes()?,
+            index: r.u64()?,
+            value: r.bytes()?,
+        },
+        36 => RecordRef::LInsert {
+            key: r.bytes()?,
+            index: r.u64()?,
+            value: r.bytes()?,
+        },
+        37 => match (r.bytes()?, r.items()?) {
+            (key, positions) if positions.iter().all(|p| p.len() == 8) => {
+                RecordRef::LRem { key, positions }
+            }
+            _ => return Err(DecodeError::Malformed),
+        },
         _ => return Err(DecodeError::Malformed),
     };
     if !r.0.is_empty() {
@@ -666,6 +907,41 @@ mod tests {
             Record::HDel {
                 key: b"h".to_vec(),
                 items: vec![b"f".to_vec(), vec![1; 130], vec![]],
+            },
+            Record::List {
+                key: b"l".to_vec(),
+                expire_at_ms: None,
+                items: vec![b"a".to_vec(), vec![3; 200], vec![]],
+            },
+            Record::LPush {
+                key: b"l".to_vec(),
+                items: vec![b"x".to_vec()],
+            },
+            Record::RPush {
+                key: b"l".to_vec(),
+                items: vec![vec![], b"y".to_vec()],
+            },
+            Record::LPop {
+                key: b"l".to_vec(),
+                count: 3,
+            },
+            Record::RPop {
+                key: b"l".to_vec(),
+                count: u64::MAX,
+            },
+            Record::LSet {
+                key: b"l".to_vec(),
+                index: 7,
+                value: b"v".to_vec(),
+            },
+            Record::LInsert {
+                key: b"l".to_vec(),
+                index: 0,
+                value: vec![],
+            },
+            Record::LRem {
+                key: b"l".to_vec(),
+                positions: vec![9u64.to_le_bytes().to_vec(), 2u64.to_le_bytes().to_vec()],
             },
         ];
         for (i, rec) in recs.iter().enumerate() {

@@ -136,6 +136,18 @@ impl Settings {
                 "hash-max-ziplist-value",
                 crate::keyspace::hash::max_packed_value().to_string(),
             ),
+            (
+                "list-max-listpack-size",
+                crate::keyspace::list::max_packed_size().to_string(),
+            ),
+            (
+                "list-max-ziplist-size",
+                crate::keyspace::list::max_packed_size().to_string(),
+            ),
+            (
+                "list-compress-depth",
+                crate::keyspace::list::compress_depth().to_string(),
+            ),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             (
                 "auto-aof-rewrite-percentage",
@@ -165,6 +177,18 @@ impl Settings {
                 format!("ERR Invalid argument '{v}' for CONFIG SET '{name}' - argument couldn't be parsed into an integer")
             })
         };
+        let signed = |v: &str, min: i64| {
+            match v.trim().parse::<i64>() {
+            Ok(n) if (min..=i32::MAX as i64).contains(&n) => Ok(n),
+            Ok(_) => Err(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between {min} and {} inclusive",
+                i32::MAX
+            )),
+            Err(_) => Err(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
+            )),
+        }
+        };
         match name {
             "appendfsync" => {
                 let f: Fsync = value.parse().map_err(|e| {
@@ -185,6 +209,12 @@ impl Settings {
             "hash-max-listpack-value" | "hash-max-ziplist-value" => {
                 crate::keyspace::hash::set_thresholds(None, Some(num(value)? as usize))
             }
+            // A list node's size (later writes pack and split by it).
+            "list-max-listpack-size" | "list-max-ziplist-size" => {
+                crate::keyspace::list::set_max_packed_size(signed(value, i32::MIN as i64)?)
+            }
+            // Accepted and shown; weft-kv does not compress list nodes.
+            "list-compress-depth" => crate::keyspace::list::set_compress_depth(signed(value, 0)?),
             "auto-aof-rewrite-percentage" => self.rewrite_pct.store(num(value)?, Relaxed),
             "client-output-limit" => {
                 let n = usize::try_from(num(value)?).unwrap_or(usize::MAX);

@@ -92,7 +92,8 @@ pub fn records(mut buf: &[u8]) -> Vec<Record> {
     out
 }
 
-/// Every live key with its value and expiry, sorted. A hash's value is written as
+/// Every live key with its value and expiry, sorted (a list's value: `list:` and its
+/// elements in order, each ended by a zero byte). A hash's value is written as
 /// `hash:` and its sorted `field=value` pairs, each ended by a zero byte.
 pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
     use weft_kv::log::RecordRef;
@@ -100,6 +101,8 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
     // Each hash's fields and values, and its expiry.
     type Fields = (Vec<Vec<u8>>, Option<u64>);
     let mut hashes: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
+    // Each list's elements in order, and its expiry.
+    let mut lists: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
     let mut cur = 0;
     loop {
         cur = ks.walk(cur, 7, now, |r| match r {
@@ -119,6 +122,17 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
                 let h = hashes.get_mut(key).expect("a Hash record first");
                 h.0.extend(items.to_vec());
             }
+            RecordRef::List {
+                key,
+                expire_at_ms,
+                items,
+            } => {
+                lists.insert(key.to_vec(), (items.to_vec(), expire_at_ms));
+            }
+            RecordRef::RPush { key, items } => {
+                let l = lists.get_mut(key).expect("a List record first");
+                l.0.extend(items.to_vec());
+            }
             r => panic!("compaction wrote {r:?}"),
         });
         if cur == 0 {
@@ -132,6 +146,13 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
             .collect();
         pairs.sort();
         strings.push((key, [b"hash:".to_vec(), pairs.concat()].concat(), at));
+    }
+    for (key, (elements, at)) in lists {
+        let all: Vec<Vec<u8>> = elements
+            .into_iter()
+            .map(|x| [x, b"\0".to_vec()].concat())
+            .collect();
+        strings.push((key, [b"list:".to_vec(), all.concat()].concat(), at));
     }
     strings.sort();
     strings

@@ -1,0 +1,851 @@
+//! Lists: a small list packed in its entry, a big one in a boxed [`QuickList`] of
+//! packed nodes, and the operations the list commands, replay and compaction use on
+//! either.
+//!
+//! **Packed** (tag `LIST_PACKED`, OBJECT ENCODING `listpack`): the entry's value bytes
+//! are the elements from head to tail as packed elements (`crate::packed`). A list
+//! stays packed while it fits in one node (the threshold below); past it, it becomes a
+//! quicklist and never goes back (invariant 3 of docs/kv-types.md).
+//!
+//! **Quicklist** (tag `LIST_QUICK`, `quicklist`): a double-ended queue of nodes, each a
+//! run of packed elements within the threshold (an element larger than the threshold
+//! sits alone in its node). Pushes and pops at either end touch one node; an index is
+//! found by walking node counts from the nearer end. A node that a change takes past
+//! the threshold (LSET of a longer value, LINSERT) is split in two or more. Its memory
+//! count is its nodes' bytes plus [`NODE_OVERHEAD`] each.
+//!
+//! **Threshold** (`list-max-listpack-size`, Redis 7's name; `list-max-ziplist-size` is
+//! its alias): -1 to -5 bound a node's packed bytes to 4, 8, 16, 32 or 64 KiB (the
+//! default, -2: 8 KiB); a positive `n` bounds a node to `n` elements and 8 KiB.
+//!
+//! Positions count from 0 at the head. The functions here keep the encodings right;
+//! the keyspace keeps memory, stamps and invariant 2 (no empty list) around them
+//! (`Keyspace::modify`), and `commands/lists.rs` logs.
+
+use super::entry::Entry;
+use super::value::{self, tag};
+use crate::log::{Items, RecordRef};
+use crate::packed;
+use std::collections::VecDeque;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+
+static MAX_PACKED_SIZE: AtomicI64 = AtomicI64::new(-2);
+static COMPRESS_DEPTH: AtomicI64 = AtomicI64::new(0);
+
+/// `list-max-listpack-size` (-2 by default: 8 KiB per node).
+pub fn max_packed_size() -> i64 {
+    MAX_PACKED_SIZE.load(Relaxed)
+}
+
+/// Sets `list-max-listpack-size` (CONFIG SET): later writes pack and split by it.
+pub fn set_max_packed_size(n: i64) {
+    MAX_PACKED_SIZE.store(n, Relaxed);
+}
+
+/// `list-compress-depth`: kept for CONFIG GET; weft-kv does not compress nodes.
+pub fn compress_depth() -> i64 {
+    COMPRESS_DEPTH.load(Relaxed)
+}
+
+/// Sets `list-compress-depth` (accepted; it changes nothing).
+pub fn set_compress_depth(n: i64) {
+    COMPRESS_DEPTH.store(n, Relaxed);
+}
+
+/// The most packed bytes a node holds (whatever the element count).
+fn max_node_bytes() -> usize {
+    match max_packed_size() {
+        n if n >= 0 => 8 << 10,
+        -1 => 4 << 10,
+        -2 => 8 << 10,
+        -3 => 16 << 10,
+        -4 => 32 << 10,
+        _ => 64 << 10,
+    }
+}
+
+/// Whether a node (or a packed list) of `count` elements in `bytes` packed bytes is
+/// within the threshold.
+fn fits(count: usize, bytes: usize) -> bool {
+    let n = max_packed_size();
+    bytes <= max_node_bytes() && (n <= 0 || count <= n as usize)
+}
+
+/// An upper bound of the nodes that `count` elements of `bytes` packed bytes take
+/// (greedy packing: two neighbouring nodes together exceed the threshold).
+pub fn nodes_bound(count: usize, bytes: usize) -> usize {
+    let by_bytes = 2 * bytes / max_node_bytes() + 1;
+    let by_count = match max_packed_size() {
+        n if n > 0 => 2 * count / n as usize + 1,
+        _ => 1,
+    };
+    (by_bytes.max(by_count) + 1).min(count.max(1))
+}
+
+/// Bytes a quicklist counts per node besides its elements: the node's header, its
+/// buffer's allocation header and the queue's slot.
+pub const NODE_OVERHEAD: u64 = 48;
+
+/// Which end of a list: `Left` is the head (position 0), `Right` the tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The head.
+    Left,
+    /// The tail.
+    Right,
+}
+
+impl End {
+    /// `LEFT` or `RIGHT` (any case).
+    pub fn parse(word: &[u8]) -> Option<End> {
+        if word.eq_ignore_ascii_case(b"left") {
+            Some(End::Left)
+        } else if word.eq_ignore_ascii_case(b"right") {
+            Some(End::Right)
+        } else {
+            None
+        }
+    }
+}
+
+/// The byte offset of element `k` in packed bytes (their length if `k` is past the
+/// last).
+fn offset_of(bytes: &[u8], k: usize) -> usize {
+    let mut at = 0;
+    for _ in 0..k {
+        match packed::read(&bytes[at..]) {
+            Some((_, n)) => at += n,
+            None => break,
+        }
+    }
+    at
+}
+
+/// One element's packed form (length and bytes), as two parts for a splice.
+fn parts<'a>(len: &'a mut [u8; packed::MAX_LEN_BYTES], x: &'a [u8]) -> [&'a [u8]; 2] {
+    let k = packed::write_len(len, x.len());
+    [&len[..k], x]
+}
+
+/// A run of elements of a quicklist.
+struct Node {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Node {
+    fn of(x: &[u8]) -> Node {
+        let mut bytes = Vec::with_capacity(packed::element_bytes(x.len()));
+        packed::put(&mut bytes, x);
+        Node { bytes, count: 1 }
+    }
+}
+
+/// A big list (module doc).
+#[derive(Default)]
+pub struct QuickList {
+    nodes: VecDeque<Node>,
+    len: usize,
+    bytes: usize,
+}
+
+impl QuickList {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes it counts in the keyspace's memory.
+    pub fn memory(&self) -> u64 {
+        self.bytes as u64 + NODE_OVERHEAD * self.nodes.len() as u64
+    }
+
+    fn push(&mut self, end: End, x: &[u8]) {
+        let add = packed::element_bytes(x.len());
+        let node = match end {
+            End::Left => self.nodes.front_mut(),
+            End::Right => self.nodes.back_mut(),
+        };
+        match node {
+            Some(n) if fits(n.count + 1, n.bytes.len() + add) => {
+                match end {
+                    End::Left => {
+                        let mut len = [0u8; packed::MAX_LEN_BYTES];
+                        let [l, b] = parts(&mut len, x);
+                        n.bytes.splice(0..0, l.iter().chain(b).copied());
+                    }
+                    End::Right => packed::put(&mut n.bytes, x),
+                }
+                n.count += 1;
+            }
+            _ => match end {
+                End::Left => self.nodes.push_front(Node::of(x)),
+                End::Right => self.nodes.push_back(Node::of(x)),
+            },
+        }
+        self.len += 1;
+        self.bytes += add;
+    }
+
+    /// Removes `n` elements (at most all) from `end`, handing each to `out` in the
+    /// order they leave (from the tail first for `Right`).
+    fn pop(&mut self, end: End, n: usize, out: &mut dyn FnMut(&[u8])) {
+        let mut left = n.min(self.len);
+        while left > 0 {
+            let node = match end {
+                End::Left => self.nodes.front_mut(),
+                End::Right => self.nodes.back_mut(),
+            }
+            .expect("elements left");
+            let take = left.min(node.count);
+            let cut = match end {
+                End::Left => offset_of(&node.bytes, take),
+                End::Right => offset_of(&node.bytes, node.count - take),
+            };
+            match end {
+                End::Left => {
+                    packed::Iter::new(&node.bytes[..cut]).for_each(&mut *out);
+                    node.bytes.drain(..cut);
+                    self.bytes -= cut;
+                }
+                End::Right => {
+                    let gone: Vec<&[u8]> = packed::Iter::new(&node.bytes[cut..]).collect();
+                    gone.into_iter().rev().for_each(&mut *out);
+                    self.bytes -= node.bytes.len() - cut;
+                    node.bytes.truncate(cut);
+                }
+            }
+            node.count -= take;
+            if node.count == 0 {
+                match end {
+                    End::Left => self.nodes.pop_front(),
+                    End::Right => self.nodes.pop_back(),
+                };
+            }
+            self.len -= take;
+            left -= take;
+        }
+    }
+
+    /// The node holding position `i` (< len) and the element's place in it.
+    fn locate(&self, i: usize) -> (usize, usize) {
+        if i < self.len / 2 {
+            let mut base = 0;
+            for (ni, n) in self.nodes.iter().enumerate() {
+                if i < base + n.count {
+                    return (ni, i - base);
+                }
+                base += n.count;
+            }
+        } else {
+            let mut end = self.len;
+            for (ni, n) in self.nodes.iter().enumerate().rev() {
+                if i >= end - n.count {
+                    return (ni, i - (end - n.count));
+                }
+                end -= n.count;
+            }
+        }
+        unreachable!("position {i} of a list of {}", self.len)
+    }
+
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        if i >= self.len {
+            return None;
+        }
+        let (ni, k) = self.locate(i);
+        packed::Iter::new(&self.nodes[ni].bytes).nth(k)
+    }
+
+    /// Replaces node `ni`'s element range `range` (bytes) with `with` (`count_change`
+    /// elements more or fewer), then splits the node if it no longer fits.
+    fn splice(&mut self, ni: usize, range: std::ops::Range<usize>, with: &[&[u8]], more: isize) {
+        let node = &mut self.nodes[ni];
+        let before = node.bytes.len();
+        node.bytes
+            .splice(range, with.iter().flat_map(|p| p.iter()).copied());
+        node.count = (node.count as isize + more) as usize;
+        self.bytes = self.bytes + node.bytes.len() - before;
+        self.len = (self.len as isize + more) as usize;
+        if node.count == 0 {
+            self.nodes.remove(ni);
+        } else if node.count > 1 && !fits(node.count, node.bytes.len()) {
+            let old = self.nodes.remove(ni).expect("the node");
+            let mut split: Vec<Node> = Vec::new();
+            for x in packed::Iter::new(&old.bytes) {
+                let add = packed::element_bytes(x.len());
+                match split.last_mut() {
+                    Some(n) if fits(n.count + 1, n.bytes.len() + add) => {
+                        packed::put(&mut n.bytes, x);
+                        n.count += 1;
+                    }
+                    _ => split.push(Node::of(x)),
+                }
+            }
+            for (j, n) in split.into_iter().enumerate() {
+                self.nodes.insert(ni + j, n);
+            }
+        }
+    }
+
+    fn set(&mut self, i: usize, x: &[u8]) {
+        let (ni, k) = self.locate(i);
+        let b = &self.nodes[ni].bytes;
+        let at = offset_of(b, k);
+        let end = at + packed::read(&b[at..]).expect("the element").1;
+        let mut len = [0u8; packed::MAX_LEN_BYTES];
+        self.splice(ni, at..end, &parts(&mut len, x), 0);
+    }
+
+    fn insert(&mut self, i: usize, x: &[u8]) {
+        if i >= self.len {
+            return self.push(End::Right, x);
+        }
+        let (ni, k) = self.locate(i);
+        let at = offset_of(&self.nodes[ni].bytes, k);
+        let mut len = [0u8; packed::MAX_LEN_BYTES];
+        self.splice(ni, at..at, &parts(&mut len, x), 1);
+    }
+
+    /// Removes the elements at `positions` (ascending, distinct, each < len).
+    fn remove(&mut self, positions: &[usize]) {
+        let mut base = 0;
+        let mut at = 0;
+        let mut ni = 0;
+        while ni < self.nodes.len() && at < positions.len() {
+            let count = self.nodes[ni].count;
+            if positions[at] >= base + count {
+                base += count;
+                ni += 1;
+                continue;
+            }
+            let node = &mut self.nodes[ni];
+            let mut kept = Vec::with_capacity(node.bytes.len());
+            let mut removed = 0;
+            for (k, x) in packed::Iter::new(&node.bytes).enumerate() {
+                if at < positions.len() && positions[at] == base + k {
+                    at += 1;
+                    removed += 1;
+                } else {
+                    packed::put(&mut kept, x);
+                }
+            }
+            self.bytes = self.bytes + kept.len() - node.bytes.len();
+            self.len -= removed;
+            node.bytes = kept;
+            node.count -= removed;
+            base += count;
+            if node.count == 0 {
+                self.nodes.remove(ni);
+            } else {
+                ni += 1;
+            }
+        }
+    }
+
+    /// The elements from position `i` on, head to tail.
+    fn iter_from(&self, i: usize) -> impl Iterator<Item = &[u8]> {
+        let (ni, k) = if i >= self.len {
+            (self.nodes.len(), 0)
+        } else {
+            self.locate(i)
+        };
+        self.nodes
+            .range(ni..)
+            .enumerate()
+            .flat_map(move |(j, n)| packed::Iter::new(&n.bytes).skip(if j == 0 { k } else { 0 }))
+    }
+}
+
+/// The quicklist of a big list entry.
+fn quick(e: &Entry) -> &QuickList {
+    debug_assert_eq!(e.tag(), tag::LIST_QUICK);
+    // SAFETY: the entry's tag says its bytes hold the pointer `Box::into_raw` gave for
+    // its quicklist, which the entry owns and which lives as long as it.
+    unsafe { &*(value::read_ptr(e.value()) as *const QuickList) }
+}
+
+fn quick_mut(e: &mut Entry) -> &mut QuickList {
+    debug_assert_eq!(e.tag(), tag::LIST_QUICK);
+    // SAFETY: as in `quick`; `&mut Entry` makes the access unique.
+    unsafe { &mut *(value::read_ptr(e.value()) as *mut QuickList) }
+}
+
+/// Frees the quicklist a list entry's value bytes point to.
+///
+/// # Safety
+/// `bytes` hold the pointer `Box::into_raw` gave for a quicklist, and nothing uses it
+/// afterwards.
+pub(super) unsafe fn drop_quick(bytes: &[u8]) {
+    // SAFETY: per the contract, the pointer came from `Box::into_raw` and is dropped
+    // once.
+    drop(unsafe { Box::from_raw(value::read_ptr(bytes) as *mut QuickList) })
+}
+
+/// The memory a quicklist counts, from its entry's value bytes.
+///
+/// # Safety
+/// `bytes` are the value of a live entry of tag [`tag::LIST_QUICK`].
+pub(super) unsafe fn quick_memory(bytes: &[u8]) -> u64 {
+    // SAFETY: per the contract, the bytes hold the live quicklist's pointer.
+    unsafe { &*(value::read_ptr(bytes) as *const QuickList) }.memory()
+}
+
+/// Makes a packed list entry a quicklist (it passed the threshold).
+fn convert(e: &mut Entry) {
+    let mut q = QuickList::default();
+    for x in packed::Iter::new(e.value()) {
+        q.push(End::Right, x);
+    }
+    let p = Box::into_raw(Box::new(q)) as *mut u8;
+    e.set_payload(tag::LIST_QUICK, &value::ptr_bytes(p));
+}
+
+/// Converts a packed list that no longer fits its threshold.
+fn check_packed(e: &mut Entry) {
+    if e.tag() == tag::LIST_PACKED {
+        let v = e.value();
+        if !fits(packed::Iter::new(v).count(), v.len()) {
+            convert(e);
+        }
+    }
+}
+
+/// The number of elements of a list entry.
+pub fn len(e: &Entry) -> usize {
+    match e.tag() {
+        tag::LIST_PACKED => packed::Iter::new(e.value()).count(),
+        _ => quick(e).len(),
+    }
+}
+
+/// Whether a list entry has no element left.
+pub fn is_empty(e: &Entry) -> bool {
+    match e.tag() {
+        tag::LIST_PACKED => e.value().is_empty(),
+        _ => quick(e).is_empty(),
+    }
+}
+
+/// The element at position `i`, if the list has it.
+pub fn get(e: &Entry, i: usize) -> Option<&[u8]> {
+    match e.tag() {
+        tag::LIST_PACKED => packed::Iter::new(e.value()).nth(i),
+        _ => quick(e).get(i),
+    }
+}
+
+/// The elements from position `i` on, head to tail.
+pub fn iter_from(e: &Entry, i: usize) -> Box<dyn Iterator<Item = &[u8]> + '_> {
+    match e.tag() {
+        tag::LIST_PACKED => Box::new(packed::Iter::new(e.value()).skip(i)),
+        _ => Box::new(quick(e).iter_from(i)),
+    }
+}
+
+/// The elements from the tail to the head.
+pub fn iter_rev(e: &Entry) -> Box<dyn Iterator<Item = &[u8]> + '_> {
+    match e.tag() {
+        tag::LIST_PACKED => {
+            let v: Vec<&[u8]> = packed::Iter::new(e.value()).collect();
+            Box::new(v.into_iter().rev())
+        }
+        _ => Box::new(quick(e).nodes.iter().rev().flat_map(|n| {
+            let v: Vec<&[u8]> = packed::Iter::new(&n.bytes).collect();
+            v.into_iter().rev()
+        })),
+    }
+}
+
+/// Pushes `elems` one after another at `end` (LPUSH a b c leaves c at the head),
+/// converting a packed list that passes the threshold.
+pub fn push<'a>(e: &mut Entry, end: End, elems: impl IntoIterator<Item = &'a [u8]>) {
+    // A packed list's element count, while it stays packed.
+    let mut packed_count =
+        (e.tag() == tag::LIST_PACKED).then(|| packed::Iter::new(e.value()).count());
+    for x in elems {
+        if let Some(n) = packed_count {
+            let v = e.value();
+            if fits(n + 1, v.len() + packed::element_bytes(x.len())) {
+                let at = match end {
+                    End::Left => 0,
+                    End::Right => v.len(),
+                };
+                let mut len = [0u8; packed::MAX_LEN_BYTES];
+                e.splice_parts(at..at, &parts(&mut len, x));
+                packed_count = Some(n + 1);
+                continue;
+            }
+            convert(e);
+            packed_count = None;
+        }
+        quick_mut(e).push(end, x);
+    }
+}
+
+/// Removes up to `n` elements from `end`, handing each to `out` in the order they
+/// leave (from the tail first for `Right`). The caller removes a list left empty.
+pub fn pop(e: &mut Entry, end: End, n: usize, out: &mut dyn FnMut(&[u8])) {
+    if e.tag() != tag::LIST_PACKED {
+        return quick_mut(e).pop(end, n, out);
+    }
+    let v = e.value();
+    let count = packed::Iter::new(v).count();
+    let take = n.min(count);
+    let range = match end {
+        End::Left => 0..offset_of(v, take),
+        End::Right => offset_of(v, count - take)..v.len(),
+    };
+    match end {
+        End::Left => packed::Iter::new(&v[range.clone()]).for_each(&mut *out),
+        End::Right => {
+            let gone: Vec<&[u8]> = packed::Iter::new(&v[range.clone()]).collect();
+            gone.into_iter().rev().for_each(&mut *out);
+        }
+    }
+    e.splice(range, b"");
+}
+
+/// Replaces the element at position `i` (< len) with `x`.
+pub fn set(e: &mut Entry, i: usize, x: &[u8]) {
+    if e.tag() != tag::LIST_PACKED {
+        return quick_mut(e).set(i, x);
+    }
+    let v = e.value();
+    let at = offset_of(v, i);
+    let end = at + packed::read(&v[at..]).expect("the element").1;
+    let mut len = [0u8; packed::MAX_LEN_BYTES];
+    e.splice_parts(at..end, &parts(&mut len, x));
+    check_packed(e);
+}
+
+/// Inserts `x` so that it is at position `i` (at most len: `len` appends it).
+pub fn insert(e: &mut Entry, i: usize, x: &[u8]) {
+    if e.tag() != tag::LIST_PACKED {
+        return quick_mut(e).insert(i, x);
+    }
+    let at = offset_of(e.value(), i);
+    let mut len = [0u8; packed::MAX_LEN_BYTES];
+    e.splice_parts(at..at, &parts(&mut len, x));
+    check_packed(e);
+}
+
+/// Removes the elements at `positions` (ascending, distinct, each below len). The
+/// caller removes a list left empty.
+pub fn remove(e: &mut Entry, positions: &[usize]) {
+    if e.tag() != tag::LIST_PACKED {
+        return quick_mut(e).remove(positions);
+    }
+    let mut kept = Vec::with_capacity(e.value().len());
+    let mut at = 0;
+    for (k, x) in packed::Iter::new(e.value()).enumerate() {
+        if at < positions.len() && positions[at] == k {
+            at += 1;
+        } else {
+            packed::put(&mut kept, x);
+        }
+    }
+    e.set_payload(tag::LIST_PACKED, &kept);
+}
+
+/// A new list entry for `key` holding `items` from head to tail, packed if they fit
+/// the threshold. `items` must not be empty.
+pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp: u64) -> Entry {
+    debug_assert!(!items.is_empty());
+    if fits(items.len(), items.packed_len()) {
+        if let Items::Packed { bytes, .. } = items {
+            return Entry::with_tag(tag::LIST_PACKED, key, bytes, expire, stamp);
+        }
+        let mut bytes = Vec::with_capacity(items.packed_len());
+        for x in items.iter() {
+            packed::put(&mut bytes, x);
+        }
+        return Entry::with_tag(tag::LIST_PACKED, key, &bytes, expire, stamp);
+    }
+    let mut q = QuickList::default();
+    for x in items.iter() {
+        q.push(End::Right, x);
+    }
+    let p = Box::into_raw(Box::new(q)) as *mut u8;
+    Entry::with_tag(tag::LIST_QUICK, key, &value::ptr_bytes(p), expire, stamp)
+}
+
+/// Logs a list entry's whole state through `f`: one `List` record (for a quicklist, of
+/// its first nodes), then `RPush` records of the rest, each of at most
+/// [`crate::log::ITEMS_PER_RECORD`] bytes of elements unless one node alone is larger
+/// (compaction, and a list's creation).
+pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
+    let key = e.key();
+    let expire_at_ms = e.expire_at_ms();
+    if e.tag() == tag::LIST_PACKED {
+        let n = packed::Iter::new(e.value()).count();
+        return f(RecordRef::List {
+            key,
+            expire_at_ms,
+            items: Items::Packed {
+                n,
+                bytes: e.value(),
+            },
+        });
+    }
+    let mut buf = Vec::new();
+    let mut n = 0;
+    let mut first = true;
+    let mut flush = |buf: &mut Vec<u8>, n: &mut usize| {
+        let items = Items::Packed { n: *n, bytes: buf };
+        f(if first {
+            RecordRef::List {
+                key,
+                expire_at_ms,
+                items,
+            }
+        } else {
+            RecordRef::RPush { key, items }
+        });
+        first = false;
+        buf.clear();
+        *n = 0;
+    };
+    for node in &quick(e).nodes {
+        if n > 0 && buf.len() + node.bytes.len() > crate::log::ITEMS_PER_RECORD {
+            flush(&mut buf, &mut n);
+        }
+        buf.extend_from_slice(&node.bytes);
+        n += node.count;
+    }
+    if n > 0 {
+        flush(&mut buf, &mut n);
+    }
+}
+
+/// A change record of a list, owned for replay.
+pub enum Change {
+    /// Elements (packed) pushed one after another at an end.
+    Push(End, Box<[u8]>),
+    /// `n` elements popped from an end.
+    Pop(End, u64),
+    /// The element at a position replaced.
+    Set(u64, Box<[u8]>),
+    /// An element inserted to be at a position.
+    Insert(u64, Box<[u8]>),
+    /// The elements at these positions (of the list before the record) removed.
+    Remove(Vec<usize>),
+}
+
+impl Change {
+    /// The change a list change record makes (`None` for other records).
+    pub fn of(rec: &RecordRef<'_>) -> Option<Change> {
+        let packed = |items: &Items<'_>| -> Box<[u8]> {
+            match *items {
+                Items::Packed { bytes, .. } => bytes.into(),
+                _ => {
+                    let mut out = Vec::with_capacity(items.packed_len());
+                    items.iter().for_each(|x| packed::put(&mut out, x));
+                    out.into()
+                }
+            }
+        };
+        Some(match rec {
+            RecordRef::LPush { items, .. } => Change::Push(End::Left, packed(items)),
+            RecordRef::RPush { items, .. } => Change::Push(End::Right, packed(items)),
+            RecordRef::LPop { count, .. } => Change::Pop(End::Left, *count),
+            RecordRef::RPop { count, .. } => Change::Pop(End::Right, *count),
+            RecordRef::LSet { index, value, .. } => Change::Set(*index, (*value).into()),
+            RecordRef::LInsert { index, value, .. } => Change::Insert(*index, (*value).into()),
+            RecordRef::LRem { positions, .. } => Change::Remove(
+                positions
+                    .iter()
+                    .map(|p| u64::from_le_bytes(p.try_into().expect("8-byte positions")) as usize)
+                    .collect(),
+            ),
+            _ => return None,
+        })
+    }
+
+    /// Applies the change to a list entry (exactly as the command that logged it
+    /// changed the list; positions past the end are ignored).
+    pub fn apply(&self, e: &mut Entry) {
+        match self {
+            Change::Push(end, items) => push(e, *end, packed::Iter::new(items)),
+            Change::Pop(end, n) => pop(e, *end, *n as usize, &mut |_| {}),
+            Change::Set(i, x) => {
+                if (*i as usize) < len(e) {
+                    set(e, *i as usize, x)
+                }
+            }
+            Change::Insert(i, x) => {
+                if (*i as usize) <= len(e) {
+                    insert(e, *i as usize, x)
+                }
+            }
+            Change::Remove(positions) => {
+                let n = len(e);
+                let mut p: Vec<usize> = positions.iter().copied().filter(|&p| p < n).collect();
+                p.sort_unstable();
+                p.dedup();
+                remove(e, &p);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(e: &Entry) -> Vec<Vec<u8>> {
+        iter_from(e, 0).map(<[u8]>::to_vec).collect()
+    }
+
+    /// Random pushes, pops, sets, inserts and removals agree with a VecDeque, packed
+    /// and as a quicklist, across the conversion; reverse and offset iteration agree;
+    /// the memory count is the nodes' bytes plus their overhead.
+    #[test]
+    fn behaves_like_a_deque_in_both_encodings() {
+        let mut x: u64 = 7;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..4 {
+            let mut e = new_entry(b"l", Items::Slices(&[b"first"]), None, 1);
+            let mut model: VecDeque<Vec<u8>> = VecDeque::from([b"first".to_vec()]);
+            let steps = if round < 2 { 300 } else { 4000 };
+            for _ in 0..steps {
+                let v =
+                    vec![b'a' + rnd(26) as u8; if rnd(50) == 0 { 3000 } else { rnd(20) as usize }];
+                let end = if rnd(2) == 0 { End::Left } else { End::Right };
+                match rnd(8) {
+                    0..=2 => {
+                        push(&mut e, end, [v.as_slice()]);
+                        match end {
+                            End::Left => model.push_front(v),
+                            End::Right => model.push_back(v),
+                        }
+                    }
+                    3 => {
+                        let n = rnd(4) as usize;
+                        let mut got = Vec::new();
+                        pop(&mut e, end, n, &mut |x| got.push(x.to_vec()));
+                        let mut want = Vec::new();
+                        for _ in 0..n.min(model.len()) {
+                            want.push(match end {
+                                End::Left => model.pop_front().unwrap(),
+                                End::Right => model.pop_back().unwrap(),
+                            });
+                        }
+                        assert_eq!(got, want);
+                    }
+                    4 if !model.is_empty() => {
+                        let i = rnd(model.len() as u64) as usize;
+                        set(&mut e, i, &v);
+                        model[i] = v;
+                    }
+                    5 => {
+                        let i = rnd(model.len() as u64 + 1) as usize;
+                        insert(&mut e, i, &v);
+                        model.insert(i, v);
+                    }
+                    6 if !model.is_empty() => {
+                        let mut p: Vec<usize> = (0..rnd(4))
+                            .map(|_| rnd(model.len() as u64) as usize)
+                            .collect();
+                        p.sort_unstable();
+                        p.dedup();
+                        remove(&mut e, &p);
+                        for &i in p.iter().rev() {
+                            model.remove(i);
+                        }
+                    }
+                    _ => {}
+                }
+                if model.is_empty() {
+                    assert!(is_empty(&e));
+                    push(&mut e, End::Right, [&b"again"[..]]);
+                    model.push_back(b"again".to_vec());
+                }
+                assert_eq!(len(&e), model.len());
+            }
+            assert_eq!(all(&e), model.iter().cloned().collect::<Vec<_>>());
+            let rev: Vec<Vec<u8>> = iter_rev(&e).map(<[u8]>::to_vec).collect();
+            assert_eq!(rev, model.iter().rev().cloned().collect::<Vec<_>>());
+            for i in [
+                0,
+                1,
+                model.len() / 2,
+                model.len().saturating_sub(1),
+                model.len(),
+            ] {
+                assert_eq!(get(&e, i), model.get(i).map(Vec::as_slice));
+                let from: Vec<&[u8]> = iter_from(&e, i).collect();
+                assert_eq!(from.len(), model.len().saturating_sub(i));
+            }
+            if e.tag() == tag::LIST_QUICK {
+                let q = quick(&e);
+                let bytes: usize = q.nodes.iter().map(|n| n.bytes.len()).sum();
+                assert_eq!(q.bytes, bytes);
+                assert!(q
+                    .nodes
+                    .iter()
+                    .all(|n| n.count == 1 || fits(n.count, n.bytes.len())));
+                assert_eq!(
+                    e.value_memory(),
+                    bytes as u64 + NODE_OVERHEAD * q.nodes.len() as u64
+                );
+            } else {
+                assert!(fits(model.len(), e.value().len()));
+            }
+            if round >= 2 {
+                assert_eq!(e.tag(), tag::LIST_QUICK);
+            }
+        }
+    }
+
+    /// A list's state records rebuild it: a packed one as one record copied whole, a
+    /// big one as a List and RPush records of bounded size.
+    #[test]
+    fn state_records_rebuild_the_list() {
+        for n in [3usize, 20_000] {
+            let items: Vec<Vec<u8>> = (0..n)
+                .map(|i| format!("element{i}").repeat(10).into_bytes())
+                .collect();
+            let e = new_entry(b"k", Items::Owned(&items), NonZeroU64::new(77), 1);
+            assert_eq!(e.tag() == tag::LIST_PACKED, n == 3);
+            let mut recs = Vec::new();
+            state_records(&e, |r| {
+                let mut out = Vec::new();
+                crate::log::encode(&r, &mut out);
+                recs.push(out);
+            });
+            assert_eq!(recs.len() > 1, n > 3);
+            let mut back: Option<Entry> = None;
+            for r in &recs {
+                let (rec, _) = crate::log::decode_ref(r).unwrap();
+                match rec {
+                    RecordRef::List {
+                        key,
+                        expire_at_ms,
+                        items,
+                    } => {
+                        assert_eq!((key, expire_at_ms), (&b"k"[..], Some(77)));
+                        back = Some(new_entry(key, items, NonZeroU64::new(77), 0));
+                    }
+                    RecordRef::RPush { items, .. } => {
+                        assert!(items.packed_len() <= crate::log::ITEMS_PER_RECORD);
+                        push(back.as_mut().unwrap(), End::Right, items.iter());
+                    }
+                    r => panic!("{r:?}"),
+                }
+            }
+            assert_eq!(all(&back.unwrap()), items);
+        }
+    }
+}
