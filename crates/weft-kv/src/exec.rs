@@ -240,6 +240,9 @@ pub fn run_common(
         "scan" => scan(set, args, db, acks),
         "swapdb" => swapdb(set, args, acks),
         "msetnx" => msetnx(set, cmd, args, db, acks),
+        "bitop" | "lcs" | "rename" | "renamenx" | "copy" | "randomkey" => {
+            return crate::commands::across::run(set, cmd, args, db, acks)
+        }
         "lmove" | "rpoplpush" | "lmpop" => {
             crate::commands::lists::run_server(set, cmd.name, args, db, acks)
         }

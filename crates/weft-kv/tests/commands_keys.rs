@@ -363,3 +363,283 @@ fn replay_of_a_random_history_matches() {
     t.now += 100;
     t.check_replay();
 }
+
+/// The full state of a key, as compaction would write it (what RENAME, COPY and
+/// RESTORE must recreate).
+fn state_of(t: &T, key: &str) -> Option<(Vec<u8>, Option<u64>)> {
+    dump(&t.ks, t.now)
+        .into_iter()
+        .find(|(k, _, _)| k == key.as_bytes())
+        .map(|(_, v, at)| (v, at))
+}
+
+#[test]
+fn rename_and_renamenx_move_any_type() {
+    let mut t = T::new();
+    t.run(&["set", "s", "v", "px", "5000"]);
+    t.run(&["hset", "h", "a", "1", "b", "2"]);
+    let s_state = state_of(&t, "s");
+    assert_eq!(t.run(&["rename", "s", "s2"]), Reply::OK);
+    assert_eq!(state_of(&t, "s2"), s_state, "value and expiry moved");
+    assert_eq!(state_of(&t, "s"), None);
+    assert_eq!(
+        t.logged(),
+        vec![
+            del_rec("s"),
+            Record::Set {
+                key: "s2".into(),
+                value: b"v".to_vec(),
+                expire_at_ms: Some(NOW + 5000)
+            }
+        ]
+    );
+    // Over an existing key of another type: replaced, its expiry not inherited.
+    t.run(&["set", "dst", "x", "ex", "100"]);
+    let h_state = state_of(&t, "h");
+    assert_eq!(t.run(&["rename", "h", "dst"]), Reply::OK);
+    assert_eq!(state_of(&t, "dst"), h_state);
+    assert_eq!(t.run(&["ttl", "dst"]), Reply::Int(-1));
+    assert_eq!(t.run(&["type", "dst"]), Reply::Simple("hash".into()));
+    assert_eq!(t.run(&["rename", "nokey", "x"]), err("ERR no such key"));
+    assert_eq!(t.run(&["rename", "dst", "dst"]), Reply::OK);
+    assert!(t.logged().is_empty());
+    assert_eq!(t.run(&["renamenx", "dst", "dst"]), Reply::Int(0));
+    assert_eq!(t.run(&["renamenx", "nokey", "dst"]), err("ERR no such key"));
+    assert_eq!(t.run(&["renamenx", "dst", "s2"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    assert_eq!(t.run(&["renamenx", "dst", "h"]), Reply::Int(1));
+    assert_eq!(state_of(&t, "h"), h_state);
+    // An expired source is missing.
+    t.now += 5000;
+    assert_eq!(t.run(&["rename", "s2", "s3"]), err("ERR no such key"));
+    t.check_replay();
+}
+
+#[test]
+fn copy_copies_any_type_with_its_expiry() {
+    let mut t = T::new();
+    t.run(&["hset", "h", "a", "1", "b", "2"]);
+    t.run(&["pexpire", "h", "7000"]);
+    t.run(&["set", "s", "v"]);
+    assert_eq!(t.run(&["copy", "h", "h2"]), Reply::Int(1));
+    assert_eq!(state_of(&t, "h2"), state_of(&t, "h"));
+    assert_eq!(t.run(&["pttl", "h2"]), Reply::Int(7000));
+    // The copy is its own: changing it leaves the source.
+    t.run(&["hset", "h2", "c", "3"]);
+    assert_eq!(t.run(&["hlen", "h"]), Reply::Int(2));
+    assert_eq!(t.run(&["copy", "h", "s"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    assert_eq!(t.run(&["copy", "h", "s", "replace"]), Reply::Int(1));
+    assert_eq!(t.run(&["type", "s"]), Reply::Simple("hash".into()));
+    assert_eq!(t.run(&["copy", "nokey", "s"]), Reply::Int(0));
+    assert_eq!(
+        t.run(&["copy", "h", "h"]),
+        err("ERR source and destination objects are the same")
+    );
+    assert_eq!(t.run(&["copy", "h", "x", "what"]), err("ERR syntax error"));
+    assert_eq!(
+        t.run(&["copy", "h", "x", "db", "16"]),
+        err("ERR DB index is out of range")
+    );
+    assert_eq!(
+        t.run(&["copy", "h", "x", "db", "x"]),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(t.run(&["copy", "h", "x", "db", "0"]), Reply::Int(1));
+    // Under the memory limit: a copy that does not fit is refused.
+    t.room = 10;
+    assert_eq!(
+        t.run(&["copy", "h", "y"]),
+        err("OOM command not allowed when used memory > 'maxmemory'.")
+    );
+    assert_eq!(t.run(&["exists", "y"]), Reply::Int(0));
+    t.check_replay();
+}
+
+#[test]
+fn dump_and_restore_any_type() {
+    let mut t = T::new();
+    t.run(&["hset", "h", "a", "1", "b", "2"]);
+    t.run(&["set", "s", "hello", "ex", "100"]);
+    let Reply::Bulk(hp) = t.run(&["dump", "h"]) else {
+        panic!("a payload")
+    };
+    let Reply::Bulk(sp) = t.run(&["dump", "s"]) else {
+        panic!("a payload")
+    };
+    assert_eq!(t.run(&["dump", "nokey"]), Reply::Nil);
+    let restore = |t: &mut T, args: &[&[u8]]| {
+        let mut line: Vec<Vec<u8>> = vec![b"restore".to_vec()];
+        line.extend(args.iter().map(|a| a.to_vec()));
+        t.run_bytes(&line)
+    };
+    assert_eq!(restore(&mut t, &[b"h2", b"0", &hp]), Reply::OK);
+    assert_eq!(state_of(&t, "h2"), state_of(&t, "h"));
+    // The payload's own expiry is not the restored key's: its TTL argument is.
+    assert_eq!(restore(&mut t, &[b"s2", b"0", &sp]), Reply::OK);
+    assert_eq!(t.run(&["ttl", "s2"]), Reply::Int(-1));
+    assert_eq!(t.run(&["get", "s2"]), Reply::Bulk(b"hello".to_vec()));
+    assert_eq!(
+        restore(&mut t, &[b"s2", b"0", &sp]),
+        err("BUSYKEY Target key name already exists.")
+    );
+    assert_eq!(
+        restore(&mut t, &[b"s2", b"3000", &hp, b"REPLACE"]),
+        Reply::OK
+    );
+    assert_eq!(t.run(&["type", "s2"]), Reply::Simple("hash".into()));
+    assert_eq!(t.run(&["pttl", "s2"]), Reply::Int(3000));
+    let at = (NOW + 9000).to_string();
+    assert_eq!(
+        restore(
+            &mut t,
+            &[b"s3", at.as_bytes(), &sp, b"absttl", b"idletime", b"5"]
+        ),
+        Reply::OK
+    );
+    assert_eq!(t.run(&["pexpiretime", "s3"]), Reply::Int(NOW as i64 + 9000));
+    // A time already passed: OK, nothing created; with REPLACE the old key goes.
+    assert_eq!(restore(&mut t, &[b"s4", b"1", &sp, b"absttl"]), Reply::OK);
+    assert_eq!(t.run(&["exists", "s4"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    assert_eq!(
+        restore(&mut t, &[b"s3", b"1", &sp, b"absttl", b"replace"]),
+        Reply::OK
+    );
+    assert_eq!(t.logged(), vec![del_rec("s3")]);
+    // Errors change nothing.
+    let bad = err("ERR DUMP payload version or checksum are wrong");
+    let mut damaged = hp.clone();
+    damaged[4] ^= 1;
+    assert_eq!(restore(&mut t, &[b"x", b"0", &damaged]), bad);
+    assert_eq!(restore(&mut t, &[b"x", b"0", b"nonsense"]), bad);
+    assert_eq!(restore(&mut t, &[b"x", b"0", b""]), bad);
+    assert_eq!(
+        restore(&mut t, &[b"x", b"-1", &hp]),
+        err("ERR Invalid TTL value, must be >= 0")
+    );
+    assert_eq!(
+        restore(&mut t, &[b"x", b"a", &hp]),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(
+        restore(&mut t, &[b"x", b"0", &hp, b"idletime", b"-1"]),
+        err("ERR Invalid IDLETIME value, must be >= 0")
+    );
+    assert_eq!(
+        restore(&mut t, &[b"x", b"0", &hp, b"freq", b"256"]),
+        err("ERR Invalid FREQ value, must be >= 0 and <= 255")
+    );
+    assert_eq!(
+        restore(&mut t, &[b"x", b"0", &hp, b"freq", b"1", b"idletime", b"1"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        restore(&mut t, &[b"x", b"0", &hp, b"what"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(t.run(&["exists", "x"]), Reply::Int(0));
+    t.check_replay();
+}
+
+/// RENAME, COPY and LCS over keys of different shards, and COPY to another database:
+/// one transaction each, logged as their parts, the same after a restart.
+#[test]
+fn rename_copy_and_lcs_over_several_shards() {
+    let (dir, store) = four_shards();
+    let k = keys_on_shards("rk", 4);
+    let run = |store: &weft_kv::Store, line: &[&str]| {
+        let args: Vec<&[u8]> = line.iter().map(|a| a.as_bytes()).collect();
+        store.exec(&args)
+    };
+    run(&store, &["hset", &k[0], "f", "v", "g", "w"]);
+    run(&store, &["expire", &k[0], "1000"]);
+    assert_eq!(run(&store, &["rename", &k[0], &k[1]]), Reply::OK);
+    assert_eq!(run(&store, &["exists", &k[0]]), Reply::Int(0));
+    assert_eq!(
+        run(&store, &["hget", &k[1], "g"]),
+        Reply::Bulk(b"w".to_vec())
+    );
+    assert!(matches!(
+        run(&store, &["ttl", &k[1]]),
+        Reply::Int(990..=1000)
+    ));
+    assert_eq!(
+        run(&store, &["rename", &k[0], &k[2]]),
+        err("ERR no such key")
+    );
+    run(&store, &["set", &k[2], "x"]);
+    assert_eq!(run(&store, &["renamenx", &k[1], &k[2]]), Reply::Int(0));
+    assert_eq!(run(&store, &["renamenx", &k[1], &k[3]]), Reply::Int(1));
+    assert_eq!(run(&store, &["copy", &k[3], &k[2]]), Reply::Int(0));
+    assert_eq!(
+        run(&store, &["copy", &k[3], &k[2], "replace"]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        run(&store, &["copy", &k[3], &k[3], "db", "2"]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        run(&store, &["copy", &k[3], &k[3], "db", "2"]),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        run(&store, &["copy", &k[3], &k[3], "db", "0"]),
+        err("ERR source and destination objects are the same")
+    );
+    run(&store, &["set", &k[0], "ohmytext"]);
+    run(&store, &["set", &k[1], "mynewtext"]);
+    assert_eq!(
+        run(&store, &["lcs", &k[0], &k[1]]),
+        Reply::Bulk(b"mytext".to_vec())
+    );
+    assert_eq!(
+        run(&store, &["lcs", &k[0], &k[3]]),
+        err("ERR The specified keys must contain string values")
+    );
+    drop(store);
+    let store = weft_kv::Store::open(dir.path()).unwrap();
+    assert_eq!(
+        run(&store, &["hget", &k[2], "f"]),
+        Reply::Bulk(b"v".to_vec())
+    );
+    assert_eq!(run(&store, &["hlen", &k[3]]), Reply::Int(2));
+    assert_eq!(run(&store, &["exists", &k[1]]), Reply::Int(1));
+    assert_eq!(run(&store, &["dbsize"]), Reply::Int(4));
+}
+
+#[test]
+fn randomkey_answers_a_live_key() {
+    let (_dir, store) = four_shards();
+    let run = |line: &[&str]| {
+        let args: Vec<&[u8]> = line.iter().map(|a| a.as_bytes()).collect();
+        store.exec(&args)
+    };
+    assert_eq!(run(&["randomkey"]), Reply::Nil);
+    let keys = keys_on_shards("r", 4);
+    for k in &keys {
+        run(&["set", k, "v"]);
+    }
+    let mut seen = BTreeSet::new();
+    for _ in 0..400 {
+        match run(&["randomkey"]) {
+            Reply::Bulk(k) => {
+                assert!(keys.iter().any(|x| x.as_bytes() == k));
+                seen.insert(k);
+            }
+            r => panic!("{r:?}"),
+        }
+    }
+    assert_eq!(seen.len(), 4, "every key comes up");
+    // Keys whose time has passed are never answered.
+    run(&["flushall"]);
+    run(&["set", "only", "v"]);
+    for i in 0..50 {
+        run(&["set", &format!("gone{i}"), "v", "px", "1"]);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    for _ in 0..20 {
+        assert_eq!(run(&["randomkey"]), Reply::Bulk(b"only".to_vec()));
+    }
+}

@@ -128,7 +128,10 @@ fn ours(ks: &mut Keyspace, args: &[Vec<u8>]) -> Reply {
     };
     match cmd.exec {
         Exec::Shard(f) | Exec::Split(f, _) => f(ks, &commands::borrow_args(args), &mut ctx),
-        Exec::Server => panic!("not a shard command"),
+        Exec::Server => match commands::across::one_keyspace(cmd) {
+            Some(f) => f(ks, &commands::borrow_args(args), &mut ctx),
+            None => panic!("not a shard command"),
+        },
     }
 }
 
@@ -584,19 +587,7 @@ fn hash_replies_match_redis_server() {
         assert_eq!(got, want, "{line:?}");
     }
     // Random commands over few keys and fields, so they meet each other.
-    let cases: usize = std::env::var("WEFT_KV_HASH_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3000);
-    let seed = std::env::var("WEFT_KV_HASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let (cases, seed) = cases_and_seed("WEFT_KV_HASH_CASES", "WEFT_KV_HASH_SEED");
     let mut rng = Rng::new(seed);
     redis.run(&[b"flushall".to_vec()]);
     let mut ks = Keyspace::new();
@@ -1020,6 +1011,274 @@ fn list_replies_match_redis_server() {
                 redis.run(&all),
                 "case {i} (WEFT_KV_LIST_SEED={seed}): {k} after {:?}",
                 show(&line)
+            );
+        }
+    }
+}
+
+/// How many random cases a test runs (the variable `cases`, default 3000) and from
+/// which seed (the variable `seed`, default the clock), so a failure can be replayed.
+fn cases_and_seed(cases: &str, seed: &str) -> (usize, u64) {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse().ok());
+    let clock = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    (
+        var(cases).map_or(3000, |n: u64| n as usize),
+        var(seed).unwrap_or_else(clock),
+    )
+}
+
+/// The bitmap commands, LCS, SET's options, GETRANGE and the generic key commands
+/// (RENAME, COPY, RESTORE's errors) against redis-server: a script of edge cases, then
+/// seeded random SETBIT, BITFIELD, BITOP, BITPOS, BITCOUNT, GETBIT and LCS over three
+/// keys, each write followed by a GET of its key (`WEFT_KV_BITS_CASES`, default 3000;
+/// `WEFT_KV_BITS_SEED`).
+#[test]
+fn bitmap_and_key_replies_match_redis_server() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let mut ks = Keyspace::new();
+    let script: Vec<Vec<&str>> = vec![
+        vec!["set", "s", "v", "nx", "xx"],
+        vec!["set", "s", "v", "xx"],
+        vec!["set", "s", "v", "nx", "get"],
+        vec!["set", "s", "w", "xx", "get"],
+        vec!["set", "s", "x", "get", "keepttl", "nx"],
+        vec!["set", "s", "y", "exat", "4102444800", "get"],
+        vec!["ttl", "s"],
+        vec!["set", "s", "y", "keepttl", "xx", "get"],
+        vec!["ttl", "s"],
+        vec!["set", "s", "y", "exat", "4102444800", "px", "100"],
+        vec!["set", "s", "y", "pxat", "0"],
+        vec!["set", "s", "y", "exat", "-1"],
+        vec!["set", "s", "y", "keepttl", "persist"],
+        vec!["set", "s", "y", "get", "get"],
+        vec!["getrange", "s", "0", "-1"],
+        vec!["getrange", "s", "-1", "0"],
+        vec![
+            "getrange",
+            "s",
+            "9223372036854775807",
+            "-9223372036854775808",
+        ],
+        vec![
+            "getrange",
+            "s",
+            "-9223372036854775808",
+            "9223372036854775807",
+        ],
+        vec!["substr", "s", "0", "0"],
+        vec!["set", "a", "ohmytext"],
+        vec!["set", "b", "mynewtext"],
+        vec!["lcs", "a", "b"],
+        vec!["lcs", "a", "b", "len"],
+        vec!["lcs", "a", "b", "idx"],
+        vec!["lcs", "a", "b", "idx", "withmatchlen"],
+        vec!["lcs", "a", "b", "idx", "minmatchlen", "4", "withmatchlen"],
+        vec!["lcs", "a", "b", "idx", "len"],
+        vec!["lcs", "a", "b", "minmatchlen"],
+        vec!["lcs", "a", "b", "minmatchlen", "x"],
+        vec!["lcs", "a", "b", "what"],
+        vec!["lcs", "a", "nokey"],
+        vec!["lcs", "nokey", "nokey", "idx"],
+        vec!["setbit", "bits", "7", "1"],
+        vec!["setbit", "bits", "4294967296", "1"],
+        vec!["setbit", "bits", "-1", "1"],
+        vec!["setbit", "bits", "1", "2"],
+        vec!["getbit", "bits", "x"],
+        vec!["bitcount", "bits", "0"],
+        vec!["bitcount", "bits", "0", "1", "bits"],
+        vec!["bitcount", "bits", "-1", "-2", "bits"],
+        vec!["bitpos", "bits", "2"],
+        vec!["bitpos", "bits", "1", "0", "-1", "bit", "x"],
+        vec!["bitfield", "bits", "get", "u64", "0"],
+        vec!["bitfield", "bits", "get", "i64", "#2"],
+        vec!["bitfield", "bits", "overflow", "what"],
+        vec!["bitfield", "bits", "set"],
+        vec!["bitfield_ro", "bits", "incrby", "u8", "0", "1"],
+        vec!["bitop", "what", "d", "a"],
+        vec!["bitop", "not", "d", "a", "b"],
+        vec!["bitop", "and", "d", "a", "b"],
+        vec!["get", "d"],
+        vec!["bitop", "or", "d", "nokey"],
+        vec!["exists", "d"],
+        vec!["hset", "h", "f", "v"],
+        vec!["bitop", "or", "d", "a", "h"],
+        vec!["setbit", "h", "0", "1"],
+        vec!["bitfield", "h", "get", "u8", "0"],
+        vec!["lcs", "a", "h"],
+        vec!["rename", "nokey", "x"],
+        vec!["rename", "a", "a"],
+        vec!["renamenx", "a", "a"],
+        vec!["renamenx", "a", "b"],
+        vec!["rename", "a", "h"],
+        vec!["type", "h"],
+        vec!["copy", "h", "h"],
+        vec!["copy", "h", "b"],
+        vec!["copy", "h", "b", "replace"],
+        vec!["get", "b"],
+        vec!["copy", "h", "c", "db"],
+        vec!["copy", "h", "c", "db", "99"],
+        vec!["copy", "h", "c", "what"],
+        vec!["restore", "h", "0", "payload"],
+        vec!["restore", "new", "0", "payload"],
+        vec!["restore", "new", "-1", "payload"],
+        vec!["restore", "new", "0", "payload", "freq", "300"],
+        vec!["restore", "new", "0", "payload", "idletime", "-2"],
+        vec![
+            "restore", "new", "0", "payload", "idletime", "1", "freq", "1",
+        ],
+        vec!["dump", "nokey"],
+    ];
+    for line in &script {
+        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let want = redis.run(&args);
+        let got = resp2(ours(&mut ks, &args));
+        assert_eq!(got, want, "{line:?}");
+    }
+    let (cases, seed) = cases_and_seed("WEFT_KV_BITS_CASES", "WEFT_KV_BITS_SEED");
+    let mut rng = Rng::new(seed);
+    let keys = ["b0", "b1", "b2"];
+    let int = |rng: &mut Rng| -> String {
+        match rng.below(6) {
+            0 => format!("{}", rng.below(41) as i64 - 20),
+            1 => format!("{}", rng.below(200)),
+            2 => ["9223372036854775807", "-9223372036854775808", "x"][rng.below(3) as usize].into(),
+            _ => format!("{}", rng.below(12) as i64 - 4),
+        }
+    };
+    for i in 0..cases {
+        let key = keys[rng.below(3) as usize].to_string();
+        let cmd = [
+            "setbit",
+            "setbit",
+            "getbit",
+            "bitcount",
+            "bitpos",
+            "bitfield",
+            "bitfield",
+            "bitfield_ro",
+            "bitop",
+            "set",
+            "lcs",
+            "strlen",
+            "del",
+        ][rng.below(13) as usize];
+        let mut line: Vec<String> = vec![cmd.into()];
+        let mut write = true;
+        match cmd {
+            "setbit" => {
+                line.push(key.clone());
+                let off = if rng.below(10) == 0 {
+                    rng.below(3000)
+                } else {
+                    rng.below(64)
+                };
+                line.push(off.to_string());
+                line.push(rng.below(2).to_string());
+            }
+            "getbit" => {
+                line.push(key.clone());
+                line.push(rng.below(80).to_string());
+                write = false;
+            }
+            "bitcount" | "bitpos" => {
+                line.push(key.clone());
+                if cmd == "bitpos" {
+                    line.push(rng.below(2).to_string());
+                }
+                let n = rng.below(4);
+                for _ in 0..n.min(2) {
+                    line.push(int(&mut rng));
+                }
+                if n == 3 {
+                    line.push(["bit", "byte", "BIT"][rng.below(3) as usize].into());
+                }
+                write = false;
+            }
+            "bitfield" | "bitfield_ro" => {
+                line.push(key.clone());
+                for _ in 0..1 + rng.below(3) {
+                    let op = if cmd == "bitfield_ro" {
+                        "get"
+                    } else {
+                        ["get", "set", "incrby", "overflow"][rng.below(4) as usize]
+                    };
+                    line.push(op.into());
+                    if op == "overflow" {
+                        line.push(["wrap", "sat", "fail"][rng.below(3) as usize].into());
+                        continue;
+                    }
+                    let signed = rng.below(2) == 0;
+                    let bits = 1 + rng.below(if signed { 64 } else { 63 });
+                    line.push(format!("{}{bits}", if signed { "i" } else { "u" }));
+                    line.push(if rng.below(4) == 0 {
+                        format!("#{}", rng.below(5))
+                    } else {
+                        rng.below(70).to_string()
+                    });
+                    if op != "get" {
+                        line.push(match rng.below(4) {
+                            0 => int(&mut rng),
+                            _ => format!("{}", rng.next() as i64 >> rng.below(64)),
+                        });
+                    }
+                }
+                write = cmd == "bitfield";
+            }
+            "bitop" => {
+                line.push(["and", "or", "xor", "not"][rng.below(4) as usize].into());
+                line.push(key.clone());
+                let n = if line[1] == "not" {
+                    1
+                } else {
+                    1 + rng.below(3)
+                };
+                for _ in 0..n {
+                    line.push(keys[rng.below(3) as usize].into());
+                }
+            }
+            "set" => {
+                line.push(key.clone());
+                let len = rng.below(12);
+                line.push(
+                    (0..len)
+                        .map(|_| (b'a' + rng.below(4) as u8) as char)
+                        .collect(),
+                );
+            }
+            "lcs" => {
+                line.push(key.clone());
+                line.push(keys[rng.below(3) as usize].into());
+                match rng.below(4) {
+                    0 => line.push("len".into()),
+                    1 => line.extend(["idx".into(), "withmatchlen".into()]),
+                    2 => line.extend(["idx".into(), "minmatchlen".into(), "2".into()]),
+                    _ => {}
+                }
+                write = false;
+            }
+            _ => {
+                line.push(key.clone());
+                write = cmd == "del";
+            }
+        }
+        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let want = redis.run(&args);
+        let got = resp2(ours(&mut ks, &args));
+        assert_eq!(got, want, "case {i} (WEFT_KV_BITS_SEED={seed}): {line:?}");
+        if write {
+            let dest = if cmd == "bitop" { &line[2] } else { &key };
+            let get = vec![b"get".to_vec(), dest.as_bytes().to_vec()];
+            assert_eq!(
+                ours(&mut ks, &get),
+                redis.run(&get),
+                "case {i} (WEFT_KV_BITS_SEED={seed}): GET after {line:?}"
             );
         }
     }

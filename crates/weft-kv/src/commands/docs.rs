@@ -36,6 +36,8 @@ const SUBS: &str = "Depends on the subcommand";
 const FIELDS: &str = "O(N) where N is the number of fields given";
 const HASH: &str = "O(N) where N is the number of fields of the hash";
 const NONE: &str = "Not supported by weft-kv";
+const STR: &str = "O(N) where N is the length of the strings";
+const VALUE: &str = "O(N) where N is the size of the value";
 const ELEMS: &str = "O(N) where N is the number of elements given or asked for";
 const LIST_N: &str = "O(N) where N is the number of elements of the list";
 
@@ -343,6 +345,65 @@ pub fn doc(name: &str) -> Option<Doc> {
         ),
         "hrandfield" => x("Returns random fields of a hash", "6.2.0", h, FIELDS),
         "hscan" => x("Walks the fields of a hash with a cursor", "2.8.0", h, O1),
+        "setbit" => x("Sets or clears one bit of a string", "2.2.0", "bitmap", O1),
+        "getbit" => x("Returns one bit of a string", "2.2.0", "bitmap", O1),
+        "bitcount" => x(
+            "Counts the 1 bits of a string or of its range",
+            "2.6.0",
+            "bitmap",
+            STR,
+        ),
+        "bitpos" => x(
+            "Finds the first 0 or 1 bit of a string or of its range",
+            "2.8.7",
+            "bitmap",
+            STR,
+        ),
+        "bitop" => x(
+            "Stores the bitwise AND, OR, XOR or NOT of strings in a key",
+            "2.6.0",
+            "bitmap",
+            STR,
+        ),
+        "bitfield" => x(
+            "Reads and writes integers of any width at any bit offset of a string",
+            "3.2.0",
+            "bitmap",
+            FIELDS,
+        ),
+        "bitfield_ro" => x(
+            "Reads integers of any width at any bit offset of a string",
+            "6.0.0",
+            "bitmap",
+            FIELDS,
+        ),
+        "lcs" => x(
+            "Finds the longest common subsequence of two strings",
+            "7.0.0",
+            s,
+            "O(N*M) where N and M are the lengths of the two strings",
+        ),
+        "rename" => x(
+            "Renames a key, replacing any key of the new name",
+            "1.0.0",
+            g,
+            VALUE,
+        ),
+        "renamenx" => x("Renames a key if the new name is free", "1.0.0", g, VALUE),
+        "copy" => x("Copies a key's value to another key", "6.2.0", g, VALUE),
+        "dump" => x(
+            "Returns a key's value in weft-kv's own format",
+            "2.6.0",
+            g,
+            VALUE,
+        ),
+        "restore" => x(
+            "Creates a key from the value DUMP returned",
+            "2.6.0",
+            g,
+            VALUE,
+        ),
+        "randomkey" => x("Returns a random key", "1.0.0", g, O1),
         "function" => x(
             "Functions (not supported; FLUSH answers OK)",
             "7.0.0",

@@ -315,7 +315,7 @@ thread_local! {
 }
 
 /// A random number (xorshift64*, seeded per thread from the process's random keys).
-fn random() -> u64 {
+pub(super) fn random() -> u64 {
     RNG.with(|r| {
         let mut x = r.get();
         x ^= x >> 12;

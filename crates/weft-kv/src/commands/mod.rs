@@ -18,12 +18,16 @@
 use crate::keyspace::Keyspace;
 use crate::resp::Reply;
 
+pub mod across;
+pub mod bits;
 pub mod docs;
 pub mod float80;
 pub mod hashes;
 pub mod keys;
+pub mod lcs;
 pub mod lists;
 pub mod strings;
+pub mod transfer;
 
 /// What a shard command is given besides its arguments.
 pub struct Ctx<'a> {
@@ -339,10 +343,12 @@ const ONE: (i32, i32, i32) = (1, 1, 1);
 const ALL: (i32, i32, i32) = (1, -1, 1);
 const NONE: (i32, i32, i32) = (0, 0, 0);
 
+use bits as b;
 use hashes as h;
 use keys as k;
 use lists as l;
 use strings as s;
+use transfer as t;
 
 /// OBJECT's subcommands (each names its key second).
 static OBJECT_SUBS: [Sub; 5] = [
@@ -354,7 +360,7 @@ static OBJECT_SUBS: [Sub; 5] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 103] = [
+static TABLE: [Command; 117] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -486,7 +492,47 @@ static TABLE: [Command; 103] = [
     cmd("lmpop", -4, W, NONE, Exec::Server),
     cmd("lmove", 5, W | D, (1, 2, 1), Exec::Server),
     cmd("rpoplpush", 3, W | D, (1, 2, 1), Exec::Server),
+    // bitmaps (BITOP over several shards runs as a transaction: `across.rs`)
+    cmd("setbit", 4, W | D, ONE, Exec::Shard(b::setbit)),
+    cmd("getbit", 3, R | F, ONE, Exec::Shard(b::getbit)),
+    cmd("bitcount", -2, R, ONE, Exec::Shard(b::bitcount)),
+    cmd("bitpos", -3, R, ONE, Exec::Shard(b::bitpos)),
+    cmd("bitfield", -2, W | D, ONE, Exec::Shard(b::bitfield)),
+    cmd("bitfield_ro", -2, R | F, ONE, Exec::Shard(b::bitfield_ro)),
+    cmd("bitop", -4, W | D, (2, -1, 1), Exec::Server),
+    // strings and keys of every type over several shards or databases (`across.rs`;
+    // RENAME, COPY, DUMP and RESTORE move a value as its full-state records:
+    // `transfer.rs`)
+    cmd("lcs", -3, R, (1, 2, 1), Exec::Server),
+    cmd("rename", 3, W, (1, 2, 1), Exec::Server),
+    cmd("renamenx", 3, W | F, (1, 2, 1), Exec::Server),
+    cmd("copy", -3, W | D, (1, 2, 1), Exec::Server),
+    cmd("dump", 2, R, ONE, Exec::Shard(t::dump)),
+    cmd("restore", -4, W | D, ONE, Exec::Shard(t::restore)),
+    cmd("randomkey", 1, R, NONE, Exec::Server),
 ];
+
+/// Whether two names are equal (in a constant).
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    match (a, b) {
+        ([x, a @ ..], [y, b @ ..]) => *x == *y && same(a, b),
+        ([], []) => true,
+        _ => false,
+    }
+}
+
+/// The place in [`TABLE`] of the command `name`, worked out when compiling (a name
+/// that is not there fails the build).
+const fn at(name: &str) -> usize {
+    let mut i = 0;
+    while i < TABLE.len() {
+        if same(TABLE[i].name.as_bytes(), name.as_bytes()) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("a command of the table")
+}
 
 /// The index in [`TABLE`] of a command whose name is given in lower case.
 fn index(lower: &[u8]) -> Option<usize> {
@@ -595,6 +641,21 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"lmpop" => 100,
         b"lmove" => 101,
         b"rpoplpush" => 102,
+        // Found by name when compiled: their places do not depend on the order.
+        b"setbit" => const { at("setbit") },
+        b"getbit" => const { at("getbit") },
+        b"bitcount" => const { at("bitcount") },
+        b"bitpos" => const { at("bitpos") },
+        b"bitfield" => const { at("bitfield") },
+        b"bitfield_ro" => const { at("bitfield_ro") },
+        b"bitop" => const { at("bitop") },
+        b"lcs" => const { at("lcs") },
+        b"rename" => const { at("rename") },
+        b"renamenx" => const { at("renamenx") },
+        b"copy" => const { at("copy") },
+        b"dump" => const { at("dump") },
+        b"restore" => const { at("restore") },
+        b"randomkey" => const { at("randomkey") },
         _ => return None,
     })
 }

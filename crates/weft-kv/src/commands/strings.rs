@@ -32,7 +32,11 @@ use crate::resp::Reply;
 /// The live string in `key` (`None` if there is none), or `WRONGTYPE` if the key holds
 /// another type. (An expired key is removed, as by `Keyspace::get`.)
 #[inline]
-fn string<'a>(ks: &'a mut Keyspace, key: &[u8], now_ms: u64) -> Result<Option<&'a Entry>, Reply> {
+pub(super) fn string<'a>(
+    ks: &'a mut Keyspace,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<Option<&'a Entry>, Reply> {
     match ks.get(key, now_ms) {
         Some(e) if !e.is_string() => Err(WRONGTYPE),
         e => Ok(e),
@@ -67,7 +71,7 @@ fn growth(ks: &Keyspace, key: &[u8], len: usize, expires: bool, now_ms: u64) -> 
 /// Admits storing a value of `len` bytes in `key` expiring at `at` (as [`store`]
 /// would) under the memory limit: see [`make_room`]. A time already passed removes
 /// the key, which never grows memory.
-fn fit(
+pub(super) fn fit(
     ks: &mut Keyspace,
     key: &[u8],
     len: usize,
@@ -83,7 +87,13 @@ fn fit(
 
 /// Stores `value` in `key` with the absolute expiry `at` and logs it; an expiry
 /// already passed removes the key instead (logged as `Del` if the key existed).
-fn store(ks: &mut Keyspace, key: &[u8], value: &[u8], at: Option<u64>, ctx: &mut Ctx<'_>) {
+pub(super) fn store(
+    ks: &mut Keyspace,
+    key: &[u8],
+    value: &[u8],
+    at: Option<u64>,
+    ctx: &mut Ctx<'_>,
+) {
     if matches!(at, Some(t) if t <= ctx.now_ms) {
         if ks.remove(key, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key });
@@ -534,7 +544,7 @@ pub fn strlen(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// range (or missing key) is the empty string. Both negative with start > end is
 /// empty (Redis 7.0's rule).
 pub fn getrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    let (mut start, mut end) = match (arg_i64(args[2]), arg_i64(args[3])) {
+    let (start, end) = match (arg_i64(args[2]), arg_i64(args[3])) {
         (Ok(s), Ok(e)) => (s, e),
         (Err(e), _) | (_, Err(e)) => return e,
     };
@@ -544,25 +554,22 @@ pub fn getrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Err(e) => return e,
     };
     let v = e.value();
-    let len = v.len() as i64;
     if start < 0 && end < 0 && start > end {
         return Reply::Bulk(Vec::new());
     }
-    if start < 0 {
-        start += len;
+    match clamp_range(start, end, v.len() as i64) {
+        Some((start, end)) => Reply::bulk(&v[start as usize..=end as usize]),
+        None => Reply::Bulk(Vec::new()),
     }
-    if end < 0 {
-        end += len;
-    }
-    start = start.max(0);
-    end = end.max(0);
-    if end >= len {
-        end = len - 1;
-    }
-    if start > end || len == 0 {
-        return Reply::Bulk(Vec::new());
-    }
-    Reply::bulk(&v[start as usize..=end as usize])
+}
+
+/// The inclusive range `start..=end` of a sequence of `len` items, as Redis reads one
+/// (GETRANGE, BITCOUNT, BITPOS): negative indexes count from the end, then both are
+/// clamped to the sequence. `None`: the range is empty.
+pub(super) fn clamp_range(start: i64, end: i64, len: i64) -> Option<(u64, u64)> {
+    let start = if start < 0 { start + len } else { start }.max(0);
+    let end = if end < 0 { end + len } else { end }.max(0).min(len - 1);
+    (start <= end).then_some((start as u64, end as u64))
 }
 
 /// SETRANGE key offset value: overwrites from `offset`, padding with zero bytes;

@@ -60,7 +60,10 @@ impl T {
             Exec::Shard(f) | Exec::Split(f, _) => {
                 f(&mut self.ks, &commands::borrow_args(args), &mut ctx)
             }
-            Exec::Server => panic!("server command in a shard test"),
+            Exec::Server => match commands::across::one_keyspace(cmd) {
+                Some(f) => f(&mut self.ks, &commands::borrow_args(args), &mut ctx),
+                None => panic!("server command in a shard test"),
+            },
         };
         self.log.extend_from_slice(&buf);
         self.last = buf;
@@ -156,4 +159,30 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
     }
     strings.sort();
     strings
+}
+
+/// An embedded store of four shards (and its directory).
+pub fn four_shards() -> (tempfile::TempDir, weft_kv::Store) {
+    let dir = tempfile::tempdir().unwrap();
+    drop(weft_kv::log::DataDir::open(dir.path(), 4).unwrap());
+    let store = weft_kv::Store::open(dir.path()).unwrap();
+    (dir, store)
+}
+
+/// `n` keys named `prefix0`, `prefix1`, ... each on a different shard (of four).
+pub fn keys_on_shards(prefix: &str, n: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut used = Vec::new();
+    for i in 0.. {
+        let k = format!("{prefix}{i}");
+        let s = crc32c::crc32c(k.as_bytes()) % 4;
+        if !used.contains(&s) {
+            used.push(s);
+            out.push(k);
+            if out.len() == n {
+                break;
+            }
+        }
+    }
+    out
 }
