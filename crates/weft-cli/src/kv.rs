@@ -169,6 +169,12 @@ pub struct ServeArgs {
     /// shared out among the workers [default: 0].
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+    /// The keyspace notifications to publish, as Redis's notify-keyspace-events
+    /// letters: K and/or E (the channels), and the classes of events: g generic, $
+    /// strings, l lists, s sets, h hashes, z sorted sets, x expired, e evicted, t
+    /// streams, m key misses, n new keys, A all but m and n [default: none].
+    #[arg(long, value_name = "LETTERS")]
+    notify_keyspace_events: Option<String>,
 }
 
 /// Where the client subcommands connect, and with which password.
@@ -266,6 +272,15 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
     }
     if let Some(on) = a.protected_mode {
         config.protected_mode = on;
+    }
+    if let Some(letters) = a.notify_keyspace_events {
+        if weft_kv::pubsub::notify::parse(letters.as_bytes()).is_none() {
+            return Err(format!(
+                "--notify-keyspace-events {letters}: each letter must be one of \
+                 KEg$lshzxetmdnA (see --help)"
+            ));
+        }
+        config.notify_keyspace_events = letters;
     }
     if config.port != 0 && !is_loopback(&config.bind) {
         let why = match (&config.password, config.protected_mode) {

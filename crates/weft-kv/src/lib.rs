@@ -65,6 +65,7 @@ pub mod keyspace;
 pub mod log;
 #[doc(hidden)]
 pub mod packed;
+pub mod pubsub;
 pub mod resp;
 pub(crate) mod route;
 pub mod server;

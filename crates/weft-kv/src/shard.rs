@@ -59,6 +59,9 @@ impl Shard {
     /// completed with empty ones).
     pub fn new(mut dbs: Vec<Keyspace>) -> Shard {
         dbs.resize_with(DATABASES as usize, Keyspace::new);
+        for (d, ks) in dbs.iter_mut().enumerate() {
+            ks.set_db(d as u8);
+        }
         Shard {
             dbs,
             log: Vec::new(),

@@ -114,6 +114,17 @@ impl Wire {
         self.send(&args);
         self.read()
     }
+
+    /// A number of INFO `section`'s text: the value of its line `field:value`.
+    pub fn info_field(&mut self, section: &str, field: &str) -> i64 {
+        let text = self.call(&["INFO", section]).text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("INFO {section} has no {field}: {text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
 }
 
 /// A reply as text: each value with its RESP type byte, strings quoted.

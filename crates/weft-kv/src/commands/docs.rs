@@ -36,6 +36,10 @@ const SUBS: &str = "Depends on the subcommand";
 const FIELDS: &str = "O(N) where N is the number of fields given";
 const HASH: &str = "O(N) where N is the number of fields of the hash";
 const NONE: &str = "Not supported by weft-kv";
+const CHANNELS: &str = "O(N) where N is the number of channels or patterns given";
+const PUBLISH: &str =
+    "O(N+M) where N is the channel's subscribers and M the patterns subscribed to";
+const ACTIVE: &str = "O(N) where N is the number of channels that have subscribers";
 const STR: &str = "O(N) where N is the length of the strings";
 const VALUE: &str = "O(N) where N is the size of the value";
 const ELEMS: &str = "O(N) where N is the number of elements given or asked for";
@@ -543,6 +547,87 @@ pub fn doc(name: &str) -> Option<Doc> {
             "list",
             O1,
         ),
+        // pub/sub
+        "subscribe" => x(
+            "Listens for messages published to channels",
+            "2.0.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "unsubscribe" => x(
+            "Stops listening to channels (all of them if none is given)",
+            "2.0.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "psubscribe" => x(
+            "Listens for messages published to channels matching patterns",
+            "2.0.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "punsubscribe" => x(
+            "Stops listening to patterns (all of them if none is given)",
+            "2.0.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "ssubscribe" => x(
+            "Listens for messages published to shard channels",
+            "7.0.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "sunsubscribe" => x(
+            "Stops listening to shard channels (all of them if none is given)",
+            "7.0.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "publish" => x(
+            "Posts a message to a channel; answers how many received it",
+            "2.0.0",
+            "pubsub",
+            PUBLISH,
+        ),
+        "spublish" => x(
+            "Posts a message to a shard channel; answers how many received it",
+            "7.0.0",
+            "pubsub",
+            PUBLISH,
+        ),
+        "pubsub" => x("Pub/sub introspection", "2.8.0", "pubsub", SUBS),
+        "pubsub|channels" => x(
+            "The channels that have subscribers",
+            "2.8.0",
+            "pubsub",
+            ACTIVE,
+        ),
+        "pubsub|shardchannels" => x(
+            "The shard channels that have subscribers",
+            "7.0.0",
+            "pubsub",
+            ACTIVE,
+        ),
+        "pubsub|numsub" => x(
+            "The number of subscribers of each channel given",
+            "2.8.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "pubsub|shardnumsub" => x(
+            "The number of subscribers of each shard channel given",
+            "7.0.0",
+            "pubsub",
+            CHANNELS,
+        ),
+        "pubsub|numpat" => x(
+            "The number of patterns that have subscribers",
+            "2.8.0",
+            "pubsub",
+            O1,
+        ),
+        "pubsub|help" => x("What PUBSUB's subcommands do", "6.2.0", "pubsub", O1),
         _ => return None,
     })
 }

@@ -19,6 +19,7 @@ use super::{arg_i64, float80, Ctx, NOT_FLOAT, NOT_INT, OOM, SYNTAX_ERR, WRONGTYP
 use crate::keyspace::hash::{self, FIELD_OVERHEAD};
 use crate::keyspace::{glob_match, Entry, Keyspace, Type};
 use crate::log::{encode_split, Items, RecordRef};
+use crate::pubsub::{notify, GENERIC, HASH, NEW};
 use crate::resp::Reply;
 use std::cell::Cell;
 
@@ -79,6 +80,7 @@ fn write_fields(
     ks.put(e);
     let e = ks.peek(key, now).expect("just made");
     Keyspace::state_records(e, |r| ctx.record(&r));
+    notify(ctx, NEW, "new", key);
     Ok(new as i64)
 }
 
@@ -98,7 +100,11 @@ pub fn hset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    write_fields(ks, args[1], &args[2..], ctx).map_or_else(|e| e, Reply::Int)
+    let r = write_fields(ks, args[1], &args[2..], ctx).map_or_else(|e| e, Reply::Int);
+    if !r.is_error() {
+        notify(ctx, HASH, "hset", args[1]);
+    }
+    r
 }
 
 /// HMSET key field value [field value ...]: HSET answering `OK` (the arity error
@@ -110,7 +116,11 @@ pub fn hmset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    write_fields(ks, args[1], &args[2..], ctx).map_or_else(|e| e, |_| Reply::OK)
+    let r = write_fields(ks, args[1], &args[2..], ctx).map_or_else(|e| e, |_| Reply::OK);
+    if !r.is_error() {
+        notify(ctx, HASH, "hset", args[1]);
+    }
+    r
 }
 
 /// HSETNX key field value: sets the field only if the hash lacks it (creating the
@@ -122,7 +132,13 @@ pub fn hsetnx(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     match hash_of(ks, args[1], ctx.now_ms) {
         Err(e) => e,
         Ok(Some(e)) if hash::get(e, args[2]).is_some() => Reply::Int(0),
-        Ok(_) => write_fields(ks, args[1], &args[2..4], ctx).map_or_else(|e| e, |_| Reply::Int(1)),
+        Ok(_) => match write_fields(ks, args[1], &args[2..4], ctx) {
+            Ok(_) => {
+                notify(ctx, HASH, "hset", args[1]);
+                Reply::Int(1)
+            }
+            Err(e) => e,
+        },
     }
 }
 
@@ -178,6 +194,10 @@ pub fn hdel(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             |items| RecordRef::HDel { key, items },
             ctx.log,
         );
+        notify(ctx, HASH, "hdel", key);
+        if ks.peek(key, ctx.now_ms).is_none() {
+            notify(ctx, GENERIC, "del", key);
+        }
     }
     Reply::Int(n as i64)
 }
@@ -265,7 +285,10 @@ pub fn hincrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let mut buf = itoa::Buffer::new();
     let text = buf.format(new).as_bytes();
     match write_fields(ks, args[1], &[args[2], text], ctx) {
-        Ok(_) => Reply::Int(new),
+        Ok(_) => {
+            notify(ctx, HASH, "hincrby", args[1]);
+            Reply::Int(new)
+        }
         Err(e) => e,
     }
 }
@@ -302,7 +325,10 @@ pub fn hincrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Rep
     };
     let text = float80::format(new).into_bytes();
     match write_fields(ks, args[1], &[args[2], &text], ctx) {
-        Ok(_) => Reply::Bulk(text),
+        Ok(_) => {
+            notify(ctx, HASH, "hincrbyfloat", args[1]);
+            Reply::Bulk(text)
+        }
         Err(e) => e,
     }
 }

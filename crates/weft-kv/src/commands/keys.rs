@@ -9,6 +9,7 @@
 use super::{arg_i64, invalid_expire, Ctx};
 use crate::keyspace::Keyspace;
 use crate::log::RecordRef;
+use crate::pubsub::{notify, GENERIC};
 use crate::resp::Reply;
 
 /// DEL key... (and UNLINK): the number of keys removed. (Split by shard; the parts'
@@ -18,6 +19,7 @@ pub fn del(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     for key in &args[1..] {
         if ks.remove(key, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key });
+            notify(ctx, GENERIC, "del", key);
             n += 1;
         }
     }
@@ -120,12 +122,16 @@ fn expire_generic(
     if when <= ctx.now_ms as i64 {
         ks.remove(key, ctx.now_ms);
         ctx.record(&RecordRef::Del { key });
-    } else if cur != Some(when) {
-        ks.set_expire(key, Some(when as u64), ctx.now_ms);
-        ctx.record(&RecordRef::Expire {
-            key,
-            at_ms: Some(when as u64),
-        });
+        notify(ctx, GENERIC, "del", key);
+    } else {
+        if cur != Some(when) {
+            ks.set_expire(key, Some(when as u64), ctx.now_ms);
+            ctx.record(&RecordRef::Expire {
+                key,
+                at_ms: Some(when as u64),
+            });
+        }
+        notify(ctx, GENERIC, "expire", key);
     }
     Reply::Int(1)
 }
@@ -203,6 +209,7 @@ pub fn persist(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Some(e) if e.expire_at_ms().is_some() => {
             ks.set_expire(key, None, ctx.now_ms);
             ctx.record(&RecordRef::Expire { key, at_ms: None });
+            notify(ctx, GENERIC, "persist", key);
             Reply::Int(1)
         }
         _ => Reply::Int(0),

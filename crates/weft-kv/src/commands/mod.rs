@@ -359,8 +359,18 @@ static OBJECT_SUBS: [Sub; 5] = [
     sub("object|refcount", 3, R),
 ];
 
+/// PUBSUB's subcommands.
+static PUBSUB_SUBS: [Sub; 6] = [
+    sub("pubsub|channels", -2, 0),
+    sub("pubsub|help", 2, 0),
+    sub("pubsub|numpat", 2, 0),
+    sub("pubsub|numsub", -2, 0),
+    sub("pubsub|shardchannels", -2, 0),
+    sub("pubsub|shardnumsub", -2, 0),
+];
+
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 117] = [
+static TABLE: [Command; 126] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -510,6 +520,16 @@ static TABLE: [Command; 117] = [
     cmd("dump", 2, R, ONE, Exec::Shard(t::dump)),
     cmd("restore", -4, W | D, ONE, Exec::Shard(t::restore)),
     cmd("randomkey", 1, R, NONE, Exec::Server),
+    // pub/sub (server/pubsub.rs)
+    cmd("subscribe", -2, 0, NONE, Exec::Server),
+    cmd("unsubscribe", -1, 0, NONE, Exec::Server),
+    cmd("psubscribe", -2, 0, NONE, Exec::Server),
+    cmd("punsubscribe", -1, 0, NONE, Exec::Server),
+    cmd("ssubscribe", -2, 0, NONE, Exec::Server),
+    cmd("sunsubscribe", -1, 0, NONE, Exec::Server),
+    cmd("publish", 3, F, NONE, Exec::Server),
+    cmd("spublish", 3, F, NONE, Exec::Server),
+    container("pubsub", &PUBSUB_SUBS),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -656,6 +676,15 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"dump" => const { at("dump") },
         b"restore" => const { at("restore") },
         b"randomkey" => const { at("randomkey") },
+        b"subscribe" => const { at("subscribe") },
+        b"unsubscribe" => const { at("unsubscribe") },
+        b"psubscribe" => const { at("psubscribe") },
+        b"punsubscribe" => const { at("punsubscribe") },
+        b"ssubscribe" => const { at("ssubscribe") },
+        b"sunsubscribe" => const { at("sunsubscribe") },
+        b"publish" => const { at("publish") },
+        b"spublish" => const { at("spublish") },
+        b"pubsub" => const { at("pubsub") },
         _ => return None,
     })
 }

@@ -27,6 +27,7 @@ use super::{
 use crate::keyspace::Entry;
 use crate::keyspace::Keyspace;
 use crate::log::RecordRef;
+use crate::pubsub::{notify, GENERIC, NEW, STRING};
 use crate::resp::Reply;
 
 /// The live string in `key` (`None` if there is none), or `WRONGTYPE` if the key holds
@@ -105,7 +106,11 @@ pub(super) fn store(
         value,
         expire_at_ms: at,
     });
+    let new = crate::pubsub::notify::enabled(NEW) && !ks.contains(key, ctx.now_ms);
     ks.set(key, value, at);
+    if new {
+        notify(ctx, NEW, "new", key);
+    }
 }
 
 /// GET key: the value, or nil.
@@ -237,6 +242,10 @@ pub fn set(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return e;
     }
     store(ks, key, args[2], at, ctx);
+    notify(ctx, STRING, "set", key);
+    if at.is_some() && !o.keepttl {
+        notify(ctx, GENERIC, "expire", key);
+    }
     reply
 }
 
@@ -252,6 +261,7 @@ pub fn setnx(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return e;
     }
     store(ks, args[1], args[2], None, ctx);
+    notify(ctx, STRING, "set", args[1]);
     Reply::Int(1)
 }
 
@@ -265,6 +275,8 @@ fn setex_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, secs: boo
                 return e;
             }
             store(ks, args[1], args[3], Some(at), ctx);
+            notify(ctx, STRING, "set", args[1]);
+            notify(ctx, GENERIC, "expire", args[1]);
             Reply::OK
         }
         Err(e) => e,
@@ -295,6 +307,7 @@ pub fn getset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return e;
     }
     store(ks, args[1], args[2], None, ctx);
+    notify(ctx, STRING, "set", args[1]);
     reply
 }
 
@@ -309,6 +322,7 @@ pub fn getdel(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let reply = Reply::bulk(e.value());
     ks.remove(key, ctx.now_ms);
     ctx.record(&RecordRef::Del { key });
+    notify(ctx, GENERIC, "del", key);
     reply
 }
 
@@ -335,6 +349,7 @@ pub fn getex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             Ok(at) if at <= ctx.now_ms => {
                 ks.remove(key, ctx.now_ms);
                 ctx.record(&RecordRef::Del { key });
+                notify(ctx, GENERIC, "del", key);
             }
             Ok(at) => {
                 ks.set_expire(key, Some(at), ctx.now_ms);
@@ -342,12 +357,14 @@ pub fn getex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
                     key,
                     at_ms: Some(at),
                 });
+                notify(ctx, GENERIC, "expire", key);
             }
             Err(e) => return e,
         }
     } else if o.persist && had_expire {
         ks.set_expire(key, None, ctx.now_ms);
         ctx.record(&RecordRef::Expire { key, at_ms: None });
+        notify(ctx, GENERIC, "persist", key);
     }
     reply
 }
@@ -391,6 +408,7 @@ pub fn mset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     }
     for kv in args[1..].chunks_exact(2) {
         store(ks, kv[0], kv[1], None, ctx);
+        notify(ctx, STRING, "set", kv[0]);
     }
     Reply::OK
 }
@@ -419,6 +437,7 @@ fn incr_by(ks: &mut Keyspace, key: &[u8], by: i64, ctx: &mut Ctx<'_>) -> Reply {
         return e;
     }
     store(ks, key, text.as_bytes(), at, ctx);
+    notify(ctx, STRING, "incrby", key);
     Reply::Int(new)
 }
 
@@ -485,6 +504,7 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Repl
         return e;
     }
     store(ks, key, &text, at, ctx);
+    notify(ctx, STRING, "incrbyfloat", key);
     Reply::Bulk(text)
 }
 
@@ -504,6 +524,7 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
                 return e;
             }
             store(ks, key, more, None, ctx);
+            notify(ctx, STRING, "append", key);
             return Reply::Int(more.len() as i64);
         }
         Ok(Some(e)) => e.value().len() as u64,
@@ -528,6 +549,7 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if !more.is_empty() {
         ctx.record(&RecordRef::Append { key, piece: more });
     }
+    notify(ctx, STRING, "append", key);
     Reply::Int(new_len.unwrap_or(0) as i64)
 }
 
@@ -615,6 +637,7 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             value: b"",
             expire_at_ms: None,
         });
+        notify(ctx, NEW, "new", key);
     }
     let new_len = ks
         .update(
@@ -632,5 +655,6 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         offset,
         piece: val,
     });
+    notify(ctx, STRING, "setrange", key);
     Reply::Int(new_len as i64)
 }

@@ -331,6 +331,8 @@ pub struct Keyspace {
     /// Keys removed because their time had passed (found expired by a command, or by
     /// the active cycle), ever.
     expired: u64,
+    /// The database it is (its `expired` events name it; SWAPDB leaves it in place).
+    db: u8,
 }
 
 impl Keyspace {
@@ -348,13 +350,27 @@ impl Keyspace {
             removed: 0,
             floor: 0,
             expired: 0,
+            db: 0,
         }
+    }
+
+    /// Says which database this keyspace is (for its keyspace notifications).
+    pub fn set_db(&mut self, db: u8) {
+        self.db = db;
+    }
+
+    /// A key was removed because its time had passed: counted, and its `expired`
+    /// event fired.
+    fn note_expired(&mut self, e: &Entry) {
+        self.expired += 1;
+        crate::pubsub::notify::notify_db(self.db, crate::pubsub::EXPIRED, "expired", e.key());
     }
 
     /// Swaps the keys of two keyspaces (SWAPDB) by command stamp `stamp`: from now on
     /// every read of either waits for that command's record (their `floor`).
     pub fn swap(a: &mut Keyspace, b: &mut Keyspace, stamp: u64) {
         std::mem::swap(a, b);
+        std::mem::swap(&mut a.db, &mut b.db);
         for ks in [a, b] {
             ks.floor = ks.floor.max(stamp);
             ks.removed = ks.removed.max(stamp);
@@ -479,8 +495,8 @@ impl Keyspace {
         let e = self.index.at(p);
         self.saw(e.stamp());
         if e.expired(now_ms) {
-            self.remove_at(h, p);
-            self.expired += 1;
+            let e = self.remove_at(h, p);
+            self.note_expired(&e);
             return None;
         }
         Some(p)
@@ -594,9 +610,9 @@ impl Keyspace {
                 self.saw(self.stamp);
                 true
             }
-            Some(_) => {
+            Some(e) => {
                 // An expired one: `remove_at` noted its stamp.
-                self.expired += 1;
+                self.note_expired(&e);
                 false
             }
             None => {
@@ -852,8 +868,8 @@ impl Keyspace {
             // last such key takes `(at, h)` out of the expiry index.
             match self.index.find_with(h, |e| e.expire_at_ms() == Some(at)) {
                 Some(p) => {
-                    self.remove_at(h, p);
-                    self.expired += 1;
+                    let e = self.remove_at(h, p);
+                    self.note_expired(&e);
                     removed += 1;
                 }
                 None => {

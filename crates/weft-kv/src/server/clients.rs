@@ -81,6 +81,8 @@ pub struct Client {
     no_evict: AtomicBool,
     /// CLIENT KILL closed the socket.
     killed: AtomicBool,
+    /// Its subscriptions and the messages queued for it, once it has subscribed.
+    pub(crate) pubsub: std::sync::OnceLock<Arc<crate::pubsub::Subscriber>>,
 }
 
 impl Client {
@@ -115,6 +117,7 @@ impl Client {
             omem: AtomicUsize::new(0),
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
+            pubsub: std::sync::OnceLock::new(),
         })
     }
 
@@ -200,10 +203,20 @@ impl Client {
             self.qbuf_free.load(Relaxed),
             self.rbs.load(Relaxed),
         );
-        let omem = self.omem.load(Relaxed);
+        let (sub, psub, ssub, queued) = self.pubsub.get().map_or((0, 0, 0, 0), |s| {
+            use crate::pubsub::Kind;
+            let n = |k| s.count(k);
+            (
+                n(Kind::Channel),
+                n(Kind::Pattern),
+                n(Kind::Shard),
+                s.queued(),
+            )
+        });
+        let omem = self.omem.load(Relaxed) + queued;
         let idle = now_ms().saturating_sub(self.last_ms.load(Relaxed)) / 1000;
         format!(
-            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem=0 rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
+            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db={} sub={sub} psub={psub} ssub={ssub} multi=-1 qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem=0 rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
             self.id,
             self.addr,
             self.laddr,
@@ -250,6 +263,9 @@ impl Conn {
     pub fn set_proto(&mut self, proto: u8) {
         self.proto = proto;
         self.client.resp.store(proto, Relaxed);
+        if let Some(s) = self.client.pubsub.get() {
+            s.set_proto(proto);
+        }
     }
 
     /// Selects database `db` (SELECT, RESET).

@@ -77,6 +77,9 @@ pub struct Config {
     /// Worker threads (0: half the CPUs, at least one: the clients of a local store
     /// run on the same machine; see `serve`).
     pub workers: usize,
+    /// The keyspace notifications published, as Redis's `notify-keyspace-events`
+    /// letters (empty: none).
+    pub notify_keyspace_events: String,
 }
 
 impl Config {
@@ -109,6 +112,7 @@ impl Config {
             client_output_limit: 32 << 20,
             protected_mode: true,
             workers: 0,
+            notify_keyspace_events: String::new(),
         }
     }
 }

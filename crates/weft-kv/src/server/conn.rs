@@ -27,7 +27,7 @@
 //! ([`protected_mode_refuses`]) turns away TCP clients of other machines when no
 //! password is set.
 
-use super::{admin, clients, stats, Server};
+use super::{admin, clients, pubsub, stats, Server};
 use crate::commands::{self, flags, Command, Exec};
 use crate::exec::{self, Acks, ShardSet};
 use crate::resp::{Limits, Parsed, Parser, Reply};
@@ -188,8 +188,15 @@ where
         self.count(other + wbuf.capacity());
         self.client.note_output(wbuf.len());
         let mut stream = self.stream;
+        // A subscriber's writer may be writing messages: one at a time.
+        let sub = self.client.pubsub.get();
+        let writing = sub.map(|s| s.writing.lock());
         if stream.write_all(wbuf).is_err() {
             return false;
+        }
+        drop(writing);
+        if let Some(s) = sub {
+            s.release();
         }
         self.server.stats.wrote(wbuf.len());
         self.client.note_output(0);
@@ -211,10 +218,13 @@ impl<S> Drop for Out<'_, S> {
 /// Serves one connection until it closes.
 pub fn serve<S>(server: Arc<Server>, stream: S, id: u64)
 where
-    S: std::os::fd::AsRawFd + clients::Peer,
+    S: std::os::fd::AsRawFd + clients::Peer + Send + Sync + 'static,
     for<'a> &'a S: Read + Write,
 {
-    let client = clients::Client::new(&server, id, &stream, stream.as_raw_fd());
+    // Shared with the writer of its messages, if it subscribes.
+    let stream = Arc::new(stream);
+    let mut writer = None;
+    let client = clients::Client::new(&server, id, &*stream, stream.as_raw_fd());
     // Listed until it ends; removed before the socket is closed.
     let registered = server.registry.add(client.clone());
     let limits = Limits {
@@ -234,7 +244,7 @@ where
         db: 0,
     };
     let mut out = Out {
-        stream: &stream,
+        stream: &*stream,
         server: &server,
         counted: 0,
         client: &client,
@@ -277,7 +287,7 @@ where
                 rbuf.resize(rbuf.len() + grow, 0);
             }
         }
-        let n = match (&stream).read(&mut rbuf[end..]) {
+        let n = match (&*stream).read(&mut rbuf[end..]) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -327,9 +337,13 @@ where
             let input = rbuf.capacity() + parser.buffered() + b.owned;
             while b.next < b.cmds.len() && !conn.close {
                 let mut send = |w: &mut Vec<u8>, held: usize| out.send(w, input + held);
-                if !run_pipeline(&server, &mut conn, &mut b, &rbuf, limit, &mut send)
-                    || !out.send(&mut b.wbuf, input)
-                {
+                let ran = run_pipeline(&server, &mut conn, &mut b, &rbuf, limit, &mut send);
+                if writer.is_none() {
+                    if let Some(s) = client.pubsub.get() {
+                        writer = pubsub::spawn_writer(stream.clone(), s.clone());
+                    }
+                }
+                if !ran || !out.send(&mut b.wbuf, input) {
                     break 'conn;
                 }
             }
@@ -354,6 +368,9 @@ where
         }
     }
     drop(out);
+    if let Some(s) = client.pubsub.get() {
+        pubsub::stop_writer(&*stream, s, writer);
+    }
     drop(registered);
     server.clients.fetch_sub(1, Relaxed);
     drop(stream);
@@ -690,6 +707,16 @@ fn run_command(
     conn.client.note_command(id);
     clients::wait_pause(server, conn, cmd, args);
     let t0 = stats::stamp();
+    if pubsub::wants(conn, cmd) {
+        if let Some(r) = pubsub::run(conn, cmd, args, wbuf) {
+            let r = answered(server, id, t0, r, false);
+            // A confirmation is sent whatever CLIENT REPLY says.
+            return Some(match r {
+                Reply::Written => r,
+                r => muted(conn, r, wbuf, mark),
+            });
+        }
+    }
     let r = match cmd.exec {
         Exec::Shard(f) => {
             let s = route::shard_of_command(cmd, args, shards.count()).unwrap_or(0);

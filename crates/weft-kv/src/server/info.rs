@@ -239,7 +239,11 @@ fn section(server: &Server, name: &str) -> String {
         "clients" => {
             let all = server.registry.all();
             let max_in = all.iter().map(|c| c.input_bytes()).max().unwrap_or(0);
-            let max_out = all.iter().map(|c| c.output_bytes()).max().unwrap_or(0);
+            let max_out = all
+                .iter()
+                .map(|c| c.output_bytes() + c.pubsub.get().map_or(0, |s| s.queued()))
+                .max()
+                .unwrap_or(0);
             field("connected_clients", &server.clients.load(Relaxed));
             field("cluster_connections", &0);
             field("maxclients", &server.settings.maxclients());
@@ -255,7 +259,8 @@ fn section(server: &Server, name: &str) -> String {
             let rss = rss();
             let max = server.settings.maxmemory();
             let total = total_memory();
-            let clients = server.client_memory.load(Relaxed) as u64;
+            let clients =
+                (server.client_memory.load(Relaxed) + crate::pubsub::queued_bytes()) as u64;
             let pct = |a: u64, b: u64| {
                 if b == 0 {
                     0.0
@@ -432,9 +437,6 @@ fn section(server: &Server, name: &str) -> String {
                 "current_eviction_exceeded_time",
                 "keyspace_hits",
                 "keyspace_misses",
-                "pubsub_channels",
-                "pubsub_patterns",
-                "pubsubshard_channels",
                 "latest_fork_usec",
                 "total_forks",
                 "migrate_cached_sockets",
@@ -452,6 +454,14 @@ fn section(server: &Server, name: &str) -> String {
             ] {
                 field(k, &0);
             }
+            let (channels, patterns, shard) = crate::pubsub::info_counts();
+            field("pubsub_channels", &channels);
+            field("pubsub_patterns", &patterns);
+            field("pubsubshard_channels", &shard);
+            field(
+                "client_output_buffer_limit_disconnections",
+                &crate::pubsub::limit_disconnections(),
+            );
             field("total_error_replies", &errors);
             field("dump_payload_sanitizations", &0);
             field("total_reads_processed", &reads);

@@ -24,6 +24,7 @@ pub(crate) mod command;
 pub mod config;
 pub(crate) mod conn;
 pub(crate) mod info;
+pub(crate) mod pubsub;
 pub(crate) mod shards;
 pub(crate) mod stats;
 
@@ -52,6 +53,8 @@ pub(crate) struct Settings {
 
 impl Settings {
     fn new(c: &Config) -> Settings {
+        // Checked by `weft kv serve`; a bad value here leaves notifications off.
+        let _ = crate::pubsub::notify::set(&c.notify_keyspace_events);
         Settings {
             fsync: AtomicU8::new(c.fsync as u8),
             maxmemory: AtomicU64::new(c.maxmemory),
@@ -167,6 +170,11 @@ impl Settings {
                 "protected-mode",
                 if self.protected_mode() { "yes" } else { "no" }.into(),
             ),
+            ("notify-keyspace-events", crate::pubsub::notify::get()),
+            (
+                "client-output-buffer-limit",
+                self::pubsub::output_buffer_limit(),
+            ),
         ]
     }
 
@@ -227,6 +235,12 @@ impl Settings {
                     return Err("ERR CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'".into())
                 }
             },
+            "notify-keyspace-events" => crate::pubsub::notify::set(value).map_err(|e| {
+                format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
+            })?,
+            "client-output-buffer-limit" => self::pubsub::set_output_buffer_limit(value).map_err(|e| {
+                format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
+            })?,
             "save" | "appendonly" if value.is_empty() || value == "yes" => {}
             _ => {
                 return Err(format!(
@@ -565,7 +579,7 @@ fn spawn_named<T: Send + 'static>(
 /// thread on the next worker (round-robin).
 fn accept<S>(s: &Arc<Server>, stream: S)
 where
-    S: Send + 'static + std::os::fd::AsRawFd + clients::Peer,
+    S: Send + Sync + 'static + std::os::fd::AsRawFd + clients::Peer,
     for<'a> &'a S: io::Read + io::Write,
 {
     use std::io::Write;
