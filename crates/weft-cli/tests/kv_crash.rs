@@ -5,7 +5,8 @@
 //! Each round, four writers (two one command at a time, two pipelining 1 to 32
 //! commands) run SET, SET EX, INCR, APPEND, DEL and EXPIRE on keys of their own and on
 //! keys they share, and HSET, HDEL, HINCRBY, DEL and EXPIRE on hashes of their own and
-//! HINCRBY and HSET on hashes they share, recording for each command when it was sent
+//! HINCRBY and HSET on hashes they share, SADD, SREM, DEL and EXPIRE on sets of their
+//! own and SADD and SREM on sets they share, recording for each command when it was sent
 //! and when (if ever) its reply came. Once a random number of replies has come, the server is killed with
 //! SIGKILL; it is restarted on the same directory, and every key is read back (value
 //! and whether it has a time to live). A command whose reply came is *acknowledged*
@@ -26,7 +27,10 @@
 //! - a writer's own hash is checked as a writer's own key (its fields and values, and
 //!   whether it has a time to live); a shared hash holds in each counter field at least
 //!   the acknowledged HINCRBYs and at most those plus the ones in flight, every field
-//!   whose HSET was acknowledged, and no field never sent.
+//!   whose HSET was acknowledged, and no field never sent;
+//! - a writer's own set is checked as a writer's own key (its members, and whether it
+//!   has a time to live); a shared set holds every member whose SADD was acknowledged
+//!   unless an SREM of it could have come after, and no member never sent.
 //!
 //! What is promised, and so checked: `kill -9` is a crash of the process, not of the
 //! machine, and docs/kv.md promises that such a crash loses nothing acknowledged under
@@ -44,7 +48,7 @@ mod common;
 mod kv;
 
 use kv::{KvServer, Rng, CEILING};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
@@ -67,6 +71,10 @@ enum Op {
     HDel(String),
     /// HINCRBY field 1.
     HIncr(String),
+    /// SADD member.
+    SAdd(String),
+    /// SREM member.
+    SRem(String),
 }
 
 /// A key's state: its value (a hash's: its fields as `field=value;` in field order)
@@ -88,6 +96,22 @@ fn fields(text: &str) -> BTreeMap<String, String> {
 fn hash_state(fields: &BTreeMap<String, String>, ttl: bool) -> State {
     (!fields.is_empty()).then(|| {
         let text = fields.iter().map(|(f, v)| format!("{f}={v};")).collect();
+        (text, ttl)
+    })
+}
+
+/// A set's members from its state's text (`member;member;...`, sorted).
+fn members(text: &str) -> BTreeSet<String> {
+    text.split(';')
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// A set's state text from its members (a set without members does not exist).
+fn set_state(members: &BTreeSet<String>, ttl: bool) -> State {
+    (!members.is_empty()).then(|| {
+        let text = members.iter().map(|m| format!("{m};")).collect();
         (text, ttl)
     })
 }
@@ -131,6 +155,18 @@ fn apply(state: &State, op: &Op) -> State {
             }
             hash_state(&f, ttl)
         }
+        Op::SAdd(m) | Op::SRem(m) => {
+            let (mut set, ttl) = match state {
+                None => (BTreeSet::new(), false),
+                Some((text, ttl)) => (members(text), *ttl),
+            };
+            if matches!(op, Op::SAdd(_)) {
+                set.insert(m.clone());
+            } else {
+                set.remove(m);
+            }
+            set_state(&set, ttl)
+        }
     }
 }
 
@@ -145,6 +181,10 @@ enum Class {
     PrivateHash,
     /// A hash the writers share: counter fields and fields of their own.
     SharedHash,
+    /// A writer's own set.
+    PrivateSet,
+    /// A set the writers share: members of their own.
+    SharedSet,
 }
 
 /// One command a writer sent.
@@ -182,6 +222,8 @@ fn key_name(round: u64, class: Class, owner: usize, n: u64) -> String {
         Class::Appends => format!("r{round}:a{n}"),
         Class::PrivateHash => format!("r{round}:hp{owner}:{n}"),
         Class::SharedHash => format!("r{round}:hs{n}"),
+        Class::PrivateSet => format!("r{round}:sp{owner}:{n}"),
+        Class::SharedSet => format!("r{round}:ss{n}"),
     }
 }
 
@@ -193,6 +235,8 @@ fn class_of(key: &str) -> Class {
         Some('g') => Class::Register,
         Some('h') if k.starts_with("hp") => Class::PrivateHash,
         Some('h') => Class::SharedHash,
+        Some('s') if k.starts_with("sp") => Class::PrivateSet,
+        Some('s') => Class::SharedSet,
         _ => Class::Appends,
     }
 }
@@ -207,7 +251,26 @@ fn next_op(rng: &mut Rng, round: u64, w: usize, seq: u64) -> (String, Op) {
         }
         v
     };
-    match rng.below(26) {
+    match rng.below(30) {
+        26..=27 => {
+            let key = key_name(round, Class::PrivateSet, w, rng.below(3));
+            let op = match rng.below(10) {
+                0..=4 => Op::SAdd(format!("m{}", rng.below(6))),
+                5..=7 => Op::SRem(format!("m{}", rng.below(6))),
+                _ if rng.below(2) == 0 => Op::Del,
+                _ => Op::Expire,
+            };
+            (key, op)
+        }
+        28..=29 => {
+            let key = key_name(round, Class::SharedSet, 0, rng.below(2));
+            // A member of its own, added, or now and then removed again.
+            let op = match rng.below(4) {
+                0 => Op::SRem(format!("w{w}.{}", seq.saturating_sub(1 + rng.below(8)))),
+                _ => Op::SAdd(format!("w{w}.{seq}")),
+            };
+            (key, op)
+        }
         20..=22 => {
             let key = key_name(round, Class::PrivateHash, w, rng.below(3));
             let op = match rng.below(10) {
@@ -271,6 +334,8 @@ fn send(c: &mut Client, key: &str, op: &Op) {
         Op::HSet(f, v) => c.send(&[b"HSET", k, f.as_bytes(), v.as_bytes()]),
         Op::HDel(f) => c.send(&[b"HDEL", k, f.as_bytes()]),
         Op::HIncr(f) => c.send(&[b"HINCRBY", k, f.as_bytes(), b"1"]),
+        Op::SAdd(m) => c.send(&[b"SADD", k, m.as_bytes()]),
+        Op::SRem(m) => c.send(&[b"SREM", k, m.as_bytes()]),
     }
 }
 
@@ -333,8 +398,13 @@ fn writer(
 /// time to live).
 fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
     let hash = |k: &str| matches!(class_of(k), Class::PrivateHash | Class::SharedHash);
+    let set = |k: &str| matches!(class_of(k), Class::PrivateSet | Class::SharedSet);
     for k in keys {
-        let read: &[u8] = if hash(k) { b"HGETALL" } else { b"GET" };
+        let read: &[u8] = match k {
+            k if hash(k) => b"HGETALL",
+            k if set(k) => b"SMEMBERS",
+            _ => b"GET",
+        };
         c.send(&[read, k.as_bytes()]);
         c.send(&[b"TTL", k.as_bytes()]);
     }
@@ -357,6 +427,9 @@ fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
                     f.insert(text(name), text(value));
                 }
                 hash_state(&f, t >= 0)
+            }
+            (Reply::Array(items) | Reply::Set(items), Reply::Int(t)) if set(k) => {
+                set_state(&items.into_iter().map(text).collect(), t >= 0)
             }
             other => panic!("{k}: {other:?}"),
         };
@@ -384,7 +457,7 @@ fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
     let acked = calls.iter().filter(|c| c.acked.is_some()).count();
     let fail = |why: String| Some(format!("{key}: found {}: {why}", show(got)));
     match class_of(key) {
-        Class::Private | Class::PrivateHash => {
+        Class::Private | Class::PrivateHash | Class::PrivateSet => {
             // One writer: its acknowledged commands are a prefix of its commands.
             let mut states = vec![None];
             for c in calls {
@@ -499,6 +572,26 @@ fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
                     .any(|c| matches!(&c.op, Op::HSet(g, _) if g == f));
                 if !sent {
                     return fail(format!("the field {f} was never sent"));
+                }
+            }
+            None
+        }
+        Class::SharedSet => {
+            let got = got.as_ref().map_or_else(BTreeSet::new, |(t, _)| members(t));
+            for c in calls.iter().filter(|c| c.acked.is_some()) {
+                let Op::SAdd(m) = &c.op else { continue };
+                // An SREM of the member that need not come before this SADD may have
+                // removed it.
+                let removable = calls
+                    .iter()
+                    .any(|r| matches!(&r.op, Op::SRem(x) if x == m) && !c.forced_after(r));
+                if !removable && !got.contains(m) {
+                    return fail(format!("the acknowledged member {m} is lost"));
+                }
+            }
+            for m in &got {
+                if !calls.iter().any(|c| matches!(&c.op, Op::SAdd(x) if x == m)) {
+                    return fail(format!("the member {m} was never sent"));
                 }
             }
             None
@@ -848,4 +941,32 @@ fn the_checks_tell_allowed_from_lost() {
     assert!(check_key("r0:hs0", &hs, &some("c0=1;w1.2=1;", false)).is_some());
     assert!(check_key("r0:hs0", &hs, &some("c0=2;", false)).is_some());
     assert!(check_key("r0:hs0", &hs, &some("c0=2;w1.2=1;w9.9=1;", false)).is_some());
+    // A writer's own set: acknowledged SADD a, SADD b, SREM a; in flight SADD c.
+    let sp = [
+        call("r0:sp0:1", Op::SAdd("a".into()), 0, 1, 0, Some(1)),
+        call("r0:sp0:1", Op::SAdd("b".into()), 0, 2, 2, Some(3)),
+        call("r0:sp0:1", Op::SRem("a".into()), 0, 3, 4, Some(5)),
+        call("r0:sp0:1", Op::SAdd("c".into()), 0, 4, 6, None),
+    ];
+    let sp: Vec<&Call> = sp.iter().collect();
+    assert_eq!(check_key("r0:sp0:1", &sp, &some("b;", false)), None);
+    assert_eq!(check_key("r0:sp0:1", &sp, &some("b;c;", false)), None);
+    assert!(check_key("r0:sp0:1", &sp, &some("a;b;", false)).is_some());
+    assert!(check_key("r0:sp0:1", &sp, &None).is_some());
+    // A shared set: w0's member acknowledged, w1's acknowledged and then removed by an
+    // SREM in flight, w2's in flight.
+    let ss = [
+        call("r0:ss0", Op::SAdd("w0.1".into()), 0, 1, 0, Some(1)),
+        call("r0:ss0", Op::SAdd("w1.1".into()), 1, 1, 0, Some(1)),
+        call("r0:ss0", Op::SRem("w1.1".into()), 1, 2, 2, None),
+        call("r0:ss0", Op::SAdd("w2.1".into()), 2, 1, 0, None),
+    ];
+    let ss: Vec<&Call> = ss.iter().collect();
+    assert_eq!(check_key("r0:ss0", &ss, &some("w0.1;", false)), None);
+    assert_eq!(
+        check_key("r0:ss0", &ss, &some("w0.1;w1.1;w2.1;", false)),
+        None
+    );
+    assert!(check_key("r0:ss0", &ss, &some("w1.1;", false)).is_some());
+    assert!(check_key("r0:ss0", &ss, &some("w0.1;w9.9;", false)).is_some());
 }

@@ -240,6 +240,8 @@ pub fn run_common(
         "scan" => scan(set, args, db, acks),
         "swapdb" => swapdb(set, args, acks),
         "msetnx" => msetnx(set, cmd, args, db, acks),
+        "smove" | "sinter" | "sintercard" | "sunion" | "sdiff" | "sinterstore" | "sunionstore"
+        | "sdiffstore" => return crate::commands::sets::run_multi(set, cmd, args, db, acks),
         "bitop" | "lcs" | "rename" | "renamenx" | "copy" | "randomkey" => {
             return crate::commands::across::run(set, cmd, args, db, acks)
         }

@@ -259,6 +259,115 @@ impl Store {
         }
     }
 
+    /// Adds `members` to the set `key` (creating it): how many were new. A key of
+    /// another type is an error.
+    pub fn sadd(&self, key: &[u8], members: &[&[u8]]) -> io::Result<usize> {
+        self.set_command(b"sadd", key, members)
+    }
+
+    /// Removes `members` from the set `key` (removing the key with its last member):
+    /// how many were there.
+    pub fn srem(&self, key: &[u8], members: &[&[u8]]) -> io::Result<usize> {
+        self.set_command(b"srem", key, members)
+    }
+
+    /// Whether the set `key` has `member` (false for a missing key).
+    pub fn sismember(&self, key: &[u8], member: &[u8]) -> io::Result<bool> {
+        self.set_command(b"sismember", key, &[member])
+            .map(|n| n == 1)
+    }
+
+    /// The number of members of the set `key` (0 for a missing key).
+    pub fn scard(&self, key: &[u8]) -> io::Result<usize> {
+        self.set_command(b"scard", key, &[])
+    }
+
+    /// The members of the set `key` (none for a missing key), in no particular order.
+    pub fn smembers(&self, key: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        match self.exec(&[b"smembers", key]) {
+            Reply::Set(v) => Ok(v
+                .into_iter()
+                .filter_map(|r| match r {
+                    Reply::Bulk(b) => Some(b),
+                    _ => None,
+                })
+                .collect()),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// Runs the set command `name` on `key` with `members`: its integer reply.
+    fn set_command(&self, name: &[u8], key: &[u8], members: &[&[u8]]) -> io::Result<usize> {
+        let mut args = vec![name, key];
+        args.extend_from_slice(members);
+        match self.exec(&args) {
+            Reply::Int(n) => Ok(n as usize),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// ZADD: sets the members' scores in the sorted set `key` (creating it), answers
+    /// how many members were new. A NaN score is refused.
+    pub fn zadd(&self, key: &[u8], members: &[(f64, &[u8])]) -> io::Result<i64> {
+        if members.iter().any(|(s, _)| s.is_nan()) {
+            return Err(io::Error::other("a score is not a number"));
+        }
+        // Rust writes a double as the shortest text that reads back as the same double.
+        let scores: Vec<String> = members.iter().map(|(s, _)| s.to_string()).collect();
+        let mut args: Vec<&[u8]> = vec![b"zadd", key];
+        for (s, (_, m)) in scores.iter().zip(members) {
+            args.push(s.as_bytes());
+            args.push(m);
+        }
+        match self.exec(&args) {
+            Reply::Int(n) => Ok(n),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// ZREM: removes the members from the sorted set `key`, answers how many were there.
+    pub fn zrem(&self, key: &[u8], members: &[&[u8]]) -> io::Result<i64> {
+        let mut args: Vec<&[u8]> = vec![b"zrem", key];
+        args.extend_from_slice(members);
+        match self.exec(&args) {
+            Reply::Int(n) => Ok(n),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// ZSCORE: the member's score in the sorted set `key`, if it has the member.
+    pub fn zscore(&self, key: &[u8], member: &[u8]) -> io::Result<Option<f64>> {
+        match self.exec(&[b"zscore", key, member]) {
+            Reply::Double(s) => Ok(Some(s)),
+            Reply::Nil => Ok(None),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// ZRANGE ... WITHSCORES: the members of ranks `start` to `stop` (negative: from
+    /// the end) of the sorted set `key`, with their scores, lowest first.
+    pub fn zrange(&self, key: &[u8], start: i64, stop: i64) -> io::Result<Vec<(Vec<u8>, f64)>> {
+        let (a, b) = (start.to_string(), stop.to_string());
+        match self.exec(&[b"zrange", key, a.as_bytes(), b.as_bytes(), b"withscores"]) {
+            Reply::Pairs(p) => Ok(p
+                .into_iter()
+                .filter_map(|pair| match pair {
+                    (Reply::Bulk(m), Reply::Double(s)) => Some((m, s)),
+                    _ => None,
+                })
+                .collect()),
+            r => Err(reply_error(r)),
+        }
+    }
+
+    /// ZCARD: the number of members of the sorted set `key` (0 if it is missing).
+    pub fn zcard(&self, key: &[u8]) -> io::Result<usize> {
+        match self.exec(&[b"zcard", key]) {
+            Reply::Int(n) => Ok(n as usize),
+            r => Err(reply_error(r)),
+        }
+    }
+
     /// The number of keys (of database 0).
     pub fn len(&self) -> usize {
         (0..self.inner.count())

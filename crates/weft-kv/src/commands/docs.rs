@@ -36,6 +36,10 @@ const SUBS: &str = "Depends on the subcommand";
 const FIELDS: &str = "O(N) where N is the number of fields given";
 const HASH: &str = "O(N) where N is the number of fields of the hash";
 const NONE: &str = "Not supported by weft-kv";
+const SET: &str = "set";
+const MEMBERS: &str = "O(N) where N is the number of members given or asked for";
+const SET_N: &str = "O(N) where N is the number of members of the set";
+const SETS: &str = "O(N) where N is the number of members of the sets";
 const CHANNELS: &str = "O(N) where N is the number of channels or patterns given";
 const PUBLISH: &str =
     "O(N+M) where N is the channel's subscribers and M the patterns subscribed to";
@@ -349,6 +353,43 @@ pub fn doc(name: &str) -> Option<Doc> {
         ),
         "hrandfield" => x("Returns random fields of a hash", "6.2.0", h, FIELDS),
         "hscan" => x("Walks the fields of a hash with a cursor", "2.8.0", h, O1),
+        "sadd" => x("Adds members to a set, creating it", "1.0.0", SET, MEMBERS),
+        "srem" => x("Removes members from a set", "1.0.0", SET, MEMBERS),
+        "scard" => x("Returns the number of members of a set", "1.0.0", SET, O1),
+        "sismember" => x("Says whether a set has a member", "1.0.0", SET, O1),
+        "smismember" => x("Says whether a set has each member", "6.2.0", SET, MEMBERS),
+        "smembers" => x("Returns the members of a set", "1.0.0", SET, SET_N),
+        "srandmember" => x("Returns random members of a set", "1.0.0", SET, MEMBERS),
+        "spop" => x(
+            "Removes and returns random members of a set",
+            "1.0.0",
+            SET,
+            MEMBERS,
+        ),
+        "sscan" => x("Walks the members of a set with a cursor", "2.8.0", SET, O1),
+        "smove" => x("Moves a member from one set to another", "1.0.0", SET, O1),
+        "sinter" => x("Returns the intersection of sets", "1.0.0", SET, SETS),
+        "sintercard" => x(
+            "Returns the size of the intersection of sets",
+            "7.0.0",
+            SET,
+            SETS,
+        ),
+        "sunion" => x("Returns the union of sets", "1.0.0", SET, SETS),
+        "sdiff" => x(
+            "Returns the members of a set that other sets lack",
+            "1.0.0",
+            SET,
+            SETS,
+        ),
+        "sinterstore" => x(
+            "Stores the intersection of sets in a key",
+            "1.0.0",
+            SET,
+            SETS,
+        ),
+        "sunionstore" => x("Stores the union of sets in a key", "1.0.0", SET, SETS),
+        "sdiffstore" => x("Stores the difference of sets in a key", "1.0.0", SET, SETS),
         "setbit" => x("Sets or clears one bit of a string", "2.2.0", "bitmap", O1),
         "getbit" => x("Returns one bit of a string", "2.2.0", "bitmap", O1),
         "bitcount" => x(

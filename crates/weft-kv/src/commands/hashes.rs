@@ -363,9 +363,10 @@ fn random_pair(e: &Entry, len: usize) -> (&[u8], &[u8]) {
     }
 }
 
-/// The most fields HRANDFIELD answers with a negative count (fields may repeat, so
-/// the reply's size is the count's, whatever the hash's): a bound on one reply.
-const MAX_RANDOM_REPEATS: u64 = 1 << 20;
+/// The most fields HRANDFIELD (members SRANDMEMBER) answers with a negative count
+/// (they may repeat, so the reply's size is the count's, whatever the hash's): a bound
+/// on one reply.
+pub(super) const MAX_RANDOM_REPEATS: u64 = 1 << 20;
 
 /// `HRANDFIELD key [count [WITHVALUES]]` (Redis 7.0's hrandfieldCommand):
 ///
@@ -470,6 +471,32 @@ pub fn hrandfield(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply
     reply(all)
 }
 
+/// The options of HSCAN and SSCAN after the cursor, `[MATCH pattern] [COUNT count]`:
+/// the pattern (`None` for none, or `*`) and the count (10 if not given). COUNT not an
+/// integer: `ERR value is not an integer or out of range`; below 1, an unknown option
+/// or one without its value: `ERR syntax error`.
+pub(super) fn scan_options<'a>(opts: &[&'a [u8]]) -> Result<(Option<&'a [u8]>, usize), Reply> {
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = 10usize;
+    for pair in opts.chunks(2) {
+        let [name, v] = pair else {
+            return Err(SYNTAX_ERR);
+        };
+        if name.eq_ignore_ascii_case(b"match") {
+            pattern = Some(*v).filter(|p| *p != b"*");
+        } else if name.eq_ignore_ascii_case(b"count") {
+            match super::parse_i64(v) {
+                Some(n) if n >= 1 => count = n as usize,
+                Some(_) => return Err(SYNTAX_ERR),
+                None => return Err(NOT_INT),
+            }
+        } else {
+            return Err(SYNTAX_ERR);
+        }
+    }
+    Ok((pattern, count))
+}
+
 /// HSCAN key cursor [MATCH pattern] [COUNT count]: [next cursor, [field, value, ...]]
 /// of the fields matching the pattern. A packed hash answers all of its fields at
 /// once with cursor 0 (as Redis's listpacks do); a big one about COUNT (10) hashes of
@@ -488,27 +515,10 @@ pub fn hscan(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Ok(None) => return empty(),
         Ok(Some(e)) => e,
     };
-    let mut pattern: Option<&[u8]> = None;
-    let mut count = 10usize;
-    let mut i = 3;
-    while i < args.len() {
-        if i + 1 >= args.len() {
-            return SYNTAX_ERR;
-        }
-        let v = args[i + 1];
-        if args[i].eq_ignore_ascii_case(b"match") {
-            pattern = Some(v).filter(|p| *p != b"*");
-        } else if args[i].eq_ignore_ascii_case(b"count") {
-            match super::parse_i64(v) {
-                Some(n) if n >= 1 => count = n as usize,
-                Some(_) => return SYNTAX_ERR,
-                None => return NOT_INT,
-            }
-        } else {
-            return SYNTAX_ERR;
-        }
-        i += 2;
-    }
+    let (pattern, count) = match scan_options(&args[3..]) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
     let mut items = Vec::new();
     let next = hash::scan(e, cursor, count, |f, v| {
         if pattern.is_none_or(|p| glob_match(p, f)) {

@@ -26,6 +26,7 @@ pub mod hashes;
 pub mod keys;
 pub mod lcs;
 pub mod lists;
+pub mod sets;
 pub mod strings;
 pub mod transfer;
 
@@ -347,6 +348,7 @@ use bits as b;
 use hashes as h;
 use keys as k;
 use lists as l;
+use sets as st;
 use strings as s;
 use transfer as t;
 
@@ -370,7 +372,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 126] = [
+static TABLE: [Command; 143] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -530,6 +532,25 @@ static TABLE: [Command; 126] = [
     cmd("publish", 3, F, NONE, Exec::Server),
     cmd("spublish", 3, F, NONE, Exec::Server),
     container("pubsub", &PUBSUB_SUBS),
+    // sets (SMOVE, the algebra and its STORE forms run as transactions over their
+    // keys' shards: `sets::run_multi`)
+    cmd("sadd", -3, W | D | F, ONE, Exec::Shard(st::sadd)),
+    cmd("srem", -3, W | F, ONE, Exec::Shard(st::srem)),
+    cmd("scard", 2, R | F, ONE, Exec::Shard(st::scard)),
+    cmd("sismember", 3, R | F, ONE, Exec::Shard(st::sismember)),
+    cmd("smismember", -3, R | F, ONE, Exec::Shard(st::smismember)),
+    cmd("smembers", 2, R, ONE, Exec::Shard(st::smembers)),
+    cmd("srandmember", -2, R, ONE, Exec::Shard(st::srandmember)),
+    cmd("spop", -2, W | F, ONE, Exec::Shard(st::spop)),
+    cmd("sscan", -3, R, ONE, Exec::Shard(st::sscan)),
+    cmd("smove", 4, W | F, (1, 2, 1), Exec::Server),
+    cmd("sinter", -2, R, ALL, Exec::Server),
+    cmd("sintercard", -3, R, NONE, Exec::Server),
+    cmd("sunion", -2, R, ALL, Exec::Server),
+    cmd("sdiff", -2, R, ALL, Exec::Server),
+    cmd("sinterstore", -3, W | D, ALL, Exec::Server),
+    cmd("sunionstore", -3, W | D, ALL, Exec::Server),
+    cmd("sdiffstore", -3, W | D, ALL, Exec::Server),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -685,6 +706,23 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"publish" => const { at("publish") },
         b"spublish" => const { at("spublish") },
         b"pubsub" => const { at("pubsub") },
+        b"sadd" => const { at("sadd") },
+        b"srem" => const { at("srem") },
+        b"scard" => const { at("scard") },
+        b"sismember" => const { at("sismember") },
+        b"smismember" => const { at("smismember") },
+        b"smembers" => const { at("smembers") },
+        b"srandmember" => const { at("srandmember") },
+        b"spop" => const { at("spop") },
+        b"sscan" => const { at("sscan") },
+        b"smove" => const { at("smove") },
+        b"sinter" => const { at("sinter") },
+        b"sintercard" => const { at("sintercard") },
+        b"sunion" => const { at("sunion") },
+        b"sdiff" => const { at("sdiff") },
+        b"sinterstore" => const { at("sinterstore") },
+        b"sunionstore" => const { at("sunionstore") },
+        b"sdiffstore" => const { at("sdiffstore") },
         _ => return None,
     })
 }

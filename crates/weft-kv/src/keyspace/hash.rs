@@ -126,7 +126,7 @@ impl HashTable {
         self.memory
     }
 
-    fn get(&self, field: &[u8]) -> Option<&[u8]> {
+    pub(super) fn get(&self, field: &[u8]) -> Option<&[u8]> {
         let node = self.map.get(&field_hash(field))?;
         node.pairs()
             .iter()
@@ -136,7 +136,7 @@ impl HashTable {
     }
 
     /// Sets `field`: whether it is new.
-    fn set(&mut self, field: &[u8], value: &[u8]) -> bool {
+    pub(super) fn set(&mut self, field: &[u8], value: &[u8]) -> bool {
         let pair = Pair::new(field, value);
         self.memory += pair.memory();
         let h = field_hash(field);
@@ -175,7 +175,7 @@ impl HashTable {
     }
 
     /// Removes `field`: whether it was there.
-    fn remove(&mut self, field: &[u8]) -> bool {
+    pub(super) fn remove(&mut self, field: &[u8]) -> bool {
         let h = field_hash(field);
         let Some(node) = self.map.get_mut(&h) else {
             return false;
@@ -203,10 +203,69 @@ impl HashTable {
         true
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.map
             .values()
             .flat_map(|n| n.pairs().iter().map(Pair::split))
+    }
+
+    /// A random field in about O(log n): the first field at or after a random hash.
+    /// Fields after a wide gap of hashes are a little likelier; each has a chance.
+    pub(super) fn random(&self, r: u64) -> Option<(&[u8], &[u8])> {
+        let h = r & (u64::MAX >> 1);
+        let (_, node) = self
+            .map
+            .range(h..)
+            .next()
+            .or_else(|| self.map.iter().next())?;
+        let pairs = node.pairs();
+        Some(pairs[(r >> 1) as usize % pairs.len()].split())
+    }
+
+    /// A field chosen uniformly at random, from the random numbers `rnd` gives:
+    /// a small table's by its place; a big one's by windows of hashes each expected
+    /// to hold 8 fields, one of the first 64 places of a window drawn, tried again
+    /// if the window has no field there. Every field lies in a window starting in
+    /// the same span of hashes and has the same 1/64 chance in it, so all are equally
+    /// likely (as long as no window holds more than 64, which random hashes make
+    /// negligible); about 8 tries of O(log n).
+    pub(super) fn random_uniform(&self, mut rnd: impl FnMut() -> u64) -> Option<(&[u8], &[u8])> {
+        const SPACE: u64 = 1 << 63;
+        const PLACES: u64 = 64;
+        if self.len as u64 <= PLACES {
+            let n = self.len.max(1) as u64;
+            return self.iter().nth((rnd() % n) as usize);
+        }
+        let width = SPACE / self.len as u64 * 8;
+        loop {
+            let start = rnd() & (SPACE - 1);
+            let end = start + width;
+            let wrapped = (end > SPACE).then(|| self.map.range(..end - SPACE));
+            let window = self
+                .map
+                .range(start..end.min(SPACE))
+                .chain(wrapped.into_iter().flatten())
+                .flat_map(|(_, node)| node.pairs());
+            if let Some(p) = window.take(PLACES as usize).nth((rnd() % PLACES) as usize) {
+                return Some(p.split());
+            }
+        }
+    }
+
+    /// Calls `f` with the fields of about `count` hashes from `cursor` on; the next
+    /// cursor, or 0 when done (HSCAN, SSCAN).
+    pub(super) fn scan(&self, cursor: u64, count: usize, mut f: impl FnMut(&[u8], &[u8])) -> u64 {
+        let mut it = self.map.range(cursor..);
+        for _ in 0..count.max(1) {
+            let Some((_, node)) = it.next() else {
+                return 0;
+            };
+            for p in node.pairs() {
+                let (k, v) = p.split();
+                f(k, v);
+            }
+        }
+        it.next().map_or(0, |(&h, _)| h)
     }
 }
 
@@ -294,11 +353,7 @@ pub fn nth(e: &Entry, i: usize) -> Option<(&[u8], &[u8])> {
 /// A random field of a table in about O(log n): the first field at or after a random
 /// hash. Fields after a wide gap of hashes are a little likelier; each has a chance.
 pub fn random_table_field(e: &Entry, r: u64) -> Option<(&[u8], &[u8])> {
-    let t = table(e);
-    let h = r & (u64::MAX >> 1);
-    let (_, node) = t.map.range(h..).next().or_else(|| t.map.iter().next())?;
-    let pairs = node.pairs();
-    Some(pairs[(r >> 1) as usize % pairs.len()].split())
+    table(e).random(r)
 }
 
 /// One HSCAN step over a hash entry: calls `f` with the fields and values of about
@@ -312,19 +367,7 @@ pub fn scan(e: &Entry, cursor: u64, count: usize, mut f: impl FnMut(&[u8], &[u8]
             }
             0
         }
-        _ => {
-            let mut it = table(e).map.range(cursor..);
-            for _ in 0..count.max(1) {
-                let Some((_, node)) = it.next() else {
-                    return 0;
-                };
-                for p in node.pairs() {
-                    let (k, v) = p.split();
-                    f(k, v);
-                }
-            }
-            it.next().map_or(0, |(&h, _)| h)
-        }
+        _ => table(e).scan(cursor, count, f),
     }
 }
 

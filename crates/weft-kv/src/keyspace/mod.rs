@@ -76,6 +76,7 @@ mod index;
 mod key;
 pub mod list;
 mod replay;
+pub mod set;
 pub mod value;
 
 use std::cell::Cell;
@@ -163,6 +164,16 @@ enum Op<K> {
         key: K,
         items: Box<[u8]>,
     },
+    /// Packed members to add to a set.
+    SAdd {
+        key: K,
+        items: Box<[u8]>,
+    },
+    /// Packed members to remove from a set.
+    SRem {
+        key: K,
+        items: Box<[u8]>,
+    },
     /// A list's change (`list::Change`).
     List {
         key: K,
@@ -222,6 +233,20 @@ impl<'a> Op<&'a [u8]> {
                 key,
                 items: packed_bytes(items),
             },
+            RecordRef::Members {
+                key,
+                expire_at_ms,
+                items,
+            } if !items.is_empty() => Op::Put(set::new_entry(key, items, expiry(expire_at_ms), 0)),
+            RecordRef::Members { key, .. } => Op::Del { key },
+            RecordRef::SAdd { key, items } => Op::SAdd {
+                key,
+                items: packed_bytes(items),
+            },
+            RecordRef::SRem { key, items } => Op::SRem {
+                key,
+                items: packed_bytes(items),
+            },
             RecordRef::List {
                 key,
                 expire_at_ms,
@@ -252,6 +277,8 @@ impl<K: AsRef<[u8]>> Op<K> {
             | Op::SetRange { key, .. }
             | Op::HSet { key, .. }
             | Op::HDel { key, .. }
+            | Op::SAdd { key, .. }
+            | Op::SRem { key, .. }
             | Op::List { key, .. } => Some(key.as_ref()),
             Op::Flush => None,
         }
@@ -270,6 +297,8 @@ impl<K: AsRef<[u8]>> Op<K> {
             },
             Op::HSet { key, items } => Op::HSet { key: f(key), items },
             Op::HDel { key, items } => Op::HDel { key: f(key), items },
+            Op::SAdd { key, items } => Op::SAdd { key: f(key), items },
+            Op::SRem { key, items } => Op::SRem { key: f(key), items },
             Op::List { key, change } => Op::List {
                 key: f(key),
                 change,
@@ -304,6 +333,7 @@ fn is_empty_collection(e: &Entry) -> bool {
     match e.kind() {
         Type::String => false,
         Type::Hash => hash::is_empty(e),
+        Type::Set => set::is_empty(e),
         Type::List => list::is_empty(e),
     }
 }
@@ -814,6 +844,25 @@ impl Keyspace {
                     });
                 }
             }
+            Op::SAdd { key, items } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::Set) {
+                    self.change_at(h, p, |e| {
+                        for m in crate::packed::Iter::new(&items) {
+                            set::add(e, m);
+                        }
+                    });
+                }
+            }
+            Op::SRem { key, items } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::Set) {
+                    self.removed = self.removed.max(self.stamp);
+                    self.change_at(h, p, |e| {
+                        for m in crate::packed::Iter::new(&items) {
+                            set::remove(e, m);
+                        }
+                    });
+                }
+            }
             Op::List { key, change } => {
                 if let Some(p) = self.find_typed(h, key.as_ref(), Type::List) {
                     self.change_at(h, p, |e| change.apply(e));
@@ -963,7 +1012,8 @@ impl Keyspace {
     }
 
     /// Calls `f` with records that create `e`'s key as it is: a string's `Set`, a
-    /// hash's `Hash` (and `HSet`s for a big one: `hash::state_records`).
+    /// hash's `Hash` (and `HSet`s for a big one: `hash::state_records`), a set's
+    /// `Members` (and `SAdd`s for a big one: `set::state_records`).
     pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
         match e.kind() {
             Type::String => f(RecordRef::Set {
@@ -972,6 +1022,7 @@ impl Keyspace {
                 expire_at_ms: e.expire_at_ms(),
             }),
             Type::Hash => hash::state_records(e, f),
+            Type::Set => set::state_records(e, f),
             Type::List => list::state_records(e, f),
         }
     }

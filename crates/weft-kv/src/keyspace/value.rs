@@ -22,6 +22,12 @@ pub mod tag {
     pub const LIST_PACKED: u8 = 4;
     /// A big list: a pointer to a [`crate::keyspace::list::QuickList`] (`quicklist`).
     pub const LIST_QUICK: u8 = 5;
+    /// A small set of integers: sorted 64-bit integers (`intset`).
+    pub const SET_INTS: u8 = 6;
+    /// A small set: packed members in insertion order (`listpack`).
+    pub const SET_PACKED: u8 = 7;
+    /// A big set: a pointer to a [`super::HashTable`] of members with empty values.
+    pub const SET_TABLE: u8 = 8;
 }
 
 /// A value's type, as TYPE names it.
@@ -33,6 +39,8 @@ pub enum Type {
     Hash,
     /// Elements in order.
     List,
+    /// Distinct members.
+    Set,
 }
 
 impl Type {
@@ -41,13 +49,14 @@ impl Type {
         match self {
             Type::String => "string",
             Type::Hash => "hash",
+            Type::Set => "set",
             Type::List => "list",
         }
     }
 
     /// The type TYPE calls `name` (any case), if weft-kv has it.
     pub fn from_name(name: &[u8]) -> Option<Type> {
-        [Type::String, Type::Hash, Type::List]
+        [Type::String, Type::Hash, Type::Set, Type::List]
             .into_iter()
             .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
@@ -59,6 +68,7 @@ pub fn type_of(tag: u8) -> Type {
     match tag {
         tag::STR | tag::STR_RAW => Type::String,
         tag::HASH_PACKED | tag::HASH_TABLE => Type::Hash,
+        tag::SET_INTS | tag::SET_PACKED | tag::SET_TABLE => Type::Set,
         tag::LIST_PACKED | tag::LIST_QUICK => Type::List,
         t => unreachable!("no value has tag {t}"),
     }
@@ -67,7 +77,7 @@ pub fn type_of(tag: u8) -> Type {
 /// Whether a tag's value bytes are a pointer to a boxed structure.
 #[inline]
 pub fn is_boxed(tag: u8) -> bool {
-    tag == tag::HASH_TABLE || tag == tag::LIST_QUICK
+    tag == tag::HASH_TABLE || tag == tag::SET_TABLE || tag == tag::LIST_QUICK
 }
 
 /// What OBJECT ENCODING answers for a value of tag `tag` whose bytes (in the entry)
@@ -82,7 +92,9 @@ pub fn encoding_name(tag: u8, bytes: &[u8]) -> &'static str {
         tag::HASH_PACKED => "listpack",
         tag::LIST_PACKED => "listpack",
         tag::LIST_QUICK => "quicklist",
-        tag::HASH_TABLE => "hashtable",
+        tag::HASH_TABLE | tag::SET_TABLE => "hashtable",
+        tag::SET_INTS => "intset",
+        tag::SET_PACKED => "listpack",
         t => unreachable!("no value has tag {t}"),
     }
 }
@@ -102,10 +114,11 @@ pub(super) fn ptr_bytes(p: *mut u8) -> [u8; 8] {
     (p as usize).to_ne_bytes()
 }
 
-/// The boxed structure of a big hash, from its value bytes.
+/// The boxed structure of a big hash (or a big set's), from its value bytes.
 ///
 /// # Safety
-/// `bytes` are the value of a live entry of tag [`tag::HASH_TABLE`].
+/// `bytes` are the value of a live entry of tag [`tag::HASH_TABLE`] or
+/// [`tag::SET_TABLE`].
 #[inline]
 pub(super) unsafe fn table(bytes: &[u8]) -> &HashTable {
     // SAFETY: per the contract, the bytes hold the pointer `Box::into_raw` gave when the
@@ -133,7 +146,9 @@ pub(super) unsafe fn drop_boxed(tag: u8, bytes: &[u8]) {
     match tag {
         // SAFETY: per the contract, the pointer came from `Box::into_raw` of a table
         // and is dropped once.
-        tag::HASH_TABLE => drop(unsafe { Box::from_raw(read_ptr(bytes) as *mut HashTable) }),
+        tag::HASH_TABLE | tag::SET_TABLE => {
+            drop(unsafe { Box::from_raw(read_ptr(bytes) as *mut HashTable) })
+        }
         // SAFETY: per the contract (the same as `drop_quick`'s).
         tag::LIST_QUICK => unsafe { super::list::drop_quick(bytes) },
         t => unreachable!("tag {t} is not boxed"),
@@ -146,7 +161,7 @@ pub(super) unsafe fn drop_boxed(tag: u8, bytes: &[u8]) {
 pub(super) fn memory(tag: u8, bytes: &[u8]) -> u64 {
     match tag {
         // SAFETY: an entry's bytes of this tag hold its table, alive while it is.
-        tag::HASH_TABLE => unsafe { table(bytes) }.memory(),
+        tag::HASH_TABLE | tag::SET_TABLE => unsafe { table(bytes) }.memory(),
         // SAFETY: an entry's bytes of this tag hold its quicklist, alive while it is.
         tag::LIST_QUICK => unsafe { super::list::quick_memory(bytes) },
         _ => bytes.len() as u64,

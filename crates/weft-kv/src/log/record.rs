@@ -18,6 +18,9 @@
 //!                                                   fields (field value field value ...)
 //!  21   key:bytes items                             HSet: these fields are set
 //!  22   key:bytes items                             HDel: these fields are removed
+//!  40   key:bytes expire:opt items                  Members: the key holds a set of these
+//!  41   key:bytes items                             SAdd: these members are added
+//!  42   key:bytes items                             SRem: these members are removed
 //!  30   key:bytes expire:opt items                  List: the key holds a list of these
 //!                                                   elements (head to tail)
 //!  31   key:bytes items                             LPush: pushed at the head, one by one
@@ -147,6 +150,18 @@ pub enum RecordRef<'a> {
     /// The fields of `items` are removed from the existing hash (an emptied hash is
     /// removed).
     HDel { key: &'a [u8], items: Items<'a> },
+    /// The key now holds a set of the members `items`, expiring at `expire_at_ms` or
+    /// never, whatever it held before.
+    Members {
+        key: &'a [u8],
+        expire_at_ms: Option<u64>,
+        items: Items<'a>,
+    },
+    /// The members of `items` are added to the existing set.
+    SAdd { key: &'a [u8], items: Items<'a> },
+    /// The members of `items` are removed from the existing set (an emptied set is
+    /// removed).
+    SRem { key: &'a [u8], items: Items<'a> },
     /// The key now holds a list of `items` (head to tail), expiring at
     /// `expire_at_ms` or never, whatever it held before.
     List {
@@ -217,6 +232,16 @@ pub enum Record {
     HSet { key: Vec<u8>, items: Vec<Vec<u8>> },
     /// See [`RecordRef::HDel`].
     HDel { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::Members`].
+    Members {
+        key: Vec<u8>,
+        expire_at_ms: Option<u64>,
+        items: Vec<Vec<u8>>,
+    },
+    /// See [`RecordRef::SAdd`].
+    SAdd { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::SRem`].
+    SRem { key: Vec<u8>, items: Vec<Vec<u8>> },
     /// See [`RecordRef::List`].
     List {
         key: Vec<u8>,
@@ -297,6 +322,23 @@ impl<'a> RecordRef<'a> {
                 key: key.to_vec(),
                 items: items.to_vec(),
             },
+            RecordRef::Members {
+                key,
+                expire_at_ms,
+                items,
+            } => Record::Members {
+                key: key.to_vec(),
+                expire_at_ms,
+                items: items.to_vec(),
+            },
+            RecordRef::SAdd { key, items } => Record::SAdd {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
+            RecordRef::SRem { key, items } => Record::SRem {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
             RecordRef::List {
                 key,
                 expire_at_ms,
@@ -350,6 +392,9 @@ impl<'a> RecordRef<'a> {
             | RecordRef::Hash { key, .. }
             | RecordRef::HSet { key, .. }
             | RecordRef::HDel { key, .. }
+            | RecordRef::Members { key, .. }
+            | RecordRef::SAdd { key, .. }
+            | RecordRef::SRem { key, .. }
             | RecordRef::List { key, .. }
             | RecordRef::LPush { key, .. }
             | RecordRef::RPush { key, .. }
@@ -401,6 +446,23 @@ impl Record {
                 items: Items::Owned(items),
             },
             Record::HDel { key, items } => RecordRef::HDel {
+                key,
+                items: Items::Owned(items),
+            },
+            Record::Members {
+                key,
+                expire_at_ms,
+                items,
+            } => RecordRef::Members {
+                key,
+                expire_at_ms: *expire_at_ms,
+                items: Items::Owned(items),
+            },
+            Record::SAdd { key, items } => RecordRef::SAdd {
+                key,
+                items: Items::Owned(items),
+            },
+            Record::SRem { key, items } => RecordRef::SRem {
                 key,
                 items: Items::Owned(items),
             },
@@ -572,6 +634,26 @@ pub fn encode_in(db: u8, rec: &RecordRef<'_>, out: &mut Vec<u8>) {
         }
         RecordRef::HDel { key, items } => {
             kind(out, 22);
+            put_bytes(out, key);
+            put_items(out, &items);
+        }
+        RecordRef::Members {
+            key,
+            expire_at_ms,
+            items,
+        } => {
+            kind(out, 40);
+            put_bytes(out, key);
+            put_opt(out, expire_at_ms);
+            put_items(out, &items);
+        }
+        RecordRef::SAdd { key, items } => {
+            kind(out, 41);
+            put_bytes(out, key);
+            put_items(out, &items);
+        }
+        RecordRef::SRem { key, items } => {
+            kind(out, 42);
             put_bytes(out, key);
             put_items(out, &items);
         }
@@ -805,6 +887,19 @@ pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeErro
             key: r.bytes()?,
             items: r.items()?,
         },
+        40 => RecordRef::Members {
+            key: r.bytes()?,
+            expire_at_ms: r.opt()?,
+            items: r.items()?,
+        },
+        41 => RecordRef::SAdd {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
+        42 => RecordRef::SRem {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
         30 => RecordRef::List {
             key: r.bytes()?,
             expire_at_ms: r.opt()?,
@@ -907,6 +1002,19 @@ mod tests {
             Record::HDel {
                 key: b"h".to_vec(),
                 items: vec![b"f".to_vec(), vec![1; 130], vec![]],
+            },
+            Record::Members {
+                key: b"s".to_vec(),
+                expire_at_ms: Some(9),
+                items: vec![b"m".to_vec(), vec![7; 300], vec![]],
+            },
+            Record::SAdd {
+                key: b"s".to_vec(),
+                items: vec![b"-12".to_vec()],
+            },
+            Record::SRem {
+                key: b"s".to_vec(),
+                items: vec![b"m".to_vec(), vec![]],
             },
             Record::List {
                 key: b"l".to_vec(),

@@ -47,6 +47,7 @@ fn categories(name: &str, bits: u32) -> Vec<&'static str> {
     cats.push(match docs::doc(name).map(|d| d.group) {
         Some("string") => "@string",
         Some("hash") => "@hash",
+        Some("set") => "@set",
         Some("bitmap") => "@bitmap",
         Some("generic") => "@keyspace",
         Some("connection") => "@connection",

@@ -151,6 +151,18 @@ impl Settings {
                 "list-compress-depth",
                 crate::keyspace::list::compress_depth().to_string(),
             ),
+            (
+                "set-max-intset-entries",
+                crate::keyspace::set::max_ints().to_string(),
+            ),
+            (
+                "set-max-listpack-entries",
+                crate::keyspace::set::max_packed_entries().to_string(),
+            ),
+            (
+                "set-max-listpack-value",
+                crate::keyspace::set::max_packed_value().to_string(),
+            ),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             (
                 "auto-aof-rewrite-percentage",
@@ -223,6 +235,16 @@ impl Settings {
             }
             // Accepted and shown; weft-kv does not compress list nodes.
             "list-compress-depth" => crate::keyspace::list::set_compress_depth(signed(value, 0)?),
+            // A set stays of integers, or packed, within these.
+            "set-max-intset-entries" => {
+                crate::keyspace::set::set_thresholds(Some(num(value)? as usize), None, None)
+            }
+            "set-max-listpack-entries" => {
+                crate::keyspace::set::set_thresholds(None, Some(num(value)? as usize), None)
+            }
+            "set-max-listpack-value" => {
+                crate::keyspace::set::set_thresholds(None, None, Some(num(value)? as usize))
+            }
             "auto-aof-rewrite-percentage" => self.rewrite_pct.store(num(value)?, Relaxed),
             "client-output-limit" => {
                 let n = usize::try_from(num(value)?).unwrap_or(usize::MAX);

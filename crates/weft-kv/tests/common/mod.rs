@@ -97,13 +97,16 @@ pub fn records(mut buf: &[u8]) -> Vec<Record> {
 
 /// Every live key with its value and expiry, sorted (a list's value: `list:` and its
 /// elements in order, each ended by a zero byte). A hash's value is written as
-/// `hash:` and its sorted `field=value` pairs, each ended by a zero byte.
+/// `hash:` and its sorted `field=value` pairs, each ended by a zero byte; a set's as
+/// `set:` and its sorted members, each ended by a zero byte.
 pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
     use weft_kv::log::RecordRef;
     let mut strings = Vec::new();
     // Each hash's fields and values, and its expiry.
     type Fields = (Vec<Vec<u8>>, Option<u64>);
     let mut hashes: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
+    // Each set's members, and its expiry.
+    let mut sets: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
     // Each list's elements in order, and its expiry.
     let mut lists: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
     let mut cur = 0;
@@ -124,6 +127,17 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
             RecordRef::HSet { key, items } => {
                 let h = hashes.get_mut(key).expect("a Hash record first");
                 h.0.extend(items.to_vec());
+            }
+            RecordRef::Members {
+                key,
+                expire_at_ms,
+                items,
+            } => {
+                sets.insert(key.to_vec(), (items.to_vec(), expire_at_ms));
+            }
+            RecordRef::SAdd { key, items } => {
+                let s = sets.get_mut(key).expect("a Members record first");
+                s.0.extend(items.to_vec());
             }
             RecordRef::List {
                 key,
@@ -156,6 +170,14 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
             .map(|x| [x, b"\0".to_vec()].concat())
             .collect();
         strings.push((key, [b"list:".to_vec(), all.concat()].concat(), at));
+    }
+    for (key, (mut members, at)) in sets {
+        members.sort();
+        let all: Vec<Vec<u8>> = members
+            .into_iter()
+            .map(|m| [m, b"\0".to_vec()].concat())
+            .collect();
+        strings.push((key, [b"set:".to_vec(), all.concat()].concat(), at));
     }
     strings.sort();
     strings
