@@ -248,6 +248,10 @@ pub fn run_common(
         "lmove" | "rpoplpush" | "lmpop" => {
             crate::commands::lists::run_server(set, cmd.name, args, db, acks)
         }
+        "zunion" | "zinter" | "zdiff" | "zintercard" | "zunionstore" | "zinterstore"
+        | "zdiffstore" | "zrangestore" | "zmpop" => {
+            return crate::commands::zsets_multi::run_multi(set, cmd, args, db, acks)
+        }
         "move" => move_key(set, args, db, acks),
         "flushdb" | "flushall" => {
             if args.len() > 2

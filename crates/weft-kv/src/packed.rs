@@ -125,6 +125,50 @@ pub fn count(bytes: &[u8]) -> Option<usize> {
     Some(n)
 }
 
+/// Packs groups of elements (a field and its value, a member and its score) into runs
+/// of at most `limit` bytes, a group alone possibly more: the whole state of a big
+/// collection as records of bounded size. [`Chunks::push`] calls `f` with a run's
+/// element count and bytes when the next group would not fit; [`Chunks::finish`] with
+/// the last.
+pub struct Chunks {
+    buf: Vec<u8>,
+    n: usize,
+    limit: usize,
+}
+
+impl Chunks {
+    /// Runs of at most `limit` bytes.
+    pub fn new(limit: usize) -> Chunks {
+        Chunks {
+            buf: Vec::new(),
+            n: 0,
+            limit,
+        }
+    }
+
+    /// Adds a group of elements, first handing the run so far to `f` if it would not
+    /// fit in it.
+    pub fn push(&mut self, group: &[&[u8]], f: &mut dyn FnMut(usize, &[u8])) {
+        let more: usize = group.iter().map(|e| element_bytes(e.len())).sum();
+        if self.n > 0 && self.buf.len() + more > self.limit {
+            f(self.n, &self.buf);
+            self.buf.clear();
+            self.n = 0;
+        }
+        for e in group {
+            put(&mut self.buf, e);
+        }
+        self.n += group.len();
+    }
+
+    /// Hands the last run to `f`, if there is one.
+    pub fn finish(self, f: &mut dyn FnMut(usize, &[u8])) {
+        if self.n > 0 {
+            f(self.n, &self.buf);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

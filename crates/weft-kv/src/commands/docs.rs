@@ -52,6 +52,9 @@ const LIST_N: &str = "O(N) where N is the number of elements of the list";
 /// The documentation of a command or subcommand (`client|list`), by its lower-case
 /// name.
 pub fn doc(name: &str) -> Option<Doc> {
+    if let Some(z) = zset_doc(name) {
+        return Some(z);
+    }
     use self::d as x;
     let (s, c, g, n, h) = ("string", "connection", "generic", "server", "hash");
     Some(match name {
@@ -671,4 +674,101 @@ pub fn doc(name: &str) -> Option<Doc> {
         "pubsub|help" => x("What PUBSUB's subcommands do", "6.2.0", "pubsub", O1),
         _ => return None,
     })
+}
+
+/// The sorted-set commands' documentation.
+fn zset_doc(name: &str) -> Option<Doc> {
+    const LOG: &str = "O(log(N)) where N is the number of members";
+    const LOG_M: &str = "O(M*log(N)) where M is the number of members given";
+    const RANGE: &str = "O(log(N)+M) where M is the number of members answered";
+    const ALGEBRA: &str = "O(N*K) where N is the members of the inputs and K their number";
+    let z = "sorted-set";
+    let x = |summary, since, complexity| Some(d(summary, since, z, complexity));
+    match name {
+        "zadd" => x(
+            "Adds members with scores to a sorted set, or changes their scores",
+            "1.2.0",
+            LOG_M,
+        ),
+        "zincrby" => x("Adds a number to a member's score", "1.2.0", LOG),
+        "zrem" => x("Removes members of a sorted set", "1.2.0", LOG_M),
+        "zcard" => x("Returns the number of members of a sorted set", "1.2.0", O1),
+        "zscore" => x("Returns a member's score", "1.2.0", O1),
+        "zmscore" => x("Returns the scores of members", "6.2.0", FIELDS),
+        "zrank" => x("Returns a member's rank by ascending score", "2.0.0", LOG),
+        "zrevrank" => x("Returns a member's rank by descending score", "2.0.0", LOG),
+        "zcount" => x("Counts the members within a range of scores", "2.0.0", LOG),
+        "zlexcount" => x("Counts the members within a range of members", "2.8.9", LOG),
+        "zrange" => x(
+            "Returns members by rank, score or member range",
+            "1.2.0",
+            RANGE,
+        ),
+        "zrangebyscore" => x("Returns members within a range of scores", "1.0.5", RANGE),
+        "zrevrangebyscore" => x(
+            "Returns members within a range of scores, highest first",
+            "2.2.0",
+            RANGE,
+        ),
+        "zrangebylex" => x("Returns members within a range of members", "2.8.9", RANGE),
+        "zrevrangebylex" => x(
+            "Returns members within a range of members, highest first",
+            "2.8.9",
+            RANGE,
+        ),
+        "zrevrange" => x(
+            "Returns members by rank, highest score first",
+            "1.2.0",
+            RANGE,
+        ),
+        "zrangestore" => x(
+            "Stores the members a range selects in another key",
+            "6.2.0",
+            RANGE,
+        ),
+        "zremrangebyrank" => x("Removes the members of a range of ranks", "2.0.0", RANGE),
+        "zremrangebyscore" => x("Removes the members of a range of scores", "1.2.0", RANGE),
+        "zremrangebylex" => x("Removes the members of a range of members", "2.8.9", RANGE),
+        "zpopmin" => x(
+            "Removes and returns the members of the lowest scores",
+            "5.0.0",
+            RANGE,
+        ),
+        "zpopmax" => x(
+            "Removes and returns the members of the highest scores",
+            "5.0.0",
+            RANGE,
+        ),
+        "zmpop" => x(
+            "Removes and returns members from the first non-empty sorted set",
+            "7.0.0",
+            RANGE,
+        ),
+        "zrandmember" => x("Returns random members of a sorted set", "6.2.0", RANGE),
+        "zscan" => x(
+            "Walks the members of a sorted set with a cursor",
+            "2.8.0",
+            O1,
+        ),
+        "zunion" => x("Returns the union of sorted sets", "6.2.0", ALGEBRA),
+        "zinter" => x("Returns the intersection of sorted sets", "6.2.0", ALGEBRA),
+        "zdiff" => x("Returns the difference of sorted sets", "6.2.0", ALGEBRA),
+        "zintercard" => x(
+            "Counts the members of the intersection of sorted sets",
+            "7.0.0",
+            ALGEBRA,
+        ),
+        "zunionstore" => x("Stores the union of sorted sets in a key", "2.0.0", ALGEBRA),
+        "zinterstore" => x(
+            "Stores the intersection of sorted sets in a key",
+            "2.0.0",
+            ALGEBRA,
+        ),
+        "zdiffstore" => x(
+            "Stores the difference of sorted sets in a key",
+            "6.2.0",
+            ALGEBRA,
+        ),
+        _ => None,
+    }
 }

@@ -368,6 +368,30 @@ fn random_pair(e: &Entry, len: usize) -> (&[u8], &[u8]) {
 /// on one reply.
 pub(super) const MAX_RANDOM_REPEATS: u64 = 1 << 20;
 
+/// HRANDFIELD's and ZRANDMEMBER's arguments after the key: the count, if given, and
+/// whether `word` (WITHVALUES, WITHSCORES) follows it. Errors as [`hrandfield`] says.
+pub(super) fn random_count(args: &[&[u8]], word: &[u8]) -> Result<(Option<i64>, bool), Reply> {
+    if args.len() < 3 {
+        return Ok((None, false));
+    }
+    let l = match arg_i64(args[2])? {
+        i64::MIN => {
+            return Err(Reply::err(
+                "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+            ))
+        }
+        l => l,
+    };
+    if args.len() > 4 || (args.len() == 4 && !args[3].eq_ignore_ascii_case(word)) {
+        return Err(SYNTAX_ERR);
+    }
+    let with = args.len() == 4;
+    if with && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&l) {
+        return Err(Reply::err("ERR value is out of range"));
+    }
+    Ok((Some(l), with))
+}
+
 /// `HRANDFIELD key [count [WITHVALUES]]` (Redis 7.0's hrandfieldCommand):
 ///
 /// - No count: a random field, or nil for a missing key.
@@ -383,29 +407,10 @@ pub(super) const MAX_RANDOM_REPEATS: u64 = 1 << 20;
 /// - weft-kv refuses a negative count beyond -1048576 on an existing hash (the reply
 ///   would be that large, whatever the hash's size) with `ERR count is too large ...`.
 pub fn hrandfield(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    let mut with_values = false;
-    let mut count = None;
-    if args.len() >= 3 {
-        let l = match arg_i64(args[2]) {
-            Ok(l) if l == i64::MIN => {
-                return Reply::err(
-                    "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-                )
-            }
-            Ok(l) => l,
-            Err(e) => return e,
-        };
-        if args.len() > 4 || (args.len() == 4 && !args[3].eq_ignore_ascii_case(b"withvalues")) {
-            return SYNTAX_ERR;
-        }
-        if args.len() == 4 {
-            with_values = true;
-            if !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&l) {
-                return Reply::err("ERR value is out of range");
-            }
-        }
-        count = Some(l);
-    }
+    let (count, with_values) = match random_count(args, b"withvalues") {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     let e = match hash_of(ks, args[1], ctx.now_ms) {
         Err(e) => return e,
         Ok(e) => e,

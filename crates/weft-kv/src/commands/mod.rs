@@ -29,6 +29,8 @@ pub mod lists;
 pub mod sets;
 pub mod strings;
 pub mod transfer;
+pub mod zsets;
+pub mod zsets_multi;
 
 /// What a shard command is given besides its arguments.
 pub struct Ctx<'a> {
@@ -351,6 +353,7 @@ use lists as l;
 use sets as st;
 use strings as s;
 use transfer as t;
+use zsets as z;
 
 /// OBJECT's subcommands (each names its key second).
 static OBJECT_SUBS: [Sub; 5] = [
@@ -372,7 +375,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 143] = [
+static TABLE: [Command; 175] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -551,6 +554,58 @@ static TABLE: [Command; 143] = [
     cmd("sinterstore", -3, W | D, ALL, Exec::Server),
     cmd("sunionstore", -3, W | D, ALL, Exec::Server),
     cmd("sdiffstore", -3, W | D, ALL, Exec::Server),
+    // sorted sets (the commands over several keys run as transactions over their
+    // keys' shards: `zsets_multi.rs`)
+    cmd("zadd", -4, W | D | F, ONE, Exec::Shard(z::zadd)),
+    cmd("zincrby", 4, W | D | F, ONE, Exec::Shard(z::zincrby)),
+    cmd("zrem", -3, W | F, ONE, Exec::Shard(z::zrem)),
+    cmd("zcard", 2, R | F, ONE, Exec::Shard(z::zcard)),
+    cmd("zscore", 3, R | F, ONE, Exec::Shard(z::zscore)),
+    cmd("zmscore", -3, R | F, ONE, Exec::Shard(z::zmscore)),
+    cmd("zrank", 3, R | F, ONE, Exec::Shard(z::zrank)),
+    cmd("zrevrank", 3, R | F, ONE, Exec::Shard(z::zrevrank)),
+    cmd("zcount", 4, R | F, ONE, Exec::Shard(z::zcount)),
+    cmd("zlexcount", 4, R | F, ONE, Exec::Shard(z::zlexcount)),
+    cmd("zrange", -4, R, ONE, Exec::Shard(z::zrange)),
+    cmd("zrangebyscore", -4, R, ONE, Exec::Shard(z::zrangebyscore)),
+    cmd(
+        "zrevrangebyscore",
+        -4,
+        R,
+        ONE,
+        Exec::Shard(z::zrevrangebyscore),
+    ),
+    cmd("zrangebylex", -4, R, ONE, Exec::Shard(z::zrangebylex)),
+    cmd("zrevrangebylex", -4, R, ONE, Exec::Shard(z::zrevrangebylex)),
+    cmd("zrevrange", -4, R, ONE, Exec::Shard(z::zrevrange)),
+    cmd(
+        "zremrangebyrank",
+        4,
+        W,
+        ONE,
+        Exec::Shard(z::zremrangebyrank),
+    ),
+    cmd(
+        "zremrangebyscore",
+        4,
+        W,
+        ONE,
+        Exec::Shard(z::zremrangebyscore),
+    ),
+    cmd("zremrangebylex", 4, W, ONE, Exec::Shard(z::zremrangebylex)),
+    cmd("zpopmin", -2, W | F, ONE, Exec::Shard(z::zpopmin)),
+    cmd("zpopmax", -2, W | F, ONE, Exec::Shard(z::zpopmax)),
+    cmd("zrandmember", -2, R, ONE, Exec::Shard(z::zrandmember)),
+    cmd("zscan", -3, R, ONE, Exec::Shard(z::zscan)),
+    cmd("zrangestore", -5, W | D, (1, 2, 1), Exec::Server),
+    cmd("zunion", -3, R, NONE, Exec::Server),
+    cmd("zinter", -3, R, NONE, Exec::Server),
+    cmd("zdiff", -3, R, NONE, Exec::Server),
+    cmd("zintercard", -3, R, NONE, Exec::Server),
+    cmd("zunionstore", -4, W | D, ONE, Exec::Server),
+    cmd("zinterstore", -4, W | D, ONE, Exec::Server),
+    cmd("zdiffstore", -4, W | D, ONE, Exec::Server),
+    cmd("zmpop", -4, W, NONE, Exec::Server),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -723,6 +778,38 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"sinterstore" => const { at("sinterstore") },
         b"sunionstore" => const { at("sunionstore") },
         b"sdiffstore" => const { at("sdiffstore") },
+        b"zadd" => const { at("zadd") },
+        b"zincrby" => const { at("zincrby") },
+        b"zrem" => const { at("zrem") },
+        b"zcard" => const { at("zcard") },
+        b"zscore" => const { at("zscore") },
+        b"zmscore" => const { at("zmscore") },
+        b"zrank" => const { at("zrank") },
+        b"zrevrank" => const { at("zrevrank") },
+        b"zcount" => const { at("zcount") },
+        b"zlexcount" => const { at("zlexcount") },
+        b"zrange" => const { at("zrange") },
+        b"zrangebyscore" => const { at("zrangebyscore") },
+        b"zrevrangebyscore" => const { at("zrevrangebyscore") },
+        b"zrangebylex" => const { at("zrangebylex") },
+        b"zrevrangebylex" => const { at("zrevrangebylex") },
+        b"zrevrange" => const { at("zrevrange") },
+        b"zremrangebyrank" => const { at("zremrangebyrank") },
+        b"zremrangebyscore" => const { at("zremrangebyscore") },
+        b"zremrangebylex" => const { at("zremrangebylex") },
+        b"zpopmin" => const { at("zpopmin") },
+        b"zpopmax" => const { at("zpopmax") },
+        b"zrandmember" => const { at("zrandmember") },
+        b"zscan" => const { at("zscan") },
+        b"zrangestore" => const { at("zrangestore") },
+        b"zunion" => const { at("zunion") },
+        b"zinter" => const { at("zinter") },
+        b"zdiff" => const { at("zdiff") },
+        b"zintercard" => const { at("zintercard") },
+        b"zunionstore" => const { at("zunionstore") },
+        b"zinterstore" => const { at("zinterstore") },
+        b"zdiffstore" => const { at("zdiffstore") },
+        b"zmpop" => const { at("zmpop") },
         _ => return None,
     })
 }

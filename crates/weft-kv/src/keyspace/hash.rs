@@ -59,7 +59,7 @@ pub fn set_thresholds(entries: Option<usize>, value: Option<usize>) {
 pub const FIELD_OVERHEAD: u64 = 64;
 
 /// The hash of a field in a table (63 bits, keyed per process).
-fn field_hash(field: &[u8]) -> u64 {
+pub(super) fn field_hash(field: &[u8]) -> u64 {
     static HASHER: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
     HASHER.get_or_init(Default::default).hash_one(field) & (u64::MAX >> 1)
 }
@@ -474,12 +474,10 @@ pub fn state_records(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
             },
         });
     }
-    let mut buf = Vec::new();
-    let mut n = 0;
     let mut first = true;
-    let mut flush = |buf: &mut Vec<u8>, n: &mut usize, f: &mut dyn FnMut(RecordRef<'_>)| {
-        let items = Items::Packed { n: *n, bytes: buf };
-        f(if first {
+    let mut emit = |n: usize, bytes: &[u8]| {
+        let items = Items::Packed { n, bytes };
+        f(if std::mem::take(&mut first) {
             RecordRef::Hash {
                 key,
                 expire_at_ms,
@@ -488,22 +486,12 @@ pub fn state_records(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
         } else {
             RecordRef::HSet { key, items }
         });
-        first = false;
-        buf.clear();
-        *n = 0;
     };
+    let mut chunks = packed::Chunks::new(crate::log::ITEMS_PER_RECORD);
     for (k, v) in table(e).iter() {
-        let more = packed::element_bytes(k.len()) + packed::element_bytes(v.len());
-        if n > 0 && buf.len() + more > crate::log::ITEMS_PER_RECORD {
-            flush(&mut buf, &mut n, &mut f);
-        }
-        packed::put(&mut buf, k);
-        packed::put(&mut buf, v);
-        n += 2;
+        chunks.push(&[k, v], &mut emit);
     }
-    if n > 0 {
-        flush(&mut buf, &mut n, &mut f);
-    }
+    chunks.finish(&mut emit);
 }
 
 #[cfg(test)]

@@ -78,6 +78,7 @@ pub mod list;
 mod replay;
 pub mod set;
 pub mod value;
+pub mod zset;
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -179,6 +180,16 @@ enum Op<K> {
         key: K,
         change: list::Change,
     },
+    /// Packed member, score pairs to set in a sorted set.
+    ZAdd {
+        key: K,
+        items: Box<[u8]>,
+    },
+    /// Packed members to remove from a sorted set.
+    ZRem {
+        key: K,
+        items: Box<[u8]>,
+    },
     /// Every key of the keyspace goes.
     Flush,
 }
@@ -233,6 +244,20 @@ impl<'a> Op<&'a [u8]> {
                 key,
                 items: packed_bytes(items),
             },
+            RecordRef::ZSet {
+                key,
+                expire_at_ms,
+                items,
+            } if !items.is_empty() => Op::Put(zset::new_entry(key, items, expiry(expire_at_ms), 0)),
+            RecordRef::ZSet { key, .. } => Op::Del { key },
+            RecordRef::ZAdd { key, items } => Op::ZAdd {
+                key,
+                items: packed_bytes(items),
+            },
+            RecordRef::ZRem { key, items } => Op::ZRem {
+                key,
+                items: packed_bytes(items),
+            },
             RecordRef::Members {
                 key,
                 expire_at_ms,
@@ -277,6 +302,8 @@ impl<K: AsRef<[u8]>> Op<K> {
             | Op::SetRange { key, .. }
             | Op::HSet { key, .. }
             | Op::HDel { key, .. }
+            | Op::ZAdd { key, .. }
+            | Op::ZRem { key, .. }
             | Op::SAdd { key, .. }
             | Op::SRem { key, .. }
             | Op::List { key, .. } => Some(key.as_ref()),
@@ -297,6 +324,8 @@ impl<K: AsRef<[u8]>> Op<K> {
             },
             Op::HSet { key, items } => Op::HSet { key: f(key), items },
             Op::HDel { key, items } => Op::HDel { key: f(key), items },
+            Op::ZAdd { key, items } => Op::ZAdd { key: f(key), items },
+            Op::ZRem { key, items } => Op::ZRem { key: f(key), items },
             Op::SAdd { key, items } => Op::SAdd { key: f(key), items },
             Op::SRem { key, items } => Op::SRem { key: f(key), items },
             Op::List { key, change } => Op::List {
@@ -333,6 +362,7 @@ fn is_empty_collection(e: &Entry) -> bool {
     match e.kind() {
         Type::String => false,
         Type::Hash => hash::is_empty(e),
+        Type::ZSet => zset::is_empty(e),
         Type::Set => set::is_empty(e),
         Type::List => list::is_empty(e),
     }
@@ -868,6 +898,26 @@ impl Keyspace {
                     self.change_at(h, p, |e| change.apply(e));
                 }
             }
+            Op::ZAdd { key, items } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::ZSet) {
+                    self.change_at(h, p, |e| {
+                        let mut it = crate::packed::Iter::new(&items);
+                        while let (Some(m), Some(s)) = (it.next(), it.next()) {
+                            zset::set(e, m, zset::read_score(s));
+                        }
+                    });
+                }
+            }
+            Op::ZRem { key, items } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::ZSet) {
+                    self.removed = self.removed.max(self.stamp);
+                    self.change_at(h, p, |e| {
+                        for m in crate::packed::Iter::new(&items) {
+                            zset::remove(e, m);
+                        }
+                    });
+                }
+            }
             Op::Flush => self.clear(),
         }
     }
@@ -1022,6 +1072,7 @@ impl Keyspace {
                 expire_at_ms: e.expire_at_ms(),
             }),
             Type::Hash => hash::state_records(e, f),
+            Type::ZSet => zset::state_records(e, f),
             Type::Set => set::state_records(e, f),
             Type::List => list::state_records(e, f),
         }

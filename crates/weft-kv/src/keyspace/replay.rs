@@ -141,6 +141,14 @@ mod tests {
                         pairs.insert(0, b"h".to_vec());
                         pairs
                     }
+                    Type::ZSet => {
+                        let mut pairs: Vec<Vec<u8>> = super::super::zset::view(e)
+                            .iter()
+                            .map(|(m, s)| [m, &s.to_bits().to_le_bytes()].concat())
+                            .collect();
+                        pairs.insert(0, b"z".to_vec());
+                        pairs
+                    }
                     Type::Set => {
                         let mut members: Vec<Vec<u8>> =
                             super::super::set::iter(e).map(|m| m.to_vec()).collect();

@@ -18,6 +18,11 @@ pub mod tag {
     pub const HASH_PACKED: u8 = 2;
     /// A big hash: a pointer to a [`super::HashTable`].
     pub const HASH_TABLE: u8 = 3;
+    /// A small sorted set: packed member, score pairs in (score, member) order
+    /// (`listpack`).
+    pub const ZSET_PACKED: u8 = 9;
+    /// A big sorted set: a pointer to a [`crate::keyspace::zset::ZTree`] (`skiplist`).
+    pub const ZSET_SKIP: u8 = 10;
     /// A small list: packed elements from head to tail (`listpack`).
     pub const LIST_PACKED: u8 = 4;
     /// A big list: a pointer to a [`crate::keyspace::list::QuickList`] (`quicklist`).
@@ -39,6 +44,8 @@ pub enum Type {
     Hash,
     /// Elements in order.
     List,
+    /// Distinct members ordered by score.
+    ZSet,
     /// Distinct members.
     Set,
 }
@@ -49,6 +56,7 @@ impl Type {
         match self {
             Type::String => "string",
             Type::Hash => "hash",
+            Type::ZSet => "zset",
             Type::Set => "set",
             Type::List => "list",
         }
@@ -56,7 +64,7 @@ impl Type {
 
     /// The type TYPE calls `name` (any case), if weft-kv has it.
     pub fn from_name(name: &[u8]) -> Option<Type> {
-        [Type::String, Type::Hash, Type::Set, Type::List]
+        [Type::String, Type::Hash, Type::Set, Type::List, Type::ZSet]
             .into_iter()
             .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
@@ -68,6 +76,7 @@ pub fn type_of(tag: u8) -> Type {
     match tag {
         tag::STR | tag::STR_RAW => Type::String,
         tag::HASH_PACKED | tag::HASH_TABLE => Type::Hash,
+        tag::ZSET_PACKED | tag::ZSET_SKIP => Type::ZSet,
         tag::SET_INTS | tag::SET_PACKED | tag::SET_TABLE => Type::Set,
         tag::LIST_PACKED | tag::LIST_QUICK => Type::List,
         t => unreachable!("no value has tag {t}"),
@@ -77,7 +86,10 @@ pub fn type_of(tag: u8) -> Type {
 /// Whether a tag's value bytes are a pointer to a boxed structure.
 #[inline]
 pub fn is_boxed(tag: u8) -> bool {
-    tag == tag::HASH_TABLE || tag == tag::SET_TABLE || tag == tag::LIST_QUICK
+    tag == tag::HASH_TABLE
+        || tag == tag::SET_TABLE
+        || tag == tag::LIST_QUICK
+        || tag == tag::ZSET_SKIP
 }
 
 /// What OBJECT ENCODING answers for a value of tag `tag` whose bytes (in the entry)
@@ -93,6 +105,8 @@ pub fn encoding_name(tag: u8, bytes: &[u8]) -> &'static str {
         tag::LIST_PACKED => "listpack",
         tag::LIST_QUICK => "quicklist",
         tag::HASH_TABLE | tag::SET_TABLE => "hashtable",
+        tag::ZSET_PACKED => "listpack",
+        tag::ZSET_SKIP => "skiplist",
         tag::SET_INTS => "intset",
         tag::SET_PACKED => "listpack",
         t => unreachable!("no value has tag {t}"),
@@ -151,6 +165,8 @@ pub(super) unsafe fn drop_boxed(tag: u8, bytes: &[u8]) {
         }
         // SAFETY: per the contract (the same as `drop_quick`'s).
         tag::LIST_QUICK => unsafe { super::list::drop_quick(bytes) },
+        // SAFETY: per the contract (the same as `drop_tree`'s).
+        tag::ZSET_SKIP => unsafe { super::zset::drop_tree(bytes) },
         t => unreachable!("tag {t} is not boxed"),
     }
 }
@@ -164,6 +180,8 @@ pub(super) fn memory(tag: u8, bytes: &[u8]) -> u64 {
         tag::HASH_TABLE | tag::SET_TABLE => unsafe { table(bytes) }.memory(),
         // SAFETY: an entry's bytes of this tag hold its quicklist, alive while it is.
         tag::LIST_QUICK => unsafe { super::list::quick_memory(bytes) },
+        // SAFETY: an entry's bytes of this tag hold its tree, alive while it is.
+        tag::ZSET_SKIP => unsafe { super::zset::tree_of(bytes) }.memory(),
         _ => bytes.len() as u64,
     }
 }

@@ -18,6 +18,11 @@
 //!                                                   fields (field value field value ...)
 //!  21   key:bytes items                             HSet: these fields are set
 //!  22   key:bytes items                             HDel: these fields are removed
+//!  50   key:bytes expire:opt items                  ZSet: the key holds a sorted set of
+//!                                                   these (member score member score ...,
+//!                                                   each score 8 bytes: a double's bits, LE)
+//!  51   key:bytes items                             ZAdd: these members get these scores
+//!  52   key:bytes items                             ZRem: these members are removed
 //!  40   key:bytes expire:opt items                  Members: the key holds a set of these
 //!  41   key:bytes items                             SAdd: these members are added
 //!  42   key:bytes items                             SRem: these members are removed
@@ -150,6 +155,20 @@ pub enum RecordRef<'a> {
     /// The fields of `items` are removed from the existing hash (an emptied hash is
     /// removed).
     HDel { key: &'a [u8], items: Items<'a> },
+    /// The key now holds a sorted set of `items` (member, score, member, score, ...;
+    /// each score 8 bytes, the double's bits little-endian), expiring at
+    /// `expire_at_ms` or never, whatever it held before.
+    ZSet {
+        key: &'a [u8],
+        expire_at_ms: Option<u64>,
+        items: Items<'a>,
+    },
+    /// The members of `items` (member, score, ...) get those scores in the existing
+    /// sorted set (added if missing).
+    ZAdd { key: &'a [u8], items: Items<'a> },
+    /// The members of `items` are removed from the existing sorted set (an emptied
+    /// one is removed).
+    ZRem { key: &'a [u8], items: Items<'a> },
     /// The key now holds a set of the members `items`, expiring at `expire_at_ms` or
     /// never, whatever it held before.
     Members {
@@ -232,6 +251,16 @@ pub enum Record {
     HSet { key: Vec<u8>, items: Vec<Vec<u8>> },
     /// See [`RecordRef::HDel`].
     HDel { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::ZSet`].
+    ZSet {
+        key: Vec<u8>,
+        expire_at_ms: Option<u64>,
+        items: Vec<Vec<u8>>,
+    },
+    /// See [`RecordRef::ZAdd`].
+    ZAdd { key: Vec<u8>, items: Vec<Vec<u8>> },
+    /// See [`RecordRef::ZRem`].
+    ZRem { key: Vec<u8>, items: Vec<Vec<u8>> },
     /// See [`RecordRef::Members`].
     Members {
         key: Vec<u8>,
@@ -322,6 +351,23 @@ impl<'a> RecordRef<'a> {
                 key: key.to_vec(),
                 items: items.to_vec(),
             },
+            RecordRef::ZSet {
+                key,
+                expire_at_ms,
+                items,
+            } => Record::ZSet {
+                key: key.to_vec(),
+                expire_at_ms,
+                items: items.to_vec(),
+            },
+            RecordRef::ZAdd { key, items } => Record::ZAdd {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
+            RecordRef::ZRem { key, items } => Record::ZRem {
+                key: key.to_vec(),
+                items: items.to_vec(),
+            },
             RecordRef::Members {
                 key,
                 expire_at_ms,
@@ -392,6 +438,9 @@ impl<'a> RecordRef<'a> {
             | RecordRef::Hash { key, .. }
             | RecordRef::HSet { key, .. }
             | RecordRef::HDel { key, .. }
+            | RecordRef::ZSet { key, .. }
+            | RecordRef::ZAdd { key, .. }
+            | RecordRef::ZRem { key, .. }
             | RecordRef::Members { key, .. }
             | RecordRef::SAdd { key, .. }
             | RecordRef::SRem { key, .. }
@@ -446,6 +495,23 @@ impl Record {
                 items: Items::Owned(items),
             },
             Record::HDel { key, items } => RecordRef::HDel {
+                key,
+                items: Items::Owned(items),
+            },
+            Record::ZSet {
+                key,
+                expire_at_ms,
+                items,
+            } => RecordRef::ZSet {
+                key,
+                expire_at_ms: *expire_at_ms,
+                items: Items::Owned(items),
+            },
+            Record::ZAdd { key, items } => RecordRef::ZAdd {
+                key,
+                items: Items::Owned(items),
+            },
+            Record::ZRem { key, items } => RecordRef::ZRem {
                 key,
                 items: Items::Owned(items),
             },
@@ -634,6 +700,26 @@ pub fn encode_in(db: u8, rec: &RecordRef<'_>, out: &mut Vec<u8>) {
         }
         RecordRef::HDel { key, items } => {
             kind(out, 22);
+            put_bytes(out, key);
+            put_items(out, &items);
+        }
+        RecordRef::ZSet {
+            key,
+            expire_at_ms,
+            items,
+        } => {
+            kind(out, 50);
+            put_bytes(out, key);
+            put_opt(out, expire_at_ms);
+            put_items(out, &items);
+        }
+        RecordRef::ZAdd { key, items } => {
+            kind(out, 51);
+            put_bytes(out, key);
+            put_items(out, &items);
+        }
+        RecordRef::ZRem { key, items } => {
+            kind(out, 52);
             put_bytes(out, key);
             put_items(out, &items);
         }
@@ -887,6 +973,19 @@ pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeErro
             key: r.bytes()?,
             items: r.items()?,
         },
+        50 => RecordRef::ZSet {
+            key: r.bytes()?,
+            expire_at_ms: r.opt()?,
+            items: r.items()?,
+        },
+        51 => RecordRef::ZAdd {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
+        52 => RecordRef::ZRem {
+            key: r.bytes()?,
+            items: r.items()?,
+        },
         40 => RecordRef::Members {
             key: r.bytes()?,
             expire_at_ms: r.opt()?,
@@ -947,6 +1046,12 @@ pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeErro
             return Err(DecodeError::Malformed);
         }
     }
+    // A sorted set's pairs: whole, each score 8 bytes and a number.
+    if let RecordRef::ZSet { items, .. } | RecordRef::ZAdd { items, .. } = rec {
+        if !crate::keyspace::zset::valid_items(&items) {
+            return Err(DecodeError::Malformed);
+        }
+    }
     Ok((db, rec, FRAME_HEADER + len))
 }
 
@@ -1002,6 +1107,24 @@ mod tests {
             Record::HDel {
                 key: b"h".to_vec(),
                 items: vec![b"f".to_vec(), vec![1; 130], vec![]],
+            },
+            Record::ZSet {
+                key: b"z".to_vec(),
+                expire_at_ms: Some(3),
+                items: vec![
+                    b"a".to_vec(),
+                    (-1.5f64).to_bits().to_le_bytes().to_vec(),
+                    vec![8; 200],
+                    f64::INFINITY.to_bits().to_le_bytes().to_vec(),
+                ],
+            },
+            Record::ZAdd {
+                key: b"z".to_vec(),
+                items: vec![vec![], 0.25f64.to_bits().to_le_bytes().to_vec()],
+            },
+            Record::ZRem {
+                key: b"z".to_vec(),
+                items: vec![b"a".to_vec(), vec![]],
             },
             Record::Members {
                 key: b"s".to_vec(),
@@ -1130,7 +1253,25 @@ mod tests {
         short.extend_from_slice(&0u32.to_le_bytes());
         short.extend_from_slice(&2u32.to_le_bytes());
         short.extend_from_slice(&[1, b'f']);
-        for payload in [bad_db, odd, short, vec![9], vec![15, 0, 16]] {
+        // A sorted set's score of 7 bytes, and a NaN score.
+        let zadd = |score: &[u8]| {
+            let mut p = vec![51, 0];
+            p.extend_from_slice(&0u32.to_le_bytes());
+            p.extend_from_slice(&2u32.to_le_bytes());
+            p.extend_from_slice(&[1, b'm', score.len() as u8]);
+            p.extend_from_slice(score);
+            p
+        };
+        let (short_score, nan) = (zadd(&[0; 7]), zadd(&f64::NAN.to_bits().to_le_bytes()));
+        for payload in [
+            bad_db,
+            odd,
+            short,
+            vec![9],
+            vec![15, 0, 16],
+            short_score,
+            nan,
+        ] {
             assert_eq!(
                 decode_frame(&frame(&payload)),
                 Err(DecodeError::Malformed),

@@ -7,11 +7,13 @@
 //! or 0, a verbatim string a bulk string, and both nils become `$-1` / `*-1`.
 //!
 //! Encoding appends to the connection's output buffer. Integers and lengths are
-//! written with `itoa` (no formatting machinery on the hot path). Doubles are written
-//! as Redis 7.2's `d2string`: `inf`, `-inf`, `nan`, `0` / `-0`, an integer-valued
-//! double within +-2^62 as that integer, otherwise the shortest decimal that reads
-//! back as the same double, laid out as Redis's fpconv (`0.001`, `1.5e-7`, `1e+20`).
-//! (Redis 7.0 printed `%.17g` instead, e.g. `1.1000000000000001`.) A CR or LF in a
+//! written with `itoa` (no formatting machinery on the hot path). Doubles in RESP3 are
+//! written as Redis 7.2's `d2string`: `inf`, `-inf`, `nan`, `0` / `-0`, an
+//! integer-valued double within +-2^62 as that integer, otherwise the shortest decimal
+//! that reads back as the same double, laid out as Redis's fpconv (`0.001`, `1.5e-7`,
+//! `1e+20`). In RESP2 a double is a bulk string written as Redis 7.0's addReplyDouble
+//! does, C's `%.17g` (`1.1000000000000001`, `inf`: [`format_g17`]), which clients of
+//! RESP2 see as a sorted set's score. A CR or LF in a
 //! status or error text (which the type forbids) is written as a space, as Redis's
 //! addReplyErrorFormat does, so one bad text cannot break the stream.
 
@@ -150,10 +152,11 @@ impl Reply {
             }
             Reply::Double(d) => {
                 let mut text = Vec::with_capacity(32);
-                format_double(*d, &mut text);
                 if resp3 {
+                    format_double(*d, &mut text);
                     line(b',', &text, out);
                 } else {
+                    format_g17(*d, &mut text);
                     bulk(&text, out);
                 }
             }
@@ -219,18 +222,65 @@ fn line(tag: u8, text: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends the text of a double that both formats write alike (`nan`, `inf`, `-inf`,
+/// `0`, `-0`): whether `d` was one.
+fn special(d: f64, out: &mut Vec<u8>) -> bool {
+    let text: &[u8] = if d.is_nan() {
+        b"nan"
+    } else if d.is_infinite() {
+        if d < 0.0 {
+            b"-inf"
+        } else {
+            b"inf"
+        }
+    } else if d == 0.0 {
+        if d.is_sign_negative() {
+            b"-0"
+        } else {
+            b"0"
+        }
+    } else {
+        return false;
+    };
+    out.extend_from_slice(text);
+    true
+}
+
+/// Appends `d` as C's `printf("%.17g")` writes it (Redis 7.0's replies of a double
+/// in RESP2, and its listpack scores): 17 significant digits without trailing zeros,
+/// in exponent form (`1e+20`, `1.5e-07`) when the exponent is below -4 or above 16;
+/// `inf`, `-inf`, `nan`, `-0`.
+pub fn format_g17(d: f64, out: &mut Vec<u8>) {
+    if special(d, out) {
+        return;
+    }
+    let sci = format!("{d:.16e}");
+    let (mantissa, exponent) = sci.split_once('e').expect("`{:e}` writes an exponent");
+    let exponent: i32 = exponent.parse().expect("`{:e}` writes an integer exponent");
+    let strip = |t: &str| -> String {
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            t.to_string()
+        }
+    };
+    if !(-4..17).contains(&exponent) {
+        out.extend_from_slice(strip(mantissa).as_bytes());
+        out.push(b'e');
+        out.push(if exponent < 0 { b'-' } else { b'+' });
+        if exponent.abs() < 10 {
+            out.push(b'0');
+        }
+        out.extend_from_slice(itoa::Buffer::new().format(exponent.abs()).as_bytes());
+    } else {
+        let fixed = format!("{:.*}", (16 - exponent) as usize, d);
+        out.extend_from_slice(strip(&fixed).as_bytes());
+    }
+}
+
 /// Appends `d` as Redis 7.2's `d2string` writes it (see the module doc).
 pub fn format_double(d: f64, out: &mut Vec<u8>) {
-    if d.is_nan() {
-        out.extend_from_slice(b"nan");
-        return;
-    }
-    if d.is_infinite() {
-        out.extend_from_slice(if d < 0.0 { b"-inf" } else { b"inf" });
-        return;
-    }
-    if d == 0.0 {
-        out.extend_from_slice(if d.is_sign_negative() { b"-0" } else { b"0" });
+    if special(d, out) {
         return;
     }
     // Redis's double2ll: within +-(LLONG_MAX / 2), an integer-valued double is written

@@ -163,6 +163,22 @@ impl Settings {
                 "set-max-listpack-value",
                 crate::keyspace::set::max_packed_value().to_string(),
             ),
+            (
+                "zset-max-listpack-entries",
+                crate::keyspace::zset::max_packed_entries().to_string(),
+            ),
+            (
+                "zset-max-listpack-value",
+                crate::keyspace::zset::max_packed_value().to_string(),
+            ),
+            (
+                "zset-max-ziplist-entries",
+                crate::keyspace::zset::max_packed_entries().to_string(),
+            ),
+            (
+                "zset-max-ziplist-value",
+                crate::keyspace::zset::max_packed_value().to_string(),
+            ),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             (
                 "auto-aof-rewrite-percentage",
@@ -228,6 +244,13 @@ impl Settings {
             }
             "hash-max-listpack-value" | "hash-max-ziplist-value" => {
                 crate::keyspace::hash::set_thresholds(None, Some(num(value)? as usize))
+            }
+            // A sorted set stays packed within these (later writes convert by them).
+            "zset-max-listpack-entries" | "zset-max-ziplist-entries" => {
+                crate::keyspace::zset::set_thresholds(Some(num(value)? as usize), None)
+            }
+            "zset-max-listpack-value" | "zset-max-ziplist-value" => {
+                crate::keyspace::zset::set_thresholds(None, Some(num(value)? as usize))
             }
             // A list node's size (later writes pack and split by it).
             "list-max-listpack-size" | "list-max-ziplist-size" => {

@@ -105,6 +105,8 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
     // Each hash's fields and values, and its expiry.
     type Fields = (Vec<Vec<u8>>, Option<u64>);
     let mut hashes: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
+    // Each sorted set's members and scores in order, and its expiry.
+    let mut zsets: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
     // Each set's members, and its expiry.
     let mut sets: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
     // Each list's elements in order, and its expiry.
@@ -150,6 +152,17 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
                 let l = lists.get_mut(key).expect("a List record first");
                 l.0.extend(items.to_vec());
             }
+            RecordRef::ZSet {
+                key,
+                expire_at_ms,
+                items,
+            } => {
+                zsets.insert(key.to_vec(), (items.to_vec(), expire_at_ms));
+            }
+            RecordRef::ZAdd { key, items } => {
+                let z = zsets.get_mut(key).expect("a ZSet record first");
+                z.0.extend(items.to_vec());
+            }
             r => panic!("compaction wrote {r:?}"),
         });
         if cur == 0 {
@@ -178,6 +191,15 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
             .map(|m| [m, b"\0".to_vec()].concat())
             .collect();
         strings.push((key, [b"set:".to_vec(), all.concat()].concat(), at));
+    }
+    for (key, (pairs, at)) in zsets {
+        // Members and scores (as the double's bits) in the order logged: the order of
+        // the sorted set.
+        let all: Vec<Vec<u8>> = pairs
+            .chunks(2)
+            .map(|p| [&p[0][..], b"=", &p[1], b"\0"].concat())
+            .collect();
+        strings.push((key, [b"zset:".to_vec(), all.concat()].concat(), at));
     }
     strings.sort();
     strings
