@@ -542,6 +542,30 @@ fn dump_and_restore_any_type() {
     t.check_replay();
 }
 
+/// A type these commands have no code for (a list) moves the same way: as its
+/// full-state records.
+#[test]
+fn lists_are_renamed_copied_dumped_and_restored_whole() {
+    let mut t = T::new();
+    let long = "x".repeat(100);
+    t.run(&["rpush", "l", "a", "b", &long, "c"]);
+    let state = state_of(&t, "l");
+    assert_eq!(t.run(&["copy", "l", "l2"]), Reply::Int(1));
+    assert_eq!(state_of(&t, "l2"), state);
+    assert_eq!(t.run(&["rename", "l2", "l3"]), Reply::OK);
+    assert_eq!(state_of(&t, "l3"), state);
+    assert_eq!(t.run(&["lpop", "l3"]), Reply::Bulk(b"a".to_vec()));
+    assert_eq!(t.run(&["llen", "l"]), Reply::Int(4));
+    let Reply::Bulk(p) = t.run(&["dump", "l"]) else {
+        panic!("a payload")
+    };
+    let line = [b"restore".to_vec(), b"l4".to_vec(), b"0".to_vec(), p];
+    assert_eq!(t.run_bytes(&line), Reply::OK);
+    assert_eq!(state_of(&t, "l4"), state);
+    assert_eq!(t.run(&["type", "l4"]), Reply::Simple("list".into()));
+    t.check_replay();
+}
+
 /// RENAME, COPY and LCS over keys of different shards, and COPY to another database:
 /// one transaction each, logged as their parts, the same after a restart.
 #[test]
