@@ -509,6 +509,11 @@ pub fn publish(channel: &[u8], message: &[u8]) -> usize {
     n
 }
 
+/// Whether any connection is subscribed to a channel or a pattern.
+pub fn has_subscribers() -> bool {
+    SUBSCRIPTIONS.load(Relaxed) + PATTERN_SUBSCRIPTIONS.load(Relaxed) > 0
+}
+
 /// SPUBLISH: publishes `message` to the shard channel `channel` (an `smessage` for
 /// each of its subscribers); answers how many it was queued for.
 pub fn publish_shard(channel: &[u8], message: &[u8]) -> usize {

@@ -48,7 +48,15 @@ pub(super) fn run(
         "unsubscribe" => unsubscribe(conn, Kind::Channel, &args[1..], wbuf),
         "punsubscribe" => unsubscribe(conn, Kind::Pattern, &args[1..], wbuf),
         "sunsubscribe" => unsubscribe(conn, Kind::Shard, &args[1..], wbuf),
-        "publish" => Reply::Int(pubsub::publish(args[1], args[2]) as i64),
+        "publish" => {
+            if pubsub::has_subscribers() {
+                // The connections already woken on this worker run first: a change of
+                // subscriptions that reached the server before this PUBLISH takes
+                // effect before it, as in Redis's single event loop.
+                weft_runtime::yield_now();
+            }
+            Reply::Int(pubsub::publish(args[1], args[2]) as i64)
+        }
         "spublish" => Reply::Int(pubsub::publish_shard(args[1], args[2]) as i64),
         "pubsub" => pubsub_command(args),
         "ping" if subscribed && conn.proto == 2 => {
