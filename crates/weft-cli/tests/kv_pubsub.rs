@@ -386,6 +386,8 @@ fn keyspace_notifications_follow_the_events_and_classes_asked_for() {
     c.call(&["HSET", "h", "f", "1", "g", "2"]);
     c.call(&["HINCRBY", "h", "f", "1"]);
     c.call(&["HDEL", "h", "f", "g"]);
+    c.call(&["SET", "m", "v"]);
+    c.call(&["MOVE", "m", "5"]);
     c.call(&["PERSIST", "foo"]);
     c.call(&["DEL", "foo", "n", "missing"]);
     c.call(&["SELECT", "3"]);
@@ -398,6 +400,9 @@ fn keyspace_notifications_follow_the_events_and_classes_asked_for() {
         ("__keyspace@0__:h", "hincrby"),
         ("__keyspace@0__:h", "hdel"),
         ("__keyspace@0__:h", "del"),
+        ("__keyspace@0__:m", "set"),
+        ("__keyspace@0__:m", "move_from"),
+        ("__keyspace@5__:m", "move_to"),
         ("__keyspace@0__:foo", "persist"),
         ("__keyspace@0__:foo", "del"),
         ("__keyspace@0__:n", "del"),

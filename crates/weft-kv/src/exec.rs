@@ -432,6 +432,11 @@ fn move_key(set: &impl ShardSet, args: &[Vec<u8>], db: u8, acks: &mut Acks) -> R
     let now = now_ms();
     let (moved, lsn) = set.with(s, |sh| {
         let moved = sh.move_key(&args[1], db, to, now);
+        if moved {
+            use crate::pubsub::{notify::notify_db, GENERIC};
+            notify_db(db, GENERIC, "move_from", &args[1]);
+            notify_db(to, GENERIC, "move_to", &args[1]);
+        }
         (moved, sh.appended)
     });
     acks.note(s, lsn);
