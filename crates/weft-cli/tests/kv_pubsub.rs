@@ -105,6 +105,12 @@ fn publish_reaches_channel_and_pattern_subscribers_on_both_workers() {
     let list = p.call(&["CLIENT", "LIST"]).text();
     assert_eq!(list.matches(" sub=1 psub=0 ").count(), 4, "{list}");
     assert_eq!(list.matches(" sub=0 psub=1 ").count(), 2, "{list}");
+    // Subscribed connections are of type pubsub (flag P), the others normal.
+    let pubsub = p.call(&["CLIENT", "LIST", "TYPE", "pubsub"]).text();
+    assert_eq!(pubsub.lines().count(), 6, "{pubsub}");
+    assert!(pubsub.lines().all(|l| l.contains(" flags=P")), "{pubsub}");
+    let normal = p.call(&["CLIENT", "LIST", "TYPE", "normal"]).text();
+    assert_eq!(normal.lines().count(), 2, "{normal}");
     // A subscriber that leaves is no longer counted; one that closes neither.
     assert_eq!(
         subs[0].call(&["UNSUBSCRIBE", "news"]),

@@ -185,6 +185,9 @@ impl Client {
         let name = self.name.lock().unwrap_or_else(|p| p.into_inner());
         let name = String::from_utf8_lossy(name.as_deref().unwrap_or_default()).into_owned();
         let mut fl = String::new();
+        if self.subscribed() {
+            fl.push('P');
+        }
         if self.unix {
             fl.push('U');
         }
@@ -565,13 +568,13 @@ fn argv_mem(args: &[Vec<u8>]) -> usize {
 }
 
 /// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id ...]: every connection
-/// (weft-kv's are all of type normal).
+/// (of type pubsub while it has a subscription, else normal).
 fn list(server: &Server, conn: &Conn, args: &[Vec<u8>]) -> Reply {
     let mut ids: Option<Vec<u64>> = None;
-    let mut none = false;
+    let mut class = None;
     if args.len() == 4 && eq(&args[2], "type") {
         match client_type(&args[3]) {
-            Some(normal) => none = !normal,
+            Some(t) => class = Some(t),
             None => return Reply::error(format!("ERR Unknown client type '{}'", text(&args[3]))),
         }
     } else if args.len() >= 4 && eq(&args[2], "id") {
@@ -588,7 +591,7 @@ fn list(server: &Server, conn: &Conn, args: &[Vec<u8>]) -> Reply {
     }
     let mut out = String::new();
     for c in server.registry.all() {
-        if none || ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
+        if class.is_some_and(|t| !c.is(t)) || ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
             continue;
         }
         out += &c.line(if c.id == conn.id { argv_mem(args) } else { 0 });
@@ -596,18 +599,42 @@ fn list(server: &Server, conn: &Conn, args: &[Vec<u8>]) -> Reply {
     Reply::Verbatim("txt", out.into_bytes())
 }
 
-/// A client type of CLIENT LIST/KILL TYPE: `Some(true)` for normal (every weft-kv
-/// connection), `Some(false)` for a type weft-kv has none of, `None` for no type.
-fn client_type(name: &[u8]) -> Option<bool> {
+/// The client types of CLIENT LIST/KILL TYPE.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClientType {
+    Normal,
+    /// Subscribed to a channel, pattern or shard channel.
+    Pubsub,
+    /// A replica or a primary: weft-kv has none.
+    Replication,
+}
+
+/// A client type of CLIENT LIST/KILL TYPE, `None` for no type.
+fn client_type(name: &[u8]) -> Option<ClientType> {
     if eq(name, "normal") {
-        Some(true)
-    } else if ["master", "replica", "slave", "pubsub"]
-        .iter()
-        .any(|t| eq(name, t))
-    {
-        Some(false)
+        Some(ClientType::Normal)
+    } else if eq(name, "pubsub") {
+        Some(ClientType::Pubsub)
+    } else if ["master", "replica", "slave"].iter().any(|t| eq(name, t)) {
+        Some(ClientType::Replication)
     } else {
         None
+    }
+}
+
+impl Client {
+    /// Whether it has a subscription (Redis's pubsub client type, flag `P`).
+    fn subscribed(&self) -> bool {
+        self.pubsub.get().is_some_and(|s| s.subscribed())
+    }
+
+    /// Whether it is of type `t`.
+    fn is(&self, t: ClientType) -> bool {
+        match t {
+            ClientType::Normal => !self.subscribed(),
+            ClientType::Pubsub => self.subscribed(),
+            ClientType::Replication => false,
+        }
     }
 }
 
@@ -630,7 +657,7 @@ fn kill(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
         };
     }
     let (mut id, mut addr, mut laddr) = (None, None, None);
-    let (mut normal, mut skip_me) = (true, true);
+    let (mut class, mut skip_me) = (None, true);
     for pair in args[2..].chunks(2) {
         let [opt, value] = pair else {
             return commands::SYNTAX_ERR;
@@ -642,7 +669,7 @@ fn kill(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
             }
         } else if eq(opt, "type") {
             match client_type(value) {
-                Some(t) => normal = t,
+                Some(t) => class = Some(t),
                 None => return Reply::error(format!("ERR Unknown client type '{}'", text(value))),
             }
         } else if eq(opt, "addr") {
@@ -667,7 +694,7 @@ fn kill(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
     }
     let me = conn.id;
     let (n, myself) = server.registry.kill(me, |c| {
-        normal
+        class.is_none_or(|t| c.is(t))
             && id.is_none_or(|id| c.id == id)
             && addr.is_none_or(|a| c.addr.as_bytes() == a.as_slice())
             && laddr.is_none_or(|a| c.laddr.as_bytes() == a.as_slice())
