@@ -2,11 +2,14 @@
 //! BITOP and RESTORE over keys of every type, on one shard or two, come back the same
 //! after `kill -9` and a restart, and after a compaction and a restart; and a RENAME
 //! between two shards is never seen half done (EXISTS of both names, itself a
-//! transaction, always counts one).
+//! transaction, always counts one); the keyspace events of SETBIT, BITFIELD, BITOP,
+//! RENAME, COPY and RESTORE.
 
 mod common;
 #[path = "common/kv.rs"]
 mod kv;
+#[path = "common/resp.rs"]
+mod resp;
 
 use kv::KvServer;
 use std::path::Path;
@@ -166,5 +169,51 @@ fn a_rename_between_shards_is_never_seen_half_done() {
     });
     for (x, y) in &pairs {
         assert_eq!(run(&mut c, &["exists", x, y]), Reply::Int(1));
+    }
+}
+
+/// The keyspace events (`__keyspace@0__:<key>`) of the bitmap commands and of the
+/// commands that move a value, in order; nothing for a write that changes nothing.
+#[test]
+fn bitmap_and_key_commands_publish_their_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = KvServer::weft(
+        &tmp.path().join("data"),
+        &tmp.path().join("kv.sock"),
+        &["--workers", "2", "--notify-keyspace-events", "KA"],
+    )
+    .unwrap();
+    let mut sub = resp::Wire::connect(&server.socket);
+    sub.call(&["PSUBSCRIBE", "__keyspace@0__:*"]);
+    let mut c = server.client().unwrap();
+    run(&mut c, &["setbit", "b", "3", "1"]);
+    run(&mut c, &["setbit", "b", "3", "1"]);
+    run(&mut c, &["bitfield", "b", "set", "u4", "0", "3"]);
+    run(&mut c, &["bitop", "not", "n", "b"]);
+    run(&mut c, &["bitop", "and", "n", "missing"]);
+    run(&mut c, &["rename", "b", "r"]);
+    run(&mut c, &["copy", "r", "c"]);
+    let Reply::Bulk(p) = run(&mut c, &["dump", "r"]) else {
+        panic!("a payload")
+    };
+    let args: Vec<&[u8]> = vec![b"restore", b"d", b"0", &p];
+    assert_eq!(c.command(&args).unwrap(), Reply::OK);
+    for (key, event) in [
+        ("b", "setbit"),
+        ("b", "setbit"),
+        ("n", "set"),
+        ("n", "del"),
+        ("b", "rename_from"),
+        ("r", "rename_to"),
+        ("c", "copy_to"),
+        ("d", "restore"),
+    ] {
+        let m = sub.read();
+        let items = m.items();
+        assert_eq!(items.len(), 4, "not a pmessage: {}", resp::show(&m));
+        assert_eq!(
+            (items[2].text(), items[3].text()),
+            (format!("__keyspace@0__:{key}"), event.to_string())
+        );
     }
 }

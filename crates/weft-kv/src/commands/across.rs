@@ -189,9 +189,10 @@ fn lcs(set: &impl ShardSet, args: &[&[u8]], db: u8, acks: &mut Acks) -> Reply {
 }
 
 /// RENAME / RENAMENX key newkey: on one shard, [`transfer::rename`]; over two, as one
-/// transaction: the source's payload ([`transfer::dump`]; missing: `ERR no such key`),
-/// put in place on the destination's shard ([`transfer::put_value`]; under NX an
-/// existing destination answers 0 and nothing changes), then the source removed.
+/// transaction: the source's payload ([`transfer::dump`]; missing: `ERR no such key`);
+/// under NX an existing destination answers 0 and nothing changes; then the source is
+/// removed ([`transfer::rename_source`]) and the payload put in place on the
+/// destination's shard ([`transfer::put_value`]).
 fn rename(
     set: &impl ShardSet,
     cmd: &Command,
@@ -217,20 +218,25 @@ fn rename(
         let Some(payload) = payload(held, src, db, n, acks) else {
             return Reply::err("ERR no such key");
         };
-        let mode: &[u8] = if nx { b"nx" } else { b"replace" };
-        let put = [&b"rename"[..], dst, &payload, mode];
-        match step(held, shard_of(dst, n), transfer::put_value, db, &put, acks) {
-            Reply::Int(1) => {}
-            other => return other,
+        let exists = [&b"exists"[..], dst];
+        if nx && step(held, shard_of(dst, n), keys::exists, db, &exists, acks) != Reply::Int(0) {
+            return Reply::Int(0);
         }
+        // In Redis's order of events: the source goes, then the destination is written
+        // (which cannot fail: RENAME is not refused for memory, and the payload is one
+        // just made).
+        let from = [&b"rename"[..], src];
         step(
             held,
             shard_of(src, n),
-            keys::del,
+            transfer::rename_source,
             db,
-            &[&b"del"[..], src],
+            &from,
             acks,
         );
+        let put = [&b"rename"[..], dst, &payload, b"replace"];
+        let r = step(held, shard_of(dst, n), transfer::put_value, db, &put, acks);
+        debug_assert_eq!(r, Reply::Int(1), "the destination takes the value");
         if nx {
             Reply::Int(1)
         } else {

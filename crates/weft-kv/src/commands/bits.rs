@@ -10,6 +10,9 @@
 //! it was. BITOP stores its result with a `Set` (no expiry, whatever the destination
 //! held), or removes the destination (`Del`) when every source is empty or missing.
 //!
+//! Keyspace events, as Redis's: `setbit` for a SETBIT or BITFIELD that changed the
+//! string (and `new` for a key it created), `set` or `del` for BITOP's destination.
+//!
 //! Limits: a bit offset is at most 2^32 - 1 (the string's 512 MB,
 //! [`super::MAX_STRING`]), so no command makes a string longer than that; the growth
 //! a write asks for is checked against the memory limit before anything changes.
@@ -22,6 +25,8 @@ use super::strings::{clamp_range, fit, make_room, store, string};
 use super::{arg_i64, parse_i64, Ctx, MAX_STRING, OOM, SYNTAX_ERR, WRONGTYPE};
 use crate::keyspace::Keyspace;
 use crate::log::RecordRef;
+use crate::pubsub::notify::notify;
+use crate::pubsub::{GENERIC, NEW, STRING};
 use crate::resp::Reply;
 use std::collections::BTreeMap;
 
@@ -164,6 +169,7 @@ impl<'k> Writer<'k> {
                 value: b"",
                 expire_at_ms: None,
             });
+            notify(ctx, NEW, "new", key);
         }
         let len = self.len;
         ks.update(
@@ -200,6 +206,7 @@ impl<'k> Writer<'k> {
                 piece: &[0],
             });
         }
+        notify(ctx, STRING, "setbit", key);
     }
 }
 
@@ -437,6 +444,7 @@ pub fn bitop_store(ks: &mut Keyspace, dest: &[u8], result: &[u8], ctx: &mut Ctx<
     if result.is_empty() {
         if ks.remove(dest, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key: dest });
+            notify(ctx, GENERIC, "del", dest);
         }
         return Reply::Int(0);
     }
@@ -444,6 +452,7 @@ pub fn bitop_store(ks: &mut Keyspace, dest: &[u8], result: &[u8], ctx: &mut Ctx<
         return e;
     }
     store(ks, dest, result, None, ctx);
+    notify(ctx, STRING, "set", dest);
     Reply::Int(result.len() as i64)
 }
 

@@ -16,15 +16,19 @@
 //! - [`install`] puts such an entry in place of whatever its key holds and logs its
 //!   full state (invariant 6 of docs/kv-types.md: the key is created).
 //!
+//! Keyspace events, as Redis's: `rename_from` and `rename_to`, `copy_to`, `restore`
+//! (and `new` for a key created; `del` for RESTORE REPLACE of a time already passed).
+//!
 //! RENAME and COPY over keys of one shard and one database run as one function here
 //! ([`rename`], [`renamenx`], [`copy`]); over two shards (or two databases) the server
 //! runs [`dump`] on the source, [`put_value`] on the destination, and for RENAME
-//! [`super::keys::del`] on the source, as one transaction (`commands/across.rs`).
+//! [`rename_source`] on the source, as one transaction (`commands/across.rs`).
 
 use super::strings::make_room;
 use super::{arg_i64, Ctx, OOM, SYNTAX_ERR};
 use crate::keyspace::{Entry, Keyspace};
 use crate::log::{self, RecordRef};
+use crate::pubsub::{notify, GENERIC, NEW};
 use crate::resp::Reply;
 
 /// The first byte of a payload: `W`, for weft-kv.
@@ -120,10 +124,16 @@ pub fn value_of(
     }
 }
 
-/// Puts `e` in place of whatever its key holds in `ks`, logging its full state.
+/// Puts `e` in place of whatever its key holds in `ks`, logging its full state (and
+/// the `new` event if the key was not there).
 pub fn install(ks: &mut Keyspace, e: Entry, ctx: &mut Ctx<'_>) {
     Keyspace::state_records(&e, |r| ctx.record(&r));
+    let new = notify::enabled(NEW) && !ks.contains(e.key(), ctx.now_ms);
+    let key = new.then(|| e.key().to_vec());
     ks.put(e);
+    if let Some(key) = key {
+        notify::notify(ctx, NEW, "new", &key);
+    }
 }
 
 /// DUMP key: the key's value in weft-kv's own payload format (its type and contents,
@@ -205,6 +215,7 @@ pub fn restore(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if at.is_some_and(|t| t <= ctx.now_ms) {
         if replace && ks.remove(key, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key });
+            notify::notify(ctx, GENERIC, "del", key);
         }
         return Reply::OK;
     }
@@ -213,6 +224,7 @@ pub fn restore(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return e;
     }
     install(ks, e, ctx);
+    notify::notify(ctx, GENERIC, "restore", key);
     Reply::OK
 }
 
@@ -240,7 +252,26 @@ pub fn put_value(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply 
         }
     }
     install(ks, e, ctx);
+    let event = if args[0] == b"rename" {
+        "rename_to"
+    } else {
+        "copy_to"
+    };
+    notify::notify(ctx, GENERIC, event, key);
     Reply::Int(1)
+}
+
+/// The source's last part of RENAME and RENAMENX over two shards (`args`: the
+/// command's name and the source): the key is removed (logged as `Del`), with the
+/// `rename_from` event.
+pub fn rename_source(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    let key = args[1];
+    let removed = ks.remove(key, ctx.now_ms);
+    if removed {
+        ctx.record(&RecordRef::Del { key });
+        notify::notify(ctx, GENERIC, "rename_from", key);
+    }
+    Reply::Int(removed as i64)
 }
 
 /// RENAME and RENAMENX in one keyspace (Redis's renameGenericCommand): a missing source
@@ -262,9 +293,9 @@ fn rename_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, nx: bool
         return Reply::Int(0);
     }
     let (e, _) = value_of(&payload, dst, None).expect("a payload just made");
-    ks.remove(src, ctx.now_ms);
-    ctx.record(&RecordRef::Del { key: src });
+    rename_source(ks, &[b"rename", src], ctx);
     install(ks, e, ctx);
+    notify::notify(ctx, GENERIC, "rename_to", dst);
     done
 }
 
