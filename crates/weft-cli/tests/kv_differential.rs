@@ -347,6 +347,11 @@ impl Gen {
             .map(|_| self.key())
             .collect()
     }
+    /// A blocking command's timeout: short, or one both servers refuse.
+    fn block_timeout(&mut self) -> String {
+        self.pick(&["0.01", "0.001", "-1", "x", "1e-3"]).into()
+    }
+
     fn value(&mut self) -> String {
         if self.chance(60) {
             self.pick(INTS).into()
@@ -651,6 +656,38 @@ impl Gen {
                 .split(' ')
                 .map(String::from)
                 .collect(),
+            // The blocking pops, with timeouts short enough (or refused) that no
+            // command waits long; the keys hold strings or nothing, so they answer
+            // WRONGTYPE or time out.
+            "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => {
+                vec![k, self.key(), self.block_timeout()]
+            }
+            "brpoplpush" => vec![k, self.key(), self.block_timeout()],
+            "blmove" => vec![
+                k,
+                self.key(),
+                self.pick(&["LEFT", "RIGHT", "UP"]).into(),
+                self.pick(&["LEFT", "RIGHT"]).into(),
+                self.block_timeout(),
+            ],
+            "blmpop" | "bzmpop" => {
+                let ends = if name == "blmpop" {
+                    ["LEFT", "RIGHT"]
+                } else {
+                    ["MIN", "MAX"]
+                };
+                let mut v = vec![
+                    self.block_timeout(),
+                    self.pick(&["1", "2", "0", "x"]).into(),
+                    k,
+                    self.key(),
+                ];
+                v.push(self.pick(&[ends[0], ends[1], "UP"]).into());
+                if self.chance(50) {
+                    v.extend(["COUNT".into(), self.pick(&["2", "0", "x"]).into()]);
+                }
+                v
+            }
             "function|flush" | "script|flush" => (0..self.rng.below(3))
                 .map(|_| self.pick(&["ASYNC", "SYNC", "foo"]).into())
                 .collect(),

@@ -48,6 +48,9 @@ pub struct Shard {
     pub mem_limit: u64,
     /// The memory the other shards used when they last said (set with `mem_limit`).
     pub mem_others: u64,
+    /// The connections blocked on this shard's keys (BLPOP, BZPOPMIN, ...), and the
+    /// waited keys that commands wrote to (`server/blocking.rs`).
+    pub blocked: crate::server::blocking::Blocked,
 }
 
 /// The most expired keys a command reclaims before it runs when the server is over
@@ -73,6 +76,7 @@ impl Shard {
             kicked: false,
             mem_limit: 0,
             mem_others: 0,
+            blocked: Default::default(),
         }
     }
 
@@ -196,6 +200,10 @@ impl Shard {
             return false;
         }
         self.appended += added as u64;
+        // A waited key written to is ready to serve its waiters (after the command).
+        if !self.blocked.is_empty() {
+            self.blocked.note(&self.log[before..]);
+        }
         if self.rewrite_tail.is_some() {
             self.note_for_rewrite(before);
         }

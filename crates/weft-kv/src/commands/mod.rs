@@ -283,8 +283,8 @@ const fn sub(name: &'static str, arity: i32, flags: u32) -> Sub {
 }
 
 /// CLIENT's subcommands (weft-kv has no client-side caching: TRACKING, CACHING,
-/// GETREDIR, TRACKINGINFO; nor blocking commands: UNBLOCK).
-static CLIENT_SUBS: [Sub; 13] = [
+/// GETREDIR, TRACKINGINFO).
+static CLIENT_SUBS: [Sub; 14] = [
     sub("client|id", 2, 0),
     sub("client|getname", 2, 0),
     sub("client|setname", 3, 0),
@@ -297,6 +297,7 @@ static CLIENT_SUBS: [Sub; 13] = [
     sub("client|reply", 3, 0),
     sub("client|no-evict", 3, A),
     sub("client|no-touch", 3, 0),
+    sub("client|unblock", -3, 0),
     sub("client|help", 2, 0),
 ];
 
@@ -375,7 +376,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 175] = [
+static TABLE: [Command; 183] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -606,6 +607,16 @@ static TABLE: [Command; 175] = [
     cmd("zinterstore", -4, W | D, ONE, Exec::Server),
     cmd("zdiffstore", -4, W | D, ONE, Exec::Server),
     cmd("zmpop", -4, W, NONE, Exec::Server),
+    // blocking pops (`server/blocking.rs`: the server runs them; inside MULTI they
+    // do not block)
+    cmd("blpop", -3, W, (1, -2, 1), Exec::Server),
+    cmd("brpop", -3, W, (1, -2, 1), Exec::Server),
+    cmd("brpoplpush", 4, W | D, (1, 2, 1), Exec::Server),
+    cmd("blmove", 6, W | D, (1, 2, 1), Exec::Server),
+    cmd("blmpop", -5, W, NONE, Exec::Server),
+    cmd("bzpopmin", -3, W | F, (1, -2, 1), Exec::Server),
+    cmd("bzpopmax", -3, W | F, (1, -2, 1), Exec::Server),
+    cmd("bzmpop", -5, W, NONE, Exec::Server),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -810,6 +821,14 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"zinterstore" => const { at("zinterstore") },
         b"zdiffstore" => const { at("zdiffstore") },
         b"zmpop" => const { at("zmpop") },
+        b"blpop" => const { at("blpop") },
+        b"brpop" => const { at("brpop") },
+        b"brpoplpush" => const { at("brpoplpush") },
+        b"blmove" => const { at("blmove") },
+        b"blmpop" => const { at("blmpop") },
+        b"bzpopmin" => const { at("bzpopmin") },
+        b"bzpopmax" => const { at("bzpopmax") },
+        b"bzmpop" => const { at("bzmpop") },
         _ => return None,
     })
 }

@@ -81,6 +81,9 @@ pub struct Client {
     no_evict: AtomicBool,
     /// CLIENT KILL closed the socket.
     killed: AtomicBool,
+    /// The wait of the blocking command it runs (BLPOP, ...), for CLIENT UNBLOCK and
+    /// CLIENT LIST's flag `b`.
+    waiter: Mutex<Option<Arc<super::blocking::Waiter>>>,
     /// Its subscriptions and the messages queued for it, once it has subscribed.
     pub(crate) pubsub: std::sync::OnceLock<Arc<crate::pubsub::Subscriber>>,
 }
@@ -117,6 +120,7 @@ impl Client {
             omem: AtomicUsize::new(0),
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
+            waiter: Mutex::new(None),
             pubsub: std::sync::OnceLock::new(),
         })
     }
@@ -151,6 +155,12 @@ impl Client {
     /// The bytes of replies held, not sent yet.
     pub fn output_bytes(&self) -> usize {
         self.omem.load(Relaxed)
+    }
+
+    /// Notes the wait of the blocking command the connection runs now (`None`: it
+    /// runs none).
+    pub fn set_waiter(&self, w: Option<Arc<super::blocking::Waiter>>) {
+        *self.waiter.lock().unwrap_or_else(|p| p.into_inner()) = w;
     }
 
     /// CLIENT KILL closed this connection's socket.
@@ -188,6 +198,11 @@ impl Client {
         if self.subscribed() {
             fl.push('P');
         }
+        let waiter = self.waiter.lock().unwrap_or_else(|p| p.into_inner());
+        if waiter.is_some() {
+            fl.push('b');
+        }
+        drop(waiter);
         if self.unix {
             fl.push('U');
         }
@@ -363,9 +378,26 @@ impl Registry {
         all
     }
 
-    /// Connections held by WAIT or a pause now.
+    /// Connections held by WAIT or a pause, or blocked by a blocking command, now.
     pub fn blocked(&self) -> usize {
         self.blocked.load(Relaxed)
+    }
+
+    /// A connection starts (`on`) or ends waiting in a blocking command.
+    pub fn note_blocked(&self, on: bool) {
+        if on {
+            self.blocked.fetch_add(1, Relaxed);
+        } else {
+            self.blocked.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// The wait of connection `id`'s blocking command, if it runs one.
+    pub fn waiter_of(&self, id: u64) -> Option<Arc<super::blocking::Waiter>> {
+        let part = self.part(id).lock().unwrap_or_else(|p| p.into_inner());
+        let c = part.get(&id)?;
+        let w = c.waiter.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        w
     }
 
     /// Closes every other connection that `matches` says, and says whether the caller
@@ -554,6 +586,7 @@ pub fn client(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
             Err(e) => e,
         },
         b"no-touch" => on_off(&args[2]).map_or_else(|e| e, |_| Reply::OK),
+        b"unblock" => super::blocking::client_unblock(server, args),
         b"help" => help(),
         _ => Reply::error(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
@@ -741,6 +774,9 @@ fn help() -> Reply {
         "    Mark the connection (weft-kv never evicts clients).",
         "NO-TOUCH <ON|OFF>",
         "    Accepted (weft-kv keeps no access times).",
+        "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+        "    End the wait of a connection blocked by BLPOP, BZPOPMIN and the like, as",
+        "    if its time ran out (TIMEOUT, the default) or with an error (ERROR).",
         "HELP",
         "    This text.",
     ];

@@ -58,6 +58,10 @@ pub struct Conn {
     pub skip_this: bool,
     /// The selected database (SELECT; 0 at the start and after RESET).
     pub db: u8,
+    /// The socket, for the read-ahead of a blocked command, and that read-ahead
+    /// (`server/blocking.rs`).
+    pub sock: Option<super::blocking::Sock>,
+    pub ahead: super::blocking::Ahead,
 }
 
 /// What running a pipeline needs, kept between reads so its buffers are reused.
@@ -242,6 +246,11 @@ where
         reply: clients::ReplyMode::On,
         skip_this: false,
         db: 0,
+        sock: Some(super::blocking::Sock::of::<S>(
+            std::borrow::Borrow::borrow(&stream),
+            stream.as_raw_fd(),
+        )),
+        ahead: Default::default(),
     };
     let mut out = Out {
         stream: &*stream,
@@ -287,7 +296,9 @@ where
                 rbuf.resize(rbuf.len() + grow, 0);
             }
         }
-        let n = match (&*stream).read(&mut rbuf[end..]) {
+        // (A blocked command's read-ahead may have made this read already.)
+        let early = conn.ahead.take(&mut rbuf[end..]);
+        let n = match early.unwrap_or_else(|| (&*stream).read(&mut rbuf[end..])) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -367,6 +378,8 @@ where
             end = 0;
         }
     }
+    // A blocked command's read-ahead ends before the socket does.
+    conn.ahead.finish(conn.sock);
     drop(out);
     if let Some(s) = client.pubsub.get() {
         pubsub::stop_writer(&*stream, s, writer);
@@ -441,6 +454,10 @@ fn run_pipeline(
         if gathered && commands::lookup(argv[0]).is_some_and(|c| !matches!(c.exec, Exec::Shard(_)))
         {
             // A barrier: the gathered commands run (below) before it does.
+            break;
+        }
+        if slot > first && super::blocking::is_blocking(argv[0]) {
+            // A blocking command runs once the replies before it are sent.
             break;
         }
         let start = wbuf.len();
@@ -777,7 +794,7 @@ fn muted(conn: &Conn, r: Reply, wbuf: &mut Vec<u8>, mark: usize) -> Reply {
 }
 
 /// Runs a Split or Server command.
-fn run_other(
+pub(crate) fn run_other(
     server: &Arc<Server>,
     conn: &mut Conn,
     cmd: &'static Command,
@@ -785,6 +802,9 @@ fn run_other(
     acks: &mut Acks,
 ) -> Reply {
     let shards = &*server.shards;
+    if let Some(r) = super::blocking::run(server, conn, cmd, args, acks) {
+        return r;
+    }
     if let Some(r) = exec::run_keyed(shards, cmd, args, conn.db, acks) {
         return r;
     }

@@ -19,6 +19,7 @@
 //! removed, exit.
 
 pub(crate) mod admin;
+pub(crate) mod blocking;
 pub(crate) mod clients;
 pub(crate) mod command;
 pub mod config;

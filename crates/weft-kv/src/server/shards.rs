@@ -84,7 +84,7 @@
 //! INFO stats shows `expired_keys` (lazy and active), `expired_time_cap_reached_count`
 //! (cycles that ended on their budget) and `expire_cycle_cpu_milliseconds`.
 
-use super::Settings;
+use super::{blocking, Settings};
 use crate::exec::{Held, ShardSet};
 use crate::keyspace::Keyspace;
 use crate::log::writer::SyncHandle;
@@ -236,6 +236,9 @@ pub struct ServerShard {
     pub expires: [AtomicU64; DATABASES],
     /// Keys removed because their time had passed, as last seen.
     pub expired: AtomicU64,
+    /// Waited keys became ready while a transaction held the shard: they are served
+    /// when it leaves (`server/blocking.rs`).
+    blocked_ready: AtomicBool,
 }
 
 /// Active expiry (module doc): the longest a slice holds a shard.
@@ -357,6 +360,7 @@ impl Shards {
                     keys,
                     expires,
                     expired: AtomicU64::new(0),
+                    blocked_ready: AtomicBool::new(false),
                 }
             })
             .collect();
@@ -483,7 +487,18 @@ impl Shards {
                 a.store(v, Relaxed);
             }
         };
-        let kick = sh.cell.run(|st| {
+        let (kick, woken) = sh.cell.run(|st| {
+            // Connections blocked on keys the closure wrote to are served now (their
+            // pops logged before the flusher is kicked), unless a transaction holds
+            // the shard: then when it leaves.
+            let mut woken = None;
+            if st.blocked.has_ready() {
+                if sh.gate.held.load(Acquire) == 0 {
+                    woken = Some(blocking::serve_ready(st, s, self.list.len(), now_ms()));
+                } else {
+                    sh.blocked_ready.store(true, Release);
+                }
+            }
             publish(&sh.memory, st.used_memory());
             // The databases commands changed since the last time (one, usually).
             let mut dirty = std::mem::take(&mut st.dirty_dbs);
@@ -494,15 +509,15 @@ impl Shards {
                 publish(&sh.expires[d], st.dbs[d].expires_count() as u64);
             }
             publish(&sh.expired, st.expired_count());
-            if !st.log.is_empty() && !st.kicked {
-                st.kicked = true;
-                true
-            } else {
-                false
-            }
+            let kick = !st.log.is_empty() && !st.kicked;
+            st.kicked |= kick;
+            (kick, woken)
         });
         if kick {
             self.kick(s);
+        }
+        if let Some(woken) = woken {
+            blocking::wake_all(woken);
         }
     }
 
@@ -994,6 +1009,13 @@ impl ShardSet for Shards {
         }
         for &s in shards {
             self.list[s].gate.leave(tx);
+        }
+        // Connections blocked on keys the transaction wrote to are served now that
+        // it is over (as Redis serves them after EXEC).
+        for &s in shards {
+            if self.list[s].blocked_ready.swap(false, AcqRel) {
+                self.run_on(s, 0, |_| ());
+            }
         }
         r
     }

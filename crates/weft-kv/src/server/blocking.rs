@@ -1,0 +1,1052 @@
+//! The blocking commands: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN, BZPOPMAX
+//! and BZMPOP, with CLIENT UNBLOCK (docs/kv-blocking.md has the design and its
+//! invariants; this is the code).
+//!
+//! # Who holds what
+//! - A [`Waiter`] is one blocked command: what it pops ([`Op`]), its state (waiting,
+//!   or decided: served, timed out, unblocked, gone) moved off "waiting" exactly once
+//!   by a compare-and-swap, and the outcome the one who moved it leaves there.
+//! - Each shard keeps, in [`Blocked`] (a field of [`Shard`]), the waiters of each
+//!   (database, key) in the order they blocked, and the keys that became *ready*: a
+//!   command logged a record about a waited key ([`Blocked::note`], from
+//!   `Shard::note_logged`; one load when nobody waits on the shard).
+//! - After every closure on a shard whose gate no transaction holds, the shard serves
+//!   its ready keys ([`serve_ready`], as Redis's `handleClientsBlockedOnKeys` after a
+//!   command): the first waiter of a key that holds data of its type is claimed and
+//!   its pop runs there, as the command's non-blocking form (`LPOP`, `LMOVE`,
+//!   `ZPOPMIN`, ...) through `Shard::run`, so it is logged exactly as that form. The
+//!   waiter's connection, parked on its own worker, is woken after the closure.
+//! - The connection blocks on a condition variable with its deadline: one timer entry
+//!   of its worker. While it waits, a *read-ahead* green thread does the connection's
+//!   next read of its socket: an end of file there (the client went, or CLIENT KILL)
+//!   cancels the wait. The bytes it reads are the connection's next read.
+//!
+//! A waiter on keys of several shards is registered on each; the shard that claims it
+//! first serves it, the others find it decided and drop it. A BLMOVE whose destination
+//! is on another shard than its source cannot be served inside one shard's closure:
+//! the source's shard hands the key to it (it stops serving that key), and the
+//! connection runs LMOVE itself, as a transaction over both shards.
+
+use super::conn::Conn;
+use super::Server;
+use crate::commands::{self, Command, Exec, ShardFn};
+use crate::exec::{Acks, ShardSet};
+use crate::log;
+use crate::resp::Reply;
+use crate::route;
+use crate::shard::{now_ms, Shard};
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft_runtime::sync::{Condvar, Mutex};
+
+/// What a blocked command pops once a key has data.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// BLPOP, BRPOP (`count` None: one element, answered `[key, element]`) and BLMPOP
+    /// (`count` Some: up to that many, answered `[key, [elements]]`).
+    List { left: bool, count: Option<i64> },
+    /// BLMOVE and BRPOPLPUSH: the element moved to `dst`, answered alone.
+    Move {
+        dst: Vec<u8>,
+        from_left: bool,
+        to_left: bool,
+    },
+    /// BZPOPMIN, BZPOPMAX (`count` None: `[key, member, score]`) and BZMPOP
+    /// (`count` Some: `[key, [[member, score], ...]]`).
+    Zset { min: bool, count: Option<i64> },
+}
+
+impl Op {
+    /// The type (as TYPE names it) a key must hold to serve this op.
+    fn wants(&self) -> &'static str {
+        match self {
+            Op::List { .. } | Op::Move { .. } => "list",
+            Op::Zset { .. } => "zset",
+        }
+    }
+}
+
+/// A waiter's state: only [`WAITING`] moves, once, to one of the others.
+const WAITING: u8 = 0;
+/// Claimed by a shard, which leaves the outcome.
+const DECIDED: u8 = 1;
+
+/// How a wait ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A shard served it: the reply, and the shard and LSN it waits to be written.
+    Served(Reply, usize, u64),
+    /// The source of a BLMOVE across shards has data: the connection runs LMOVE.
+    Retry,
+    /// The time ran out, or CLIENT UNBLOCK ... TIMEOUT.
+    TimedOut,
+    /// CLIENT UNBLOCK ... ERROR.
+    Unblocked,
+    /// The client closed its connection (or CLIENT KILL closed it).
+    Gone,
+}
+
+/// One blocked command.
+pub struct Waiter {
+    state: AtomicU8,
+    /// The client closed its connection while this waited (set before the wait is
+    /// decided as gone, so that a waiter put back to waiting sees it).
+    gone: AtomicBool,
+    db: u8,
+    op: Op,
+    /// Left by whoever moved `state` off [`WAITING`] (a shard does it inside its
+    /// closure: a std mutex, never held across a switch).
+    outcome: std::sync::Mutex<Option<Outcome>>,
+    park: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Waiter {
+    fn new(db: u8, op: Op) -> Arc<Waiter> {
+        Arc::new(Waiter {
+            state: AtomicU8::new(WAITING),
+            gone: AtomicBool::new(false),
+            db,
+            op,
+            outcome: std::sync::Mutex::new(None),
+            park: Mutex::new(()),
+            cv: Condvar::new(),
+        })
+    }
+
+    fn waiting(&self) -> bool {
+        self.state.load(Acquire) == WAITING
+    }
+
+    /// Moves the waiter off "waiting": true for the one caller that does.
+    fn claim(&self) -> bool {
+        self.state
+            .compare_exchange(WAITING, DECIDED, SeqCst, SeqCst)
+            .is_ok()
+    }
+
+    fn set(&self, o: Outcome) {
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(o);
+    }
+
+    /// Ends the wait with `o` if it is still waiting, and wakes its connection (not
+    /// from inside a shard's closure: it takes the parking mutex).
+    pub fn decide(&self, o: Outcome) -> bool {
+        if !self.claim() {
+            return false;
+        }
+        self.set(o);
+        self.wake();
+        true
+    }
+
+    /// Wakes the connection (its outcome is set).
+    fn wake(&self) {
+        let _g = self.park.lock();
+        self.cv.notify_all();
+    }
+
+    /// Waits until the wait is decided, or until `deadline`: then it times out unless
+    /// a shard decided it meanwhile (its outcome is then taken, not lost).
+    fn wait(&self, deadline: Option<Instant>) -> Outcome {
+        let mut g = self.park.lock();
+        loop {
+            if let Some(o) = self
+                .outcome
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                return o;
+            }
+            match deadline {
+                None => g = self.cv.wait(g),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        if self.claim() {
+                            return Outcome::TimedOut;
+                        }
+                        // Decided at the same moment: its outcome comes with a wake-up.
+                        g = self.cv.wait(g);
+                    } else {
+                        g = self.cv.wait_timeout(g, d - now).0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One shard's waiters (module doc).
+#[derive(Default)]
+pub struct Blocked {
+    /// The waiters of each (database, key), first blocked first.
+    keys: HashMap<(u8, Vec<u8>), VecDeque<Arc<Waiter>>>,
+    /// Waited keys that a command wrote to since they were last served, in order.
+    ready: Vec<(u8, Vec<u8>)>,
+}
+
+impl Blocked {
+    /// Whether no one waits on this shard (the check after every write: one load).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Whether keys wait to be served.
+    #[inline]
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    fn mark(&mut self, db: u8, key: &[u8]) {
+        if !self.ready.iter().any(|(d, k)| *d == db && k == key) {
+            self.ready.push((db, key.to_vec()));
+        }
+    }
+
+    /// Notes the keys that `records` (whole log frames a command just appended) wrote
+    /// to and someone waits on. A record about whole databases (SWAPDB) makes every
+    /// waited key ready.
+    pub fn note(&mut self, records: &[u8]) {
+        let mut at = 0;
+        while at < records.len() {
+            let Ok((db, rec, n)) = log::decode_frame(&records[at..]) else {
+                return;
+            };
+            match rec.key() {
+                Some(key) => {
+                    if self.keys.contains_key(&(db, key.to_vec())) {
+                        self.mark(db, key);
+                    }
+                }
+                None => {
+                    let all: Vec<(u8, Vec<u8>)> = self.keys.keys().cloned().collect();
+                    for (d, k) in all {
+                        self.mark(d, &k);
+                    }
+                }
+            }
+            at += n;
+        }
+    }
+
+    /// Adds `w` to the waiters of `key` (at the front: a BLMOVE handed a key that it
+    /// could not take).
+    fn add(&mut self, key: &[u8], w: &Arc<Waiter>, front: bool) {
+        let q = self.keys.entry((w.db, key.to_vec())).or_default();
+        if q.iter().any(|x| Arc::ptr_eq(x, w)) {
+            return;
+        }
+        if front {
+            q.push_front(w.clone());
+        } else {
+            q.push_back(w.clone());
+        }
+    }
+
+    /// Removes `w` from the waiters of `key`.
+    fn remove(&mut self, key: &[u8], w: &Arc<Waiter>) {
+        let k = (w.db, key.to_vec());
+        if let Some(q) = self.keys.get_mut(&k) {
+            q.retain(|x| !Arc::ptr_eq(x, w));
+            if q.is_empty() {
+                self.keys.remove(&k);
+            }
+        }
+    }
+}
+
+/// The shard function of the non-blocking command `name`, if the table has one.
+fn shard_fn(name: &str) -> Option<ShardFn> {
+    match commands::lookup(name.as_bytes())?.exec {
+        Exec::Shard(f) | Exec::Split(f, _) => Some(f),
+        Exec::Server => None,
+    }
+}
+
+fn side(left: bool) -> &'static [u8] {
+    if left {
+        b"LEFT"
+    } else {
+        b"RIGHT"
+    }
+}
+
+/// Whether `key` of database `db` holds a value of the type `op` pops (`Some(false)`:
+/// another type; `None`: missing).
+fn holds(sh: &Shard, db: u8, key: &[u8], op: &Op, now: u64) -> Option<bool> {
+    sh.db(db)
+        .peek(key, now)
+        .map(|e| e.kind().name() == op.wants())
+}
+
+/// Whether an element can move from `src` to the destination of `op` inside one
+/// shard's closure (of `count` shards): both keys are that shard's.
+fn local_move(op: &Op, src: &[u8], count: usize) -> bool {
+    match op {
+        Op::Move { dst, .. } => route::shard_of(dst, count) == route::shard_of(src, count),
+        _ => true,
+    }
+}
+
+/// Runs `op`'s pop on `key` of shard `sh` (which holds data of its type), as its
+/// non-blocking command: the blocking command's reply, and the LSN it waits for.
+/// `None` when the pop cannot run inside one shard (a BLMOVE across shards).
+fn pop(
+    sh: &mut Shard,
+    db: u8,
+    key: &[u8],
+    op: &Op,
+    now: u64,
+    shards: usize,
+) -> Option<(Reply, u64)> {
+    let (name, count) = match op {
+        Op::List { left, count } => (if *left { "lpop" } else { "rpop" }, count),
+        Op::Zset { min, count } => (if *min { "zpopmin" } else { "zpopmax" }, count),
+        Op::Move {
+            dst,
+            from_left,
+            to_left,
+        } => {
+            if !local_move(op, key, shards) {
+                return None;
+            }
+            // LMOVE with both keys on this shard (the table's LMOVE is the server's,
+            // which also handles keys of two shards).
+            let args: Vec<&[u8]> = vec![b"lmove", key, dst, side(*from_left), side(*to_left)];
+            let (r, lsn) = sh.run(commands::lists::lmove, db, &args, now, None);
+            return Some((shape(op, key, r), lsn));
+        }
+    };
+    let n = count.map(|c| c.to_string());
+    let mut args: Vec<&[u8]> = vec![name.as_bytes(), key];
+    args.extend(n.as_deref().map(str::as_bytes));
+    let f = shard_fn(name)?;
+    let (r, lsn) = sh.run(f, db, &args, now, None);
+    Some((shape(op, key, r), lsn))
+}
+
+/// The blocking command's reply from its non-blocking form's reply `r` on `key`.
+fn shape(op: &Op, key: &[u8], r: Reply) -> Reply {
+    if r.is_error() {
+        return r;
+    }
+    let k = || Reply::Bulk(key.to_vec());
+    match op {
+        Op::Move { .. } => r,
+        Op::List { .. } => Reply::Array(vec![k(), r]),
+        Op::Zset { count, .. } => {
+            let pairs = score_pairs(r);
+            match count {
+                None => {
+                    let mut v = vec![k()];
+                    if let Some((m, s)) = pairs.into_iter().next() {
+                        v.extend([m, s]);
+                    }
+                    Reply::Array(v)
+                }
+                Some(_) => Reply::Array(vec![
+                    k(),
+                    Reply::Array(
+                        pairs
+                            .into_iter()
+                            .map(|(m, s)| Reply::Array(vec![m, s]))
+                            .collect(),
+                    ),
+                ]),
+            }
+        }
+    }
+}
+
+/// The (member, score) pairs of a ZPOPMIN/ZPOPMAX reply, whatever its shape (a flat
+/// array, pairs, or an array of two-element arrays).
+fn score_pairs(r: Reply) -> Vec<(Reply, Reply)> {
+    match r {
+        Reply::Pairs(p) | Reply::Map(p) => p,
+        Reply::Array(v) if v.iter().all(|x| matches!(x, Reply::Array(_))) => v
+            .into_iter()
+            .filter_map(|x| match x {
+                Reply::Array(mut p) if p.len() == 2 => {
+                    let s = p.pop()?;
+                    let m = p.pop()?;
+                    Some((m, s))
+                }
+                _ => None,
+            })
+            .collect(),
+        Reply::Array(v) => {
+            let mut it = v.into_iter();
+            let mut out = Vec::new();
+            while let (Some(m), Some(s)) = (it.next(), it.next()) {
+                out.push((m, s));
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Serves the ready keys of shard `s` (on its worker, inside its closure; no
+/// transaction holds it): for each key, while it holds data, its first waiter of that
+/// type is claimed and served. Answers the waiters to wake once the closure is done.
+pub fn serve_ready(sh: &mut Shard, s: usize, shards: usize, now: u64) -> Vec<Arc<Waiter>> {
+    let mut woken = Vec::new();
+    while !sh.blocked.ready.is_empty() {
+        let (db, key) = sh.blocked.ready.remove(0);
+        loop {
+            let Some(q) = sh.blocked.keys.get_mut(&(db, key.clone())) else {
+                break;
+            };
+            q.retain(|w| w.waiting());
+            let kind = sh.db(db).peek(&key, now).map(|e| e.kind().name());
+            let q = sh
+                .blocked
+                .keys
+                .get_mut(&(db, key.clone()))
+                .expect("looked up");
+            let Some(at) = q.iter().position(|w| Some(w.op.wants()) == kind) else {
+                if q.is_empty() {
+                    sh.blocked.keys.remove(&(db, key.clone()));
+                }
+                break;
+            };
+            let w = q.remove(at).expect("a position of the queue");
+            if q.is_empty() {
+                sh.blocked.keys.remove(&(db, key.clone()));
+            }
+            if !w.claim() {
+                continue;
+            }
+            match pop(sh, db, &key, &w.op, now, shards) {
+                Some((reply, lsn)) => {
+                    w.set(Outcome::Served(reply, s, lsn));
+                    woken.push(w);
+                }
+                None => {
+                    // A BLMOVE to another shard: the key is its to take.
+                    w.set(Outcome::Retry);
+                    woken.push(w);
+                    break;
+                }
+            }
+        }
+    }
+    woken
+}
+
+/// Wakes the waiters [`serve_ready`] decided (after its closure).
+pub fn wake_all(woken: Vec<Arc<Waiter>>) {
+    for w in woken {
+        w.wake();
+    }
+}
+
+/// A blocking command, parsed.
+struct Request {
+    keys: Vec<Vec<u8>>,
+    op: Op,
+    /// Milliseconds to wait (0: forever).
+    timeout_ms: u64,
+}
+
+/// The timeout argument, in seconds with decimals, as Redis reads it: a number
+/// `strtold` takes whole (else `ERR timeout is not a float or out of range`), then
+/// milliseconds rounded up; negative, `ERR timeout is negative`. 0 waits forever.
+pub fn parse_timeout(arg: &[u8]) -> Result<u64, Reply> {
+    use commands::float80::F80;
+    let v = commands::float80::parse(arg)
+        .map_err(|_| Reply::err("ERR timeout is not a float or out of range"))?;
+    let secs = match v {
+        F80::Zero(_) => 0.0,
+        F80::Inf(neg) => {
+            if neg {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            }
+        }
+        F80::Finite { neg, m, e } => {
+            let x = m as f64 * 2f64.powi(e);
+            if neg {
+                -x
+            } else {
+                x
+            }
+        }
+    };
+    let ms = (secs * 1000.0).ceil();
+    // Redis converts to a 64-bit integer: past its range, the result is negative.
+    if ms.is_nan() || ms < 0.0 || ms >= 9.223_372_036_854_775e18 {
+        return Err(Reply::err("ERR timeout is negative"));
+    }
+    Ok(ms as u64)
+}
+
+fn eq(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+/// LEFT or RIGHT (any case), else `ERR syntax error`.
+fn where_arg(a: &[u8]) -> Result<bool, Reply> {
+    if eq(a, "left") {
+        Ok(true)
+    } else if eq(a, "right") {
+        Ok(false)
+    } else {
+        Err(commands::SYNTAX_ERR)
+    }
+}
+
+/// A positive count or number of keys, as Redis's getRangeLongFromObjectOrReply(1,
+/// LONG_MAX) reads it: not an integer, or below 1, `ERR <what> should be greater
+/// than 0`.
+fn positive(a: &[u8], what: &str) -> Result<i64, Reply> {
+    match commands::parse_i64(a) {
+        Some(n) if n >= 1 => Ok(n),
+        _ => Err(Reply::error(format!("ERR {what} should be greater than 0"))),
+    }
+}
+
+/// BLMPOP / BZMPOP: `timeout numkeys key... where [COUNT count]` (arguments from 1).
+/// `min_max`: the words of `where` are MIN/MAX (else LEFT/RIGHT).
+fn parse_mpop(args: &[Vec<u8>], min_max: bool) -> Result<(Vec<Vec<u8>>, bool, i64, u64), Reply> {
+    let timeout = parse_timeout(&args[1])?;
+    let numkeys = positive(&args[2], "numkeys")?;
+    let where_at = 3usize.saturating_add(numkeys as usize);
+    if numkeys as u64 >= args.len() as u64 || where_at >= args.len() {
+        return Err(commands::SYNTAX_ERR);
+    }
+    let w = &args[where_at];
+    let first = if min_max {
+        if eq(w, "min") {
+            true
+        } else if eq(w, "max") {
+            false
+        } else {
+            return Err(commands::SYNTAX_ERR);
+        }
+    } else {
+        where_arg(w)?
+    };
+    let mut count = -1;
+    let mut j = where_at + 1;
+    while j < args.len() {
+        if count == -1 && eq(&args[j], "count") && j + 1 < args.len() {
+            count = positive(&args[j + 1], "count")?;
+            j += 2;
+        } else {
+            return Err(commands::SYNTAX_ERR);
+        }
+    }
+    let keys = args[3..where_at].to_vec();
+    Ok((keys, first, count.max(1), timeout))
+}
+
+/// The request of blocking command `cmd` (arity checked), or its argument error, in
+/// the order Redis checks them.
+fn parse(cmd: &str, args: &[Vec<u8>]) -> Result<Request, Reply> {
+    let last = args.len() - 1;
+    Ok(match cmd {
+        "blpop" | "brpop" => Request {
+            timeout_ms: parse_timeout(&args[last])?,
+            keys: args[1..last].to_vec(),
+            op: Op::List {
+                left: cmd == "blpop",
+                count: None,
+            },
+        },
+        "bzpopmin" | "bzpopmax" => Request {
+            timeout_ms: parse_timeout(&args[last])?,
+            keys: args[1..last].to_vec(),
+            op: Op::Zset {
+                min: cmd == "bzpopmin",
+                count: None,
+            },
+        },
+        "brpoplpush" => Request {
+            timeout_ms: parse_timeout(&args[3])?,
+            keys: vec![args[1].clone()],
+            op: Op::Move {
+                dst: args[2].clone(),
+                from_left: false,
+                to_left: true,
+            },
+        },
+        "blmove" => {
+            let from_left = where_arg(&args[3])?;
+            let to_left = where_arg(&args[4])?;
+            Request {
+                timeout_ms: parse_timeout(&args[5])?,
+                keys: vec![args[1].clone()],
+                op: Op::Move {
+                    dst: args[2].clone(),
+                    from_left,
+                    to_left,
+                },
+            }
+        }
+        "blmpop" => {
+            let (keys, left, count, timeout_ms) = parse_mpop(args, false)?;
+            Request {
+                keys,
+                op: Op::List {
+                    left,
+                    count: Some(count),
+                },
+                timeout_ms,
+            }
+        }
+        "bzmpop" => {
+            let (keys, min, count, timeout_ms) = parse_mpop(args, true)?;
+            Request {
+                keys,
+                op: Op::Zset {
+                    min,
+                    count: Some(count),
+                },
+                timeout_ms,
+            }
+        }
+        _ => unreachable!("a blocking command"),
+    })
+}
+
+/// Whether `name` (any case) is a blocking command: the pipeline runs one only after
+/// the replies before it are sent.
+pub fn is_blocking(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 8] = [
+        b"blpop",
+        b"brpop",
+        b"blmove",
+        b"brpoplpush",
+        b"blmpop",
+        b"bzpopmin",
+        b"bzpopmax",
+        b"bzmpop",
+    ];
+    name.len() >= 5
+        && (name[0] | 0x20) == b'b'
+        && NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// What one key's shard answered when the command first looked at it.
+enum Look {
+    /// Served there and then.
+    Served(Reply, u64),
+    /// It holds another type.
+    WrongType,
+    /// Missing: the waiter is registered on it.
+    Waiting,
+    /// The waiter was decided meanwhile (served on an earlier key, or unblocked).
+    Decided,
+    /// A BLMOVE's source has data but its destination is on another shard.
+    Move,
+}
+
+/// On the key's shard: serve the waiter now if the key has data (claiming it), answer
+/// WRONGTYPE if it holds another type, else register the waiter there (`register`).
+fn look(
+    sh: &mut Shard,
+    w: &Arc<Waiter>,
+    key: &[u8],
+    now: u64,
+    shards: usize,
+    register: bool,
+) -> Look {
+    match holds(sh, w.db, key, &w.op, now) {
+        Some(true) => {
+            if !local_move(&w.op, key, shards) {
+                return Look::Move;
+            }
+            if !w.claim() {
+                return Look::Decided;
+            }
+            match pop(sh, w.db, key, &w.op, now, shards) {
+                Some((r, lsn)) => Look::Served(r, lsn),
+                None => unreachable!("a local pop"),
+            }
+        }
+        Some(false) => Look::WrongType,
+        None => {
+            if register {
+                sh.blocked.add(key, w, false);
+            }
+            Look::Waiting
+        }
+    }
+}
+
+/// Runs blocking command `cmd` for the connection (arity checked); `None` for any
+/// other command.
+pub fn run(
+    server: &Arc<Server>,
+    conn: &mut Conn,
+    cmd: &Command,
+    args: &[Vec<u8>],
+    acks: &mut Acks,
+) -> Option<Reply> {
+    if !is_blocking(cmd.name.as_bytes()) {
+        return None;
+    }
+    let req = match parse(cmd.name, args) {
+        Ok(r) => r,
+        Err(e) => return Some(e),
+    };
+    Some(block(server, conn, req, acks))
+}
+
+/// The command's reply when the time runs out, or when it cannot block (inside
+/// MULTI): a null array (`*-1`; RESP3 `_`).
+const TIMED_OUT: Reply = Reply::NilArray;
+
+fn block(server: &Arc<Server>, conn: &mut Conn, req: Request, acks: &mut Acks) -> Reply {
+    let shards = &server.shards;
+    let count = shards.count();
+    let now = now_ms();
+    // (A deadline past what the clock holds: forever.)
+    let deadline = match req.timeout_ms {
+        0 => None,
+        ms => Instant::now().checked_add(Duration::from_millis(ms)),
+    };
+    let w = Waiter::new(conn.db, req.op.clone());
+    let mut keys: Vec<Vec<u8>> = Vec::with_capacity(req.keys.len());
+    for k in req.keys {
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    // Look at each key in order: the first with data serves the command at once;
+    // the others are registered as they are passed.
+    let mut registered: Vec<usize> = Vec::new();
+    let mut answer = None;
+    for (i, key) in keys.iter().enumerate() {
+        let s = route::shard_of(key, count);
+        match shards.with(s, |sh| look(sh, &w, key, now, count, true)) {
+            Look::Served(r, lsn) => {
+                acks.note(s, lsn);
+                answer = Some(r);
+                break;
+            }
+            Look::WrongType => {
+                // (Served by an earlier key meanwhile: that reply, below.)
+                if w.claim() {
+                    answer = Some(commands::WRONGTYPE);
+                }
+                break;
+            }
+            Look::Waiting => registered.push(i),
+            Look::Decided => break,
+            Look::Move => {
+                // A BLMOVE (one key, so nothing else can decide it meanwhile).
+                if let Some(r) = try_move(server, conn, key, &w.op, acks) {
+                    answer = Some(r);
+                    break;
+                }
+                // Emptied meanwhile: wait for it.
+                wait_again(server, &w, key, false);
+                registered.push(i);
+            }
+        }
+    }
+    if let Some(r) = answer {
+        unregister(server, &w, &keys, &registered);
+        return r;
+    }
+    wait(server, conn, &w, &keys, &registered, deadline, acks)
+}
+
+/// Registers `w` on `key` (first in line with `front`) and, if the key holds data
+/// already, marks it ready, so that its shard serves it after this closure.
+fn wait_again(server: &Arc<Server>, w: &Arc<Waiter>, key: &[u8], front: bool) {
+    let s = route::shard_of(key, server.shards.count());
+    server.shards.with(s, |sh| {
+        sh.blocked.add(key, w, front);
+        if holds(sh, w.db, key, &w.op, now_ms()) == Some(true) {
+            sh.blocked.mark(w.db, key);
+        }
+    });
+}
+
+/// LMOVE of a BLMOVE whose keys are on two shards, run by the connection as the
+/// non-blocking command: its reply, or `None` if the source was empty.
+fn try_move(
+    server: &Arc<Server>,
+    conn: &mut Conn,
+    src: &[u8],
+    op: &Op,
+    acks: &mut Acks,
+) -> Option<Reply> {
+    let Op::Move {
+        dst,
+        from_left,
+        to_left,
+    } = op
+    else {
+        return None;
+    };
+    let cmd = commands::lookup(b"lmove")?;
+    let args: Vec<Vec<u8>> = vec![
+        b"lmove".to_vec(),
+        src.to_vec(),
+        dst.clone(),
+        side(*from_left).to_vec(),
+        side(*to_left).to_vec(),
+    ];
+    let r = super::conn::run_other(server, conn, cmd, &args, acks);
+    match r {
+        Reply::Nil | Reply::NilArray => None,
+        r => Some(r),
+    }
+}
+
+/// Takes the waiter out of the queues of the keys it was registered on.
+fn unregister(server: &Arc<Server>, w: &Arc<Waiter>, keys: &[Vec<u8>], registered: &[usize]) {
+    let count = server.shards.count();
+    for &i in registered {
+        let key = &keys[i];
+        let s = route::shard_of(key, count);
+        server.shards.with(s, |sh| sh.blocked.remove(key, w));
+    }
+}
+
+/// Blocks the connection until the waiter is decided or its deadline passes.
+fn wait(
+    server: &Arc<Server>,
+    conn: &mut Conn,
+    w: &Arc<Waiter>,
+    keys: &[Vec<u8>],
+    registered: &[usize],
+    deadline: Option<Instant>,
+    acks: &mut Acks,
+) -> Reply {
+    let client = conn.client.clone();
+    client.set_waiter(Some(w.clone()));
+    server.registry.note_blocked(true);
+    if let Some(sock) = conn.sock {
+        conn.ahead.watch(sock, Some(w));
+    }
+    let reply = loop {
+        let o = w.wait(deadline);
+        match o {
+            Outcome::Served(r, s, lsn) => {
+                acks.note(s, lsn);
+                break r;
+            }
+            Outcome::TimedOut => break TIMED_OUT,
+            Outcome::Unblocked => {
+                break Reply::err("UNBLOCKED client unblocked via CLIENT UNBLOCK")
+            }
+            Outcome::Gone => {
+                conn.close = true;
+                break Reply::Written;
+            }
+            Outcome::Retry => {
+                // The source of a BLMOVE across shards has data: move it as LMOVE does.
+                let key = &keys[registered[0]];
+                if let Some(r) = try_move(server, conn, key, &w.op, acks) {
+                    break r;
+                }
+                // Taken by another client first: wait again, first in line (unless
+                // the client closed its connection meanwhile).
+                w.state.store(WAITING, SeqCst);
+                if w.gone.load(SeqCst) && w.claim() {
+                    conn.close = true;
+                    break Reply::Written;
+                }
+                wait_again(server, w, key, true);
+            }
+        }
+    };
+    server.registry.note_blocked(false);
+    client.set_waiter(None);
+    if let Some(sock) = conn.sock {
+        conn.ahead.watch(sock, None);
+    }
+    unregister(server, w, keys, registered);
+    reply
+}
+
+/// CLIENT UNBLOCK client-id [TIMEOUT | ERROR]: ends the wait of a connection blocked
+/// by a blocking command, as if its time ran out (the default) or with `-UNBLOCKED`.
+/// 1 if it was blocked, else 0.
+pub fn client_unblock(server: &Server, args: &[Vec<u8>]) -> Reply {
+    let error = match args.get(3) {
+        _ if args.len() > 4 => return commands::sub_syntax_error(args),
+        None => false,
+        Some(m) if eq(m, "timeout") => false,
+        Some(m) if eq(m, "error") => true,
+        Some(_) => return Reply::err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+    };
+    let Some(id) = commands::parse_i64(&args[2]) else {
+        return commands::NOT_INT;
+    };
+    let Some(w) = server.registry.waiter_of(id as u64) else {
+        return Reply::Int(0);
+    };
+    let o = if error {
+        Outcome::Unblocked
+    } else {
+        Outcome::TimedOut
+    };
+    Reply::Int(w.decide(o) as i64)
+}
+
+/// A connection's socket, for the read-ahead of a blocked connection: a pointer to the
+/// stream and the function that reads it.
+#[derive(Clone, Copy)]
+pub struct Sock {
+    ptr: usize,
+    read: unsafe fn(usize, &mut [u8]) -> std::io::Result<usize>,
+    fd: i32,
+}
+
+/// Reads from the stream of type `S` at `ptr`.
+///
+/// # Safety
+/// `ptr` must point to a live `S` (the connection's stream, which the connection keeps
+/// until the read-ahead is over: [`Ahead::finish`]).
+unsafe fn read_via<S>(ptr: usize, buf: &mut [u8]) -> std::io::Result<usize>
+where
+    for<'a> &'a S: Read,
+{
+    // SAFETY: the caller's contract: `ptr` is the connection's live stream.
+    let mut s: &S = unsafe { &*(ptr as *const S) };
+    s.read(buf)
+}
+
+impl Sock {
+    /// The socket of stream `s`, which must outlive every read-ahead started on it.
+    pub fn of<S>(s: &S, fd: i32) -> Sock
+    where
+        for<'a> &'a S: Read,
+    {
+        Sock {
+            ptr: s as *const S as usize,
+            read: read_via::<S>,
+            fd,
+        }
+    }
+}
+
+/// The bytes one read-ahead takes at most.
+const AHEAD: usize = 16 << 10;
+
+/// What a read-ahead and its connection share.
+#[derive(Default)]
+struct Watch {
+    /// The wait the connection is in now, if any: the one a close ends.
+    current: std::sync::Mutex<Option<Arc<Waiter>>>,
+    /// The read-ahead found the stream closed (or failed).
+    ended: AtomicBool,
+}
+
+/// A blocked connection's read-ahead (module doc).
+#[derive(Default)]
+pub struct Ahead {
+    state: AheadState,
+    watch: Arc<Watch>,
+}
+
+#[derive(Default)]
+enum AheadState {
+    /// None under way.
+    #[default]
+    Idle,
+    /// A green thread is reading.
+    Running(weft_runtime::JoinHandle<(Vec<u8>, std::io::Result<usize>)>),
+    /// It read these bytes (from the offset on, not yet taken), or ended the stream.
+    Done(Vec<u8>, usize, Option<std::io::Error>),
+}
+
+impl Ahead {
+    /// Watches the socket for a close while `w` waits (`None`: the wait is over).
+    /// Starts a read-ahead on `sock` unless one is under way or left bytes; a close
+    /// seen there (now or before) ends the wait as [`Outcome::Gone`].
+    pub fn watch(&mut self, sock: Sock, w: Option<&Arc<Waiter>>) {
+        *self.watch.current.lock().unwrap_or_else(|p| p.into_inner()) = w.cloned();
+        let Some(w) = w else { return };
+        if self.watch.ended.load(SeqCst) {
+            w.gone.store(true, SeqCst);
+            w.decide(Outcome::Gone);
+            return;
+        }
+        if !matches!(self.state, AheadState::Idle) {
+            return;
+        }
+        let watch = self.watch.clone();
+        let spawned = weft_runtime::ThreadBuilder::new()
+            .name("kv-read-ahead")
+            .preemptible(false)
+            .stack_size(64 << 10)
+            .spawn_on(weft_runtime::current_worker().unwrap_or(0), move || {
+                let mut buf = vec![0u8; AHEAD];
+                // SAFETY: the connection keeps its stream until it has joined this
+                // thread (`Ahead::take`, `Ahead::finish`).
+                let r = unsafe { (sock.read)(sock.ptr, &mut buf) };
+                if !matches!(r, Ok(n) if n > 0) {
+                    watch.ended.store(true, SeqCst);
+                    let w = watch
+                        .current
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take();
+                    if let Some(w) = w {
+                        w.gone.store(true, SeqCst);
+                        w.decide(Outcome::Gone);
+                    }
+                }
+                (buf, r)
+            });
+        if let Ok(h) = spawned {
+            self.state = AheadState::Running(h);
+        }
+    }
+
+    /// The connection's next read: what the read-ahead read (waiting for it), copied
+    /// into `buf`; `None` when no read-ahead is under way or left bytes.
+    pub fn take(&mut self, buf: &mut [u8]) -> Option<std::io::Result<usize>> {
+        if let AheadState::Running(_) = self.state {
+            let AheadState::Running(h) = std::mem::take(&mut self.state) else {
+                unreachable!()
+            };
+            self.state = match h.join() {
+                Ok((bytes, Ok(n))) => AheadState::Done(bytes[..n].to_vec(), 0, None),
+                Ok((_, Err(e))) => AheadState::Done(Vec::new(), 0, Some(e)),
+                Err(_) => AheadState::Done(Vec::new(), 0, None),
+            };
+        }
+        let AheadState::Done(bytes, at, err) = &mut self.state else {
+            return None;
+        };
+        if let Some(e) = err.take() {
+            self.state = AheadState::Idle;
+            return Some(Err(e));
+        }
+        let n = (bytes.len() - *at).min(buf.len());
+        buf[..n].copy_from_slice(&bytes[*at..*at + n]);
+        *at += n;
+        if *at == bytes.len() {
+            self.state = AheadState::Idle;
+        }
+        Some(Ok(n))
+    }
+
+    /// Before the connection closes its stream: ends a read-ahead under way (shutting
+    /// the socket down wakes its read) and waits for it.
+    pub fn finish(&mut self, sock: Option<Sock>) {
+        if let AheadState::Running(h) = std::mem::take(&mut self.state) {
+            if let Some(sock) = sock {
+                // SAFETY: the connection's own socket, still open (it is closed after
+                // this returns); shutdown(2) only wakes the read under way.
+                unsafe { libc::shutdown(sock.fd, libc::SHUT_RDWR) };
+            }
+            let _ = h.join();
+        }
+    }
+}
