@@ -538,6 +538,27 @@ fn dump_and_restore_any_type() {
         restore(&mut t, &[b"x", b"0", &hp, b"what"]),
         err("ERR syntax error")
     );
+    // A payload of valid records that would make a string of 2^40 bytes: refused
+    // before anything is allocated.
+    let mut crafted = vec![b'W', 1];
+    let set = weft_kv::log::RecordRef::Set {
+        key: b"",
+        value: b"",
+        expire_at_ms: None,
+    };
+    weft_kv::log::encode(&set, &mut crafted);
+    let far = weft_kv::log::RecordRef::SetRange {
+        key: b"",
+        offset: 1 << 40,
+        piece: b"x",
+    };
+    weft_kv::log::encode(&far, &mut crafted);
+    let crc = crc32c::crc32c(&crafted);
+    crafted.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        restore(&mut t, &[b"x", b"0", &crafted]),
+        err("ERR Bad data format")
+    );
     assert_eq!(t.run(&["exists", "x"]), Reply::Int(0));
     t.check_replay();
 }

@@ -25,7 +25,7 @@
 //! [`rename_source`] on the source, as one transaction (`commands/across.rs`).
 
 use super::strings::make_room;
-use super::{arg_i64, Ctx, OOM, SYNTAX_ERR};
+use super::{arg_i64, Ctx, MAX_STRING, OOM, SYNTAX_ERR};
 use crate::keyspace::{Entry, Keyspace};
 use crate::log::{self, RecordRef};
 use crate::pubsub::{notify, GENERIC, NEW};
@@ -106,6 +106,13 @@ pub fn value_of(
         };
         if rec.key() != Some(b"") {
             return Err(BAD_DATA);
+        }
+        // A change that would grow a string past its limit (a payload weft-kv never
+        // makes, but one a client could send): refused before anything is allocated.
+        if let RecordRef::SetRange { offset, piece, .. } = rec {
+            if offset.saturating_add(piece.len() as u64) > MAX_STRING {
+                return Err(BAD_DATA);
+            }
         }
         buf.clear();
         rekey(&frames[..n], 0, key, &mut buf).ok_or(BAD_DATA)?;
