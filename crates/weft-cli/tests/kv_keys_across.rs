@@ -2,7 +2,7 @@
 //! BITOP and RESTORE over keys of every type, on one shard or two, come back the same
 //! after `kill -9` and a restart, and after a compaction and a restart; and a RENAME
 //! between two shards is never seen half done (EXISTS of both names, itself a
-//! transaction, always counts one); the keyspace events of SETBIT, BITFIELD, BITOP,
+//! transaction, always counts one; 200 rounds, 20,000 with `WEFT_KV_STRESS=1`); the keyspace events of SETBIT, BITFIELD, BITOP,
 //! RENAME, COPY and RESTORE.
 
 mod common;
@@ -144,7 +144,12 @@ fn a_rename_between_shards_is_never_seen_half_done() {
     for (x, _) in &pairs {
         run(&mut c, &["hset", x, "f", "v"]);
     }
-    let rounds = 200;
+    // A short run by default; WEFT_KV_STRESS=1 renames for much longer.
+    let rounds = if std::env::var_os("WEFT_KV_STRESS").is_some() {
+        20_000
+    } else {
+        200
+    };
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let mut c = server.client().unwrap();
