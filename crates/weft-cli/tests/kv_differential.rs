@@ -88,6 +88,10 @@ fn not_sent(name: &str) -> Option<&'static str> {
         "bgsave" | "bgrewriteaof" => {
             "background work: whether one is still running when the next starts is timing"
         }
+        "multi" | "exec" | "discard" | "watch" | "unwatch" => {
+            "transactions are compared in kv_multi.rs by scripts: the replies queued inside \
+             EXEC's array would escape the checks by shape that some commands need"
+        }
         _ if name.starts_with("eval")
             || name.starts_with("fcall")
             || (name.starts_with("function|")

@@ -71,6 +71,7 @@ pub(crate) mod route;
 pub mod server;
 pub(crate) mod shard;
 pub mod store;
+pub(crate) mod watch;
 
 pub use client::{Addr, Client};
 pub use resp::Reply;

@@ -48,6 +48,15 @@ pub struct Shard {
     pub mem_limit: u64,
     /// The memory the other shards used when they last said (set with `mem_limit`).
     pub mem_others: u64,
+    /// The records the transaction holding the shard has logged here so far, until
+    /// its part is wrapped in a `Tx` frame ([`Shard::tx_wrap`]; `log/tx.rs`).
+    pub tx_log: Vec<u8>,
+    /// A transaction's part runs now: its records go to `tx_log` ([`Shard::tx_enter`]).
+    pub in_tx: bool,
+    /// The highest transaction id whose part this shard logged (or recovered).
+    pub last_tx: u64,
+    /// The keys connections watch here (WATCH; `watch.rs`), if any.
+    pub watches: Option<Box<crate::watch::Watches>>,
     /// The connections blocked on this shard's keys (BLPOP, BZPOPMIN, ...), and the
     /// waited keys that commands wrote to (`server/blocking.rs`).
     pub blocked: crate::server::blocking::Blocked,
@@ -76,6 +85,10 @@ impl Shard {
             kicked: false,
             mem_limit: 0,
             mem_others: 0,
+            tx_log: Vec::new(),
+            in_tx: false,
+            last_tx: 0,
+            watches: None,
             blocked: Default::default(),
         }
     }
@@ -199,15 +212,113 @@ impl Shard {
         if added == 0 {
             return false;
         }
-        self.appended += added as u64;
+        if self.watches.is_some() {
+            self.touch_logged(before);
+        }
+        // A transaction's part: counted, and given to a compaction, once it is
+        // wrapped in its `Tx` frame (`tx_wrap`).
+        let in_tx = self.in_tx;
+        if !in_tx {
+            self.appended += added as u64;
+        }
         // A waited key written to is ready to serve its waiters (after the command).
         if !self.blocked.is_empty() {
             self.blocked.note(&self.log[before..]);
         }
-        if self.rewrite_tail.is_some() {
+        if self.rewrite_tail.is_some() && !in_tx {
             self.note_for_rewrite(before);
         }
         true
+    }
+
+    /// A part of the transaction holding the shard starts: what it logs is kept
+    /// aside in `tx_log` (the records logged before it stay in `log`, for the writer).
+    pub fn tx_enter(&mut self) {
+        debug_assert!(!self.in_tx, "a transaction's parts do not nest");
+        self.in_tx = true;
+        std::mem::swap(&mut self.log, &mut self.tx_log);
+    }
+
+    /// The part that [`Shard::tx_enter`] started is done.
+    pub fn tx_leave(&mut self) {
+        debug_assert!(self.in_tx);
+        self.in_tx = false;
+        std::mem::swap(&mut self.log, &mut self.tx_log);
+    }
+
+    /// Ends transaction `id`'s part here: the records its parts logged become its
+    /// `Tx` frame (or frames) naming the participants `shards` ([`log::tx`]), logged.
+    /// Answers the LSN at its end.
+    pub fn tx_wrap(&mut self, id: u64, shards: &[u8]) -> u64 {
+        let mut records = std::mem::take(&mut self.tx_log);
+        if !records.is_empty() {
+            let before = self.log.len();
+            log::tx::encode_part(id, shards, &records, &mut self.log);
+            self.last_tx = self.last_tx.max(id);
+            self.note_logged(before);
+            records.clear();
+        }
+        self.tx_log = records;
+        self.appended
+    }
+
+    /// For a compaction: the records of the `Tx` frame `frame` about keys behind the
+    /// frontier, as a `Tx` frame of the same id (maybe empty: the id is kept).
+    fn tx_for_rewrite(&mut self, frame: &[u8]) {
+        let Ok((
+            _,
+            RecordRef::Tx {
+                id,
+                more,
+                shards,
+                body,
+            },
+            _,
+        )) = log::decode_frame(frame)
+        else {
+            return;
+        };
+        let mut kept = Vec::new();
+        for (db, rec) in log::tx::records(body) {
+            if Self::behind_frontier(
+                &self.dbs,
+                self.frontier,
+                &mut self.rewrite_restart,
+                db,
+                &rec,
+            ) {
+                log::encode_in(db, &rec, &mut kept);
+            }
+        }
+        let tail = self.rewrite_tail.as_mut().expect("a compaction runs");
+        let rec = RecordRef::Tx {
+            id,
+            more,
+            shards,
+            body: &kept,
+        };
+        log::encode_in(0, &rec, tail);
+    }
+
+    /// Whether record `rec` of database `db` goes to the running compaction's tail:
+    /// its key is behind the frontier (already walked). A record without a key makes
+    /// the compaction start again, unless every database is walked.
+    fn behind_frontier(
+        dbs: &[Keyspace],
+        frontier: (u8, u64),
+        restart: &mut bool,
+        db: u8,
+        rec: &RecordRef<'_>,
+    ) -> bool {
+        match rec.key() {
+            Some(key) => (db, dbs[db as usize].hash(key)) < frontier,
+            // Every database walked: the image is whole, anything may follow it.
+            None if frontier.0 as usize == dbs.len() => true,
+            None => {
+                *restart = true;
+                false
+            }
+        }
     }
 
     /// Keeps, of the records appended since `before`, those about keys the running
@@ -217,16 +328,19 @@ impl Shard {
         while at < self.log.len() {
             let (db, rec, n) =
                 log::decode_frame(&self.log[at..]).expect("a command logs whole records");
-            let behind = match rec.key() {
-                Some(key) => (db, self.dbs[db as usize].hash(key)) < self.frontier,
-                // Every database walked: the image is whole, anything may follow it.
-                None if self.frontier.0 as usize == self.dbs.len() => true,
-                None => {
-                    self.rewrite_restart = true;
-                    false
-                }
-            };
-            if behind {
+            if let RecordRef::Tx { .. } = rec {
+                let frame = self.log[at..at + n].to_vec();
+                self.tx_for_rewrite(&frame);
+                at += n;
+                continue;
+            }
+            if Self::behind_frontier(
+                &self.dbs,
+                self.frontier,
+                &mut self.rewrite_restart,
+                db,
+                &rec,
+            ) {
                 let tail = self.rewrite_tail.as_mut().expect("a compaction runs");
                 tail.extend_from_slice(&self.log[at..at + n]);
             }
@@ -241,10 +355,16 @@ impl Shard {
         self.rewrite_restart = false;
     }
 
-    /// Ends keeping a compaction's tail: the tail.
+    /// Ends keeping a compaction's tail: the tail, ending with an empty `Tx` frame of
+    /// the highest transaction id the shard has logged, so that the compacted log
+    /// still says which transactions the shard has (`log/tx.rs`).
     pub fn end_rewrite(&mut self) -> Option<Vec<u8>> {
         self.rewrite_restart = false;
-        self.rewrite_tail.take()
+        let mut tail = self.rewrite_tail.take()?;
+        if self.last_tx > 0 {
+            log::tx::encode_part(self.last_tx, &[], &[], &mut tail);
+        }
+        Some(tail)
     }
 
     /// Logs `rec` (about whole databases: FLUSHDB, FLUSHALL, SWAPDB) for database `db`
@@ -278,6 +398,7 @@ impl Shard {
 
     /// Removes every key of database `db` (FLUSHDB; logged).
     pub fn flush_db(&mut self, db: u8) {
+        self.touch_db(db, None, now_ms());
         let stamp = self.appended + 1;
         let ks = &mut self.dbs[db as usize];
         ks.begin(stamp);
@@ -288,6 +409,12 @@ impl Shard {
 
     /// Removes every key of every database (FLUSHALL; logged).
     pub fn flush_all(&mut self) {
+        if self.watches.is_some() {
+            let now = now_ms();
+            for db in 0..DATABASES {
+                self.touch_db(db, None, now);
+            }
+        }
         let stamp = self.appended + 1;
         for ks in &mut self.dbs {
             ks.begin(stamp);
@@ -301,6 +428,11 @@ impl Shard {
     pub fn swap_dbs(&mut self, a: u8, b: u8) {
         if a == b {
             return;
+        }
+        if self.watches.is_some() {
+            let now = now_ms();
+            self.touch_db(a, Some(b), now);
+            self.touch_db(b, Some(a), now);
         }
         let stamp = self.appended + 1;
         let (lo, hi) = (a.min(b) as usize, a.max(b) as usize);

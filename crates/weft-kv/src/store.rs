@@ -21,7 +21,7 @@ use crate::server::Fsync;
 use crate::shard::Shard;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +40,8 @@ struct Inner {
     /// no command sees part of one (a store serves one process: serializing those is
     /// simple and enough).
     gate: std::sync::RwLock<()>,
+    /// The last id a transaction's parts were logged with (`log/tx.rs`).
+    last_tx: AtomicU64,
     fsync: Fsync,
     stop: AtomicBool,
     _dir: DataDir,
@@ -74,17 +76,34 @@ impl Store {
     pub fn open_with(dir: impl AsRef<Path>, fsync: Fsync) -> io::Result<Store> {
         let dd = DataDir::open(dir.as_ref(), crate::server::default_workers())?;
         let now = crate::shard::now_ms();
-        let mut shards = Vec::new();
+        let (mut spaces, mut ends, mut tails, mut paths) = (vec![], vec![], vec![], vec![]);
         for s in 0..dd.shards() {
             let path = dd.log_path(s);
             let mut dbs: Vec<Keyspace> = (0..log::DATABASES).map(|_| Keyspace::new()).collect();
             let mut replay = Replay::new(&mut dbs, now);
-            log::recover_refs(&path, |db, r| replay.push(db, r))
+            let mut txs = log::tx::TxReplay::new(|db, r| replay.push(db, r));
+            let rec = log::recover_refs(&path, |db, r| txs.push(db, r))
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            tails.push(txs.finish());
             replay.finish();
-            let writer = LogWriter::open(&path)?;
+            spaces.push(dbs);
+            ends.push(rec.bytes);
+            paths.push(path);
+        }
+        // The last part of a transaction in a log is kept only if every participant
+        // has it (`log/tx.rs`).
+        let (last, highest) = log::tx::settle_shards(&paths, &ends, &tails, |s, held| {
+            let mut replay = Replay::new(&mut spaces[s], now);
+            held.apply(|db, r| replay.push(db, r));
+            replay.finish();
+        })?;
+        let mut shards = Vec::new();
+        for (s, dbs) in spaces.into_iter().enumerate() {
+            let writer = LogWriter::open(&paths[s])?;
+            let mut shard = Shard::new(dbs);
+            shard.last_tx = last[s];
             shards.push(Mutex::new(StoreShard {
-                shard: Shard::new(dbs),
+                shard,
                 writer,
                 error: None,
                 unsynced: false,
@@ -92,6 +111,7 @@ impl Store {
             }));
         }
         let inner = Arc::new(Inner {
+            last_tx: AtomicU64::new(highest),
             shards,
             gate: std::sync::RwLock::new(()),
             fsync,
@@ -416,9 +436,25 @@ impl ShardSet for Inner {
         self.run_on(s, f)
     }
 
-    fn atomically<R>(&self, _shards: &[usize], f: impl FnOnce(&dyn crate::exec::Held) -> R) -> R {
+    fn atomically<R>(&self, shards: &[usize], f: impl FnOnce(&dyn crate::exec::Held) -> R) -> R {
         let _alone = self.gate.write().unwrap_or_else(|p| p.into_inner());
-        f(self)
+        let id = self.last_tx.fetch_add(1, AcqRel) + 1;
+        let r = f(&TxHeld(self));
+        // Each part that logged something becomes one Tx frame naming the others, so
+        // a crash keeps the whole transaction or none of it (`log/tx.rs`).
+        let parts: Vec<usize> = shards
+            .iter()
+            .copied()
+            .filter(|&s| {
+                let g = self.shards[s].lock().unwrap_or_else(|p| p.into_inner());
+                !g.shard.tx_log.is_empty()
+            })
+            .collect();
+        let names = log::tx::shards_bytes(&parts);
+        for &s in &parts {
+            self.run_on(s, |sh| sh.tx_wrap(id, &names));
+        }
+        r
     }
 
     fn room(&self) -> u64 {
@@ -435,9 +471,17 @@ impl ShardSet for Inner {
     }
 }
 
-impl crate::exec::Held for Inner {
+/// The shards a transaction holds: its parts' records are kept aside until it wraps
+/// them (`ShardSet::atomically`).
+struct TxHeld<'a>(&'a Inner);
+
+impl crate::exec::Held for TxHeld<'_> {
     fn with(&self, s: usize, f: &mut (dyn FnMut(&mut Shard) + Send)) {
-        self.run_on(s, f)
+        self.0.run_on(s, |sh| {
+            sh.tx_enter();
+            f(sh);
+            sh.tx_leave();
+        })
     }
 }
 

@@ -1626,3 +1626,182 @@ fn zset_records_recover_and_replay() {
         assert_eq!(ks.peek(b"t", 0).is_some(), want_t[whole], "cut at {cut}");
     }
 }
+
+// ---- transactions over several shards: the Tx record (log/tx.rs) ------------------
+
+/// A key of shard `s` of two (`k{s}:{n}` names tried in turn).
+fn key_of_shard(s: u32, n: usize) -> String {
+    (0..)
+        .map(|i| format!("k{s}:{n}:{i}"))
+        .find(|k| crc32c::crc32c(k.as_bytes()) % 2 == s)
+        .unwrap()
+}
+
+/// Transaction `id`'s part over `shards` holding `recs`, as one frame.
+fn tx_frame(id: u64, shards: &[usize], recs: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    weft_kv::log::tx::encode_part(
+        id,
+        &weft_kv::log::tx::shards_bytes(shards),
+        &frames(recs),
+        &mut out,
+    );
+    out
+}
+
+/// A two-shard directory whose logs hold `logs[s]` after their headers; the paths.
+fn two_shards(dir: &Path, logs: [Vec<u8>; 2]) -> [PathBuf; 2] {
+    let d = DataDir::open(dir, 2).unwrap();
+    let paths = [d.log_path(0), d.log_path(1)];
+    for (s, bytes) in logs.iter().enumerate() {
+        let mut w = LogWriter::open(&paths[s]).unwrap();
+        w.write(bytes, true).unwrap();
+    }
+    paths
+}
+
+fn get(store: &weft_kv::Store, key: &str) -> weft_kv::Reply {
+    store.exec(&[b"get", key.as_bytes()])
+}
+
+/// A Tx record round-trips; its records come back with their databases.
+#[test]
+fn a_tx_record_round_trips() {
+    let recs = [set("a", b"1"), Record::Del { key: b"b".to_vec() }];
+    let f = tx_frame(42, &[0, 3], &recs);
+    let (rec, n) = weft_kv::log::decode(&f).unwrap();
+    assert_eq!(n, f.len());
+    let Record::Tx {
+        id,
+        more,
+        shards,
+        body,
+    } = rec
+    else {
+        panic!("{rec:?}")
+    };
+    assert_eq!((id, more), (42, false));
+    assert_eq!(weft_kv::log::tx::shards_of(&shards), [0, 3]);
+    let inner: Vec<Record> = weft_kv::log::tx::records(&body)
+        .map(|(_, r)| r.to_record())
+        .collect();
+    assert_eq!(inner, recs);
+    // Cut anywhere, it is no record: a torn tail cuts a part whole.
+    for cut in 0..f.len() {
+        assert!(weft_kv::log::decode(&f[..cut]).is_err(), "cut at {cut}");
+    }
+}
+
+/// A part that ends a log is applied when every participant has it, and cut (the log
+/// truncated before it, for good) when one lacks it; a part followed by anything is
+/// applied whatever the others have.
+#[test]
+fn a_tx_ending_a_log_is_kept_only_if_every_participant_has_it() {
+    let (a, b) = (key_of_shard(0, 1), key_of_shard(1, 1));
+    let (x0, x1) = (key_of_shard(0, 2), key_of_shard(1, 2));
+    // Both have transaction 5.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut l0 = frames(&[set(&a, b"a")]);
+    l0.extend(tx_frame(5, &[0, 1], &[set(&x0, b"tx")]));
+    let mut l1 = frames(&[set(&b, b"b")]);
+    l1.extend(tx_frame(5, &[0, 1], &[set(&x1, b"tx")]));
+    two_shards(tmp.path(), [l0.clone(), l1]);
+    let store = weft_kv::Store::open(tmp.path()).unwrap();
+    assert_eq!(get(&store, &x0), weft_kv::Reply::Bulk(b"tx".to_vec()));
+    assert_eq!(get(&store, &x1), weft_kv::Reply::Bulk(b"tx".to_vec()));
+    drop(store);
+
+    // Shard 1 lacks it: cut on shard 0, and still cut after another start.
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = two_shards(tmp.path(), [l0.clone(), frames(&[set(&b, b"b")])]);
+    let len0 = fs::metadata(&paths[0]).unwrap().len();
+    for _ in 0..2 {
+        let store = weft_kv::Store::open(tmp.path()).unwrap();
+        assert_eq!(get(&store, &x0), weft_kv::Reply::Nil);
+        assert_eq!(get(&store, &a), weft_kv::Reply::Bulk(b"a".to_vec()));
+        assert_eq!(get(&store, &b), weft_kv::Reply::Bulk(b"b".to_vec()));
+    }
+    let frame = tx_frame(5, &[0, 1], &[set(&x0, b"tx")]).len() as u64;
+    assert_eq!(fs::metadata(&paths[0]).unwrap().len(), len0 - frame);
+
+    // Shard 1 went on past it (a later transaction of its own): it had it.
+    let tmp = tempfile::tempdir().unwrap();
+    two_shards(
+        tmp.path(),
+        [l0.clone(), tx_frame(6, &[1], &[set(&b, b"later")])],
+    );
+    let store = weft_kv::Store::open(tmp.path()).unwrap();
+    assert_eq!(get(&store, &x0), weft_kv::Reply::Bulk(b"tx".to_vec()));
+    drop(store);
+
+    // Not the last frame of its log: applied (no crash can have cut the others then).
+    let tmp = tempfile::tempdir().unwrap();
+    let mut l0b = l0.clone();
+    l0b.extend(frames(&[set(&a, b"after")]));
+    two_shards(tmp.path(), [l0b, Vec::new()]);
+    let store = weft_kv::Store::open(tmp.path()).unwrap();
+    assert_eq!(get(&store, &x0), weft_kv::Reply::Bulk(b"tx".to_vec()));
+    assert_eq!(get(&store, &a), weft_kv::Reply::Bulk(b"after".to_vec()));
+}
+
+/// A part split over several frames whose last frame is missing is cut whole.
+#[test]
+fn a_split_part_missing_its_last_frame_is_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = vec![b'v'; weft_kv::log::tx::TX_SPLIT / 2 + 1];
+    let keys: Vec<String> = (0..3).map(|i| key_of_shard(0, 10 + i)).collect();
+    let recs: Vec<Record> = keys.iter().map(|k| set(k, &big)).collect();
+    let whole = tx_frame(9, &[0], &recs);
+    // Drop the last frame.
+    let mut ends = vec![0];
+    while *ends.last().unwrap() < whole.len() {
+        let at = *ends.last().unwrap();
+        ends.push(at + weft_kv::log::decode(&whole[at..]).unwrap().1);
+    }
+    let last = ends[ends.len() - 2];
+    assert!(last > 0, "the part is split");
+    let paths = two_shards(tmp.path(), [whole[..last].to_vec(), Vec::new()]);
+    let store = weft_kv::Store::open(tmp.path()).unwrap();
+    for k in &keys {
+        assert_eq!(get(&store, k), weft_kv::Reply::Nil);
+    }
+    drop(store);
+    assert_eq!(fs::metadata(&paths[0]).unwrap().len(), HEADER_LEN as u64);
+}
+
+/// The embedded store logs a transaction over two shards as one Tx frame on each,
+/// of one id, naming both; they come back after a restart.
+#[test]
+fn the_store_logs_transactions_as_tx_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    DataDir::open(tmp.path(), 2).unwrap();
+    let (a, b) = (key_of_shard(0, 1), key_of_shard(1, 1));
+    let store = weft_kv::Store::open(tmp.path()).unwrap();
+    assert_eq!(
+        store.exec(&[b"mset", a.as_bytes(), b"1", b.as_bytes(), b"2"]),
+        weft_kv::Reply::OK
+    );
+    drop(store);
+    let mut ids = Vec::new();
+    for s in 0..2 {
+        let path = tmp.path().join(format!("shard-{s:03}.log"));
+        let (got, _) = recover_all(&path).unwrap();
+        let [Record::Tx { id, shards, .. }] = &got[..] else {
+            panic!("shard {s}: {got:?}")
+        };
+        assert_eq!(weft_kv::log::tx::shards_of(shards), [0, 1]);
+        ids.push(*id);
+    }
+    assert_eq!(ids[0], ids[1]);
+    let store = weft_kv::Store::open(tmp.path()).unwrap();
+    assert_eq!(get(&store, &a), weft_kv::Reply::Bulk(b"1".to_vec()));
+    assert_eq!(get(&store, &b), weft_kv::Reply::Bulk(b"2".to_vec()));
+    // A second transaction takes a higher id than the first, after the restart.
+    store.exec(&[b"mset", a.as_bytes(), b"3", b.as_bytes(), b"4"]);
+    drop(store);
+    let (got, _) = recover_all(&tmp.path().join("shard-000.log")).unwrap();
+    let Some(Record::Tx { id, .. }) = got.last() else {
+        panic!("{got:?}")
+    };
+    assert!(*id > ids[0], "{id} after {}", ids[0]);
+}

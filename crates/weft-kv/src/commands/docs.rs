@@ -55,6 +55,9 @@ pub fn doc(name: &str) -> Option<Doc> {
     if let Some(z) = zset_doc(name) {
         return Some(z);
     }
+    if let Some(t) = tx_doc(name) {
+        return Some(t);
+    }
     use self::d as x;
     let (s, c, g, n, h) = ("string", "connection", "generic", "server", "hash");
     Some(match name {
@@ -771,4 +774,42 @@ fn zset_doc(name: &str) -> Option<Doc> {
         ),
         _ => None,
     }
+}
+
+/// The transaction commands' documentation (`server/multi.rs`).
+fn tx_doc(name: &str) -> Option<Doc> {
+    let t = "transactions";
+    Some(match name {
+        "multi" => d(
+            "Starts a transaction: later commands are queued",
+            "1.2.0",
+            t,
+            O1,
+        ),
+        "exec" => d(
+            "Runs the queued commands as one transaction, unless a watched key changed",
+            "1.2.0",
+            t,
+            "Depends on the commands queued",
+        ),
+        "discard" => d(
+            "Discards the queued commands",
+            "2.0.0",
+            t,
+            "O(N) where N is the number of commands queued",
+        ),
+        "watch" => d(
+            "Watches keys: EXEC aborts if one of them changes",
+            "2.2.0",
+            t,
+            KEYS,
+        ),
+        "unwatch" => d(
+            "Forgets every watched key",
+            "2.2.0",
+            t,
+            "O(N) where N is the number of keys watched",
+        ),
+        _ => return None,
+    })
 }

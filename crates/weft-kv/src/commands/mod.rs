@@ -376,7 +376,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 183] = [
+static TABLE: [Command; 188] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -617,6 +617,12 @@ static TABLE: [Command; 183] = [
     cmd("bzpopmin", -3, W | F, (1, -2, 1), Exec::Server),
     cmd("bzpopmax", -3, W | F, (1, -2, 1), Exec::Server),
     cmd("bzmpop", -5, W, NONE, Exec::Server),
+    // transactions (`server/multi.rs`)
+    cmd("multi", 1, F, NONE, Exec::Server),
+    cmd("exec", 1, 0, NONE, Exec::Server),
+    cmd("discard", 1, F, NONE, Exec::Server),
+    cmd("watch", -2, F, ALL, Exec::Server),
+    cmd("unwatch", 1, F, NONE, Exec::Server),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -829,6 +835,11 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"bzpopmin" => const { at("bzpopmin") },
         b"bzpopmax" => const { at("bzpopmax") },
         b"bzmpop" => const { at("bzmpop") },
+        b"multi" => const { at("multi") },
+        b"exec" => const { at("exec") },
+        b"discard" => const { at("discard") },
+        b"watch" => const { at("watch") },
+        b"unwatch" => const { at("unwatch") },
         _ => return None,
     })
 }

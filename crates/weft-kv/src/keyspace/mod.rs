@@ -220,7 +220,7 @@ impl<'a> Op<&'a [u8]> {
             RecordRef::Del { key } => Op::Del { key },
             RecordRef::Expire { key, at_ms } => Op::Expire { key, at_ms },
             RecordRef::Flush => Op::Flush,
-            RecordRef::FlushAll | RecordRef::SwapDb { .. } => return None,
+            RecordRef::FlushAll | RecordRef::SwapDb { .. } | RecordRef::Tx { .. } => return None,
             RecordRef::Append { key, piece } => Op::Append {
                 key,
                 piece: piece.into(),

@@ -83,6 +83,13 @@ impl<'a> Replay<'a> {
                     Keyspace::swap(&mut x[lo], &mut y[0], 0);
                 }
             }
+            // A transaction's part (a log's last one is held back by recovery:
+            // `log::tx`): its records, in order.
+            (None, RecordRef::Tx { body, .. }) => {
+                for (db, r) in crate::log::tx::records(body) {
+                    self.push(db, r);
+                }
+            }
             (None, _) => unreachable!("every other record is about one keyspace"),
         }
     }

@@ -325,10 +325,36 @@ pub fn check(dir: &Path, repair: bool) -> io::Result<CheckReport> {
         }
     };
     report.format = manifest.format;
+    let mut tails = vec![super::tx::TxTail::default(); manifest.shards];
     for shard in 0..manifest.shards {
         report
             .shards
-            .push(check_one(dir, &manifest, shard, repair)?);
+            .push(check_one(dir, &manifest, shard, repair, &mut tails[shard])?);
+    }
+    // A transaction's part that ends a log is kept by start-up only if every
+    // participant has it (`log/tx.rs`): say which ones start-up cuts.
+    let kept = super::tx::settle(&tails);
+    for (shard, t) in tails.iter().enumerate() {
+        let Some(h) = t.held.as_ref().filter(|_| !kept[shard]) else {
+            continue;
+        };
+        report.findings.push(DirFinding {
+            path: dir::log_path(dir, shard),
+            what: format!(
+                "ends with {} bytes of transaction {} over shards {:?}, which {}: it was \
+                 never acknowledged, and start-up cuts it",
+                h.frames.len(),
+                h.id,
+                h.shards,
+                if h.whole {
+                    "another of those shards does not have"
+                } else {
+                    "lacks its last frame"
+                }
+            ),
+            blocks: false,
+            repaired: None,
+        });
     }
     for p in dir::extra_logs(&manifest, &survey) {
         report.findings.push(DirFinding {
@@ -365,7 +391,13 @@ pub fn check(dir: &Path, repair: bool) -> io::Result<CheckReport> {
     Ok(report)
 }
 
-fn check_one(dir: &Path, m: &Manifest, shard: usize, repair: bool) -> io::Result<ShardCheck> {
+fn check_one(
+    dir: &Path,
+    m: &Manifest,
+    shard: usize,
+    repair: bool,
+    tx: &mut super::tx::TxTail,
+) -> io::Result<ShardCheck> {
     let path = dir::log_path(dir, shard);
     let with = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     let mut out = ShardCheck {
@@ -421,7 +453,10 @@ fn check_one(dir: &Path, m: &Manifest, shard: usize, repair: bool) -> io::Result
         .write(repair)
         .open(&path)
         .map_err(with)?;
-    let (state, records, cut) = match scan(&file, &mut |_, _| {}).map_err(with)? {
+    let mut txs = super::tx::TxReplay::new(|_, _| {});
+    let scanned = scan(&file, &mut |db, r| txs.push(db, r)).map_err(with)?;
+    *tx = txs.finish();
+    let (state, records, cut) = match scanned {
         Scan::Clean { records, .. } => (ShardState::Ok, records, None),
         Scan::Header(h) => {
             // The header was read a moment ago; it changed under us.

@@ -44,6 +44,8 @@
 //! - [`Rewriter`] (rewrite.rs): compaction's publish protocol: write
 //!   `shard-NNN.log.rewrite`, fsync it, rename it over the log, fsync the directory. A
 //!   leftover `.rewrite` (a crash during compaction) is removed by `DataDir::open`.
+//! - `tx.rs`: a transaction's part on one shard is one `Tx` frame; recovery holds back
+//!   the part that ends a log and keeps it only if every participant has it.
 
 pub mod check;
 pub mod dir;
@@ -51,6 +53,7 @@ pub mod header;
 pub mod record;
 pub mod recover;
 pub mod rewrite;
+pub mod tx;
 pub mod writer;
 
 pub use check::{check, CheckReport, DirFinding, Repair, ShardCheck, ShardState};

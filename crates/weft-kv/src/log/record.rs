@@ -135,6 +135,15 @@ pub enum RecordRef<'a> {
     FlushAll,
     /// The database and database `other` swap their keys.
     SwapDb { other: u8 },
+    /// A transaction's part on this shard (`log/tx.rs`): the frames of the records it
+    /// logged (`body`), its id, its participant shards (u32le each), and whether more
+    /// frames of the part follow.
+    Tx {
+        id: u64,
+        more: bool,
+        shards: &'a [u8],
+        body: &'a [u8],
+    },
     /// `piece` is appended to the existing string.
     Append { key: &'a [u8], piece: &'a [u8] },
     /// `piece` is written into the existing string at `offset` (zero bytes fill any gap).
@@ -233,6 +242,13 @@ pub enum Record {
     FlushAll,
     /// See [`RecordRef::SwapDb`].
     SwapDb { other: u8 },
+    /// See [`RecordRef::Tx`].
+    Tx {
+        id: u64,
+        more: bool,
+        shards: Vec<u8>,
+        body: Vec<u8>,
+    },
     /// See [`RecordRef::Append`].
     Append { key: Vec<u8>, piece: Vec<u8> },
     /// See [`RecordRef::SetRange`].
@@ -324,6 +340,17 @@ impl<'a> RecordRef<'a> {
             },
             RecordRef::Flush => Record::Flush,
             RecordRef::FlushAll => Record::FlushAll,
+            RecordRef::Tx {
+                id,
+                more,
+                shards,
+                body,
+            } => Record::Tx {
+                id,
+                more,
+                shards: shards.to_vec(),
+                body: body.to_vec(),
+            },
             RecordRef::SwapDb { other } => Record::SwapDb { other },
             RecordRef::Append { key, piece } => Record::Append {
                 key: key.to_vec(),
@@ -452,7 +479,10 @@ impl<'a> RecordRef<'a> {
             | RecordRef::LSet { key, .. }
             | RecordRef::LInsert { key, .. }
             | RecordRef::LRem { key, .. } => Some(key),
-            RecordRef::Flush | RecordRef::FlushAll | RecordRef::SwapDb { .. } => None,
+            RecordRef::Flush
+            | RecordRef::FlushAll
+            | RecordRef::SwapDb { .. }
+            | RecordRef::Tx { .. } => None,
         }
     }
 }
@@ -474,6 +504,17 @@ impl Record {
             Record::Expire { key, at_ms } => RecordRef::Expire { key, at_ms: *at_ms },
             Record::Flush => RecordRef::Flush,
             Record::FlushAll => RecordRef::FlushAll,
+            Record::Tx {
+                id,
+                more,
+                shards,
+                body,
+            } => RecordRef::Tx {
+                id: *id,
+                more: *more,
+                shards,
+                body,
+            },
             Record::SwapDb { other } => RecordRef::SwapDb { other: *other },
             Record::Append { key, piece } => RecordRef::Append { key, piece },
             Record::SetRange { key, offset, piece } => RecordRef::SetRange {
@@ -598,8 +639,16 @@ pub const ITEMS_PER_RECORD: usize = 1 << 20;
 /// The largest payload a frame may declare: an `HSet` of one field of a [`MAX_VALUE`]
 /// key, field and value (the largest record the limits let a command log, since
 /// records of several elements are split). A longer length field is damage.
-pub const MAX_PAYLOAD: usize =
-    2 + 4 + MAX_VALUE + 4 + 2 * (packed::MAX_LEN_BYTES + MAX_VALUE) + 1 + 8;
+/// (A transaction's `Tx` frame holding that record adds at most
+/// [`super::tx::TX_OVERHEAD`].)
+pub const MAX_PAYLOAD: usize = 2
+    + 4
+    + MAX_VALUE
+    + 4
+    + 2 * (packed::MAX_LEN_BYTES + MAX_VALUE)
+    + 1
+    + 8
+    + super::tx::TX_OVERHEAD;
 
 // The length field is 32 bits: the largest record must fit in it.
 const _: () = assert!(MAX_PAYLOAD <= u32::MAX as usize);
@@ -668,6 +717,18 @@ pub fn encode_in(db: u8, rec: &RecordRef<'_>, out: &mut Vec<u8>) {
         }
         RecordRef::Flush => kind(out, 13),
         RecordRef::FlushAll => kind(out, 14),
+        RecordRef::Tx {
+            id,
+            more,
+            shards,
+            body,
+        } => {
+            kind(out, super::tx::TX_KIND);
+            out.push(more as u8);
+            out.extend_from_slice(&id.to_le_bytes());
+            put_bytes(out, shards);
+            out.extend_from_slice(body);
+        }
         RecordRef::SwapDb { other } => {
             kind(out, 15);
             out.push(other);
@@ -947,6 +1008,25 @@ pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeErro
         },
         4 | 13 => RecordRef::Flush,
         14 => RecordRef::FlushAll,
+        super::tx::TX_KIND => {
+            let more = match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(DecodeError::Malformed),
+            };
+            let id = r.u64()?;
+            let shards = r.bytes()?;
+            let body = std::mem::take(&mut r.0);
+            if shards.len() % 4 != 0 || !super::tx::valid_body(body) {
+                return Err(DecodeError::Malformed);
+            }
+            RecordRef::Tx {
+                id,
+                more,
+                shards,
+                body,
+            }
+        }
         15 => match r.u8()? {
             other if other < DATABASES => RecordRef::SwapDb { other },
             _ => return Err(DecodeError::Malformed),

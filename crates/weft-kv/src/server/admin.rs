@@ -42,6 +42,8 @@ pub fn run(
             Reply::OK
         }
         "reset" => {
+            // A transaction under way is discarded, every watched key forgotten.
+            super::multi::discard(server, conn);
             conn.set_proto(2);
             conn.set_name(b"");
             conn.reply = clients::ReplyMode::On;

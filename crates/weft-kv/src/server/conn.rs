@@ -27,7 +27,7 @@
 //! ([`protected_mode_refuses`]) turns away TCP clients of other machines when no
 //! password is set.
 
-use super::{admin, clients, pubsub, stats, Server};
+use super::{admin, clients, multi, pubsub, stats, Server};
 use crate::commands::{self, flags, Command, Exec};
 use crate::exec::{self, Acks, ShardSet};
 use crate::resp::{Limits, Parsed, Parser, Reply};
@@ -58,6 +58,8 @@ pub struct Conn {
     pub skip_this: bool,
     /// The selected database (SELECT; 0 at the start and after RESET).
     pub db: u8,
+    /// MULTI's queue and the watched keys (`multi.rs`).
+    pub tx: multi::TxState,
     /// The socket, for the read-ahead of a blocked command, and that read-ahead
     /// (`server/blocking.rs`).
     pub sock: Option<super::blocking::Sock>,
@@ -108,7 +110,7 @@ struct Done {
 }
 
 /// A command waiting to run on another worker's shard.
-struct Pending {
+pub(super) struct Pending {
     slot: usize,
     f: commands::ShardFn,
     db: u8,
@@ -246,6 +248,7 @@ where
         reply: clients::ReplyMode::On,
         skip_this: false,
         db: 0,
+        tx: Default::default(),
         sock: Some(super::blocking::Sock::of::<S>(
             std::borrow::Borrow::borrow(&stream),
             stream.as_raw_fd(),
@@ -305,7 +308,7 @@ where
         end += n;
         server.stats.read(n);
         client.note_read(end - start, rbuf.len() - end, rbuf.len());
-        out.count(rbuf.capacity() + parser.buffered() + b.wbuf.capacity());
+        out.count(rbuf.capacity() + parser.buffered() + b.wbuf.capacity() + conn.tx.memory());
         loop {
             // Parse the complete commands, at most MAX_BATCH of them; one at a time
             // before AUTH, as what a client may send depends on it.
@@ -345,7 +348,7 @@ where
             // runs: what the connection holds stays near the output limit however much
             // the client sends and however slowly it reads.
             let limit = server.settings.client_output_limit();
-            let input = rbuf.capacity() + parser.buffered() + b.owned;
+            let input = rbuf.capacity() + parser.buffered() + b.owned + conn.tx.memory();
             while b.next < b.cmds.len() && !conn.close {
                 let mut send = |w: &mut Vec<u8>, held: usize| out.send(w, input + held);
                 let ran = run_pipeline(&server, &mut conn, &mut b, &rbuf, limit, &mut send);
@@ -380,6 +383,8 @@ where
     }
     // A blocked command's read-ahead ends before the socket does.
     conn.ahead.finish(conn.sock);
+    // A transaction under way is discarded, its watched keys forgotten.
+    multi::discard(&server, &mut conn);
     drop(out);
     if let Some(s) = client.pubsub.get() {
         pubsub::stop_writer(&*stream, s, writer);
@@ -676,7 +681,7 @@ fn prefetch_keys(
 /// shard (`pending`). A command of this worker's shards may write its reply into
 /// `wbuf` itself ([`Reply::Written`]).
 #[allow(clippy::too_many_arguments)]
-fn run_command(
+pub(super) fn run_command(
     server: &Arc<Server>,
     conn: &mut Conn,
     args: &[&[u8]],
@@ -691,7 +696,9 @@ fn run_command(
     conn.start_command();
     let mark = wbuf.len();
     // A reply refused before the command ran (counted as rejected), maybe dropped.
-    let refuse = |conn: &Conn, id: Option<usize>, r: Reply, wbuf: &mut Vec<u8>| {
+    let refuse = |conn: &mut Conn, id: Option<usize>, r: Reply, wbuf: &mut Vec<u8>| {
+        // In MULTI, a command refused while queueing makes EXEC abort.
+        conn.tx.refused();
         if let Some(id) = id {
             server.stats.reject(id);
         }
@@ -722,6 +729,15 @@ fn run_command(
         );
     }
     conn.client.note_command(id);
+    // In MULTI: queued (or refused), not run (`multi.rs`).
+    if conn.tx.in_multi() {
+        if let Some(r) = multi::queue(server, conn, cmd, args) {
+            if r.is_error() {
+                return refuse(conn, Some(id), r, wbuf);
+            }
+            return Some(muted(conn, r, wbuf, mark));
+        }
+    }
     clients::wait_pause(server, conn, cmd, args);
     let t0 = stats::stamp();
     if pubsub::wants(conn, cmd) {
@@ -739,7 +755,8 @@ fn run_command(
             let s = route::shard_of_command(cmd, args, shards.count()).unwrap_or(0);
             if let Some(r) = exec::precheck(&**shards, cmd, s) {
                 return refuse(conn, Some(id), r, wbuf);
-            } else if me == Some(shards.owner(s)) {
+            } else if me == Some(shards.owner(s)) || conn.tx.executing() {
+                // (Inside EXEC every command runs at once, wherever its shard is.)
                 let db = conn.db;
                 let (r, lsn) = shards.with(s, |sh| sh.run(f, db, args, now, Some(wbuf)));
                 acks.note(s, lsn);
@@ -759,6 +776,10 @@ fn run_command(
             }
         }
         _ => {
+            if let Some(r) = multi::run(server, conn, cmd, args, me, pending, acks, wbuf) {
+                let r = answered(server, id, t0, r, false);
+                return Some(muted(conn, r, wbuf, mark));
+            }
             // No command waits gathered here: the pipeline stops before a barrier
             // until they have run.
             let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();

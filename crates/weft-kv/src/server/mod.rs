@@ -25,6 +25,7 @@ pub(crate) mod command;
 pub mod config;
 pub(crate) mod conn;
 pub(crate) mod info;
+pub(crate) mod multi;
 pub(crate) mod pubsub;
 pub(crate) mod shards;
 pub(crate) mod stats;
@@ -211,7 +212,7 @@ impl Settings {
     pub fn set(&self, name: &str, value: &str) -> Result<(), String> {
         let num = |v: &str| {
             parse_size(v).ok_or_else(|| {
-                format!("ERR Invalid argument '{v}' for CONFIG SET '{name}' - argument couldn't be parsed into an integer")
+                format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer")
             })
         };
         let signed = |v: &str, min: i64| {
@@ -399,7 +400,7 @@ pub fn serve(config: Config) -> io::Result<()> {
     }
     let t0 = Instant::now();
     let dir = Arc::new(DataDir::open(&config.dir, workers)?);
-    let spaces = recover_all(&dir)?;
+    let (spaces, last_tx, highest_tx) = recover_all(&dir)?;
     let keys: usize = spaces
         .iter()
         .flat_map(|(dbs, _, _)| dbs.iter().map(Keyspace::len))
@@ -442,7 +443,10 @@ pub fn serve(config: Config) -> io::Result<()> {
             .build()?,
     );
     let settings = Arc::new(Settings::new(&config));
-    let shards = Arc::new(Shards::new(spaces, workers, dir.clone(), settings.clone()));
+    let shards = Arc::new(
+        Shards::new(spaces, workers, dir.clone(), settings.clone())
+            .with_tx_ids(&last_tx, highest_tx),
+    );
     let server = Arc::new(Server {
         config,
         settings,
@@ -646,19 +650,26 @@ where
     }
 }
 
-/// Recovers every shard (one OS thread each): its keys, its log's size, its writer.
-fn recover_all(dir: &DataDir) -> io::Result<Vec<(Vec<Keyspace>, u64, LogWriter)>> {
+/// What recovery gives each shard: its keys, its log's size, its writer.
+type Recovered = Vec<(Vec<Keyspace>, u64, LogWriter)>;
+
+/// Recovers every shard (one OS thread each): its keys, its log's size, its writer;
+/// and the highest transaction id of each shard and of all (the held-back last parts
+/// of transactions kept or cut: `log/tx.rs`).
+fn recover_all(dir: &DataDir) -> io::Result<(Recovered, Vec<u64>, u64)> {
     let now = crate::shard::now_ms();
-    std::thread::scope(|scope| {
+    let replayed = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..dir.shards())
             .map(|s| {
                 let path = dir.log_path(s);
-                scope.spawn(move || -> io::Result<(Vec<Keyspace>, u64, LogWriter)> {
+                scope.spawn(move || -> io::Result<(Vec<Keyspace>, u64, log::tx::TxTail)> {
                     let mut dbs: Vec<Keyspace> =
                         (0..log::DATABASES).map(|_| Keyspace::new()).collect();
                     let mut replay = Replay::new(&mut dbs, now);
-                    let rec = log::recover_refs(&path, |db, r| replay.push(db, r))
+                    let mut txs = log::tx::TxReplay::new(|db, r| replay.push(db, r));
+                    let rec = log::recover_refs(&path, |db, r| txs.push(db, r))
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    let tail = txs.finish();
                     replay.finish();
                     if rec.torn_bytes > 0 {
                         eprintln!(
@@ -668,16 +679,33 @@ fn recover_all(dir: &DataDir) -> io::Result<Vec<(Vec<Keyspace>, u64, LogWriter)>
                             rec.bytes
                         );
                     }
-                    let w = LogWriter::open(&path)?;
-                    Ok((dbs, w.len(), w))
+                    Ok((dbs, rec.bytes, tail))
                 })
             })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("recovery thread panicked"))
-            .collect()
-    })
+            .collect::<io::Result<Vec<_>>>()
+    })?;
+    let paths: Vec<_> = (0..dir.shards()).map(|s| dir.log_path(s)).collect();
+    let (mut spaces, mut ends, mut tails) = (Vec::new(), Vec::new(), Vec::new());
+    for (dbs, end, tail) in replayed {
+        spaces.push(dbs);
+        ends.push(end);
+        tails.push(tail);
+    }
+    let (last, highest) = log::tx::settle_shards(&paths, &ends, &tails, |s, held| {
+        let mut replay = Replay::new(&mut spaces[s], now);
+        held.apply(|db, r| replay.push(db, r));
+        replay.finish();
+    })?;
+    let mut out = Vec::with_capacity(spaces.len());
+    for (s, dbs) in spaces.into_iter().enumerate() {
+        let w = LogWriter::open(&paths[s])?;
+        out.push((dbs, w.len(), w));
+    }
+    Ok((out, last, highest))
 }
 
 /// `bind:port` as a socket address: an IPv6 address gets its brackets (`::` listens

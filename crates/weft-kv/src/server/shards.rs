@@ -150,6 +150,13 @@ pub struct Gate {
     queue: Mutex<std::collections::VecDeque<u64>>,
     /// Signalled when the holder changes.
     cv: Condvar,
+    /// The green thread (its IPC id) of the transaction holding the gate, once it
+    /// holds every gate it asked for (0: none): its own accesses, inside the
+    /// transaction, go through ([`Gate::mine`]).
+    owner: AtomicU64,
+    /// The transaction holding the gate logged records here (it wraps them in its
+    /// `Tx` frame before it leaves).
+    wrote: AtomicBool,
 }
 
 impl Gate {
@@ -158,7 +165,21 @@ impl Gate {
             held: AtomicU64::new(0),
             queue: Mutex::new(Default::default()),
             cv: Condvar::new(),
+            owner: AtomicU64::new(0),
+            wrote: AtomicBool::new(false),
         }
+    }
+
+    /// The transaction holding the gate if the calling green thread is the one
+    /// running it (a command inside an EXEC, or a multi-key command inside one, reaches
+    /// the shard through the plain paths).
+    fn mine(&self) -> Option<u64> {
+        let h = self.held.load(Acquire);
+        if h == 0 {
+            return None;
+        }
+        let me = weft_runtime::ipc::try_me()?.id();
+        (self.owner.load(Acquire) == me).then_some(h)
     }
 
     /// Whether `tx` (0: no transaction) may run on the shard now.
@@ -186,6 +207,8 @@ impl Gate {
     fn leave(&self, tx: u64) {
         let mut q = self.queue.lock();
         debug_assert_eq!(self.held.load(Acquire), tx, "left by its holder");
+        self.owner.store(0, Release);
+        self.wrote.store(false, Relaxed);
         let next = q.pop_front().unwrap_or(0);
         self.held.store(next, Release);
         drop(q);
@@ -310,6 +333,8 @@ pub struct Shards {
     closing: AtomicBool,
     /// The last transaction id given (ids start at 1; 0 is "no transaction").
     next_tx: AtomicU64,
+    /// The last id a transaction's parts were logged with (`log/tx.rs`).
+    next_log_tx: AtomicU64,
     /// Active expiry cycles that ended on their time budget with keys still due.
     pub expire_capped: AtomicU64,
     /// Time spent in active expiry slices, in microseconds.
@@ -370,9 +395,20 @@ impl Shards {
             settings,
             closing: AtomicBool::new(false),
             next_tx: AtomicU64::new(0),
+            next_log_tx: AtomicU64::new(0),
             expire_capped: AtomicU64::new(0),
             expire_us: AtomicU64::new(0),
         }
+    }
+
+    /// Notes what recovery found of transactions: the highest id each shard logged
+    /// (`last[s]`), and the highest of all, which the next transaction's id follows.
+    pub fn with_tx_ids(mut self, last: &[u64], highest: u64) -> Shards {
+        for (sh, &id) in self.list.iter_mut().zip(last) {
+            sh.cell.state.get_mut().last_tx = id;
+        }
+        *self.next_log_tx.get_mut() = highest;
+        self
     }
 
     /// The shards.
@@ -755,34 +791,83 @@ impl Shards {
     /// Runs `f` on shard `s`, wherever it lives, once its gate lets transaction `tx`
     /// (0: none) in (module doc).
     fn run_on<R: Send>(&self, s: usize, tx: u64, f: impl FnOnce(&mut Shard) -> R + Send) -> R {
+        self.run_in(s, tx, false, f)
+    }
+
+    /// [`Shards::run_on`]: inside a transaction (`tx`, or the one the calling green
+    /// thread holds the gate for), `f` runs as a part of it, its records kept aside
+    /// until the part is wrapped ([`Shard::tx_enter`]), unless `raw`.
+    fn run_in<R: Send>(
+        &self,
+        s: usize,
+        tx: u64,
+        raw: bool,
+        f: impl FnOnce(&mut Shard) -> R + Send,
+    ) -> R {
         let sh = &self.list[s];
+        let part = |tx: u64, st: &mut Shard, f: Box<dyn FnOnce(&mut Shard) -> R + Send + '_>| {
+            if tx == 0 || raw {
+                return f(st);
+            }
+            st.tx_enter();
+            let r = f(st);
+            st.tx_leave();
+            if !st.tx_log.is_empty() {
+                sh.gate.wrote.store(true, Relaxed);
+            }
+            r
+        };
         if current_worker() == Some(sh.cell.owner) {
             // Nothing else runs on this worker between the check and the closure, and
             // a transaction's part on this shard runs on this worker too.
+            let mut tx = tx;
             if !sh.gate.lets(tx) {
-                sh.gate.wait(tx);
+                match sh.gate.mine() {
+                    Some(t) => tx = t,
+                    None => sh.gate.wait(tx),
+                }
             }
             let r = sh.cell.run(|st| {
                 self.set_room(s, st);
-                f(st)
+                if tx == 0 {
+                    f(st)
+                } else {
+                    part(tx, st, Box::new(f))
+                }
             });
             self.after_run(s);
             return r;
         }
+        // The transaction the closure runs in, as the shard's server lets it in.
+        let txc = AtomicU64::new(tx);
         let mut f = Some(f);
         let mut out = None;
-        let mut run = |st: &mut Shard| out = Some((f.take().expect("run once"))(st));
+        let mut run = |st: &mut Shard| {
+            let f = f.take().expect("run once");
+            out = Some(match txc.load(Relaxed) {
+                0 => f(st),
+                tx => part(tx, st, Box::new(f)),
+            })
+        };
         let mut dynf: &mut (dyn FnMut(&mut Shard) + Send) = &mut run;
         let ptr = &mut dynf as *mut &mut (dyn FnMut(&mut Shard) + Send) as u64;
         let tid = sh.tid.get().expect("the shard's server thread runs");
         loop {
-            let answer = ipc::call(tid, Message::new([ptr, tx, 0, 0]), Timeout::Never)
-                .expect("a shard's server thread lives as long as the server");
+            let answer = ipc::call(
+                tid,
+                Message::new([ptr, txc.load(Relaxed), 0, 0]),
+                Timeout::Never,
+            )
+            .expect("a shard's server thread lives as long as the server");
             if answer.words[0] == 0 {
                 break;
             }
-            // Held by another transaction: wait for the gate, then send it again.
-            sh.gate.wait(tx);
+            // Held: by this green thread's own transaction (send it again as part of
+            // it), or by another (wait for the gate, then send it again).
+            match sh.gate.mine() {
+                Some(t) => txc.store(t, Relaxed),
+                None => sh.gate.wait(txc.load(Relaxed)),
+            }
         }
         out.expect("the shard's server ran the closure")
     }
@@ -874,6 +959,11 @@ impl Shards {
         let mut chunk = Vec::with_capacity(64 << 10);
         while (db as usize) < DATABASES {
             let now = now_ms();
+            // Not inside a transaction's parts: the image never holds part of one
+            // that a crash could still cut (`log/tx.rs`).
+            if !sh.gate.lets(0) {
+                sh.gate.wait(0);
+            }
             let restart = sh.cell.run(|st| {
                 if st.rewrite_restart {
                     // A whole database changed (FLUSHDB, FLUSHALL, SWAPDB) behind the
@@ -992,19 +1082,54 @@ impl ShardSet for Shards {
             shards.windows(2).all(|w| w[0] < w[1]),
             "sorted and distinct"
         );
+        // A command inside a transaction this green thread runs (a multi-key command
+        // queued in an EXEC): the gates are held already, by that transaction, which
+        // wraps and writes its parts at its end.
+        if let Some(tx) = shards.iter().find_map(|&s| self.list[s].gate.mine()) {
+            debug_assert!(
+                shards.iter().all(|&s| self.list[s].gate.mine() == Some(tx)),
+                "a transaction inside another asks only for the shards it holds"
+            );
+            let held = ServerHeld {
+                shards: self,
+                tx,
+                written: std::sync::Mutex::new(Vec::new()),
+            };
+            return f(&held);
+        }
         let tx = self.next_tx.fetch_add(1, Relaxed) + 1;
         for &s in shards {
             self.list[s].gate.enter(tx);
         }
+        let me = weft_runtime::ipc::try_me().map_or(0, |t| t.id());
+        for &s in shards {
+            self.list[s].gate.owner.store(me, Release);
+        }
+        // Holding every gate: the id its parts are logged with (ids increase in the
+        // order transactions hold all their gates, so on each shard in log order).
+        let log_id = self.next_log_tx.fetch_add(1, AcqRel) + 1;
         let held = ServerHeld {
             shards: self,
             tx,
             written: std::sync::Mutex::new(Vec::new()),
         };
         let r = f(&held);
+        // Each part that logged something becomes one Tx frame naming the others
+        // (crash atomicity: `log/tx.rs`).
+        let parts: Vec<usize> = shards
+            .iter()
+            .copied()
+            .filter(|&s| self.list[s].gate.wrote.load(Relaxed))
+            .collect();
+        let names = log::tx::shards_bytes(&parts);
+        let mut written = held.written.into_inner().unwrap_or_else(|p| p.into_inner());
+        for &s in &parts {
+            let lsn = self.run_in(s, tx, true, |st| st.tx_wrap(log_id, &names));
+            written.push((s, lsn));
+        }
         // No one sees the parts before every one of them is written: a crash cannot
         // take back part of what a client was shown.
-        for (s, lsn) in held.written.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        for (s, lsn) in written {
             let _ = self.wait_durable(s, lsn);
         }
         for &s in shards {
