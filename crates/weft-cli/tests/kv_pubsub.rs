@@ -220,6 +220,12 @@ fn resp3_pushes_beside_normal_commands_and_shard_channels() {
     let mut p = Wire::connect(&s.socket);
     assert_eq!(p.call(&["PUBLISH", "c", "m"]), int(1));
     assert_eq!(w.read(), msg(b'>', &["message", "c", "m"], None));
+    // Its own message comes before the reply to its PUBLISH.
+    assert_eq!(
+        w.call(&["PUBLISH", "c", "self"]),
+        msg(b'>', &["message", "c", "self"], None)
+    );
+    assert_eq!(w.read(), int(1));
     // Shard channels are a name space of their own.
     assert_eq!(
         w.call(&["SSUBSCRIBE", "c"]),

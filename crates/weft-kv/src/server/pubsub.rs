@@ -48,16 +48,7 @@ pub(super) fn run(
         "unsubscribe" => unsubscribe(conn, Kind::Channel, &args[1..], wbuf),
         "punsubscribe" => unsubscribe(conn, Kind::Pattern, &args[1..], wbuf),
         "sunsubscribe" => unsubscribe(conn, Kind::Shard, &args[1..], wbuf),
-        "publish" => {
-            if pubsub::has_subscribers() {
-                // The connections already woken on this worker run first: a change of
-                // subscriptions that reached the server before this PUBLISH takes
-                // effect before it, as in Redis's single event loop.
-                weft_runtime::yield_now();
-            }
-            Reply::Int(pubsub::publish(args[1], args[2]) as i64)
-        }
-        "spublish" => Reply::Int(pubsub::publish_shard(args[1], args[2]) as i64),
+        "publish" | "spublish" => publish(conn, sub.as_deref(), args, wbuf),
         "pubsub" => pubsub_command(args),
         "ping" if subscribed && conn.proto == 2 => {
             if args.len() > 2 {
@@ -84,6 +75,31 @@ pub(super) fn run(
         )),
         _ => return None,
     })
+}
+
+/// PUBLISH channel message (SPUBLISH shardchannel message): queues the message for
+/// every subscriber of the channel (and every pattern it matches), answers their
+/// number. A connection subscribed to the channel itself gets its message before the
+/// reply, as in Redis.
+fn publish(conn: &Conn, sub: Option<&Subscriber>, args: &[&[u8]], wbuf: &mut Vec<u8>) -> Reply {
+    let n = if args[0].eq_ignore_ascii_case(b"spublish") {
+        pubsub::publish_shard(args[1], args[2])
+    } else {
+        if pubsub::has_subscribers() {
+            // The connections already woken on this worker run first: a change of
+            // subscriptions that reached the server before this PUBLISH takes effect
+            // before it, as in Redis's single event loop.
+            weft_runtime::yield_now();
+        }
+        pubsub::publish(args[1], args[2])
+    };
+    if let Some(s) = sub {
+        s.hold(wbuf);
+    }
+    if !conn.muted() {
+        Reply::Int(n as i64).encode(conn.proto, wbuf);
+    }
+    Reply::Written
 }
 
 /// Whether [`run`] must see a command before it runs: a server command, or any
