@@ -290,14 +290,7 @@ impl Subscriber {
         // Everything held for it: the outbox, and what its writer took and has not
         // written yet.
         let len = self.queued.load(Relaxed) as u64;
-        let (hard, soft, secs) = limit();
-        let mut over = hard > 0 && len > hard;
-        if soft > 0 && len > soft {
-            let since = *o.over_soft.get_or_insert_with(Instant::now);
-            over |= since.elapsed().as_secs() >= secs;
-        } else {
-            o.over_soft = None;
-        }
+        let over = past_limit(len, limit(), &mut o.over_soft, Instant::now());
         if over {
             o.overflow = true;
             DISCONNECTED.fetch_add(1, Relaxed);
@@ -464,6 +457,32 @@ fn parts(kind: Kind) -> &'static [Mutex<Map>; PARTS] {
     }
 }
 
+/// Whether a subscriber holding `len` bytes at `now` is past the output limit
+/// `(hard, soft, secs)` (0: no limit): more than `hard`, or more than `soft` both when
+/// first seen over it (`over_soft`, kept here) and more than `secs` whole seconds
+/// later, as Redis's `client-output-buffer-limit` says.
+fn past_limit(
+    len: u64,
+    (hard, soft, secs): (u64, u64, u64),
+    over_soft: &mut Option<Instant>,
+    now: Instant,
+) -> bool {
+    if hard > 0 && len > hard {
+        return true;
+    }
+    if soft == 0 || len <= soft {
+        *over_soft = None;
+        return false;
+    }
+    match *over_soft {
+        None => {
+            *over_soft = Some(now);
+            false
+        }
+        Some(since) => now.saturating_duration_since(since).as_secs() > secs,
+    }
+}
+
 fn counter(kind: Kind) -> &'static AtomicUsize {
     match kind {
         Kind::Channel => &SUBSCRIPTIONS,
@@ -610,6 +629,28 @@ mod tests {
         assert_eq!(numsub(Kind::Channel, b"unit.ch"), 0);
         let mut buf = Vec::new();
         assert_eq!(a.take(&mut buf), Take::Stop);
+    }
+
+    #[test]
+    fn the_output_limit_is_redis_hard_and_soft_limit() {
+        use std::time::Duration;
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut since = None;
+        let lim = (1000, 100, 2);
+        // Hard: at once.
+        assert!(past_limit(1001, lim, &mut since, at(0)));
+        // Soft: noted, then past once over it for more than 2 whole seconds.
+        assert!(!past_limit(101, lim, &mut since, at(0)));
+        assert!(!past_limit(500, lim, &mut since, at(2)));
+        assert!(past_limit(500, lim, &mut since, at(3)));
+        // Back under the soft limit: the time starts again.
+        assert!(!past_limit(100, lim, &mut since, at(4)));
+        assert_eq!(since, None);
+        assert!(!past_limit(101, lim, &mut since, at(10)));
+        assert!(!past_limit(101, lim, &mut since, at(12)));
+        // 0: no limit.
+        assert!(!past_limit(u64::MAX, (0, 0, 0), &mut None, at(0)));
     }
 
     #[test]
