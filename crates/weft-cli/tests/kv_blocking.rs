@@ -301,6 +301,60 @@ fn timeouts_errors_and_reply_shapes() {
 }
 
 #[test]
+fn inside_multi_they_do_not_block_and_exec_wakes_waiters_after_it() {
+    let s = server();
+    let mut c = wire(&s);
+    let (k, other) = (key_on("multi", 0), key_on("multi", 1));
+    // Queued, they act as their non-blocking forms.
+    assert_eq!(c.call(&["MULTI"]), Val::Line(b'+', "OK".into()));
+    for cmd in [
+        vec!["BLPOP", "missing", "0"],
+        vec!["BLMOVE", "missing", "dst", "LEFT", "LEFT", "0"],
+        vec!["RPUSH", &k, "a"],
+        vec!["BLPOP", "missing", &k, "0"],
+        vec!["BZPOPMIN", "missing", "0"],
+    ] {
+        assert_eq!(c.call(&cmd), Val::Line(b'+', "QUEUED".into()));
+    }
+    assert_eq!(
+        c.call(&["EXEC"]),
+        arr(vec![
+            Val::Agg(b'*', None),
+            Val::Blob(b'$', None),
+            Val::Line(b':', "1".into()),
+            popped(&k, "a"),
+            Val::Agg(b'*', None),
+        ])
+    );
+    // A waiter sees the transaction whole: served after it, with its state.
+    let mut w = wire(&s);
+    send(&mut w, &["BLPOP", &k, "0"]);
+    wait_blocked(&mut c, 1);
+    c.call(&["MULTI"]);
+    for cmd in [
+        vec!["RPUSH", &k, "x"],
+        vec!["RPUSH", &other, "o"],
+        vec!["RPUSH", &k, "y"],
+    ] {
+        c.call(&cmd);
+    }
+    c.call(&["EXEC"]);
+    assert_eq!(w.read(), popped(&k, "x"));
+    assert_eq!(c.call(&["LRANGE", &k, "0", "-1"]), arr(vec![bulk("y")]));
+    // A key pushed and deleted in one transaction wakes no one.
+    c.call(&["DEL", &k]);
+    send(&mut w, &["BLPOP", &k, "0"]);
+    wait_blocked(&mut c, 1);
+    c.call(&["MULTI"]);
+    c.call(&["LPUSH", &k, "gone"]);
+    c.call(&["DEL", &k]);
+    c.call(&["EXEC"]);
+    assert_eq!(blocked_clients(&mut c), 1);
+    c.call(&["RPUSH", &k, "z"]);
+    assert_eq!(w.read(), popped(&k, "z"));
+}
+
+#[test]
 fn a_client_gone_while_blocked_takes_nothing() {
     let s = server();
     let mut c = wire(&s);

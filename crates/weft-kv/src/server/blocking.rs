@@ -698,7 +698,48 @@ pub fn run(
         Ok(r) => r,
         Err(e) => return Some(e),
     };
+    if conn.tx.executing() {
+        return Some(at_once(server, conn, cmd, req, acks));
+    }
     Some(block(server, conn, req, acks))
+}
+
+/// The blocking command as its non-blocking form (inside EXEC, where nothing blocks,
+/// as in Redis): the first of its keys with data answers; none has any, a null array
+/// (BLMOVE and BRPOPLPUSH: a nil).
+fn at_once(
+    server: &Arc<Server>,
+    conn: &mut Conn,
+    cmd: &Command,
+    req: Request,
+    acks: &mut Acks,
+) -> Reply {
+    let count = server.shards.count();
+    let now = now_ms();
+    let w = Waiter::new(conn.db, req.op.clone());
+    for key in &req.keys {
+        let s = route::shard_of(key, count);
+        match server
+            .shards
+            .with(s, |sh| look(sh, &w, key, now, count, false))
+        {
+            Look::Served(r, lsn) => {
+                acks.note(s, lsn);
+                return r;
+            }
+            Look::WrongType => return commands::WRONGTYPE,
+            Look::Move => {
+                if let Some(r) = try_move(server, conn, key, &w.op, acks) {
+                    return r;
+                }
+            }
+            Look::Waiting | Look::Decided => {}
+        }
+    }
+    match cmd.name {
+        "blmove" | "brpoplpush" => Reply::Nil,
+        _ => TIMED_OUT,
+    }
 }
 
 /// The command's reply when the time runs out, or when it cannot block (inside
