@@ -32,6 +32,10 @@
 //!   has a time to live); a shared set holds every member whose SADD was acknowledged
 //!   unless an SREM of it could have come after, and no member never sent.
 //!
+//! Lists: each writer also runs LPUSH, RPUSH, LPOP, RPOP, DEL and EXPIRE on lists of
+//! its own, checked as a writer's own key (its elements in order, and whether it has a
+//! time to live).
+//!
 //! What is promised, and so checked: `kill -9` is a crash of the process, not of the
 //! machine, and docs/kv.md promises that such a crash loses nothing acknowledged under
 //! every `--fsync` policy (under `everysec` and `no` the written records are in the
@@ -75,6 +79,14 @@ enum Op {
     SAdd(String),
     /// SREM member.
     SRem(String),
+    /// LPUSH element.
+    LPush(String),
+    /// RPUSH element.
+    RPush(String),
+    /// LPOP.
+    LPop,
+    /// RPOP.
+    RPop,
 }
 
 /// A key's state: its value (a hash's: its fields as `field=value;` in field order)
@@ -116,9 +128,30 @@ fn set_state(members: &BTreeSet<String>, ttl: bool) -> State {
     })
 }
 
+/// A list's elements from its state's text (`element;element;...`, head first).
+fn elements(text: &str) -> std::collections::VecDeque<String> {
+    text.split(';')
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// What the command does to `state`, as Redis defines it.
 fn apply(state: &State, op: &Op) -> State {
     match op {
+        Op::LPush(_) | Op::RPush(_) | Op::LPop | Op::RPop => {
+            let (mut l, ttl) = match state {
+                None => (Default::default(), false),
+                Some((text, ttl)) => (elements(text), *ttl),
+            };
+            match op {
+                Op::LPush(x) => l.push_front(x.clone()),
+                Op::RPush(x) => l.push_back(x.clone()),
+                Op::LPop => drop(l.pop_front()),
+                _ => drop(l.pop_back()),
+            }
+            (!l.is_empty()).then(|| (l.iter().map(|x| format!("{x};")).collect(), ttl))
+        }
         Op::Set(v) => Some((v.clone(), false)),
         Op::SetEx(v) => Some((v.clone(), true)),
         Op::Del => None,
@@ -185,6 +218,8 @@ enum Class {
     PrivateSet,
     /// A set the writers share: members of their own.
     SharedSet,
+    /// A writer's own list.
+    PrivateList,
 }
 
 /// One command a writer sent.
@@ -224,6 +259,7 @@ fn key_name(round: u64, class: Class, owner: usize, n: u64) -> String {
         Class::SharedHash => format!("r{round}:hs{n}"),
         Class::PrivateSet => format!("r{round}:sp{owner}:{n}"),
         Class::SharedSet => format!("r{round}:ss{n}"),
+        Class::PrivateList => format!("r{round}:lp{owner}:{n}"),
     }
 }
 
@@ -237,6 +273,7 @@ fn class_of(key: &str) -> Class {
         Some('h') => Class::SharedHash,
         Some('s') if k.starts_with("sp") => Class::PrivateSet,
         Some('s') => Class::SharedSet,
+        Some('l') => Class::PrivateList,
         _ => Class::Appends,
     }
 }
@@ -251,7 +288,19 @@ fn next_op(rng: &mut Rng, round: u64, w: usize, seq: u64) -> (String, Op) {
         }
         v
     };
-    match rng.below(30) {
+    match rng.below(33) {
+        30..=32 => {
+            let key = key_name(round, Class::PrivateList, w, rng.below(3));
+            let op = match rng.below(10) {
+                0..=2 => Op::LPush(format!("e{seq}")),
+                3..=5 => Op::RPush(format!("e{seq}")),
+                6 => Op::LPop,
+                7 => Op::RPop,
+                _ if rng.below(2) == 0 => Op::Del,
+                _ => Op::Expire,
+            };
+            (key, op)
+        }
         26..=27 => {
             let key = key_name(round, Class::PrivateSet, w, rng.below(3));
             let op = match rng.below(10) {
@@ -334,6 +383,10 @@ fn send(c: &mut Client, key: &str, op: &Op) {
         Op::HSet(f, v) => c.send(&[b"HSET", k, f.as_bytes(), v.as_bytes()]),
         Op::HDel(f) => c.send(&[b"HDEL", k, f.as_bytes()]),
         Op::HIncr(f) => c.send(&[b"HINCRBY", k, f.as_bytes(), b"1"]),
+        Op::LPush(x) => c.send(&[b"LPUSH", k, x.as_bytes()]),
+        Op::RPush(x) => c.send(&[b"RPUSH", k, x.as_bytes()]),
+        Op::LPop => c.send(&[b"LPOP", k]),
+        Op::RPop => c.send(&[b"RPOP", k]),
         Op::SAdd(m) => c.send(&[b"SADD", k, m.as_bytes()]),
         Op::SRem(m) => c.send(&[b"SREM", k, m.as_bytes()]),
     }
@@ -400,6 +453,11 @@ fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
     let hash = |k: &str| matches!(class_of(k), Class::PrivateHash | Class::SharedHash);
     let set = |k: &str| matches!(class_of(k), Class::PrivateSet | Class::SharedSet);
     for k in keys {
+        if class_of(k) == Class::PrivateList {
+            c.send(&[b"LRANGE", k.as_bytes(), b"0", b"-1"]);
+            c.send(&[b"TTL", k.as_bytes()]);
+            continue;
+        }
         let read: &[u8] = match k {
             k if hash(k) => b"HGETALL",
             k if set(k) => b"SMEMBERS",
@@ -431,6 +489,10 @@ fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
             (Reply::Array(items) | Reply::Set(items), Reply::Int(t)) if set(k) => {
                 set_state(&items.into_iter().map(text).collect(), t >= 0)
             }
+            (Reply::Array(items), Reply::Int(t)) if class_of(k) == Class::PrivateList => {
+                let l: String = items.into_iter().map(|x| format!("{};", text(x))).collect();
+                (!l.is_empty()).then_some((l, t >= 0))
+            }
             other => panic!("{k}: {other:?}"),
         };
         out.insert(k.clone(), state);
@@ -457,7 +519,7 @@ fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
     let acked = calls.iter().filter(|c| c.acked.is_some()).count();
     let fail = |why: String| Some(format!("{key}: found {}: {why}", show(got)));
     match class_of(key) {
-        Class::Private | Class::PrivateHash | Class::PrivateSet => {
+        Class::Private | Class::PrivateList | Class::PrivateHash | Class::PrivateSet => {
             // One writer: its acknowledged commands are a prefix of its commands.
             let mut states = vec![None];
             for c in calls {

@@ -12,7 +12,9 @@
 //! `LPop`/`RPop` of how many left an end, `LSet` of the index and value, `LInsert` of
 //! the index the element took, `LRem` of the positions removed; nothing when nothing
 //! changed (docs/kv-types.md). A list that loses its last element is removed, and
-//! logged as `Del`. Commands keep the key's expiry.
+//! logged as `Del`. Commands keep the key's expiry. Each change fires Redis 7.0's
+//! keyspace events (`new`, `lpush`, `rpop`, `lset`, `linsert`, `lrem`, `ltrim`, and
+//! `del` for a list emptied), in Redis's order.
 //!
 //! LMOVE, RPOPLPUSH and LMPOP name several keys: when those fall on several shards the
 //! server runs them as one transaction over the shards ([`run_server`]), so no client
@@ -30,6 +32,7 @@ use crate::keyspace::list::{self, End, NODE_OVERHEAD};
 use crate::keyspace::{tag, Entry, Keyspace, Type};
 use crate::log::{encode_split, Items, RecordRef};
 use crate::packed;
+use crate::pubsub::{notify, GENERIC, LIST, NEW};
 use crate::resp::Reply;
 
 /// The live list in `key` (`None` if there is none), or `WRONGTYPE` if the key holds
@@ -106,6 +109,7 @@ pub fn push(
             },
             ctx.log,
         );
+        notify(ctx, LIST, push_event(end), key);
         return Ok(Some(n));
     }
     let e = match end {
@@ -118,7 +122,25 @@ pub fn push(
     ks.put(e);
     let e = ks.peek(key, now).expect("just made");
     Keyspace::state_records(e, |r| ctx.record(&r));
+    notify(ctx, NEW, "new", key);
+    notify(ctx, LIST, push_event(end), key);
     Ok(Some(elems.len()))
+}
+
+/// The event a push at `end` fires.
+fn push_event(end: End) -> &'static str {
+    match end {
+        End::Left => "lpush",
+        End::Right => "rpush",
+    }
+}
+
+/// The event a pop from `end` fires.
+fn pop_event(end: End) -> &'static str {
+    match end {
+        End::Left => "lpop",
+        End::Right => "rpop",
+    }
 }
 
 /// Pops up to `count` elements from `end` of the list `key`, in the order they leave
@@ -153,6 +175,10 @@ pub fn pop(
             End::Left => RecordRef::LPop { key, count },
             End::Right => RecordRef::RPop { key, count },
         });
+    }
+    notify(ctx, LIST, pop_event(end), key);
+    if count >= len {
+        notify(ctx, GENERIC, "del", key);
     }
     Ok(Some(out))
 }
@@ -342,6 +368,7 @@ pub fn lset(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         index: i as u64,
         value,
     });
+    notify(ctx, LIST, "lset", key);
     Reply::OK
 }
 
@@ -388,6 +415,7 @@ pub fn linsert(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         index: i as u64,
         value,
     });
+    notify(ctx, LIST, "linsert", key);
     Reply::Int(n as i64)
 }
 
@@ -406,8 +434,10 @@ fn remove_logged(
     }
     ks.modify(key, ctx.now_ms, |e| list::remove(e, positions))
         .expect("the list is there");
+    notify(ctx, LIST, "lrem", key);
     if positions.len() == len {
-        return ctx.record(&RecordRef::Del { key });
+        ctx.record(&RecordRef::Del { key });
+        return notify(ctx, GENERIC, "del", key);
     }
     let words: Vec<[u8; 8]> = positions
         .iter()
@@ -485,6 +515,8 @@ pub fn ltrim(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if left == len {
         ks.remove(key, ctx.now_ms);
         ctx.record(&RecordRef::Del { key });
+        notify(ctx, LIST, "ltrim", key);
+        notify(ctx, GENERIC, "del", key);
         return Reply::OK;
     }
     for (end, n) in [(End::Left, left), (End::Right, right)] {
@@ -497,6 +529,7 @@ pub fn ltrim(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             });
         }
     }
+    notify(ctx, LIST, "ltrim", key);
     Reply::OK
 }
 
@@ -693,14 +726,28 @@ pub fn lmove(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     };
     if src == dst {
         // A rotation: nothing changes for one element, or the same end.
+        // It adds no element, so it checks no memory (a pop then a refused push would
+        // lose the element).
         if len > 1 && from != to {
-            if let Err(e) = pop(ks, src, from, 1, ctx) {
-                return e;
-            }
-            if let Err(e) = push(ks, dst, to, &[&x], false, ctx) {
-                return e;
-            }
+            ks.modify(src, ctx.now_ms, |e| {
+                list::pop(e, from, 1, &mut |_| {});
+                list::push(e, to, [&x[..]]);
+            })
+            .expect("the list is there");
+            let one = [&x[..]];
+            let (key, items) = (src, Items::Slices(&one));
+            ctx.record(&match from {
+                End::Left => RecordRef::LPop { key, count: 1 },
+                End::Right => RecordRef::RPop { key, count: 1 },
+            });
+            ctx.record(&match to {
+                End::Left => RecordRef::LPush { key, items },
+                End::Right => RecordRef::RPush { key, items },
+            });
         }
+        // Redis fires both events whatever the list's length or ends.
+        notify(ctx, LIST, push_event(to), src);
+        notify(ctx, LIST, pop_event(from), src);
         return Reply::Bulk(x);
     }
     if let Err(e) = list_of(ks, dst, ctx.now_ms) {

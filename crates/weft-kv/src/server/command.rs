@@ -47,6 +47,7 @@ fn categories(name: &str, bits: u32) -> Vec<&'static str> {
     cats.push(match docs::doc(name).map(|d| d.group) {
         Some("string") => "@string",
         Some("hash") => "@hash",
+        Some("list") => "@list",
         Some("set") => "@set",
         Some("bitmap") => "@bitmap",
         Some("generic") => "@keyspace",
@@ -77,6 +78,9 @@ fn key_flags(c: &Command) -> &'static [&'static str] {
             &["RW", "access", "update"]
         }
         "append" => &["RW", "insert"],
+        "lpush" | "rpush" | "lpushx" | "rpushx" | "linsert" => &["RW", "insert"],
+        "lpop" | "rpop" | "lmpop" | "lmove" | "rpoplpush" => &["RW", "access", "delete"],
+        "lrem" | "ltrim" => &["RW", "delete"],
         "touch" | "exists" | "type" | "ttl" | "pttl" | "expiretime" | "pexpiretime" => &["RO"],
         _ if c.flags & flags::WRITE != 0 => &["RW", "update"],
         _ => &["RO", "access"],
@@ -295,8 +299,16 @@ pub fn command(args: &[Vec<u8>]) -> Reply {
             }
             Ok((c, keys)) => Reply::Array(
                 keys.into_iter()
-                    .map(|k| {
-                        let fl = key_flags(c).iter().map(|f| simple(f)).collect();
+                    .enumerate()
+                    .map(|(i, k)| {
+                        // LMOVE's and RPOPLPUSH's second key is where they insert.
+                        let dst = i == 1 && matches!(c.name, "lmove" | "rpoplpush");
+                        let fl = if dst {
+                            &["RW", "insert"][..]
+                        } else {
+                            key_flags(c)
+                        };
+                        let fl = fl.iter().map(|f| simple(f)).collect();
                         Reply::Array(vec![Reply::Bulk(k), Reply::Set(fl)])
                     })
                     .collect(),
