@@ -495,3 +495,66 @@ fn a_connection_that_ends_discards() {
     assert_eq!(show(&admin.call(&["GET", "gone"])), "$nil");
     assert!(admin.info_field("memory", "mem_clients_normal") < before + 2000 * 60);
 }
+
+/// CLIENT LIST shows a connection in MULTI (flag `x`, `multi=` its queued commands,
+/// `multi-mem=` their bytes) and one whose watched key changed (flag `d`).
+#[test]
+fn client_list_shows_transactions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let socket = tmp.path().join("s");
+    let (mut c, mut admin) = (Wire::connect(&socket), Wire::connect(&socket));
+    let id = c.call(&["CLIENT", "ID"]).int().unwrap();
+    let line = |admin: &mut Wire| -> String {
+        let all = admin.call(&["CLIENT", "LIST"]).text();
+        all.lines()
+            .find(|l| l.starts_with(&format!("id={id} ")))
+            .unwrap()
+            .to_string()
+    };
+    let field = |l: &str, name: &str| -> String {
+        l.split(' ')
+            .find_map(|f| f.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .to_string()
+    };
+    let l = line(&mut admin);
+    assert_eq!(
+        (field(&l, "flags"), field(&l, "multi")),
+        ("U".into(), "-1".into())
+    );
+    assert_eq!(show(&c.call(&["MULTI"])), "+\"OK\"");
+    assert_eq!(show(&c.call(&["SET", "a", "b"])), "+\"QUEUED\"");
+    assert_eq!(show(&c.call(&["PING"])), "+\"QUEUED\"");
+    let l = line(&mut admin);
+    assert_eq!(
+        (field(&l, "flags"), field(&l, "multi")),
+        ("xU".into(), "2".into())
+    );
+    assert!(field(&l, "multi-mem").parse::<u64>().unwrap() >= 13);
+    assert_eq!(show(&c.call(&["DISCARD"])), "+\"OK\"");
+    // A watched key changed: what is queued now is not kept (EXEC fails anyway).
+    assert_eq!(show(&c.call(&["WATCH", "w"])), "+\"OK\"");
+    assert_eq!(show(&admin.call(&["SET", "w", "1"])), "+\"OK\"");
+    assert_eq!(show(&c.call(&["MULTI"])), "+\"OK\"");
+    assert_eq!(show(&c.call(&["SET", "a", "b"])), "+\"QUEUED\"");
+    let l = line(&mut admin);
+    assert_eq!(
+        (
+            field(&l, "flags"),
+            field(&l, "multi"),
+            field(&l, "multi-mem")
+        ),
+        ("xdU".into(), "0".into(), "0".into())
+    );
+    assert_eq!(show(&c.call(&["EXEC"])), "*nil");
+    let l = line(&mut admin);
+    assert_eq!(
+        (
+            field(&l, "flags"),
+            field(&l, "multi"),
+            field(&l, "multi-mem")
+        ),
+        ("U".into(), "-1".into(), "0".into())
+    );
+}

@@ -84,6 +84,12 @@ pub struct Client {
     /// The wait of the blocking command it runs (BLPOP, ...), for CLIENT UNBLOCK and
     /// CLIENT LIST's flag `b`.
     waiter: Mutex<Option<Arc<super::blocking::Waiter>>>,
+    /// In MULTI: the commands queued (-1: not in MULTI), and their bytes (CLIENT
+    /// LIST's `multi`, `multi-mem` and flag `x`; `multi.rs`).
+    pub(super) multi: std::sync::atomic::AtomicI64,
+    pub(super) multi_mem: AtomicUsize,
+    /// A key it watches changed: its EXEC will fail (flag `d`; set by the shards).
+    pub(super) dirty_cas: Arc<AtomicBool>,
     /// Its subscriptions and the messages queued for it, once it has subscribed.
     pub(crate) pubsub: std::sync::OnceLock<Arc<crate::pubsub::Subscriber>>,
 }
@@ -121,6 +127,9 @@ impl Client {
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             waiter: Mutex::new(None),
+            multi: std::sync::atomic::AtomicI64::new(-1),
+            multi_mem: AtomicUsize::new(0),
+            dirty_cas: Arc::new(AtomicBool::new(false)),
             pubsub: std::sync::OnceLock::new(),
         })
     }
@@ -198,11 +207,18 @@ impl Client {
         if self.subscribed() {
             fl.push('P');
         }
+        let multi = self.multi.load(Relaxed);
+        if multi >= 0 {
+            fl.push('x');
+        }
         let waiter = self.waiter.lock().unwrap_or_else(|p| p.into_inner());
         if waiter.is_some() {
             fl.push('b');
         }
         drop(waiter);
+        if self.dirty_cas.load(Relaxed) {
+            fl.push('d');
+        }
         if self.unix {
             fl.push('U');
         }
@@ -234,14 +250,15 @@ impl Client {
         let omem = self.omem.load(Relaxed) + queued;
         let idle = now_ms().saturating_sub(self.last_ms.load(Relaxed)) / 1000;
         format!(
-            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db={} sub={sub} psub={psub} ssub={ssub} multi=-1 qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem=0 rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
+            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db={} sub={sub} psub={psub} ssub={ssub} multi={multi} qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem={} rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
             self.id,
             self.addr,
             self.laddr,
             self.fd,
             self.created.elapsed().as_secs(),
             self.db.load(Relaxed),
-            rbs + omem + argv_mem + std::mem::size_of::<Client>(),
+            self.multi_mem.load(Relaxed),
+            rbs + omem + argv_mem + self.multi_mem.load(Relaxed) + std::mem::size_of::<Client>(),
             self.resp.load(Relaxed),
         )
     }

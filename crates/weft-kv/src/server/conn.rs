@@ -248,7 +248,7 @@ where
         reply: clients::ReplyMode::On,
         skip_this: false,
         db: 0,
-        tx: Default::default(),
+        tx: multi::TxState::new(client.dirty_cas.clone()),
         sock: Some(super::blocking::Sock::of::<S>(
             std::borrow::Borrow::borrow(&stream),
             stream.as_raw_fd(),

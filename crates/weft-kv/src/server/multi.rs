@@ -69,8 +69,10 @@ pub struct TxState {
     dirty: Arc<AtomicBool>,
 }
 
-impl Default for TxState {
-    fn default() -> Self {
+impl TxState {
+    /// A connection's state, outside MULTI, watching nothing; `dirty` is the flag the
+    /// shards set (CLIENT LIST shows it).
+    pub fn new(dirty: Arc<AtomicBool>) -> TxState {
         TxState {
             queue: None,
             queued_bytes: 0,
@@ -78,12 +80,10 @@ impl Default for TxState {
             executing: false,
             watched: HashMap::new(),
             watched_bytes: 0,
-            dirty: Arc::new(AtomicBool::new(false)),
+            dirty,
         }
     }
-}
 
-impl TxState {
     /// Whether the connection is in MULTI (queueing).
     pub fn in_multi(&self) -> bool {
         self.queue.is_some()
@@ -216,9 +216,15 @@ pub fn queue(server: &Server, conn: &mut Conn, cmd: &Command, args: &[&[u8]]) ->
             Reply::err("ERR the transaction queues more than 1 GiB of commands: it is discarded"),
         );
     }
+    // A transaction that will abort anyway keeps nothing (as Redis).
+    if conn.tx.failed || conn.tx.dirty.load(SeqCst) {
+        return Some(Reply::Simple("QUEUED".into()));
+    }
     conn.tx.queued_bytes += bytes;
     let q = conn.tx.queue.as_mut().expect("in MULTI");
     q.push(args.iter().map(|a| a.to_vec()).collect());
+    conn.client.multi.store(q.len() as i64, Relaxed);
+    conn.client.multi_mem.store(conn.tx.queued_bytes, Relaxed);
     Some(Reply::Simple("QUEUED".into()))
 }
 
@@ -242,6 +248,7 @@ pub(super) fn run(
             }
             conn.tx.queue = Some(Vec::new());
             conn.tx.failed = false;
+            conn.client.multi.store(0, Relaxed);
             Reply::OK
         }
         "discard" => {
@@ -270,10 +277,17 @@ pub(super) fn run(
 /// Leaves MULTI, forgetting the queue and every watched key (DISCARD, RESET, and a
 /// connection that ends).
 pub fn discard(server: &Server, conn: &mut Conn) {
-    conn.tx.queue = None;
-    conn.tx.queued_bytes = 0;
+    left_multi(conn);
     conn.tx.failed = false;
     unwatch_all(server, conn);
+}
+
+/// The connection is out of MULTI: no queue (CLIENT LIST says so).
+fn left_multi(conn: &mut Conn) {
+    conn.tx.queue = None;
+    conn.tx.queued_bytes = 0;
+    conn.client.multi.store(-1, Relaxed);
+    conn.client.multi_mem.store(0, Relaxed);
 }
 
 /// WATCH key...: the keys of the selected database are watched, on their shards.
@@ -371,7 +385,7 @@ fn exec(
     let Some(queue) = conn.tx.queue.take() else {
         return Reply::err("ERR EXEC without MULTI");
     };
-    conn.tx.queued_bytes = 0;
+    left_multi(conn);
     if std::mem::take(&mut conn.tx.failed) {
         unwatch_all(server, conn);
         return Reply::err("EXECABORT Transaction discarded because of previous errors.");
