@@ -24,9 +24,11 @@
 //! An outbox grows while its client does not read. As Redis's
 //! `client-output-buffer-limit pubsub <hard> <soft> <seconds>` (32 MiB, 8 MiB, 60 s by
 //! default) says: once it holds more than the hard limit, or has held more than the
-//! soft limit for the given seconds, its messages are dropped and the connection is
-//! closed (its writer shuts the socket down). What outboxes hold is counted in
-//! [`queued_bytes`] (INFO's client memory) and in each client's `omem`.
+//! soft limit for more than the given seconds (checked as each message is queued), its
+//! messages are dropped and its socket is shut down at once (which also ends a write
+//! its writer is stuck in), so the connection ends. What a subscriber holds (its
+//! outbox, and what its writer took and has not written yet) is counted in
+//! [`queued_bytes`] (INFO's client memory) and in its `omem`.
 //!
 //! # Scope
 //! The hub belongs to the process: one weft-kv server per process, as `weft kv serve`
