@@ -6,7 +6,7 @@
 //! When every key is on one shard (and in one database), the command is one shard
 //! function run there, as any single-shard command ([`super::bits::bitop`],
 //! [`super::lcs::lcs`], [`super::transfer::rename`], ...). Otherwise it is a
-//! transaction ([`ShardSet::atomically`], docs/kv-types.md): its steps run on their
+//! transaction (`ShardSet::atomically`, docs/kv-types.md): its steps run on their
 //! shards one after another while it holds every one of them, so no client sees the
 //! source removed and the destination not yet written, or reads the sources of a
 //! BITOP between someone else's two writes. Each step is a shard function run with
@@ -245,7 +245,7 @@ fn rename(
     })
 }
 
-/// COPY source destination [DB db] [REPLACE]: in one database of one shard,
+/// `COPY source destination [DB db] [REPLACE]`: in one database of one shard,
 /// [`transfer::copy`]; otherwise the source's payload is read and put in place on the
 /// destination's shard and database, as one transaction.
 fn copy(set: &impl ShardSet, cmd: &Command, args: &[&[u8]], db: u8, acks: &mut Acks) -> Reply {

@@ -257,7 +257,7 @@ fn popcount(v: &[u8]) -> u64 {
         + rest
 }
 
-/// BITCOUNT key [start end [BYTE|BIT]]: the number of 1 bits of the string, or of its
+/// `BITCOUNT key [start end [BYTE|BIT]]`: the number of 1 bits of the string, or of its
 /// range (Redis 7.0's order of checks, which this keeps: a missing key answers 0
 /// whatever the other arguments; `WRONGTYPE`; start and end must be integers; both
 /// negative with start > end answers 0 before BYTE/BIT is read; a wrong unit, or a
@@ -324,7 +324,7 @@ fn find_bit(v: &[u8], first: u64, last: u64, want: u8) -> Option<u64> {
     None
 }
 
-/// BITPOS key bit [start [end [BYTE|BIT]]]: the position of the first bit equal to
+/// `BITPOS key bit [start [end [BYTE|BIT]]]`: the position of the first bit equal to
 /// `bit` (counted from the string's first bit, whatever the range).
 ///
 /// - `bit` not an integer: `ERR value is not an integer or out of range`; neither 0
@@ -456,7 +456,7 @@ pub fn bitop_store(ks: &mut Keyspace, dest: &[u8], result: &[u8], ctx: &mut Ctx<
     Reply::Int(result.len() as i64)
 }
 
-/// BITOP AND|OR|XOR|NOT destkey key [key ...]: stores the bitwise operation of the
+/// `BITOP AND|OR|XOR|NOT destkey key [key ...]`: stores the bitwise operation of the
 /// source strings in `destkey` (see [`bitop_compute`], [`bitop_store`]) and answers
 /// its length. A source of another type: `WRONGTYPE` (the first in order, a missing
 /// key before it being no error), and nothing changes. This is the command on one
@@ -675,8 +675,8 @@ fn field_result(f: &Field, old: u64) -> Option<i64> {
     }
 }
 
-/// BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset
-/// increment] [OVERFLOW WRAP|SAT|FAIL] ...: reads and writes integers of 1 to 64 bits
+/// `BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset
+/// increment] [OVERFLOW WRAP|SAT|FAIL] ...`: reads and writes integers of 1 to 64 bits
 /// (`i1`..`i64`, `u1`..`u63`) at any bit offset (`#n`: the n-th field of that width).
 /// Answers one element per GET, SET and INCRBY: the value read, the old value, the new
 /// value; nil for a SET or INCRBY that overflows under OVERFLOW FAIL (which then writes
@@ -696,7 +696,7 @@ pub fn bitfield(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     bitfield_generic(ks, args, ctx, false)
 }
 
-/// BITFIELD_RO key [GET type offset] ...: BITFIELD's GETs; any other operation is
+/// `BITFIELD_RO key [GET type offset] ...`: BITFIELD's GETs; any other operation is
 /// `ERR BITFIELD_RO only supports the GET subcommand` (after the arguments are checked).
 pub fn bitfield_ro(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     bitfield_generic(ks, args, ctx, true)

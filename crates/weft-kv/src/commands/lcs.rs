@@ -12,7 +12,7 @@ use crate::resp::Reply;
 /// Redis's reply when a key holds another type than a string.
 pub const NOT_STRINGS: Reply = Reply::err("ERR The specified keys must contain string values");
 
-/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]: see [`lcs_reply`]. A
+/// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]`: see [`lcs_reply`]. A
 /// missing key is an empty string; a key of another type is `ERR The specified keys
 /// must contain string values` (before the options are read).
 pub fn lcs(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {

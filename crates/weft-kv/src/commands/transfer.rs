@@ -152,7 +152,7 @@ pub fn dump(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     }
 }
 
-/// RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]:
+/// `RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]`:
 /// creates `key` with the value DUMP gave (of any type), expiring in `ttl` ms (0:
 /// never; with ABSTTL, `ttl` is a Unix time in ms). IDLETIME and FREQ are checked and
 /// otherwise ignored (weft-kv keeps no access times or counts).
@@ -349,7 +349,7 @@ pub fn copy_opts(args: &[&[u8]]) -> Result<CopyOpts, Reply> {
     Ok(o)
 }
 
-/// COPY source destination [DB db] [REPLACE], in one keyspace (a DB naming another
+/// `COPY source destination [DB db] [REPLACE]`, in one keyspace (a DB naming another
 /// database runs over two: `commands/across.rs`). Answers 1 when copied (the value and
 /// its expiry; the source is unchanged), 0 for a missing source or an existing
 /// destination without REPLACE. The same key in the same database: `ERR source and
