@@ -737,3 +737,49 @@ fn set_algebra_over_several_shards() {
         assert_eq!(got, want, "{k}");
     }
 }
+
+/// TYPE, SCAN's TYPE option and KEYS see sets over every shard; an expired set is
+/// gone for all of them.
+#[test]
+fn scan_type_keys_and_expiry_see_sets() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(&d.path().join("kv"));
+    for i in 0..20 {
+        run(&s, &["sadd", &format!("set{i}"), "m"]);
+        run(&s, &["set", &format!("str{i}"), "v"]);
+        run(&s, &["hset", &format!("hash{i}"), "f", "v"]);
+    }
+    assert_eq!(run(&s, &["type", "set3"]), Reply::Simple("set".into()));
+    let mut found = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let Reply::Array(mut v) = run(&s, &["scan", &cursor, "type", "set", "count", "7"]) else {
+            panic!()
+        };
+        found.extend(sorted(v.pop().unwrap()));
+        let Reply::Bulk(c) = v.pop().unwrap() else {
+            panic!()
+        };
+        cursor = String::from_utf8(c).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    found.sort();
+    let mut want: Vec<String> = (0..20).map(|i| format!("set{i}")).collect();
+    want.sort();
+    assert_eq!(found, want);
+    assert_eq!(
+        sorted(run(&s, &["keys", "set1*"])),
+        strs(&[
+            "set1", "set10", "set11", "set12", "set13", "set14", "set15", "set16", "set17",
+            "set18", "set19"
+        ])
+    );
+    assert_eq!(run(&s, &["pexpire", "set1", "1"]), Reply::Int(1));
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(run(&s, &["type", "set1"]), Reply::Simple("none".into()));
+    assert_eq!(run(&s, &["scard", "set1"]), Reply::Int(0));
+    assert_eq!(run(&s, &["sismember", "set1", "m"]), Reply::Int(0));
+    assert!(!sorted(run(&s, &["keys", "set*"])).contains(&"set1".to_string()));
+}

@@ -10,7 +10,9 @@
 //! set as the change: `SAdd` of the members that were new, `SRem` of the members that
 //! were there (SPOP's random picks included, so replay removes exactly those); nothing
 //! when nothing changed (docs/kv-types.md). A set that loses its last member is
-//! removed. Commands keep the key's expiry.
+//! removed. Commands keep the key's expiry. A write fires Redis 7.0's keyspace events
+//! (`sadd`, `srem`, `spop`, `sinterstore`, `sunionstore`, `sdiffstore`; `new` for a set
+//! made, `del` for one removed), only when it changed something.
 //!
 //! The commands over several keys ([`run_multi`]) are transactions over the keys'
 //! shards (`ShardSet::atomically`), written as steps, each a one-key function run on
@@ -28,6 +30,7 @@ use crate::exec::{Acks, Held, ShardSet};
 use crate::keyspace::set::{self, MEMBER_OVERHEAD};
 use crate::keyspace::{glob_match, Entry, Keyspace, Type};
 use crate::log::{encode_split, Items, RecordRef};
+use crate::pubsub::{notify, GENERIC, NEW, SET};
 use crate::resp::Reply;
 use crate::route::shard_of;
 
@@ -80,6 +83,7 @@ fn add_members(
                 |items| RecordRef::SAdd { key, items },
                 ctx.log,
             );
+            notify(ctx, SET, "sadd", key);
         }
         return Ok(added.len() as i64);
     }
@@ -88,24 +92,29 @@ fn add_members(
     ks.put(e);
     let e = ks.peek(key, now).expect("just made");
     Keyspace::state_records(e, |r| ctx.record(&r));
+    notify(ctx, NEW, "new", key);
+    notify(ctx, SET, "sadd", key);
     Ok(n as i64)
 }
 
 /// Removes `members` from the set `key` (which the caller found to be a set): the
-/// members that were there, logged as `SRem`. A set left empty is removed.
+/// members that were there, logged as `SRem`, and fires `event` (`srem`, `spop`) if
+/// any was. A set left empty is removed (and fires `del`).
 fn remove_members<'m>(
     ks: &mut Keyspace,
     key: &[u8],
     members: &[&'m [u8]],
     ctx: &mut Ctx<'_>,
+    event: &str,
 ) -> Vec<&'m [u8]> {
-    let gone: Vec<&[u8]> = ks
+    let (gone, emptied): (Vec<&[u8]>, bool) = ks
         .modify(key, ctx.now_ms, |e| {
-            members
+            let gone = members
                 .iter()
                 .copied()
                 .filter(|m| set::remove(e, m))
-                .collect()
+                .collect();
+            (gone, set::is_empty(e))
         })
         .unwrap_or_default();
     if !gone.is_empty() {
@@ -116,6 +125,10 @@ fn remove_members<'m>(
             |items| RecordRef::SRem { key, items },
             ctx.log,
         );
+        notify(ctx, SET, event, key);
+        if emptied {
+            notify(ctx, GENERIC, "del", key);
+        }
     }
     gone
 }
@@ -141,7 +154,9 @@ pub fn srem(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     match set_of(ks, args[1], ctx.now_ms) {
         Err(e) => e,
         Ok(None) => Reply::Int(0),
-        Ok(Some(_)) => Reply::Int(remove_members(ks, args[1], &args[2..], ctx).len() as i64),
+        Ok(Some(_)) => {
+            Reply::Int(remove_members(ks, args[1], &args[2..], ctx, "srem").len() as i64)
+        }
     }
 }
 
@@ -321,12 +336,14 @@ pub fn spop(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             let all: Vec<Reply> = set::iter(e).map(|m| Reply::bulk(&m)).collect();
             ks.remove(key, ctx.now_ms);
             ctx.record(&RecordRef::Del { key });
+            notify(ctx, SET, "spop", key);
+            notify(ctx, GENERIC, "del", key);
             return Reply::Set(all);
         }
         Some(n) => distinct_random(e, size, n as usize),
     };
     let members: Vec<&[u8]> = picked.iter().map(Vec::as_slice).collect();
-    remove_members(ks, key, &members, ctx);
+    remove_members(ks, key, &members, ctx, "spop");
     match count {
         None => Reply::Bulk(picked.into_iter().next().expect("one member")),
         Some(_) => Reply::Set(picked.into_iter().map(Reply::Bulk).collect()),
@@ -366,15 +383,17 @@ pub fn sscan(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     ])
 }
 
-/// The destination step of a STORE form (`[_, dest, member ...]`): `dest` becomes a
-/// set of the members (whatever it held, its expiry gone), logged as its whole state;
-/// no member removes it (logged as `Del` if it existed). Answers the set's size.
-/// Checks the memory first (OOM: nothing changes).
+/// The destination step of a STORE form (`[name, dest, member ...]`): `dest` becomes
+/// a set of the members (whatever it held, its expiry gone), logged as its whole state,
+/// firing the command's event (`sinterstore`, ...); no member removes it (logged as
+/// `Del`, firing `del`, if it existed). Answers the set's size. Checks the memory first
+/// (OOM: nothing changes).
 fn store(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let (key, members) = (args[1], &args[2..]);
     if members.is_empty() {
         if ks.remove(key, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key });
+            notify(ctx, GENERIC, "del", key);
         }
         return Reply::Int(0);
     }
@@ -392,11 +411,21 @@ fn store(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             return e;
         }
     }
+    let existed = ks.contains(key, ctx.now_ms);
     let e = set::new_entry(key, Items::Slices(members), None, 0);
     let n = set::len(&e);
     ks.put(e);
     let e = ks.peek(key, ctx.now_ms).expect("just made");
     Keyspace::state_records(e, |r| ctx.record(&r));
+    if !existed {
+        notify(ctx, NEW, "new", key);
+    }
+    notify(
+        ctx,
+        SET,
+        std::str::from_utf8(args[0]).unwrap_or("sinterstore"),
+        key,
+    );
     Reply::Int(n as i64)
 }
 
@@ -498,7 +527,7 @@ pub fn run_multi(
         true => (Some(args[1].as_slice()), &args[2..]),
         false => (None, &args[1..]),
     };
-    Some(algebra(set, op, keys, dest, db, acks))
+    Some(algebra(set, op, cmd.name, keys, dest, db, acks))
 }
 
 /// Runs `f` with the steps of a transaction over the shards of `keys`, after checking
@@ -569,6 +598,7 @@ fn intersection(steps: &mut Steps<'_>, keys: &[&[u8]], sizes: &[usize]) -> Vec<V
 fn algebra(
     set: &impl ShardSet,
     op: Op,
+    name: &str,
     keys: &[Vec<u8>],
     dest: Option<&[u8]>,
     db: u8,
@@ -613,7 +643,7 @@ fn algebra(
         Ok(match dest {
             None => Reply::Set(result.into_iter().map(Reply::Bulk).collect()),
             Some(dest) => {
-                let mut args: Vec<&[u8]> = vec![b"store", dest];
+                let mut args: Vec<&[u8]> = vec![name.as_bytes(), dest];
                 args.extend(result.iter().map(Vec::as_slice));
                 steps.run(store, &args)
             }
