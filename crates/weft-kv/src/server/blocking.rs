@@ -1091,3 +1091,236 @@ impl Ahead {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keyspace::{Keyspace, Replay};
+
+    const NOW: u64 = 1_000_000;
+
+    /// Runs a shard command of the table on database 0 of `sh`.
+    fn run(sh: &mut Shard, args: &[&str]) -> Reply {
+        let f = shard_fn(args[0]).expect("a shard command");
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        sh.run(f, 0, &argv, NOW, None).0
+    }
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(s.as_bytes().to_vec())
+    }
+
+    /// The outcome a decided waiter holds.
+    fn outcome(w: &Waiter) -> Option<Outcome> {
+        w.outcome.lock().unwrap().take()
+    }
+
+    fn served(w: &Waiter) -> Reply {
+        match outcome(w) {
+            Some(Outcome::Served(r, _, _)) => r,
+            o => panic!("not served: {o:?}"),
+        }
+    }
+
+    /// The shard's log replayed into fresh databases equals its state: every key of
+    /// database 0 with its LRANGE or ZRANGE.
+    fn check_replay(sh: &mut Shard) {
+        let mut dbs: Vec<Keyspace> = (0..crate::log::DATABASES)
+            .map(|_| Keyspace::new())
+            .collect();
+        let mut rp = Replay::new(&mut dbs, NOW);
+        let mut at = 0;
+        while at < sh.log.len() {
+            let (db, rec, n) = log::decode_frame(&sh.log[at..]).unwrap();
+            rp.push(db, rec);
+            at += n;
+        }
+        rp.finish();
+        let mut again = Shard::new(dbs);
+        for key in ["q", "z", "dst", "other"] {
+            for cmd in [["lrange", key, "0", "-1"], ["zrange", key, "0", "-1"]] {
+                assert_eq!(run(sh, &cmd), run(&mut again, &cmd), "{cmd:?}");
+            }
+        }
+    }
+
+    fn list_waiter() -> Arc<Waiter> {
+        Waiter::new(
+            0,
+            Op::List {
+                left: true,
+                count: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_push_serves_the_waiters_of_its_type_in_order_and_logs_their_pops() {
+        let mut sh = Shard::new(vec![]);
+        let z = Waiter::new(
+            0,
+            Op::Zset {
+                min: true,
+                count: None,
+            },
+        );
+        let ws: Vec<_> = (0..3).map(|_| list_waiter()).collect();
+        assert!(matches!(
+            look(&mut sh, &z, b"q", NOW, 1, true),
+            Look::Waiting
+        ));
+        for w in &ws {
+            assert!(matches!(
+                look(&mut sh, w, b"q", NOW, 1, true),
+                Look::Waiting
+            ));
+        }
+        assert!(!sh.blocked.has_ready());
+        assert_eq!(run(&mut sh, &["rpush", "q", "a", "b"]), Reply::Int(2));
+        assert!(sh.blocked.has_ready());
+        let woken = serve_ready(&mut sh, 0, 1, NOW);
+        assert_eq!(woken.len(), 2);
+        assert_eq!(served(&ws[0]), Reply::Array(vec![bulk("q"), bulk("a")]));
+        assert_eq!(served(&ws[1]), Reply::Array(vec![bulk("q"), bulk("b")]));
+        assert!(ws[2].waiting() && z.waiting());
+        assert_eq!(
+            run(&mut sh, &["lrange", "q", "0", "-1"]),
+            Reply::Array(vec![])
+        );
+        check_replay(&mut sh);
+        // A value of another type serves no one; a list made after it does.
+        run(&mut sh, &["set", "q", "x"]);
+        assert!(serve_ready(&mut sh, 0, 1, NOW).is_empty());
+        run(&mut sh, &["del", "q"]);
+        run(&mut sh, &["lpush", "q", "c"]);
+        assert_eq!(serve_ready(&mut sh, 0, 1, NOW).len(), 1);
+        assert_eq!(served(&ws[2]), Reply::Array(vec![bulk("q"), bulk("c")]));
+        // The sorted-set waiter is still in line; a sorted set serves it.
+        run(&mut sh, &["zadd", "q", "1.5", "m"]);
+        assert_eq!(serve_ready(&mut sh, 0, 1, NOW).len(), 1);
+        let Reply::Array(v) = served(&z) else {
+            panic!("an array")
+        };
+        assert_eq!(v[..2], [bulk("q"), bulk("m")]);
+        assert!(sh.blocked.is_empty());
+        check_replay(&mut sh);
+    }
+
+    #[test]
+    fn a_waiter_decided_elsewhere_takes_nothing_here() {
+        // Two shards: the waiter is in both; one serves it, the other drops it.
+        let (mut a, mut b) = (Shard::new(vec![]), Shard::new(vec![]));
+        let w = list_waiter();
+        let next = list_waiter();
+        assert!(matches!(
+            look(&mut a, &w, b"q", NOW, 1, true),
+            Look::Waiting
+        ));
+        assert!(matches!(
+            look(&mut b, &w, b"other", NOW, 1, true),
+            Look::Waiting
+        ));
+        assert!(matches!(
+            look(&mut b, &next, b"other", NOW, 1, true),
+            Look::Waiting
+        ));
+        run(&mut a, &["rpush", "q", "x"]);
+        run(&mut b, &["rpush", "other", "y"]);
+        assert_eq!(serve_ready(&mut a, 0, 2, NOW).len(), 1);
+        assert_eq!(served(&w), Reply::Array(vec![bulk("q"), bulk("x")]));
+        // Shard b finds `w` decided and serves the next waiter with the element.
+        assert_eq!(serve_ready(&mut b, 1, 2, NOW).len(), 1);
+        assert_eq!(served(&next), Reply::Array(vec![bulk("other"), bulk("y")]));
+        assert!(a.blocked.is_empty() && b.blocked.is_empty());
+        // A waiter that timed out (decided by its connection) is never served.
+        let late = list_waiter();
+        assert!(matches!(
+            look(&mut a, &late, b"q", NOW, 1, true),
+            Look::Waiting
+        ));
+        assert!(late.claim());
+        run(&mut a, &["rpush", "q", "kept"]);
+        assert!(serve_ready(&mut a, 0, 1, NOW).is_empty());
+        assert_eq!(
+            run(&mut a, &["lrange", "q", "0", "-1"]),
+            Reply::Array(vec![bulk("kept")])
+        );
+        check_replay(&mut a);
+    }
+
+    #[test]
+    fn a_served_blmove_is_logged_as_lmove_and_feeds_the_next_waiter() {
+        let mut sh = Shard::new(vec![]);
+        let mover = Waiter::new(
+            0,
+            Op::Move {
+                dst: b"dst".to_vec(),
+                from_left: true,
+                to_left: false,
+            },
+        );
+        let reader = list_waiter();
+        assert!(matches!(
+            look(&mut sh, &mover, b"q", NOW, 1, true),
+            Look::Waiting
+        ));
+        assert!(matches!(
+            look(&mut sh, &reader, b"dst", NOW, 1, true),
+            Look::Waiting
+        ));
+        run(&mut sh, &["rpush", "q", "e1", "e2"]);
+        assert_eq!(serve_ready(&mut sh, 0, 1, NOW).len(), 2);
+        assert_eq!(served(&mover), bulk("e1"));
+        assert_eq!(served(&reader), Reply::Array(vec![bulk("dst"), bulk("e1")]));
+        assert_eq!(
+            run(&mut sh, &["lrange", "q", "0", "-1"]),
+            Reply::Array(vec![bulk("e2")])
+        );
+        check_replay(&mut sh);
+        // Its destination of another type: the error, and the element stays.
+        let wrong = Waiter::new(
+            0,
+            Op::Move {
+                dst: b"str".to_vec(),
+                from_left: true,
+                to_left: true,
+            },
+        );
+        run(&mut sh, &["set", "str", "x"]);
+        run(&mut sh, &["del", "q"]);
+        assert!(matches!(
+            look(&mut sh, &wrong, b"q", NOW, 1, true),
+            Look::Waiting
+        ));
+        run(&mut sh, &["rpush", "q", "e3"]);
+        serve_ready(&mut sh, 0, 1, NOW);
+        assert_eq!(served(&wrong), commands::WRONGTYPE);
+        assert_eq!(
+            run(&mut sh, &["lrange", "q", "0", "-1"]),
+            Reply::Array(vec![bulk("e3")])
+        );
+    }
+
+    #[test]
+    fn timeouts_are_read_as_redis_reads_them() {
+        for (arg, ms) in [
+            ("0", 0),
+            ("0.1", 100),
+            ("0.0001", 1),
+            ("-0.0001", 0),
+            ("1e3", 1_000_000),
+            ("0x10", 16_000),
+            ("2.5", 2500),
+        ] {
+            assert_eq!(parse_timeout(arg.as_bytes()), Ok(ms), "{arg}");
+        }
+        let negative = Err(Reply::err("ERR timeout is negative"));
+        for arg in ["-1", "-inf", "inf", "0x7FFFFFFFFFFFFF"] {
+            assert_eq!(parse_timeout(arg.as_bytes()), negative, "{arg}");
+        }
+        let not_float = Err(Reply::err("ERR timeout is not a float or out of range"));
+        for arg in ["", "abc", " 1", "1 ", "nan", "1e99999"] {
+            assert_eq!(parse_timeout(arg.as_bytes()), not_float, "{arg}");
+        }
+    }
+}
