@@ -265,6 +265,16 @@ fn timeouts_errors_and_reply_shapes() {
         c.call(&["BLMPOP", "0", "2", "none", "m", "RIGHT", "COUNT", "2"]),
         arr(vec![bulk("m"), arr(vec![bulk("3"), bulk("2")])])
     );
+    // INFO counts a client blocked with a timeout in its timeout table.
+    let mut t = wire(&s);
+    send(&mut t, &["BLPOP", "missing", "30"]);
+    wait_blocked(&mut c, 1);
+    let info = c.call(&["INFO", "clients"]).text();
+    assert!(info.contains("clients_in_timeout_table:1\r\n"), "{info}");
+    drop(t);
+    wait_blocked(&mut c, 0);
+    let info = c.call(&["INFO", "clients"]).text();
+    assert!(info.contains("clients_in_timeout_table:0\r\n"), "{info}");
     // CLIENT UNBLOCK: as a timeout, or with an error; 0 for a client not blocked.
     let mut w = wire(&s);
     let id = w.call(&["CLIENT", "ID"]).int().unwrap().to_string();

@@ -868,7 +868,7 @@ fn wait(
 ) -> Reply {
     let client = conn.client.clone();
     client.set_waiter(Some(w.clone()));
-    server.registry.note_blocked(true);
+    server.registry.note_blocked(true, deadline.is_some());
     if let Some(sock) = conn.sock {
         conn.ahead.watch(sock, Some(w));
     }
@@ -904,7 +904,7 @@ fn wait(
             }
         }
     };
-    server.registry.note_blocked(false);
+    server.registry.note_blocked(false, deadline.is_some());
     client.set_waiter(None);
     if let Some(sock) = conn.sock {
         conn.ahead.watch(sock, None);

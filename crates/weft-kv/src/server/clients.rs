@@ -333,6 +333,9 @@ pub struct Registry {
     pause: Pause,
     /// Connections held by WAIT or a pause now (INFO's blocked_clients).
     blocked: AtomicUsize,
+    /// Connections in a blocking command with a timeout (INFO's
+    /// clients_in_timeout_table).
+    in_timeout: AtomicUsize,
 }
 
 /// A registered connection; removes it from the registry when dropped (which the
@@ -364,6 +367,7 @@ impl Registry {
                 all: AtomicBool::new(false),
             },
             blocked: AtomicUsize::new(0),
+            in_timeout: AtomicUsize::new(0),
         }
     }
 
@@ -400,13 +404,22 @@ impl Registry {
         self.blocked.load(Relaxed)
     }
 
-    /// A connection starts (`on`) or ends waiting in a blocking command.
-    pub fn note_blocked(&self, on: bool) {
-        if on {
-            self.blocked.fetch_add(1, Relaxed);
-        } else {
-            self.blocked.fetch_sub(1, Relaxed);
+    /// A connection starts (`on`) or ends waiting in a blocking command, with a
+    /// timeout (`timed`) or not.
+    pub fn note_blocked(&self, on: bool, timed: bool) {
+        let counters = [&self.blocked, &self.in_timeout];
+        for c in &counters[..1 + timed as usize] {
+            if on {
+                c.fetch_add(1, Relaxed);
+            } else {
+                c.fetch_sub(1, Relaxed);
+            }
         }
+    }
+
+    /// Connections in a blocking command with a timeout now.
+    pub fn in_timeout(&self) -> usize {
+        self.in_timeout.load(Relaxed)
     }
 
     /// The wait of connection `id`'s blocking command, if it runs one.

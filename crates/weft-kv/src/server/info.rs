@@ -251,7 +251,7 @@ fn section(server: &Server, name: &str) -> String {
             field("client_recent_max_output_buffer", &max_out);
             field("blocked_clients", &server.registry.blocked());
             field("tracking_clients", &0);
-            field("clients_in_timeout_table", &0);
+            field("clients_in_timeout_table", &server.registry.in_timeout());
         }
         "memory" => {
             let used: u64 = shards.iter().map(|s| s.memory.load(Relaxed)).sum();
