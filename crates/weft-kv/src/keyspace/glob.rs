@@ -14,6 +14,10 @@
 //! exhaust a green thread's small stack). Matching with only the last star is exact:
 //! whatever an earlier star could absorb, the later star can absorb instead.
 //!
+//! Redis's nesting limit is kept as a rule: a pattern with more than 1000 runs of
+//! stars followed by something else matches nothing (Redis's recursion gives up that
+//! deep), whatever the string.
+//!
 //! One quirk of Redis is kept: a non-empty pattern never matches the empty string
 //! (Redis's loop runs only while both are non-empty), so `*` does not match the key
 //! `""`. (KEYS and SCAN special-case the pattern `*` to mean "everything", as Redis
@@ -72,10 +76,38 @@ fn match_one(pat: &[u8], mut p: usize, c: u8) -> (bool, usize) {
     }
 }
 
+/// Redis's nesting limit: its matcher recurses once per run of stars, and gives up
+/// (no match) past this depth.
+const MAX_NESTED_STARS: usize = 1000;
+
+/// The runs of stars of `pat` that have some other element after them: how deep
+/// Redis's recursion goes to match the whole pattern (a run that ends the pattern
+/// matches at once, without recursing).
+fn nested_stars(pat: &[u8]) -> usize {
+    let (mut p, mut runs, mut pending) = (0, 0, 0);
+    while p < pat.len() {
+        if pat[p] == b'*' {
+            while p < pat.len() && pat[p] == b'*' {
+                p += 1;
+            }
+            pending += 1;
+        } else {
+            runs += pending;
+            pending = 0;
+            p = match_one(pat, p, 0).1;
+        }
+    }
+    runs
+}
+
 /// Whether `s` matches the glob `pat` (Redis's `stringmatchlen`, case-sensitive).
 pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
     if s.is_empty() {
         return pat.is_empty();
+    }
+    // Each such run needs two bytes of pattern: only long patterns can pass the limit.
+    if pat.len() > 2 * MAX_NESTED_STARS && nested_stars(pat) > MAX_NESTED_STARS {
+        return false;
     }
     let (mut p, mut i) = (0usize, 0usize);
     // After the last star: the pattern position after it and the string position
@@ -138,6 +170,17 @@ mod tests {
         assert!(m(b"a\\*b", b"a*b"));
         assert!(!m(b"a\\*b", b"axb"));
         assert!(m(b"[\\]]", b"]"));
+        // Redis's nesting limit: 1000 runs of stars with something after them match,
+        // 1001 do not; a last run of stars does not count.
+        let key = vec![b'a'; 3000];
+        assert!(m(&b"*?".repeat(1000), &key[..1000]));
+        assert!(!m(&b"*?".repeat(1001), &key[..1001]));
+        assert!(m(&[b"*?".repeat(1000), b"*".to_vec()].concat(), &key));
+        assert!(!m(&b"*?".repeat(50000), &vec![b'a'; 50000]));
+        assert!(m(
+            &[b"\\*".repeat(1500), b"*".to_vec()].concat(),
+            &b"*".repeat(1500)
+        ));
         assert!(m(b"a\\", b"a\\"));
         assert!(m(b"[abc", b"c"));
         assert!(m(b"[abc", b"a"));
@@ -150,8 +193,9 @@ mod tests {
 
     #[test]
     fn pathological_pattern_is_fast() {
+        // 1000 runs of stars (Redis's limit): every one tried against 5000 bytes.
         let pat = b"a*"
-            .repeat(2000)
+            .repeat(1000)
             .into_iter()
             .chain(*b"b")
             .collect::<Vec<u8>>();
@@ -160,5 +204,8 @@ mod tests {
         let mut s2 = vec![b'a'; 5000];
         s2.push(b'b');
         assert!(m(&pat, &s2));
+        // Past the limit Redis gives up, and so does this matcher.
+        let deeper = [b"a*".repeat(2000), b"b".to_vec()].concat();
+        assert!(!m(&deeper, &s2));
     }
 }
