@@ -364,6 +364,84 @@ fn inside_multi_they_do_not_block_and_exec_wakes_waiters_after_it() {
     assert_eq!(w.read(), popped(&k, "z"));
 }
 
+/// Every blocking command, served at once, served after blocking (woken by a push of
+/// another connection) and timed out, in RESP2 and RESP3: the replies as sent. (Scores
+/// are exact in binary: weft-kv writes RESP3 doubles as Redis 7.2 does, the shortest
+/// decimal, where 7.0 writes 17 digits.)
+fn every_blocking_command(s: &KvServer) -> Vec<Val> {
+    let mut out = Vec::new();
+    for proto in ["2", "3"] {
+        let (mut c, mut w) = (wire(s), wire(s));
+        c.call(&["HELLO", proto]);
+        w.call(&["HELLO", proto]);
+        let cases: [(&[&str], &[&str]); 8] = [
+            (&["BLPOP", "l", "l2", "0"], &["RPUSH", "l", "a", "b"]),
+            (&["BRPOP", "l", "0"], &["RPUSH", "l", "a", "b"]),
+            (
+                &["BLMPOP", "0", "2", "l2", "l", "RIGHT", "COUNT", "3"],
+                &["RPUSH", "l", "a", "b"],
+            ),
+            (
+                &["BLMOVE", "l", "d", "RIGHT", "LEFT", "0"],
+                &["RPUSH", "l", "a", "b"],
+            ),
+            (&["BRPOPLPUSH", "l", "d", "0"], &["LPUSH", "l", "c"]),
+            (
+                &["BZPOPMIN", "z", "0"],
+                &["ZADD", "z", "1.5", "m", "-2", "n"],
+            ),
+            (&["BZPOPMAX", "z2", "z", "0"], &["ZADD", "z", "3", "o"]),
+            (
+                &["BZMPOP", "0", "1", "z", "MIN", "COUNT", "5"],
+                &["ZADD", "z", "0.25", "p"],
+            ),
+        ];
+        for (cmd, push) in cases {
+            c.call(&["DEL", "l", "l2", "d", "z", "z2"]);
+            // Served at once.
+            out.push(c.call(push));
+            out.push(c.call(cmd));
+            // Served after blocking.
+            c.call(&["DEL", "l", "l2", "z", "z2"]);
+            send(&mut w, cmd);
+            wait_blocked(&mut c, 1);
+            out.push(c.call(push));
+            out.push(w.read());
+            // Timed out.
+            c.call(&["DEL", "l", "l2", "z", "z2"]);
+            let mut short: Vec<&str> = cmd.to_vec();
+            let at = if matches!(cmd[0], "BLMPOP" | "BZMPOP") {
+                1
+            } else {
+                cmd.len() - 1
+            };
+            short[at] = "0.01";
+            out.push(c.call(&short));
+        }
+    }
+    out
+}
+
+#[test]
+fn replies_are_redis_servers() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("r")).unwrap();
+    let Some(redis) = KvServer::redis(&tmp.path().join("r"), &tmp.path().join("r.sock"), false)
+    else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let weft = server();
+    let (want, got) = (
+        every_blocking_command(&redis),
+        every_blocking_command(&weft),
+    );
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(show(g), show(w), "reply {i}");
+    }
+    assert_eq!(got.len(), want.len());
+}
+
 #[test]
 fn a_client_gone_while_blocked_takes_nothing() {
     let s = server();
