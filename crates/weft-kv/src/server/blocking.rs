@@ -181,11 +181,23 @@ impl Waiter {
     }
 }
 
+/// The key of `key` of database `db` in [`Blocked`]'s map.
+fn id(db: u8, key: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + key.len());
+    v.push(db);
+    v.extend_from_slice(key);
+    v
+}
+
 /// One shard's waiters (module doc).
 #[derive(Default)]
 pub struct Blocked {
     /// The waiters of each (database, key), first blocked first.
-    keys: HashMap<(u8, Vec<u8>), VecDeque<Arc<Waiter>>>,
+    /// (Keyed by the database's number followed by the key: [`id`].)
+    keys: HashMap<Vec<u8>, VecDeque<Arc<Waiter>>>,
+    /// A key's [`id`] being looked up (reused: checking a written key allocates
+    /// nothing).
+    probe: Vec<u8>,
     /// Waited keys that a command wrote to since they were last served, in order.
     ready: Vec<(u8, Vec<u8>)>,
 }
@@ -220,14 +232,17 @@ impl Blocked {
             };
             match rec.key() {
                 Some(key) => {
-                    if self.keys.contains_key(&(db, key.to_vec())) {
+                    self.probe.clear();
+                    self.probe.push(db);
+                    self.probe.extend_from_slice(key);
+                    if self.keys.contains_key(&self.probe) {
                         self.mark(db, key);
                     }
                 }
                 None => {
-                    let all: Vec<(u8, Vec<u8>)> = self.keys.keys().cloned().collect();
-                    for (d, k) in all {
-                        self.mark(d, &k);
+                    let all: Vec<Vec<u8>> = self.keys.keys().cloned().collect();
+                    for k in all {
+                        self.mark(k[0], &k[1..]);
                     }
                 }
             }
@@ -238,7 +253,7 @@ impl Blocked {
     /// Adds `w` to the waiters of `key` (at the front: a BLMOVE handed a key that it
     /// could not take).
     fn add(&mut self, key: &[u8], w: &Arc<Waiter>, front: bool) {
-        let q = self.keys.entry((w.db, key.to_vec())).or_default();
+        let q = self.keys.entry(id(w.db, key)).or_default();
         if q.iter().any(|x| Arc::ptr_eq(x, w)) {
             return;
         }
@@ -251,7 +266,7 @@ impl Blocked {
 
     /// Removes `w` from the waiters of `key`.
     fn remove(&mut self, key: &[u8], w: &Arc<Waiter>) {
-        let k = (w.db, key.to_vec());
+        let k = id(w.db, key);
         if let Some(q) = self.keys.get_mut(&k) {
             q.retain(|x| !Arc::ptr_eq(x, w));
             if q.is_empty() {
@@ -399,27 +414,21 @@ pub fn serve_ready(sh: &mut Shard, s: usize, shards: usize, now: u64) -> Vec<Arc
     let mut woken = Vec::new();
     while !sh.blocked.ready.is_empty() {
         let (db, key) = sh.blocked.ready.remove(0);
+        let slot = id(db, &key);
         loop {
-            let Some(q) = sh.blocked.keys.get_mut(&(db, key.clone())) else {
+            let kind = sh.db(db).peek(&key, now).map(|e| e.kind().name());
+            let Some(q) = sh.blocked.keys.get_mut(&slot) else {
                 break;
             };
             q.retain(|w| w.waiting());
-            let kind = sh.db(db).peek(&key, now).map(|e| e.kind().name());
-            let q = sh
-                .blocked
-                .keys
-                .get_mut(&(db, key.clone()))
-                .expect("looked up");
-            let Some(at) = q.iter().position(|w| Some(w.op.wants()) == kind) else {
-                if q.is_empty() {
-                    sh.blocked.keys.remove(&(db, key.clone()));
-                }
+            let at = q.iter().position(|w| Some(w.op.wants()) == kind);
+            let w = at.map(|at| q.remove(at).expect("a position of the queue"));
+            if q.is_empty() {
+                sh.blocked.keys.remove(&slot);
+            }
+            let Some(w) = w else {
                 break;
             };
-            let w = q.remove(at).expect("a position of the queue");
-            if q.is_empty() {
-                sh.blocked.keys.remove(&(db, key.clone()));
-            }
             if !w.claim() {
                 continue;
             }
