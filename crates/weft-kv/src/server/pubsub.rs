@@ -39,8 +39,7 @@ pub(super) fn run(
     args: &[&[u8]],
     wbuf: &mut Vec<u8>,
 ) -> Option<Reply> {
-    let sub = conn.client.pubsub.get().cloned();
-    let subscribed = sub.as_ref().is_some_and(|s| s.subscribed());
+    let subscribed = conn.client.pubsub.get().is_some_and(|s| s.subscribed());
     Some(match cmd.name {
         "subscribe" => subscribe(conn, Kind::Channel, &args[1..], wbuf),
         "psubscribe" => subscribe(conn, Kind::Pattern, &args[1..], wbuf),
@@ -48,7 +47,7 @@ pub(super) fn run(
         "unsubscribe" => unsubscribe(conn, Kind::Channel, &args[1..], wbuf),
         "punsubscribe" => unsubscribe(conn, Kind::Pattern, &args[1..], wbuf),
         "sunsubscribe" => unsubscribe(conn, Kind::Shard, &args[1..], wbuf),
-        "publish" | "spublish" => publish(conn, sub.as_deref(), args, wbuf),
+        "publish" | "spublish" => publish(conn, args, wbuf),
         "pubsub" => pubsub_command(args),
         "ping" if subscribed && conn.proto == 2 => {
             if args.len() > 2 {
@@ -60,7 +59,7 @@ pub(super) fn run(
             ])
         }
         "reset" => {
-            if let Some(s) = sub {
+            if let Some(s) = conn.client.pubsub.get() {
                 for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
                     s.unsubscribe_all(kind, |_, _| {});
                 }
@@ -81,7 +80,7 @@ pub(super) fn run(
 /// every subscriber of the channel (and every pattern it matches), answers their
 /// number. A connection subscribed to the channel itself gets its message before the
 /// reply, as in Redis.
-fn publish(conn: &Conn, sub: Option<&Subscriber>, args: &[&[u8]], wbuf: &mut Vec<u8>) -> Reply {
+fn publish(conn: &Conn, args: &[&[u8]], wbuf: &mut Vec<u8>) -> Reply {
     let n = if args[0].eq_ignore_ascii_case(b"spublish") {
         pubsub::publish_shard(args[1], args[2])
     } else {
@@ -93,7 +92,7 @@ fn publish(conn: &Conn, sub: Option<&Subscriber>, args: &[&[u8]], wbuf: &mut Vec
         }
         pubsub::publish(args[1], args[2])
     };
-    if let Some(s) = sub {
+    if let Some(s) = conn.client.pubsub.get() {
         s.hold(wbuf);
     }
     if !conn.muted() {
