@@ -432,10 +432,31 @@ fn replies_are_redis_servers() {
         return;
     };
     let weft = server();
-    let (want, got) = (
-        every_blocking_command(&redis),
-        every_blocking_command(&weft),
-    );
+    let mut want = every_blocking_command(&redis);
+    let mut got = every_blocking_command(&weft);
+    // COMMAND INFO: the flags of each that weft-kv's table has (write, denyoom,
+    // blocking, fast; not Redis's noscript and movablekeys).
+    for name in [
+        "blpop",
+        "brpop",
+        "brpoplpush",
+        "blmove",
+        "blmpop",
+        "bzpopmin",
+        "bzpopmax",
+        "bzmpop",
+    ] {
+        for (s, out) in [(&redis, &mut want), (&*weft, &mut got)] {
+            let info = wire(s).call(&["COMMAND", "INFO", name]);
+            let flags = info.items()[0].items()[2].items();
+            let known = ["write", "denyoom", "blocking", "fast"];
+            let kept = flags
+                .iter()
+                .filter(|f| known.contains(&&*f.text()))
+                .cloned();
+            out.push(arr(kept.collect()));
+        }
+    }
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {
         assert_eq!(show(g), show(w), "reply {i}");
     }

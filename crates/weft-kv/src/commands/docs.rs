@@ -58,6 +58,9 @@ pub fn doc(name: &str) -> Option<Doc> {
     if let Some(t) = tx_doc(name) {
         return Some(t);
     }
+    if let Some(b) = blocking_doc(name) {
+        return Some(b);
+    }
     use self::d as x;
     let (s, c, g, n, h) = ("string", "connection", "generic", "server", "hash");
     Some(match name {
@@ -809,6 +812,63 @@ fn tx_doc(name: &str) -> Option<Doc> {
             "2.2.0",
             t,
             "O(N) where N is the number of keys watched",
+        ),
+        _ => return None,
+    })
+}
+
+/// The blocking commands' documentation (`server/blocking.rs`).
+fn blocking_doc(name: &str) -> Option<Doc> {
+    let (l, z) = ("list", "sorted-set");
+    let log = "O(K*log(N)) where K is the number of keys given and N the members";
+    Some(match name {
+        "blpop" => d(
+            "Removes and returns the first element of the first non-empty list of several, or blocks until one gets one",
+            "2.0.0",
+            l,
+            KEYS,
+        ),
+        "brpop" => d(
+            "Removes and returns the last element of the first non-empty list of several, or blocks until one gets one",
+            "2.0.0",
+            l,
+            KEYS,
+        ),
+        "brpoplpush" => d(
+            "Moves the last element of a list to the head of another, or blocks until the list gets one",
+            "2.2.0",
+            l,
+            O1,
+        ),
+        "blmove" => d(
+            "Moves an element from one end of a list to an end of another, or blocks until the list gets one",
+            "6.2.0",
+            l,
+            O1,
+        ),
+        "blmpop" => d(
+            "Removes and returns elements from the first non-empty list of several, or blocks until one gets some",
+            "7.0.0",
+            l,
+            ELEMS,
+        ),
+        "bzpopmin" => d(
+            "Removes and returns the member with the lowest score of the first non-empty sorted set of several, or blocks until one gets one",
+            "5.0.0",
+            z,
+            log,
+        ),
+        "bzpopmax" => d(
+            "Removes and returns the member with the highest score of the first non-empty sorted set of several, or blocks until one gets one",
+            "5.0.0",
+            z,
+            log,
+        ),
+        "bzmpop" => d(
+            "Removes and returns members with the lowest or highest scores from the first non-empty sorted set of several, or blocks until one gets some",
+            "7.0.0",
+            z,
+            log,
         ),
         _ => return None,
     })

@@ -135,6 +135,9 @@ pub mod flags {
     pub const NOAUTH: u32 = 16;
     /// Constant or logarithmic time.
     pub const FAST: u32 = 32;
+    /// May block the connection until a key gets data (BLPOP, BZPOPMIN, ...:
+    /// `server/blocking.rs`).
+    pub const BLOCKING: u32 = 64;
 }
 
 /// One entry of the command table.
@@ -244,6 +247,7 @@ const D: u32 = flags::DENYOOM;
 const F: u32 = flags::FAST;
 const A: u32 = flags::ADMIN;
 const N: u32 = flags::NOAUTH;
+const B: u32 = flags::BLOCKING;
 
 const fn cmd(
     name: &'static str,
@@ -609,14 +613,14 @@ static TABLE: [Command; 188] = [
     cmd("zmpop", -4, W, NONE, Exec::Server),
     // blocking pops (`server/blocking.rs`: the server runs them; inside MULTI they
     // do not block)
-    cmd("blpop", -3, W, (1, -2, 1), Exec::Server),
-    cmd("brpop", -3, W, (1, -2, 1), Exec::Server),
-    cmd("brpoplpush", 4, W | D, (1, 2, 1), Exec::Server),
-    cmd("blmove", 6, W | D, (1, 2, 1), Exec::Server),
-    cmd("blmpop", -5, W, NONE, Exec::Server),
-    cmd("bzpopmin", -3, W | F, (1, -2, 1), Exec::Server),
-    cmd("bzpopmax", -3, W | F, (1, -2, 1), Exec::Server),
-    cmd("bzmpop", -5, W, NONE, Exec::Server),
+    cmd("blpop", -3, W | B, (1, -2, 1), Exec::Server),
+    cmd("brpop", -3, W | B, (1, -2, 1), Exec::Server),
+    cmd("brpoplpush", 4, W | D | B, (1, 2, 1), Exec::Server),
+    cmd("blmove", 6, W | D | B, (1, 2, 1), Exec::Server),
+    cmd("blmpop", -5, W | B, NONE, Exec::Server),
+    cmd("bzpopmin", -3, W | B | F, (1, -2, 1), Exec::Server),
+    cmd("bzpopmax", -3, W | B | F, (1, -2, 1), Exec::Server),
+    cmd("bzmpop", -5, W | B, NONE, Exec::Server),
     // transactions (`server/multi.rs`)
     cmd("multi", 1, F, NONE, Exec::Server),
     cmd("exec", 1, 0, NONE, Exec::Server),

@@ -26,6 +26,7 @@ fn flag_names(bits: u32) -> Vec<&'static str> {
         (flags::READONLY, "readonly"),
         (flags::DENYOOM, "denyoom"),
         (flags::ADMIN, "admin"),
+        (flags::BLOCKING, "blocking"),
         (flags::NOAUTH, "no_auth"),
         (flags::FAST, "fast"),
     ]
@@ -62,6 +63,9 @@ fn categories(name: &str, bits: u32) -> Vec<&'static str> {
     });
     if bits & flags::ADMIN != 0 {
         cats.extend(["@admin", "@dangerous"]);
+    }
+    if bits & flags::BLOCKING != 0 {
+        cats.push("@blocking");
     }
     cats.retain(|c| !c.is_empty());
     cats
