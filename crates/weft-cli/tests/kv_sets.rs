@@ -7,7 +7,9 @@
 //!   or one missing from all of them;
 //! - every set write fires Redis 7.0's keyspace events, in Redis's order, and one that
 //!   changes nothing fires none (the same script against redis-server, when installed,
-//!   fires the same events).
+//!   fires the same events);
+//! - CONFIG GET and SET of set-max-intset-entries, set-max-listpack-entries and
+//!   set-max-listpack-value, which later writes convert by.
 //!
 //! `WEFT_KV_STRESS=1` runs 20,000 moves per writer instead of 500.
 
@@ -241,4 +243,51 @@ fn set_writes_fire_redis_keyspace_events() {
     if let Some(redis) = KvServer::redis(rdir.path(), &rdir.path().join("redis.sock"), false) {
         assert_eq!(events(&redis), want, "redis-server fires the same");
     }
+}
+
+/// CONFIG GET and SET of the set thresholds: later writes convert by them (a set of
+/// words past set-max-listpack-entries, integers past set-max-intset-entries, a member
+/// past set-max-listpack-value), and a set never converts back.
+#[test]
+fn config_sets_the_set_thresholds() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = KvServer::weft(
+        &dir.path().join("data"),
+        &dir.path().join("kv.sock"),
+        &["--workers", "1"],
+    )
+    .expect("weft kv serve starts");
+    let mut c = s.client().unwrap();
+    let get = |c: &mut Client, name: &str| match call(c, &["CONFIG", "GET", name]) {
+        Reply::Array(v) => v[1].clone(),
+        r => panic!("{r:?}"),
+    };
+    let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    assert_eq!(get(&mut c, "set-max-intset-entries"), bulk("512"));
+    assert_eq!(get(&mut c, "set-max-listpack-entries"), bulk("128"));
+    assert_eq!(get(&mut c, "set-max-listpack-value"), bulk("64"));
+    let ok = Reply::Simple("OK".into());
+    for (name, value) in [
+        ("set-max-intset-entries", "3"),
+        ("set-max-listpack-entries", "2"),
+        ("set-max-listpack-value", "4"),
+    ] {
+        assert_eq!(call(&mut c, &["CONFIG", "SET", name, value]), ok);
+        assert_eq!(get(&mut c, name), bulk(value));
+    }
+    let enc = |c: &mut Client, k: &str| call(c, &["OBJECT", "ENCODING", k]);
+    call(&mut c, &["SADD", "ints", "1", "2", "3"]);
+    assert_eq!(enc(&mut c, "ints"), bulk("intset"));
+    call(&mut c, &["SADD", "ints", "4"]);
+    assert_eq!(enc(&mut c, "ints"), bulk("hashtable"));
+    call(&mut c, &["SADD", "words", "a", "b"]);
+    assert_eq!(enc(&mut c, "words"), bulk("listpack"));
+    call(&mut c, &["SADD", "words", "c"]);
+    assert_eq!(enc(&mut c, "words"), bulk("hashtable"));
+    call(&mut c, &["SREM", "words", "a", "b"]);
+    assert_eq!(enc(&mut c, "words"), bulk("hashtable"), "never back");
+    call(&mut c, &["SADD", "long", "abcde"]);
+    assert_eq!(enc(&mut c, "long"), bulk("hashtable"));
+    let refused = call(&mut c, &["CONFIG", "SET", "set-max-intset-entries", "x"]);
+    assert!(refused.is_error(), "{refused:?}");
 }
