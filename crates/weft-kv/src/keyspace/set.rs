@@ -486,6 +486,49 @@ mod tests {
         assert_eq!(e.tag(), tag::SET_TABLE, "a long member converts");
     }
 
+    /// A random member of a big set is drawn uniformly: 200,000 draws from 1,000
+    /// members give each about 200 (a member drawn fewer than 100 or more than 320
+    /// times has a chance below 10^-9 under a uniform draw), and a set of few members
+    /// in a table draws each too.
+    #[test]
+    fn random_members_of_a_table_are_uniform() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let items: Vec<Vec<u8>> = (0..1000)
+            .map(|i| format!("member{i}").into_bytes())
+            .collect();
+        let e = new_entry(b"s", Items::Owned(&items), None, 1);
+        assert_eq!(e.tag(), tag::SET_TABLE);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..200_000 {
+            *counts
+                .entry(random(&e, 1000, &mut rnd).to_vec())
+                .or_insert(0u32) += 1;
+        }
+        assert_eq!(counts.len(), 1000);
+        for (m, n) in &counts {
+            assert!(
+                (100..=320).contains(n),
+                "{} drawn {n} times",
+                String::from_utf8_lossy(m)
+            );
+        }
+        let mut small = new_entry(b"t", Items::Owned(&items), None, 1);
+        for m in &items[3..] {
+            remove(&mut small, m);
+        }
+        assert_eq!((small.tag(), len(&small)), (tag::SET_TABLE, 3));
+        let drawn: Model<Vec<u8>> = (0..300)
+            .map(|_| random(&small, 3, &mut rnd).to_vec())
+            .collect();
+        assert_eq!(drawn.len(), 3);
+    }
+
     /// A set's state records rebuild it: a packed one as one record copied whole, a big
     /// one as a Members and SAdd records of bounded size.
     #[test]
