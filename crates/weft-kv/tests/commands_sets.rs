@@ -608,6 +608,25 @@ fn set_algebra_over_several_shards() {
         Reply::Int(3)
     );
     assert_eq!(run(&s, &["sintercard", "2", "a", "nokey"]), Reply::Int(0));
+    // A LIMIT stops early on a big intersection: at most that many.
+    let many: Vec<String> = (0..5000).map(|i| format!("c{i}")).collect();
+    for key in ["big1", "big2"] {
+        let mut line = vec!["sadd", key];
+        line.extend(many.iter().map(String::as_str));
+        run(&s, &line);
+    }
+    run(&s, &["sadd", "big2", "only2"]);
+    assert_eq!(
+        run(&s, &["sintercard", "2", "big1", "big2"]),
+        Reply::Int(5000)
+    );
+    for (limit, want) in [("1", 1), ("1500", 1500), ("5000", 5000), ("9999", 5000)] {
+        assert_eq!(
+            run(&s, &["sintercard", "2", "big2", "big1", "limit", limit]),
+            Reply::Int(want),
+            "LIMIT {limit}"
+        );
+    }
     // Every key's type is checked, even after a missing one.
     for line in [
         &["sinter", "nokey", "str"][..],

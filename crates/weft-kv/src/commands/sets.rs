@@ -569,20 +569,41 @@ fn cards(steps: &mut Steps<'_>, keys: &[&[u8]]) -> Result<Vec<usize>, Reply> {
 
 /// The intersection of the sets `keys` of sizes `sizes`: the members of the smallest
 /// that every other one has (empty at once if one is empty or missing).
-fn intersection(steps: &mut Steps<'_>, keys: &[&[u8]], sizes: &[usize]) -> Vec<Vec<u8>> {
+///
+/// With a `limit` (SINTERCARD's, 0: none) the smallest set's members are checked a
+/// chunk at a time, and it stops once `limit` are found: at most `limit` come back.
+fn intersection(
+    steps: &mut Steps<'_>,
+    keys: &[&[u8]],
+    sizes: &[usize],
+    limit: usize,
+) -> Vec<Vec<u8>> {
     if sizes.contains(&0) {
         return vec![];
     }
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by_key(|&i| sizes[i]);
-    let mut out = steps.members(keys[order[0]]);
-    for &i in &order[1..] {
-        if keys[i] != keys[order[0]] {
-            out = steps.filter(keys[i], out, true);
+    let first = steps.members(keys[order[0]]);
+    let chunk = if limit == 0 { first.len() } else { LIMIT_CHUNK };
+    let mut out = Vec::new();
+    for part in first.chunks(chunk.max(1)) {
+        let mut found = part.to_vec();
+        for &i in &order[1..] {
+            if keys[i] != keys[order[0]] {
+                found = steps.filter(keys[i], found, true);
+            }
+        }
+        out.extend(found);
+        if limit > 0 && out.len() >= limit {
+            out.truncate(limit);
+            break;
         }
     }
     out
 }
+
+/// How many of the smallest set's members SINTERCARD with a LIMIT checks at a time.
+const LIMIT_CHUNK: usize = 1024;
 
 /// SINTER, SUNION, SDIFF (`dest` `None`) and their STORE forms (Redis 7.0's
 /// sinterGenericCommand and sunionDiffGenericCommand):
@@ -611,7 +632,7 @@ fn algebra(
     let run = transaction(set, &all, &writes, db, acks, |steps| {
         let sizes = cards(steps, &keys)?;
         let result = match op {
-            Op::Inter => intersection(steps, &keys, &sizes),
+            Op::Inter => intersection(steps, &keys, &sizes, 0),
             Op::Union => {
                 let mut seen = std::collections::HashSet::new();
                 let mut out = Vec::new();
@@ -686,11 +707,8 @@ fn sintercard(set: &impl ShardSet, args: &[Vec<u8>], db: u8, acks: &mut Acks) ->
     let keys: Vec<&[u8]> = args[2..end].iter().map(Vec::as_slice).collect();
     let run = transaction(set, &keys, &[], db, acks, |steps| {
         let sizes = cards(steps, &keys)?;
-        let n = intersection(steps, &keys, &sizes).len() as u64;
-        Ok(Reply::Int(match limit {
-            0 => n,
-            l => n.min(l),
-        } as i64))
+        let n = intersection(steps, &keys, &sizes, limit as usize).len();
+        Ok(Reply::Int(n as i64))
     });
     match run {
         Ok(Ok(r)) | Ok(Err(r)) | Err(r) => r,
