@@ -9,7 +9,8 @@
 //!   changes nothing fires none (the same script against redis-server, when installed,
 //!   fires the same events);
 //! - CONFIG GET and SET of set-max-intset-entries, set-max-listpack-entries and
-//!   set-max-listpack-value, which later writes convert by.
+//!   set-max-listpack-value, which later writes convert by; over the memory limit,
+//!   SADD and the STORE forms are refused and change nothing.
 //!
 //! `WEFT_KV_STRESS=1` runs 20,000 moves per writer instead of 500.
 
@@ -290,4 +291,26 @@ fn config_sets_the_set_thresholds() {
     assert_eq!(enc(&mut c, "long"), bulk("hashtable"));
     let refused = call(&mut c, &["CONFIG", "SET", "set-max-intset-entries", "x"]);
     assert!(refused.is_error(), "{refused:?}");
+    // Over the memory limit: SADD and the STORE forms are refused and change nothing;
+    // SREM, SPOP and SMOVE (which adds nothing in all) still run.
+    assert_eq!(call(&mut c, &["CONFIG", "SET", "maxmemory", "1"]), ok);
+    let oom = |r: &Reply| matches!(r, Reply::Error(e) if e.starts_with("OOM"));
+    assert!(oom(&call(&mut c, &["SADD", "ints", "99"])));
+    assert!(oom(&call(
+        &mut c,
+        &["SUNIONSTORE", "dest", "ints", "words"]
+    )));
+    assert_eq!(call(&mut c, &["EXISTS", "dest"]), Reply::Int(0));
+    assert_eq!(call(&mut c, &["SISMEMBER", "ints", "99"]), Reply::Int(0));
+    assert_eq!(
+        call(&mut c, &["SMOVE", "ints", "words", "1"]),
+        Reply::Int(1)
+    );
+    assert_eq!(call(&mut c, &["SREM", "ints", "2"]), Reply::Int(1));
+    assert_eq!(call(&mut c, &["SCARD", "ints"]), Reply::Int(2));
+    assert_eq!(call(&mut c, &["CONFIG", "SET", "maxmemory", "0"]), ok);
+    assert_eq!(
+        call(&mut c, &["SUNIONSTORE", "dest", "ints", "words"]),
+        Reply::Int(4)
+    );
 }
