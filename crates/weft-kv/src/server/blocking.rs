@@ -491,7 +491,7 @@ pub fn parse_timeout(arg: &[u8]) -> Result<u64, Reply> {
     };
     let ms = (secs * 1000.0).ceil();
     // Redis converts to a 64-bit integer: past its range, the result is negative.
-    if ms.is_nan() || ms < 0.0 || ms >= 9.223_372_036_854_775e18 {
+    if !(0.0..9.223_372_036_854_775e18).contains(&ms) {
         return Err(Reply::err("ERR timeout is negative"));
     }
     Ok(ms as u64)
@@ -522,9 +522,13 @@ fn positive(a: &[u8], what: &str) -> Result<i64, Reply> {
     }
 }
 
+/// BLMPOP's or BZMPOP's arguments: the keys, whether it pops from the left (MIN), the
+/// count, the timeout in milliseconds.
+type Mpop = (Vec<Vec<u8>>, bool, i64, u64);
+
 /// BLMPOP / BZMPOP: `timeout numkeys key... where [COUNT count]` (arguments from 1).
 /// `min_max`: the words of `where` are MIN/MAX (else LEFT/RIGHT).
-fn parse_mpop(args: &[Vec<u8>], min_max: bool) -> Result<(Vec<Vec<u8>>, bool, i64, u64), Reply> {
+fn parse_mpop(args: &[Vec<u8>], min_max: bool) -> Result<Mpop, Reply> {
     let timeout = parse_timeout(&args[1])?;
     let numkeys = positive(&args[2], "numkeys")?;
     let where_at = 3usize.saturating_add(numkeys as usize);
