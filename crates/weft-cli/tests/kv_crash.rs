@@ -6,7 +6,8 @@
 //! commands) run SET, SET EX, INCR, APPEND, DEL and EXPIRE on keys of their own and on
 //! keys they share, and HSET, HDEL, HINCRBY, DEL and EXPIRE on hashes of their own and
 //! HINCRBY and HSET on hashes they share, SADD, SREM, DEL and EXPIRE on sets of their
-//! own and SADD and SREM on sets they share, recording for each command when it was sent
+//! own and SADD and SREM on sets they share, ZADD, ZREM, ZINCRBY, DEL and EXPIRE on
+//! sorted sets of their own, recording for each command when it was sent
 //! and when (if ever) its reply came. Once a random number of replies has come, the server is killed with
 //! SIGKILL; it is restarted on the same directory, and every key is read back (value
 //! and whether it has a time to live). A command whose reply came is *acknowledged*
@@ -29,7 +30,8 @@
 //!   the acknowledged HINCRBYs and at most those plus the ones in flight, every field
 //!   whose HSET was acknowledged, and no field never sent;
 //! - a writer's own set is checked as a writer's own key (its members, and whether it
-//!   has a time to live); a shared set holds every member whose SADD was acknowledged
+//!   has a time to live), and so is a writer's own sorted set (its members and
+//!   scores); a shared set holds every member whose SADD was acknowledged
 //!   unless an SREM of it could have come after, and no member never sent.
 //!
 //! Lists: each writer also runs LPUSH, RPUSH, LPOP, RPOP, DEL and EXPIRE on lists of
@@ -79,6 +81,12 @@ enum Op {
     SAdd(String),
     /// SREM member.
     SRem(String),
+    /// ZADD score member.
+    ZAdd(String, String),
+    /// ZREM member.
+    ZRem(String),
+    /// ZINCRBY 1 member.
+    ZIncr(String),
     /// LPUSH element.
     LPush(String),
     /// RPUSH element.
@@ -168,19 +176,20 @@ fn apply(state: &State, op: &Op) -> State {
                 _ => state.clone(), // an error reply; nothing changes
             },
         },
-        Op::HSet(..) | Op::HDel(_) | Op::HIncr(_) => {
+        // A sorted set's state is its members and scores, as a hash's fields.
+        Op::HSet(..) | Op::HDel(_) | Op::HIncr(_) | Op::ZAdd(..) | Op::ZRem(_) | Op::ZIncr(_) => {
             let (mut f, ttl) = match state {
                 None => (BTreeMap::new(), false),
                 Some((text, ttl)) => (fields(text), *ttl),
             };
             match op {
-                Op::HSet(k, v) => {
+                Op::HSet(k, v) | Op::ZAdd(v, k) => {
                     f.insert(k.clone(), v.clone());
                 }
-                Op::HDel(k) => {
+                Op::HDel(k) | Op::ZRem(k) => {
                     f.remove(k);
                 }
-                Op::HIncr(k) => {
+                Op::HIncr(k) | Op::ZIncr(k) => {
                     let n: i64 = f.get(k).map_or(0, |v| v.parse().expect("a counter field"));
                     f.insert(k.clone(), (n + 1).to_string());
                 }
@@ -220,6 +229,8 @@ enum Class {
     SharedSet,
     /// A writer's own list.
     PrivateList,
+    /// A writer's own sorted set.
+    PrivateZset,
 }
 
 /// One command a writer sent.
@@ -259,6 +270,7 @@ fn key_name(round: u64, class: Class, owner: usize, n: u64) -> String {
         Class::SharedHash => format!("r{round}:hs{n}"),
         Class::PrivateSet => format!("r{round}:sp{owner}:{n}"),
         Class::SharedSet => format!("r{round}:ss{n}"),
+        Class::PrivateZset => format!("r{round}:zp{owner}:{n}"),
         Class::PrivateList => format!("r{round}:lp{owner}:{n}"),
     }
 }
@@ -273,6 +285,7 @@ fn class_of(key: &str) -> Class {
         Some('h') => Class::SharedHash,
         Some('s') if k.starts_with("sp") => Class::PrivateSet,
         Some('s') => Class::SharedSet,
+        Some('z') => Class::PrivateZset,
         Some('l') => Class::PrivateList,
         _ => Class::Appends,
     }
@@ -288,7 +301,18 @@ fn next_op(rng: &mut Rng, round: u64, w: usize, seq: u64) -> (String, Op) {
         }
         v
     };
-    match rng.below(33) {
+    match rng.below(36) {
+        33..=35 => {
+            let key = key_name(round, Class::PrivateZset, w, rng.below(3));
+            let op = match rng.below(10) {
+                0..=3 => Op::ZAdd(rng.below(5).to_string(), format!("m{}", rng.below(6))),
+                4..=5 => Op::ZRem(format!("m{}", rng.below(6))),
+                6..=7 => Op::ZIncr(format!("m{}", rng.below(6))),
+                _ if rng.below(2) == 0 => Op::Del,
+                _ => Op::Expire,
+            };
+            (key, op)
+        }
         30..=32 => {
             let key = key_name(round, Class::PrivateList, w, rng.below(3));
             let op = match rng.below(10) {
@@ -389,6 +413,9 @@ fn send(c: &mut Client, key: &str, op: &Op) {
         Op::RPop => c.send(&[b"RPOP", k]),
         Op::SAdd(m) => c.send(&[b"SADD", k, m.as_bytes()]),
         Op::SRem(m) => c.send(&[b"SREM", k, m.as_bytes()]),
+        Op::ZAdd(s, m) => c.send(&[b"ZADD", k, s.as_bytes(), m.as_bytes()]),
+        Op::ZRem(m) => c.send(&[b"ZREM", k, m.as_bytes()]),
+        Op::ZIncr(m) => c.send(&[b"ZINCRBY", k, b"1", m.as_bytes()]),
     }
 }
 
@@ -461,6 +488,11 @@ fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
         let read: &[u8] = match k {
             k if hash(k) => b"HGETALL",
             k if set(k) => b"SMEMBERS",
+            k if class_of(k) == Class::PrivateZset => {
+                c.send(&[b"ZRANGE", k.as_bytes(), b"0", b"-1", b"WITHSCORES"]);
+                c.send(&[b"TTL", k.as_bytes()]);
+                continue;
+            }
             _ => b"GET",
         };
         c.send(&[read, k.as_bytes()]);
@@ -485,6 +517,15 @@ fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
                     f.insert(text(name), text(value));
                 }
                 hash_state(&f, t >= 0)
+            }
+            (Reply::Array(items), Reply::Int(t)) if class_of(k) == Class::PrivateZset => {
+                // Members and scores (RESP2: flat; integer scores, written as integers).
+                let mut z = BTreeMap::new();
+                let mut it = items.into_iter();
+                while let (Some(m), Some(s)) = (it.next(), it.next()) {
+                    z.insert(text(m), text(s));
+                }
+                hash_state(&z, t >= 0)
             }
             (Reply::Array(items) | Reply::Set(items), Reply::Int(t)) if set(k) => {
                 set_state(&items.into_iter().map(text).collect(), t >= 0)
@@ -519,7 +560,11 @@ fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
     let acked = calls.iter().filter(|c| c.acked.is_some()).count();
     let fail = |why: String| Some(format!("{key}: found {}: {why}", show(got)));
     match class_of(key) {
-        Class::Private | Class::PrivateList | Class::PrivateHash | Class::PrivateSet => {
+        Class::Private
+        | Class::PrivateList
+        | Class::PrivateHash
+        | Class::PrivateSet
+        | Class::PrivateZset => {
             // One writer: its acknowledged commands are a prefix of its commands.
             let mut states = vec![None];
             for c in calls {

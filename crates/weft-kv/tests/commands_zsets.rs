@@ -485,6 +485,24 @@ fn a_big_sorted_set_converts_once_and_replays() {
     assert_eq!(t.run(&["exists", "z"]), Reply::Int(0));
 }
 
+/// A write that would pass the memory limit is refused before it changes anything;
+/// removals still run.
+#[test]
+fn writes_past_the_memory_limit_are_refused() {
+    let mut t = T::new();
+    t.run(&["zadd", "z", "1", "a"]);
+    t.room = 40;
+    let oom = err("OOM command not allowed when used memory > 'maxmemory'.");
+    assert_eq!(t.run(&["zadd", "z", "2", &"b".repeat(100)]), oom);
+    assert_eq!(t.logged(), vec![]);
+    assert_eq!(t.run(&["zadd", "new", "1", "a"]), oom);
+    assert_eq!(t.run(&["zincrby", "new", "1", "a"]), oom);
+    assert_eq!(t.run(&["exists", "new"]), Reply::Int(0));
+    assert_eq!(t.run(&["zcard", "z"]), Reply::Int(1));
+    assert_eq!(t.run(&["zrem", "z", "a"]), Reply::Int(1));
+    t.check_replay();
+}
+
 #[test]
 fn zrandmember_and_zscan() {
     let mut t = T::new();
@@ -568,6 +586,12 @@ fn commands_over_several_keys_run_across_shards_and_recover() {
         pairs(&[("y", 10.0), ("z", 20.0)])
     );
     assert_eq!(ex(&["zdiff", "2", a, b]), bulks(&["x"]));
+    // A plain set is an input whose members score 1.
+    ex(&["sadd", "plain", "x", "q"]);
+    assert_eq!(
+        ex(&["zunion", "2", a, "plain", "withscores"]),
+        pairs(&[("q", 1.0), ("x", 2.0), ("y", 2.0), ("z", 3.0)])
+    );
     assert_eq!(ex(&["zintercard", "2", a, b, "limit", "1"]), Reply::Int(1));
     assert_eq!(ex(&["zunionstore", c, "3", a, b, "nokey"]), Reply::Int(4));
     assert_eq!(
@@ -589,6 +613,17 @@ fn commands_over_several_keys_run_across_shards_and_recover() {
         ])
     );
     assert_eq!(ex(&["zmpop", "1", "nokey", "min"]), Reply::NilArray);
+    // SCAN's TYPE option finds sorted sets.
+    let Reply::Array(scan) = ex(&["scan", "0", "type", "zset", "count", "1000"]) else {
+        panic!()
+    };
+    let Reply::Array(mut found) = scan[1].clone() else {
+        panic!()
+    };
+    found.sort_by_key(|r| format!("{r:?}"));
+    let mut want: Vec<Reply> = [a, c, d].iter().map(|k| bulk(k)).collect();
+    want.sort_by_key(|r| format!("{r:?}"));
+    assert_eq!(found, want);
     ex(&["set", "s", "v"]);
     assert_eq!(ex(&["zunion", "2", a, "s"]), err(WRONGTYPE));
     assert_eq!(ex(&["zunionstore", c, "2", a, "s"]), err(WRONGTYPE));

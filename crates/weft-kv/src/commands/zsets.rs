@@ -1095,18 +1095,21 @@ pub fn zscan(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 
 // ---- shard functions of the commands over several keys (`zsets_multi.rs`) --------
 
-/// Reads the whole sorted set `args[1]` (not a command of the table): nil if missing,
-/// WRONGTYPE, else a flat array of member and 8-byte score bulks.
+/// Reads the whole sorted set `args[1]` (not a command of the table), as an input of
+/// ZUNION, ZINTER, ZDIFF and their kin: nil if missing; a plain set is read as its
+/// members each of score 1 (as Redis does); another type is WRONGTYPE; else a flat
+/// array of member and 8-byte score bulks.
 pub fn read_all(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    match zset_of(ks, args[1], ctx.now_ms) {
-        Err(e) => e,
-        Ok(None) => Reply::Nil,
-        Ok(Some(e)) => Reply::Array(
-            zset::view(e)
-                .iter()
-                .flat_map(|(m, s)| [Reply::bulk(m), Reply::bulk(&zset::score_bytes(s))])
+    let pair = |m: &[u8], s: f64| [Reply::bulk(m), Reply::bulk(&zset::score_bytes(s))];
+    match ks.get(args[1], ctx.now_ms) {
+        None => Reply::Nil,
+        Some(e) if e.kind() == Type::Set => Reply::Array(
+            crate::keyspace::set::iter(e)
+                .flat_map(|m| pair(&m, 1.0))
                 .collect(),
         ),
+        Some(e) if e.kind() != Type::ZSet => WRONGTYPE,
+        Some(e) => Reply::Array(zset::view(e).iter().flat_map(|(m, s)| pair(m, s)).collect()),
     }
 }
 

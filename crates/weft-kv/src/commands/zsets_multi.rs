@@ -328,9 +328,10 @@ fn compute(op: Op, inputs: Vec<Option<Vec<(Vec<u8>, f64)>>>, o: &Options) -> Vec
 /// - Errors: numkeys not an integer, `ERR value is not an integer or out of range`;
 ///   below 1, `ERR at least 1 input key is needed for 'zunionstore' command`; more
 ///   than the arguments, `ERR syntax error`; then a key of another type than a sorted
-///   set, WRONGTYPE; then the options: a weight that is not a number, `ERR weight
-///   value is not a float`; LIMIT not an integer or negative, `ERR LIMIT can't be
-///   negative`; anything else (WITHSCORES in a STORE form), `ERR syntax error`.
+///   set or a set (whose members count with score 1), WRONGTYPE; then the options: a
+///   weight that is not a number, `ERR weight value is not a float`; LIMIT not an
+///   integer or negative, `ERR LIMIT can't be negative`; anything else (WITHSCORES in
+///   a STORE form), `ERR syntax error`.
 fn algebra(
     set: &impl ShardSet,
     args: &[&[u8]],
