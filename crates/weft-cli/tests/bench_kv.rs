@@ -1,8 +1,10 @@
 //! `weft bench kv --quick --json` (with the smoke sizes) runs to the end against the real weft-kv and a
 //! redis-server and reports both sides of every row as JSON lines (servers started and
 //! stopped, client workers checking every reply, redis-benchmark's CSV, how busy the
-//! client was, the latency-under-load tables with their CPU hogs and disk writer). It is skipped (see tests/support/skip.rs) where redis-server or
-//! redis-benchmark is missing.
+//! client was, the latency-under-load tables with their CPU hogs and disk writer, the
+//! load generator's rows, the fixed-rate latency rows, and redis-benchmark's tests, of
+//! which weft-kv may not answer every one yet). It is skipped (see
+//! tests/support/skip.rs) where redis-server or redis-benchmark is missing.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -80,7 +82,79 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
                 }
             }
         }
+        // The load generator's rows, and the fixed-rate latency rows.
+        let load = [
+            ("P1", "get", "uniform"),
+            ("P1", "set", "uniform"),
+            ("P1", "get", "zipf"),
+            ("P16", "get", "uniform"),
+            ("P16", "set", "uniform"),
+        ];
+        let mut names: Vec<String> = load
+            .iter()
+            .map(|(p, op, dist)| format!("load/unix/{p}/{op}/{dist}"))
+            .collect();
+        names.extend([
+            "latency-at-rate/50".to_string(),
+            "latency-at-rate/90".into(),
+        ]);
+        for name in names {
+            expected.insert((format!("{name}/rps"), imp.into(), "req/s".into()));
+            for p in ["p50", "p99", "p99.9", "max"] {
+                expected.insert((format!("{name}/{p}"), imp.into(), "us".into()));
+            }
+        }
     }
+    // redis-benchmark's tests: every one against redis-server; against weft-kv those
+    // whose commands it answers (the others are reported as not supported yet), at
+    // least the string commands.
+    let tests = [
+        "set",
+        "get",
+        "incr",
+        "lpush",
+        "rpush",
+        "lpop",
+        "rpop",
+        "sadd",
+        "hset",
+        "spop",
+        "zadd",
+        "zpopmin",
+        "lrange_100",
+        "lrange_600",
+        "mset",
+    ];
+    let of = |imp: &str, t: &str| {
+        [
+            (
+                format!("redis-benchmark-tests/unix/P16/{t}/rps"),
+                imp.to_string(),
+                "req/s".to_string(),
+            ),
+            (
+                format!("redis-benchmark-tests/unix/P16/{t}/p99"),
+                imp.to_string(),
+                "ms".to_string(),
+            ),
+        ]
+    };
+    let mut weft_tests = 0;
+    for t in tests {
+        for r in of("redis-server", t) {
+            assert!(rows.remove(&r), "no {r:?}");
+        }
+        let [a, b] = of("weft", t);
+        match (rows.remove(&a), rows.remove(&b)) {
+            (true, true) => weft_tests += 1,
+            (false, false) => assert!(
+                stderr.contains(&format!("{t:<11} | ")) && stderr.contains("not supported yet"),
+                "{t}: {stderr}"
+            ),
+            _ => panic!("{t}: only one of weft's rps and p99"),
+        }
+    }
+    assert!(weft_tests >= 4, "{weft_tests} tests against weft-kv");
     assert_eq!(rows, expected);
     // The table names what it measures and where the figures beside it come from.
     assert!(stderr.contains("client-processes table: "), "{stderr}");
@@ -96,7 +170,10 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
     assert!(!stderr.to_lowercase().contains("seed"), "{stderr}");
     assert_eq!(
         text.lines().count(),
-        expected.len(),
+        expected.len() + 2 * (tests.len() + weft_tests),
         "one line per measurement"
     );
+    // Each target row says whether it is met.
+    assert!(stderr.contains("target met on "), "{stderr}");
+    assert!(stderr.contains("latency at a fixed rate: GET"), "{stderr}");
 }

@@ -241,6 +241,14 @@ impl Stream {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         rio::recv(&self.fd, buf, Self::deadline(&self.read_timeout))
     }
+    fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        rio::recv_flags(
+            &self.fd,
+            buf,
+            Self::deadline(&self.read_timeout),
+            libc::MSG_PEEK,
+        )
+    }
     fn write(&self, buf: &[u8]) -> io::Result<usize> {
         rio::send(&self.fd, buf, Self::deadline(&self.write_timeout))
     }
@@ -265,6 +273,11 @@ macro_rules! stream_impls {
             /// waiting at most the read timeout (`TimedOut`).
             pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
                 self.s.read(buf)
+            }
+            /// As [`read`](Self::read), but the bytes stay queued: the next read or
+            /// peek returns them again (`recv(2)` with `MSG_PEEK`).
+            pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+                self.s.peek(buf)
             }
             /// Writes some of `buf`, waiting at most the write timeout (`TimedOut`).
             pub fn write(&self, buf: &[u8]) -> io::Result<usize> {

@@ -43,7 +43,7 @@
 //!    run by run (weft, redis, weft, redis) so noise from the shared machine hits both
 //!    alike; each figure is the median of 2 runs (1 with `--quick`). Reported: requests
 //!    per second and p50/p99 latency (redis 7's CSV columns), the throughput ratio
-//!    weft / redis and the p99 ratio weft / redis, and whether the row meets issue 7's
+//!    weft / redis and the p99 ratio weft / redis, and whether the row meets the
 //!    target: at least 1.5x redis-server's throughput with a p99 no higher. Beside
 //!    each pair of rows, how busy the client was: redis-benchmark's CPU time (from
 //!    `getrusage(RUSAGE_CHILDREN)`) over its wall time. redis-benchmark runs on one
@@ -71,8 +71,27 @@
 //!    load `quiet`, `cpu` or `cpu-disk`, conn `existing` or `new`, p `p50`, `p90`,
 //!    `p99`, `p99.9` or `max` in "us", and `.../tries` (a "count").
 //!
+//! Between parts 2 and 3 (`kv/rows.rs`, the load generator in `kvload.rs`):
+//!
+//! - **load generator**: `weft bench-worker kv-load`, 50 connections on weft green
+//!   threads over one worker per CPU, GET and SET one command at a time (uniform keys;
+//!   GET also Zipf) and pipelined by 16, closed loop, p50/p99/p99.9 from a latency
+//!   histogram; the pipelined rows print redis-benchmark's figure for the same load
+//!   beside (a cross-check of both clients). Target on the one-at-a-time uniform rows:
+//!   1.5x redis-server's requests/s with a p99 no higher. JSON
+//!   `load/unix/P<p>/<op>/<dist>/{rps,p50,p99,p99.9,max}`.
+//! - **latency at a fixed rate**: GET from 50 connections at 50% and 90% of
+//!   redis-server's closed-loop GET rate (open loop, no coordinated omission), p50 to
+//!   max beside each other. JSON `latency-at-rate/<pct>/...`.
+//! - **redis-benchmark tests**: `-t set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,
+//!   zadd,zpopmin,lrange_100,lrange_600,mset -c 50 -P 16` over the Unix socket; a test
+//!   whose commands weft-kv does not answer yet is reported as not supported yet. JSON
+//!   `redis-benchmark-tests/unix/P16/<test>/{rps,p99}`.
+//!
 //! Units in JSON: the table cells in "ms", throughput in "req/s", redis-benchmark's
 //! latencies in "ms", the latency-under-load figures in "us".
+
+mod rows;
 
 use super::progress::{self, Part};
 use super::{median, Measurement, Options, Reporter};
@@ -112,7 +131,7 @@ const RB_REQUESTS: u64 = 200_000;
 const RB_REQUESTS_QUICK: u64 = 20_000;
 const RB_CLIENTS: u32 = 50;
 const RB_PIPELINE: u32 = 16;
-/// Issue 7's target: weft-kv's throughput at least this multiple of redis-server's.
+/// The target: weft-kv's throughput at least this multiple of redis-server's.
 const TARGET_RATIO: f64 = 1.5;
 /// How long a server may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -254,15 +273,19 @@ pub fn parts(opts: &Options) -> Vec<Part> {
     // SET and GET at ~60,000 requests/s without pipelining, ~400,000 with.
     let n = rb_requests(opts) as f64;
     let rb = 2.0 * rb_runs(opts) as f64 * 2.0 * (2.0 * n / 60e3 + 2.0 * n / 400e3);
-    let (table, rb) = if latency_only().unwrap_or(false) {
-        (0.0, 0.0)
+    let (load, rate, tests) = rows::estimate(opts);
+    let (table, rb, load, rate, tests) = if latency_only().unwrap_or(false) {
+        (0.0, 0.0, 0.0, 0.0, 0.0)
     } else {
-        (table, rb)
+        (table, rb, load, rate, tests)
     };
     vec![
         Part::new("servers", 1.0 + 2.0 * key_space() as f64 * 10e-6),
         Part::new("client-processes table", table),
         Part::new("redis-benchmark", rb),
+        Part::new("load generator", load),
+        Part::new("latency at a fixed rate", rate),
+        Part::new("redis-benchmark tests", tests),
         Part::new(
             Durability::EverySec.part(),
             lat_estimate(opts, Durability::EverySec),
@@ -303,7 +326,10 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
             populate(&s.socket).map_err(|e| format!("populating {}: {e}", s.impl_name))?;
         }
         clients_table(opts, rep, &exe, &servers)?;
-        redis_benchmark(opts, rep, &servers)?;
+        let rb = redis_benchmark(opts, rep, &servers)?;
+        let base = rows::load_generator(opts, rep, &exe, &servers, &rb)?;
+        rows::latency_at_rate(opts, rep, &exe, &servers, base)?;
+        rows::rb_tests(opts, rep, &servers)?;
     }
     latency_under_load(opts, rep, &exe, &base.0, &servers, Durability::EverySec)?;
     stop_servers(rep, servers);
@@ -387,7 +413,7 @@ fn stop_servers(rep: &mut Reporter, servers: Vec<Server>) {
 }
 
 /// The key of index `k` and the value every writer stores under it.
-fn key_value(k: u64) -> (String, String) {
+pub(crate) fn key_value(k: u64) -> (String, String) {
     (format!("key:{k:06}"), format!("value-of-{k:06}"))
 }
 
@@ -717,7 +743,16 @@ enum Transport {
     Unix,
 }
 
-fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Result<(), String> {
+/// redis-benchmark's medians of part 2, by "conn/P/TEST" (e.g. "unix/16/GET"): the
+/// requests/s per server, for the load generator's cross-check.
+pub(crate) type RbMedians = std::collections::HashMap<String, Vec<f64>>;
+
+fn redis_benchmark(
+    opts: &Options,
+    rep: &mut Reporter,
+    servers: &[Server],
+) -> Result<RbMedians, String> {
+    let mut medians = RbMedians::new();
     progress::part("redis-benchmark");
     let n = rb_requests(opts);
     rep.line("");
@@ -726,7 +761,7 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
             "redis-benchmark: not installed (no redis-benchmark on PATH; Debian: apt-get install \
              redis-tools): skipped",
         );
-        return Ok(());
+        return Ok(medians);
     };
     let runs = rb_runs(opts);
     let keys = key_space();
@@ -823,22 +858,22 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
                         "redis-benchmark/{conn}/P{pipeline}/{}",
                         test.to_ascii_lowercase()
                     );
-                    for (what, value, unit) in [
-                        ("rps", m.0, "req/s"),
-                        ("p50", m.1, "ms"),
-                        ("p99", m.2, "ms"),
-                    ] {
-                        rep.emit(&Measurement {
-                            suite: SUITE,
-                            name: format!("{name}/{what}"),
-                            impl_name: s.impl_name.to_string(),
-                            value: Some(value),
-                            unit,
-                            note: None,
-                        });
-                    }
+                    emit_figures(
+                        rep,
+                        &name,
+                        s,
+                        &[
+                            ("rps", m.0, "req/s"),
+                            ("p50", m.1, "ms"),
+                            ("p99", m.2, "ms"),
+                        ],
+                    );
                     meds.push(m);
                 }
+                medians.insert(
+                    format!("{conn}/{pipeline}/{test}"),
+                    meds.iter().map(|m| m.0).collect(),
+                );
                 let mut line = format!("  {conn:<5} {pipeline:>3} {test:<4}");
                 for m in &meds {
                     line.push_str(&format!(" | {:>10.0} {:>5.3} {:>5.3}", m.0, m.1, m.2));
@@ -875,7 +910,21 @@ fn redis_benchmark(opts: &Options, rep: &mut Reporter, servers: &[Server]) -> Re
             verdicts.0, verdicts.1
         ));
     }
-    Ok(())
+    Ok(medians)
+}
+
+/// Emits `name/<what>` for each (what, value, unit) of `s`'s figures.
+fn emit_figures(rep: &mut Reporter, name: &str, s: &Server, figures: &[(&str, f64, &'static str)]) {
+    for &(what, value, unit) in figures {
+        rep.emit(&Measurement {
+            suite: SUITE,
+            name: format!("{name}/{what}"),
+            impl_name: s.impl_name.to_string(),
+            value: Some(value),
+            unit,
+            note: None,
+        });
+    }
 }
 
 /// Above this share of one CPU, the single-threaded redis-benchmark client is the

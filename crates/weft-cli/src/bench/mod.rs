@@ -30,6 +30,7 @@ mod gopeer;
 mod hooked;
 mod ipc;
 mod kv;
+mod kvload;
 mod peers;
 pub mod plot;
 pub mod progress;
@@ -227,6 +228,35 @@ pub enum WorkerJob {
         #[arg(long)]
         seed: u64,
     },
+    /// `bench kv`'s load generator: CONNS connections on green threads (one worker per
+    /// CPU), GET or SET of keys drawn uniformly or Zipf, PIPELINE commands at a time,
+    /// REQUESTS in all (closed loop) or at RATE commands a second (open loop); prints
+    /// requests/s and latency quantiles.
+    #[command(name = "kv-load")]
+    KvLoad {
+        /// The server's Unix socket path, or host:port with --tcp.
+        #[arg(long)]
+        addr: String,
+        #[arg(long)]
+        tcp: bool,
+        #[arg(long)]
+        conns: usize,
+        #[arg(long, default_value_t = 1)]
+        pipeline: usize,
+        #[arg(long)]
+        requests: u64,
+        #[arg(long, value_enum)]
+        op: kvload::LoadOp,
+        #[arg(long, value_enum, default_value = "uniform")]
+        dist: kvload::Dist,
+        #[arg(long)]
+        keys: u64,
+        /// Open loop: commands a second in all.
+        #[arg(long)]
+        rate: Option<f64>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// `bench kv`'s CPU hog: busy-loops until its stdin closes (at most SECONDS).
     #[command(name = "cpu-hog")]
     CpuHog {
@@ -319,6 +349,30 @@ pub fn run_worker(job: WorkerJob) -> Result<(), String> {
             ops,
             seed,
         } => kv::client_worker_main(&socket, op, ops, seed),
+        WorkerJob::KvLoad {
+            addr,
+            tcp,
+            conns,
+            pipeline,
+            requests,
+            op,
+            dist,
+            keys,
+            rate,
+            seed,
+        } => kvload::run(kvload::Spec {
+            addr,
+            tcp,
+            conns: conns.max(1),
+            pipeline: pipeline.max(1),
+            requests,
+            op,
+            dist,
+            keys,
+            rate,
+            seed,
+        })
+        .map(|o| println!("{}", o.json())),
         WorkerJob::CpuHog { seconds } => kv::cpu_hog_main(seconds),
         WorkerJob::DiskWriter { file, seconds } => kv::disk_writer_main(&file, seconds),
     }

@@ -224,7 +224,7 @@ impl<S> Drop for Out<'_, S> {
 /// Serves one connection until it closes.
 pub fn serve<S>(server: Arc<Server>, stream: S, id: u64)
 where
-    S: std::os::fd::AsRawFd + clients::Peer + Send + Sync + 'static,
+    S: super::input::Input + clients::Peer + Send + Sync + 'static,
     for<'a> &'a S: Read + Write,
 {
     // Shared with the writer of its messages, if it subscribes.
@@ -301,11 +301,15 @@ where
         }
         // (A blocked command's read-ahead may have made this read already.)
         let early = conn.ahead.take(&mut rbuf[end..]);
-        let n = match early.unwrap_or_else(|| (&*stream).read(&mut rbuf[end..])) {
+        // A Unix socket's bytes are peeked, and taken off the socket once answered
+        // (`input.rs`).
+        let mut peeked = early.is_none() && S::PEEKS;
+        let n = match early.unwrap_or_else(|| stream.take(&mut rbuf[end..])) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         end += n;
+        server.pollers.note(weft_runtime::current_worker());
         server.stats.read(n);
         client.note_read(end - start, rbuf.len() - end, rbuf.len());
         out.count(rbuf.capacity() + parser.buffered() + b.wbuf.capacity() + conn.tx.memory());
@@ -344,6 +348,17 @@ where
             if b.cmds.is_empty() && failed.is_none() {
                 break;
             }
+            let names = b.cmds.iter().map(|c| match c {
+                Cmd::Buf(from, _) => &rbuf[b.ranges[*from].clone()],
+                Cmd::Owned(args) => args[0].as_slice(),
+            });
+            if peeked && !super::input::may_defer(names) {
+                // Not only commands on keys: off the socket first.
+                if stream.consume(n).is_err() {
+                    break 'conn;
+                }
+                peeked = false;
+            }
             // Run them a part at a time, each part's replies sent before the next part
             // runs: what the connection holds stays near the output limit however much
             // the client sends and however slowly it reads.
@@ -375,6 +390,9 @@ where
             if conn.close {
                 break 'conn;
             }
+        }
+        if peeked && stream.consume(n).is_err() {
+            break;
         }
         if start == end {
             start = 0;

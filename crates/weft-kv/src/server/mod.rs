@@ -25,7 +25,9 @@ pub(crate) mod command;
 pub mod config;
 pub(crate) mod conn;
 pub(crate) mod info;
+pub(crate) mod input;
 pub(crate) mod multi;
+pub(crate) mod poll;
 pub(crate) mod pubsub;
 pub(crate) mod shards;
 pub(crate) mod stats;
@@ -345,6 +347,8 @@ pub(crate) struct Server {
     pub info: info::InfoState,
     /// When it started.
     pub started: Instant,
+    /// The workers' busy-pollers (`poll.rs`).
+    pub pollers: Arc<poll::Pollers>,
     exiting: AtomicBool,
 }
 
@@ -461,6 +465,7 @@ pub fn serve(config: Config) -> io::Result<()> {
         stats: stats::Stats::new(workers),
         info: info::InfoState::new(),
         started: Instant::now(),
+        pollers: Arc::new(poll::Pollers::new(workers, poll::enabled())),
         exiting: AtomicBool::new(false),
     });
 
@@ -490,6 +495,7 @@ pub fn serve(config: Config) -> io::Result<()> {
     rt.block_on(move || -> io::Result<()> {
         weft_runtime::set_name("kv-main");
         s.shards.start(writers)?;
+        s.pollers.start()?;
         let mut listeners = Vec::new();
         if let Some(path) = s.config.unix_socket.clone() {
             listeners.push(bind_unix(&path, s.clone())?);
@@ -629,7 +635,7 @@ fn spawn_named<T: Send + 'static>(
 /// thread on the next worker (round-robin).
 fn accept<S>(s: &Arc<Server>, stream: S)
 where
-    S: Send + Sync + 'static + std::os::fd::AsRawFd + clients::Peer,
+    S: Send + Sync + 'static + input::Input + clients::Peer,
     for<'a> &'a S: io::Read + io::Write,
 {
     use std::io::Write;

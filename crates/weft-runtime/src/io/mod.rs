@@ -1021,6 +1021,16 @@ fn try_now(op: impl FnMut() -> isize) -> Option<io::Result<usize>> {
 
 /// recv(2) into `buf`.
 pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
+    recv_flags(fd, buf, deadline, 0)
+}
+
+/// recv(2) into `buf` with `flags` (0, or `MSG_PEEK`: the bytes stay queued).
+pub(crate) fn recv_flags(
+    fd: &Fd,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+    flags: libc::c_int,
+) -> io::Result<usize> {
     let len = buf.len().min(MAX_IO);
     if len == 0 {
         return Ok(0);
@@ -1030,7 +1040,7 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
         let raw = fd.raw();
         let p = buf.as_mut_ptr();
         return sock_loop(cx, fd, Dir::Read, deadline, |dw| {
-            let fl = if dw { libc::MSG_DONTWAIT } else { 0 };
+            let fl = flags | if dw { libc::MSG_DONTWAIT } else { 0 };
             // SAFETY: `p` points to `len` writable bytes of the caller's buffer.
             sys_retry(|| unsafe { libc::recv(raw, p.cast(), len, fl) })
         });
@@ -1044,7 +1054,14 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
     if waits == 0 || waits.is_multiple_of(RECV_RETRY) {
         if let Some(r) = try_now(|| {
             // SAFETY: `buf` is `len` writable bytes of the caller's.
-            unsafe { libc::recv(fd.raw(), buf.as_mut_ptr().cast(), len, libc::MSG_DONTWAIT) }
+            unsafe {
+                libc::recv(
+                    fd.raw(),
+                    buf.as_mut_ptr().cast(),
+                    len,
+                    flags | libc::MSG_DONTWAIT,
+                )
+            }
         }) {
             hint.store(0, Relaxed);
             return r;
@@ -1055,6 +1072,7 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
         let data = OpData {
             fd: fd.raw(),
             buf: bufs::take(len),
+            flags,
             keep: Some(fd.clone()),
             ..Default::default()
         };
@@ -1067,6 +1085,7 @@ pub(crate) fn recv(fd: &Fd, buf: &mut [u8], deadline: Option<Instant>) -> io::Re
                     d.buf.as_mut_ptr(),
                     d.buf.len() as u32,
                 )
+                .flags(d.flags)
                 .build()
             },
             |_| -(libc::ENOSYS as i64),
