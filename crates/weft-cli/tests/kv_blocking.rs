@@ -464,6 +464,57 @@ fn replies_are_redis_servers() {
 }
 
 #[test]
+fn keys_made_by_rename_copy_restore_move_and_store_commands_wake_their_waiters() {
+    let s = server();
+    let mut c = wire(&s);
+    let mut w = wire(&s);
+    let (here, there) = (key_on("made", 0), key_on("made", 1));
+    // Each way of making a list or sorted set under the waited key, from a key of
+    // the same shard and of the other.
+    for from in [key_on("from", 0), key_on("from", 1)] {
+        let lists: [&[&str]; 4] = [
+            &["RENAME", &from, &here],
+            &["COPY", &from, &here],
+            &["RESTORE", &here, "0", "<dump>"],
+            &["LMOVE", &from, &here, "LEFT", "LEFT"],
+        ];
+        for make in lists {
+            c.call(&["DEL", &from, &here]);
+            c.call(&["RPUSH", &from, "v"]);
+            let dump = c.call(&["DUMP", &from]);
+            send(&mut w, &["BLPOP", &here, "0"]);
+            wait_blocked(&mut c, 1);
+            let mut args: Vec<Vec<u8>> = make.iter().map(|a| a.as_bytes().to_vec()).collect();
+            if make[0] == "RESTORE" {
+                let Val::Blob(_, Some(payload)) = &dump else {
+                    panic!("DUMP: {}", show(&dump))
+                };
+                args[3] = payload.clone();
+            }
+            c.send(&args);
+            let r = c.read();
+            assert!(r.kind() != b'-', "{make:?}: {}", show(&r));
+            assert_eq!(w.read(), popped(&here, "v"), "{make:?}");
+        }
+        // A sorted set made by a STORE command.
+        c.call(&["DEL", &from, &here]);
+        c.call(&["ZADD", &from, "2", "m"]);
+        send(&mut w, &["BZPOPMIN", &here, "0"]);
+        wait_blocked(&mut c, 1);
+        assert_eq!(c.call(&["ZUNIONSTORE", &here, "1", &from]).int(), Some(1));
+        assert_eq!(w.read(), arr(vec![bulk(&here), bulk("m"), bulk("2")]));
+    }
+    // MOVE from another database into the waited one.
+    c.call(&["DEL", &there]);
+    c.call(&["SELECT", "1"]);
+    c.call(&["RPUSH", &there, "moved"]);
+    send(&mut w, &["BLPOP", &there, "0"]);
+    wait_blocked(&mut c, 1);
+    assert_eq!(c.call(&["MOVE", &there, "0"]).int(), Some(1));
+    assert_eq!(w.read(), popped(&there, "moved"));
+}
+
+#[test]
 fn a_client_gone_while_blocked_takes_nothing() {
     let s = server();
     let mut c = wire(&s);
