@@ -594,12 +594,23 @@ pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
             },
         });
     }
-    let mut buf = Vec::new();
-    let mut n = 0;
-    let mut first = true;
-    let mut flush = |buf: &mut Vec<u8>, n: &mut usize| {
-        let items = Items::Packed { n: *n, bytes: buf };
-        f(if first {
+    // Runs of whole nodes of at most ITEMS_PER_RECORD bytes (at least one node each).
+    let nodes = &quick(e).nodes;
+    let mut at = 0;
+    while at < nodes.len() {
+        let mut end = at + 1;
+        let mut bytes = nodes[at].bytes.len();
+        while end < nodes.len() && bytes + nodes[end].bytes.len() <= crate::log::ITEMS_PER_RECORD {
+            bytes += nodes[end].bytes.len();
+            end += 1;
+        }
+        let mut run = Vec::with_capacity(bytes);
+        for node in nodes.range(at..end) {
+            run.extend_from_slice(&node.bytes);
+        }
+        let n = nodes.range(at..end).map(|node| node.count).sum();
+        let items = Items::Packed { n, bytes: &run };
+        f(if at == 0 {
             RecordRef::List {
                 key,
                 expire_at_ms,
@@ -608,19 +619,7 @@ pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
         } else {
             RecordRef::RPush { key, items }
         });
-        first = false;
-        buf.clear();
-        *n = 0;
-    };
-    for node in &quick(e).nodes {
-        if n > 0 && buf.len() + node.bytes.len() > crate::log::ITEMS_PER_RECORD {
-            flush(&mut buf, &mut n);
-        }
-        buf.extend_from_slice(&node.bytes);
-        n += node.count;
-    }
-    if n > 0 {
-        flush(&mut buf, &mut n);
+        at = end;
     }
 }
 
