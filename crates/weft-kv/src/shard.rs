@@ -559,6 +559,28 @@ mod tests {
                 sh.move_key(key.as_bytes(), db, r.below(3) as u8, now);
             }
             3 if r.below(4) == 0 => sh.flush_all(),
+            // A transaction's part: two commands' records wrapped in one Tx frame,
+            // which a compaction's tail keeps whole or in part by the frontier.
+            3 if r.below(3) == 0 => {
+                let (f, other) = (format!("f{}", r.below(6)), format!("k{}", r.below(40)));
+                sh.tx_enter();
+                for (k, args) in [
+                    (&key, ["set", key.as_str(), f.as_str()]),
+                    (&other, ["hset", other.as_str(), f.as_str()]),
+                ] {
+                    let cmd = lookup(args[0].as_bytes()).unwrap();
+                    let Exec::Shard(run) = cmd.exec else {
+                        unreachable!()
+                    };
+                    let mut argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+                    if args[0] == "hset" {
+                        argv.push(k.as_bytes());
+                    }
+                    sh.run(run, db, &argv, now, None);
+                }
+                sh.tx_leave();
+                sh.tx_wrap(1 + r.below(100), &log::tx::shards_bytes(&[0, 1]));
+            }
             n => {
                 let v = format!("v{}", r.below(1000));
                 let many: Vec<String> = (0..r.below(200))

@@ -1715,6 +1715,20 @@ fn a_tx_ending_a_log_is_kept_only_if_every_participant_has_it() {
     let tmp = tempfile::tempdir().unwrap();
     let paths = two_shards(tmp.path(), [l0.clone(), frames(&[set(&b, b"b")])]);
     let len0 = fs::metadata(&paths[0]).unwrap().len();
+    // `check` says start-up cuts it, and changes nothing.
+    let report = check(tmp.path(), false).unwrap();
+    assert!(report.usable());
+    let f = report
+        .findings
+        .iter()
+        .find(|f| f.path == paths[0])
+        .expect("a finding about shard 0");
+    assert!(
+        f.what.contains("transaction 5 over shards [0, 1]") && f.what.contains("cuts it"),
+        "{}",
+        f.what
+    );
+    assert_eq!(fs::metadata(&paths[0]).unwrap().len(), len0);
     for _ in 0..2 {
         let store = weft_kv::Store::open(tmp.path()).unwrap();
         assert_eq!(get(&store, &x0), weft_kv::Reply::Nil);
