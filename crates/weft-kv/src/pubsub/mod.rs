@@ -43,7 +43,7 @@ pub use notify::{
 
 use crate::keyspace::glob_match;
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
@@ -135,11 +135,9 @@ pub fn limit_disconnections() -> u64 {
 
 fn part(name: &[u8]) -> usize {
     // A fixed hash: it only spreads channels over the parts' locks.
-    let mut h =
-        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-            .build_hasher();
-    name.hash(&mut h);
-    h.finish() as usize % PARTS
+    let fixed =
+        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+    fixed.hash_one(name) as usize % PARTS
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
