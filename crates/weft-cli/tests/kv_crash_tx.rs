@@ -142,7 +142,14 @@ fn check(group: &str, txs: &[&Tx], got: &[Reply], w: usize) -> Option<String> {
     }
 }
 
-fn round(mut server: KvServer, dir: &Path, round: u64, rng: &mut Rng) -> (KvServer, Vec<String>) {
+/// One round: writers, a kill, a restart, the check. The server after it, what the
+/// check found, and whether the restart cut a transaction's last part (its log line).
+fn round(
+    mut server: KvServer,
+    dir: &Path,
+    round: u64,
+    rng: &mut Rng,
+) -> (KvServer, Vec<String>, bool) {
     let acked = Arc::new(AtomicUsize::new(0));
     let sent: Vec<Arc<Mutex<Vec<Tx>>>> = (0..WRITERS).map(|_| Arc::default()).collect();
     let threads: Vec<_> = (0..WRITERS)
@@ -189,7 +196,8 @@ fn round(mut server: KvServer, dir: &Path, round: u64, rng: &mut Rng) -> (KvServ
             }
         }
     }
-    (server, wrong)
+    let cut = server.stderr().contains("part of transaction");
+    (server, wrong, cut)
 }
 
 /// Transactions over both shards survive `kill -9` under `--fsync always` whole or not
@@ -211,11 +219,16 @@ fn transactions_are_whole_after_a_crash() {
     let mut server =
         KvServer::weft(&dir, &socket, &["--workers", "2", "--fsync", "always"]).unwrap();
     let mut wrong = Vec::new();
+    let mut cuts = 0;
     for r in 0..iters {
-        let (next, found) = round(server, &dir, r, &mut rng);
+        let (next, found, cut) = round(server, &dir, r, &mut rng);
         server = next;
         wrong.extend(found);
+        cuts += cut as usize;
     }
+    common::note(&format!(
+        "{iters} rounds; {cuts} restarts cut the last part of a transaction a shard lacked"
+    ));
     assert!(
         wrong.is_empty(),
         "(WEFT_KV_CRASH_SEED={seed}) {} groups wrong:\n{}",
