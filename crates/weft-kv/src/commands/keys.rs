@@ -229,7 +229,7 @@ pub fn type_(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// weft-kv keeps):
 ///
 /// - ENCODING key: the value's encoding (`int`, `embstr`, `raw`, `listpack`,
-///   `hashtable`, `intset`); nil for a missing key.
+///   `hashtable`, `quicklist`, `intset`); nil for a missing key.
 /// - REFCOUNT key: 1 (values are never shared); IDLETIME key: 0 (access times are not
 ///   kept); FREQ key: Redis's error when no LFU policy is set (weft-kv has none). Each
 ///   nil for a missing key.
@@ -243,7 +243,8 @@ pub fn object(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
                 "OBJECT <subcommand> <key>: what weft-kv keeps about a key's value.",
                 "ENCODING <key>",
                 "    How the value is held: int, embstr or raw for a string; listpack or",
-                "    hashtable for a hash; intset, listpack or hashtable for a set.",
+                "    hashtable for a hash; listpack or quicklist for a list; intset, listpack",
+                "    or hashtable for a set.",
                 "FREQ <key>",
                 "    Not kept: weft-kv has no LFU eviction policy.",
                 "IDLETIME <key>",
