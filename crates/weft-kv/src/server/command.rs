@@ -54,6 +54,7 @@ fn categories(name: &str, bits: u32) -> Vec<&'static str> {
         Some("generic") => "@keyspace",
         Some("connection") => "@connection",
         Some("scripting") => "@scripting",
+        Some("transactions") => "@transaction",
         _ => "",
     });
     cats.push(if bits & flags::FAST != 0 {
