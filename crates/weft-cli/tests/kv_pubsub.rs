@@ -12,8 +12,8 @@
 //!   (`client-output-buffer-limit pubsub`), and the server's client memory stays
 //!   bounded;
 //! - keyspace notifications (`notify-keyspace-events`, and `--notify-keyspace-events`):
-//!   the keyspace and keyevent messages of string, key, hash and expiry events, in
-//!   Redis's order, and none when they are off.
+//!   the keyspace and keyevent messages of string, key, hash, list and expiry events,
+//!   in Redis's order, and none when they are off.
 
 mod common;
 #[path = "common/kv.rs"]
@@ -502,5 +502,59 @@ fn every_message_arrives_once_in_each_publishers_order() {
     }
     for p in publishers {
         p.join().unwrap();
+    }
+}
+
+/// The list commands' keyspace events, in Redis 7.0's order: `new` for a list made,
+/// then the command's own event; `del` after the event of a command that empties a
+/// list; nothing for a command that changes nothing; RPOPLPUSH and LMOVE fire the
+/// destination's push before the source's pop (the keys here may be on two shards).
+#[test]
+fn list_commands_fire_their_keyspace_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), &["--notify-keyspace-events", "KAn"]);
+    let mut c = Wire::connect(&s.socket);
+    let mut sub = Wire::connect(&s.socket);
+    assert_eq!(
+        sub.call(&["PSUBSCRIBE", "__keyspace@0__:*"]),
+        msg(b'*', &["psubscribe", "__keyspace@0__:*"], Some(1))
+    );
+    for cmd in [
+        &["RPUSH", "l", "a", "b", "c"][..],
+        &["LPUSH", "l", "z"],
+        &["LINSERT", "l", "BEFORE", "b", "x"],
+        &["LINSERT", "l", "BEFORE", "nothing", "x"],
+        &["LSET", "l", "0", "y"],
+        &["LREM", "l", "0", "x"],
+        &["LREM", "l", "0", "nothing"],
+        &["LTRIM", "l", "0", "-1"],
+        &["RPOPLPUSH", "l", "m"],
+        &["LMOVE", "m", "m", "LEFT", "RIGHT"],
+        &["LPOP", "m"],
+        &["LPOP", "nothing"],
+        &["LTRIM", "l", "5", "1"],
+    ] {
+        c.call(cmd);
+    }
+    for (key, event) in [
+        ("l", "new"),
+        ("l", "rpush"),
+        ("l", "lpush"),
+        ("l", "linsert"),
+        ("l", "lset"),
+        ("l", "lrem"),
+        ("l", "ltrim"),
+        ("m", "new"),
+        ("m", "lpush"),
+        ("l", "rpop"),
+        ("m", "rpush"),
+        ("m", "lpop"),
+        ("m", "lpop"),
+        ("m", "del"),
+        ("l", "ltrim"),
+        ("l", "del"),
+    ] {
+        let ch = format!("__keyspace@0__:{key}");
+        assert_eq!(pmessage(&mut sub), pair(&ch, event));
     }
 }
