@@ -1316,7 +1316,7 @@ fn set_reply(cmd: &str, r: Reply) -> Reply {
 /// The set commands, on the embedded store over four shards (so SMOVE, the algebra and
 /// the STORE forms run as transactions over several): the same replies as
 /// redis-server for a script of edge cases, then for seeded random commands over a few
-/// keys (`WEFT_KV_SET_CASES`, default 2000; `WEFT_KV_SET_SEED`). A set's members are
+/// keys (`WEFT_KV_SET_CASES`, default 3000; `WEFT_KV_SET_SEED`). A set's members are
 /// compared sorted; SRANDMEMBER by its properties (length, distinct for a positive
 /// count, members of the set); SPOP by its properties, after which redis-server is made
 /// to remove the members weft-kv popped (SREM, which must find each of them), so both
@@ -1443,19 +1443,7 @@ fn set_replies_match_redis_server() {
         );
     }
     // Random commands over few keys and members, so they meet each other.
-    let cases: usize = std::env::var("WEFT_KV_SET_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
-    let seed = std::env::var("WEFT_KV_SET_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let (cases, seed) = cases_and_seed("WEFT_KV_SET_CASES", "WEFT_KV_SET_SEED");
     let mut rng = Rng::new(seed);
     redis.run(&[b"flushall".to_vec()]);
     ours(&[b"flushall".to_vec()]);
