@@ -526,12 +526,7 @@ fn a_big_set_logs_changes_and_replays_from_chunks() {
             items: items(&["one-more"]),
         }]
     );
-    assert_eq!(
-        t.last.len() < 64,
-        true,
-        "{} bytes for one member",
-        t.last.len()
-    );
+    assert!(t.last.len() < 64, "{} bytes for one member", t.last.len());
     let mut walked = Vec::new();
     let mut cursor = 0;
     loop {
