@@ -14,7 +14,9 @@
 //! members whose score changed, with their new scores (ZINCRBY logs the resulting
 //! score, never "add"), `ZRem` of the members removed, or `Del` when a removal empties
 //! it. A sorted set that loses its last member is removed. Commands keep the key's
-//! expiry.
+//! expiry. A write that changed something fires Redis 7.0's keyspace events (`new`,
+//! then `zadd` or `zincr`; `zrem`, `zremrangebyscore`, `zpopmin`, ..., then `del` if
+//! the key went; a STORE form's own name on its destination).
 //!
 //! Scores are doubles: parsed as Redis's `getDoubleFromObject` (C's strtod over the
 //! whole argument: `inf`, `-inf`, `1e3`, `0x10` are numbers; NaN, an empty string, a
@@ -27,6 +29,7 @@ use super::{parse_i64, Ctx, NOT_FLOAT, NOT_INT, OOM, SYNTAX_ERR, WRONGTYPE};
 use crate::keyspace::zset::{self, View, ELEMENT_OVERHEAD};
 use crate::keyspace::{glob_match, Entry, Keyspace, Type};
 use crate::log::{encode_split, Items, RecordRef};
+use crate::pubsub::{notify, GENERIC, NEW, ZSET};
 use crate::resp::Reply;
 use std::collections::HashMap;
 
@@ -384,6 +387,10 @@ fn add(
         if let Err(e) = write_pairs(ks, key, &changes, exists, ctx) {
             return e;
         }
+        if !exists {
+            notify(ctx, NEW, "new", key);
+        }
+        notify(ctx, ZSET, if f.incr { "zincr" } else { "zadd" }, key);
     }
     if f.incr {
         nothing(processed, last)
@@ -470,12 +477,22 @@ pub fn zincrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     add(ks, args[1], f, &[(by, args[3])], ctx)
 }
 
-/// Logs the removal of `members` from `key`: `Del` if it emptied the sorted set, else
-/// `ZRem` records of them (at most 1 MiB of members each).
-fn log_removed(key: &[u8], members: &[&[u8]], emptied: bool, ctx: &mut Ctx<'_>) {
+/// Logs the removal of `members` from `key` by the command whose keyspace event is
+/// `event`: `Del` if it emptied the sorted set, else `ZRem` records of them (at most 1
+/// MiB of members each); fires `event`, then `del` if the key went.
+fn log_removed(key: &[u8], members: &[&[u8]], emptied: bool, event: &str, ctx: &mut Ctx<'_>) {
     if members.is_empty() {
         return;
     }
+    log_removal(key, members, emptied, ctx);
+    notify(ctx, ZSET, event, key);
+    if emptied {
+        notify(ctx, GENERIC, "del", key);
+    }
+}
+
+/// The records of [`log_removed`].
+fn log_removal(key: &[u8], members: &[&[u8]], emptied: bool, ctx: &mut Ctx<'_>) {
     if emptied {
         ctx.record(&RecordRef::Del { key });
     } else {
@@ -509,7 +526,7 @@ pub fn zrem(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
                 .collect()
         })
         .expect("the sorted set is there");
-    log_removed(key, &gone, gone.len() == len, ctx);
+    log_removed(key, &gone, gone.len() == len, "zrem", ctx);
     Reply::Int(gone.len() as i64)
 }
 
@@ -862,7 +879,12 @@ fn remrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, by: By) -> Rep
         .modify(key, ctx.now_ms, |e| zset::remove_range(e, from, to))
         .expect("the sorted set is there");
     let refs: Vec<&[u8]> = gone.iter().map(Vec::as_slice).collect();
-    log_removed(key, &refs, gone.len() == len, ctx);
+    let event = match by {
+        By::Score => "zremrangebyscore",
+        By::Lex => "zremrangebylex",
+        _ => "zremrangebyrank",
+    };
+    log_removed(key, &refs, gone.len() == len, event, ctx);
     Reply::Int(gone.len() as i64)
 }
 
@@ -891,7 +913,8 @@ pub fn zremrangebylex(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> R
 /// - `Ok(Some(popped))`: the members and scores removed, in pop order (lowest first,
 ///   or highest first with `max`); empty for a `count` of 0. The sorted set is
 ///   removed with its last member. Logged in `ctx`: `ZRem` of the members popped, or
-///   `Del` when the sorted set is emptied.
+///   `Del` when the sorted set is emptied; the keyspace events `zpopmin` (`zpopmax`),
+///   then `del` if the key went, fired.
 ///
 /// It never blocks and never grows memory; the caller has checked its arguments.
 pub fn pop(
@@ -921,7 +944,8 @@ pub fn pop(
         })
         .expect("the sorted set is there");
     let refs: Vec<&[u8]> = popped.iter().map(|(m, _)| m.as_slice()).collect();
-    log_removed(key, &refs, n == len, ctx);
+    let event = if max { "zpopmax" } else { "zpopmin" };
+    log_removed(key, &refs, n == len, event, ctx);
     Ok(Some(popped))
 }
 
@@ -1130,11 +1154,13 @@ pub fn read_range(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply
     })
 }
 
-/// Stores a STORE form's result in `args[1]` (not a command of the table): `args[2..]`
-/// are member, 8-byte score, ... in order, each member once. Whatever the key held is
+/// Stores a STORE form's result in `args[1]` (not a command of the table; `args[0]`
+/// names the command, its keyspace event): `args[2..]` are member, 8-byte score, ...
+/// in order, each member once. Whatever the key held is
 /// replaced (its expiry dropped) and logged as the new sorted set's whole state
 /// (`ZSet`, then `ZAdd` records of at most 1 MiB); no element removes the key (logged
-/// as `Del` if it was there). Checks the memory it adds first. Answers the count.
+/// as `Del` if it was there, firing `del`). Checks the memory it adds first. Answers the
+/// count.
 pub fn store(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let key = args[1];
     let elements = &args[2..];
@@ -1142,6 +1168,7 @@ pub fn store(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if elements.is_empty() {
         if ks.remove(key, now) {
             ctx.record(&RecordRef::Del { key });
+            notify(ctx, GENERIC, "del", key);
         }
         return Reply::Int(0);
     }
@@ -1157,9 +1184,15 @@ pub fn store(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         }
     }
     let n = zset::len(&e);
+    let existed = ks.contains(key, now);
     ks.put(e);
     let e = ks.peek(key, now).expect("just stored");
     Keyspace::state_records(e, |r| ctx.record(&r));
+    if !existed {
+        notify(ctx, NEW, "new", key);
+    }
+    let event = String::from_utf8_lossy(args[0]).to_ascii_lowercase();
+    notify(ctx, ZSET, &event, key);
     Reply::Int(n as i64)
 }
 

@@ -117,11 +117,11 @@ fn transaction<R>(
     }))
 }
 
-/// Stores `result` in `dst` (a STORE form's last step): the count.
-fn store(steps: &mut Steps<'_>, dst: &[u8], result: &[(Vec<u8>, f64)]) -> Reply {
+/// Stores `result` in `dst` (the last step of STORE form `name`): the count.
+fn store(steps: &mut Steps<'_>, name: &[u8], dst: &[u8], result: &[(Vec<u8>, f64)]) -> Reply {
     let scores: Vec<[u8; 8]> = result.iter().map(|(_, s)| zset::score_bytes(*s)).collect();
     let mut args: Vec<&[u8]> = Vec::with_capacity(2 + 2 * result.len());
-    args.push(b"zstore");
+    args.push(name);
     args.push(dst);
     for (i, (m, _)) in result.iter().enumerate() {
         args.push(m);
@@ -366,7 +366,7 @@ fn algebra(
         let result = compute(op, inputs, &o);
         Ok(match (op, dst) {
             (Op::Card, _) => Reply::Int(result.len() as i64),
-            (_, Some(d)) => store(steps, d, &result),
+            (_, Some(d)) => store(steps, args[0], d, &result),
             (_, None) => reply(result, o.withscores),
         })
     });
@@ -385,7 +385,7 @@ fn rangestore(set: &impl ShardSet, args: &[&[u8]], db: u8, acks: &mut Acks) -> R
     }
     let run = transaction(set, &[args[1], args[2]], Some(args[1]), db, acks, |steps| {
         let picked = pairs(steps.run(zsets::read_range, args[2], args))?;
-        Ok(store(steps, args[1], &picked.unwrap_or_default()))
+        Ok(store(steps, args[0], args[1], &picked.unwrap_or_default()))
     });
     match run {
         Ok(Ok(r)) | Ok(Err(r)) | Err(r) => r,
