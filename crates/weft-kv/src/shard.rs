@@ -349,22 +349,27 @@ impl Shard {
     }
 
     /// Starts keeping the tail of a compaction whose walk starts now.
+    ///
+    /// The tail starts with an empty `Tx` frame of the highest transaction id the shard
+    /// has logged, so that the compacted log still says which transactions it has
+    /// (`log/tx.rs`): those are written everywhere before the walk's first step (it
+    /// waits for a held gate), and so before the compaction is published. The
+    /// transactions wrapped later are in the tail with their own ids, after it; a note
+    /// at the end instead would hide a last part that recovery must hold back.
     pub fn start_rewrite(&mut self) {
-        self.rewrite_tail = Some(Vec::new());
+        let mut tail = Vec::new();
+        if self.last_tx > 0 {
+            log::tx::encode_part(self.last_tx, &[], &[], &mut tail);
+        }
+        self.rewrite_tail = Some(tail);
         self.frontier = (0, 0);
         self.rewrite_restart = false;
     }
 
-    /// Ends keeping a compaction's tail: the tail, ending with an empty `Tx` frame of
-    /// the highest transaction id the shard has logged, so that the compacted log
-    /// still says which transactions the shard has (`log/tx.rs`).
+    /// Ends keeping a compaction's tail: the tail.
     pub fn end_rewrite(&mut self) -> Option<Vec<u8>> {
         self.rewrite_restart = false;
-        let mut tail = self.rewrite_tail.take()?;
-        if self.last_tx > 0 {
-            log::tx::encode_part(self.last_tx, &[], &[], &mut tail);
-        }
-        Some(tail)
+        self.rewrite_tail.take()
     }
 
     /// Logs `rec` (about whole databases: FLUSHDB, FLUSHALL, SWAPDB) for database `db`
@@ -682,5 +687,44 @@ mod tests {
             restarts > 0,
             "a command about whole databases restarted a compaction"
         );
+    }
+
+    /// A compaction's tail starts with a note of the shard's highest transaction id,
+    /// and a part wrapped while it runs comes after it: replayed, the image and tail
+    /// still hold that part back when it is last (a note after it would release it).
+    #[test]
+    fn a_compacted_log_holds_back_its_last_part() {
+        let mut sh = Shard::new(vec![]);
+        let set = lookup(b"set").unwrap();
+        let Exec::Shard(f) = set.exec else {
+            unreachable!()
+        };
+        let mut part = |sh: &mut Shard, id: u64, key: &str| {
+            sh.tx_enter();
+            sh.run(f, 0, &[b"set", key.as_bytes(), b"v"], 1, None);
+            sh.tx_leave();
+            sh.tx_wrap(id, &log::tx::shards_bytes(&[0, 1]))
+        };
+        part(&mut sh, 5, "a");
+        sh.start_rewrite();
+        // The walk, done: every key behind the frontier.
+        sh.frontier = (DATABASES, 0);
+        part(&mut sh, 6, "b");
+        let tail = sh.end_rewrite().unwrap();
+        let mut applied = Vec::new();
+        let mut txs =
+            log::tx::TxReplay::new(|_, r: RecordRef<'_>| applied.push(r.key().unwrap().to_vec()));
+        let mut at = 0;
+        while at < tail.len() {
+            let (db, rec, n) = log::decode_frame(&tail[at..]).unwrap();
+            txs.push(db, rec);
+            at += n;
+        }
+        let t = txs.finish();
+        assert_eq!(t.applied, 5, "the note says the shard had transaction 5");
+        let held = t.held.expect("transaction 6 is held back");
+        assert_eq!((held.id, held.shards.clone()), (6, vec![0, 1]));
+        assert!(applied.is_empty(), "{applied:?}");
+        assert!(tail.ends_with(&held.frames));
     }
 }

@@ -24,9 +24,10 @@
 //! ([`cut`]): it was never acknowledged, and no client saw it.
 //!
 //! Compaction keeps the ids: the part of a `Tx` frame about keys its walk has passed
-//! goes to its tail as a `Tx` frame of the same id (maybe empty), and a compacted log
-//! ends with an empty `Tx` frame of the shard's highest id, so a shard never forgets
-//! which transactions it has.
+//! goes to its tail as a `Tx` frame of the same id (maybe empty), and the tail starts
+//! with an empty `Tx` frame of the shard's highest id when the compaction began, so a
+//! shard never forgets which transactions it has (at the start, not the end: a note
+//! after the last part would keep it from being held back).
 
 use super::record::{decode_frame, encode_in, RecordRef, FRAME_HEADER};
 use std::path::Path;
