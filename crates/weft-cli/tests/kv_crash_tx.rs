@@ -7,8 +7,9 @@
 //!
 //! Each round, four writers own three groups of eight keys each, and in turn (one
 //! transaction in flight per writer at a time) send MSET over a group, an EXEC of eight
-//! SETs, or an EXEC of DEL then MSET, with a fresh value each time. The default run is
-//! a few rounds (seconds); `WEFT_KV_CRASH_ITERS=N` runs N rounds.
+//! SETs, or an EXEC of DEL then MSET, with a fresh value each time; half the rounds
+//! compact the logs (BGREWRITEAOF) before the kill. The default run is a few rounds
+//! (seconds); `WEFT_KV_CRASH_ITERS=N` runs N rounds.
 
 mod common;
 #[path = "common/kv.rs"]
@@ -143,13 +144,14 @@ fn check(group: &str, txs: &[&Tx], got: &[Reply], w: usize) -> Option<String> {
 }
 
 /// One round: writers, a kill, a restart, the check. The server after it, what the
-/// check found, and whether the restart cut a transaction's last part (its log line).
+/// check found, whether the restart cut a transaction's last part (its log line), and
+/// whether a compaction was published before the kill.
 fn round(
     mut server: KvServer,
     dir: &Path,
     round: u64,
     rng: &mut Rng,
-) -> (KvServer, Vec<String>, bool) {
+) -> (KvServer, Vec<String>, bool, bool) {
     let acked = Arc::new(AtomicUsize::new(0));
     let sent: Vec<Arc<Mutex<Vec<Tx>>>> = (0..WRITERS).map(|_| Arc::default()).collect();
     let threads: Vec<_> = (0..WRITERS)
@@ -161,13 +163,22 @@ fn round(
         })
         .collect();
     let kill_after = 20 + rng.below(200) as usize;
+    // Half the rounds compact the logs meanwhile: a compaction's tail keeps each part
+    // (and the shard's highest id), and the kill may come before, during or after it.
+    let mut compact_at = (rng.below(2) == 0).then(|| rng.below(kill_after as u64) as usize);
+    let mut admin = server.client().unwrap();
     let deadline = Instant::now() + CEILING;
     while acked.load(SeqCst) < kill_after {
         assert!(Instant::now() < deadline, "the writers made no progress");
+        if compact_at.is_some_and(|n| acked.load(SeqCst) >= n) {
+            compact_at.take();
+            assert!(!admin.command(&[b"BGREWRITEAOF"]).unwrap().is_error());
+        }
         std::thread::sleep(Duration::from_micros(200));
     }
     std::thread::sleep(Duration::from_micros(rng.below(2000)));
     server.kill9();
+    let compacted = server.stderr().contains("log compacted");
     for t in threads {
         t.join().expect("a writer panicked");
     }
@@ -197,7 +208,7 @@ fn round(
         }
     }
     let cut = server.stderr().contains("part of transaction");
-    (server, wrong, cut)
+    (server, wrong, cut, compacted)
 }
 
 /// Transactions over both shards survive `kill -9` under `--fsync always` whole or not
@@ -219,15 +230,17 @@ fn transactions_are_whole_after_a_crash() {
     let mut server =
         KvServer::weft(&dir, &socket, &["--workers", "2", "--fsync", "always"]).unwrap();
     let mut wrong = Vec::new();
-    let mut cuts = 0;
+    let (mut cuts, mut compactions) = (0, 0);
     for r in 0..iters {
-        let (next, found, cut) = round(server, &dir, r, &mut rng);
+        let (next, found, cut, compacted) = round(server, &dir, r, &mut rng);
         server = next;
         wrong.extend(found);
         cuts += cut as usize;
+        compactions += compacted as usize;
     }
     common::note(&format!(
-        "{iters} rounds; {cuts} restarts cut the last part of a transaction a shard lacked"
+        "{iters} rounds; {cuts} restarts cut the last part of a transaction a shard lacked; \
+         {compactions} rounds compacted before the kill"
     ));
     assert!(
         wrong.is_empty(),
