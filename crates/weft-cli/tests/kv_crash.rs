@@ -48,6 +48,9 @@
 //! installed): with `appendonly no` it finds lost writes; with `appendonly yes` and
 //! `appendfsync always` it finds nothing. The default run does a few rounds (seconds);
 //! `WEFT_KV_CRASH_ITERS=N` runs N rounds of each weft-kv policy.
+//!
+//! Commands over several shards (MSET, EXEC) are checked to be kept whole or not at
+//! all by `kv_crash_tx.rs`, the same kill under `--fsync always`.
 
 mod common;
 #[path = "common/kv.rs"]
