@@ -699,7 +699,7 @@ mod tests {
         let Exec::Shard(f) = set.exec else {
             unreachable!()
         };
-        let mut part = |sh: &mut Shard, id: u64, key: &str| {
+        let part = |sh: &mut Shard, id: u64, key: &str| {
             sh.tx_enter();
             sh.run(f, 0, &[b"set", key.as_bytes(), b"v"], 1, None);
             sh.tx_leave();

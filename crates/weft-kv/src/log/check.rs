@@ -326,10 +326,10 @@ pub fn check(dir: &Path, repair: bool) -> io::Result<CheckReport> {
     };
     report.format = manifest.format;
     let mut tails = vec![super::tx::TxTail::default(); manifest.shards];
-    for shard in 0..manifest.shards {
+    for (shard, tail) in tails.iter_mut().enumerate() {
         report
             .shards
-            .push(check_one(dir, &manifest, shard, repair, &mut tails[shard])?);
+            .push(check_one(dir, &manifest, shard, repair, tail)?);
     }
     // A transaction's part that ends a log is kept by start-up only if every
     // participant has it (`log/tx.rs`): say which ones start-up cuts.

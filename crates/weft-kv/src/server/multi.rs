@@ -333,6 +333,10 @@ fn unwatch_all(server: &Server, conn: &mut Conn) {
     conn.tx.dirty.store(false, SeqCst);
 }
 
+/// A watched key as EXEC looks at it on its shard: database, key, whether it was live
+/// when watched.
+type WatchedKey<'a> = (u8, &'a [u8], bool);
+
 /// The key arguments of `cmd` as the table places them.
 fn key_args<'a>(cmd: &Command, args: &'a [Vec<u8>]) -> impl Iterator<Item = &'a [u8]> {
     let first = cmd.first_key.max(0) as usize;
@@ -422,7 +426,7 @@ fn exec(
         // expired since dirties the transaction too. They are forgotten either way.
         let watched = std::mem::take(&mut conn.tx.watched);
         conn.tx.watched_bytes = 0;
-        let mut by_shard: HashMap<usize, Vec<(u8, &[u8], bool)>> = HashMap::new();
+        let mut by_shard: HashMap<usize, Vec<WatchedKey>> = HashMap::new();
         for ((db, key), (s, live)) in &watched {
             by_shard.entry(*s).or_default().push((*db, key, *live));
         }
