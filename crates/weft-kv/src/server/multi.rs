@@ -162,6 +162,9 @@ fn keyless(cmd: &Command) -> bool {
             | "unsubscribe"
             | "psubscribe"
             | "punsubscribe"
+            | "spublish"
+            | "ssubscribe"
+            | "sunsubscribe"
     )
 }
 
