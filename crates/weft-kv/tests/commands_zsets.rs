@@ -243,12 +243,16 @@ fn zincrby_logs_the_resulting_score() {
         t.run(&["zincrby", "z", "inf", "a"]),
         err("ERR resulting score is not a number (NaN)")
     );
-    // A score in RESP2 is written as Redis 7.0 writes it (%.17g); in RESP3 a double.
+    // A score is written as Redis 7.0 writes it (%.17g): in RESP2 as a bulk string,
+    // in RESP3 as a double.
     assert_eq!(
         t.run(&["zincrby", "z", "1.1", "b"]).encode_to_vec(2),
         b"$18\r\n1.1000000000000001\r\n"
     );
-    assert_eq!(t.run(&["zscore", "z", "b"]).encode_to_vec(3), b",1.1\r\n");
+    assert_eq!(
+        t.run(&["zscore", "z", "b"]).encode_to_vec(3),
+        b",1.1000000000000001\r\n"
+    );
     assert_eq!(
         t.run(&["zscore", "z", "a"]).encode_to_vec(2),
         b"$4\r\n-inf\r\n"

@@ -52,6 +52,17 @@ fn scalars() {
     both(&Reply::Bool(true), b":1\r\n", b"#t\r\n");
     both(&Reply::Bool(false), b":0\r\n", b"#f\r\n");
     both(&Reply::Double(3.5), b"$3\r\n3.5\r\n", b",3.5\r\n");
+    // Both as Redis 7.0 writes them: %.17g.
+    both(
+        &Reply::Double(0.1),
+        b"$19\r\n0.10000000000000001\r\n",
+        b",0.10000000000000001\r\n",
+    );
+    both(
+        &Reply::Double(9223372036854775808.0),
+        b"$22\r\n9.2233720368547758e+18\r\n",
+        b",9.2233720368547758e+18\r\n",
+    );
     both(&Reply::Double(f64::INFINITY), b"$3\r\ninf\r\n", b",inf\r\n");
     both(
         &Reply::Double(f64::NEG_INFINITY),

@@ -7,13 +7,11 @@
 //! or 0, a verbatim string a bulk string, and both nils become `$-1` / `*-1`.
 //!
 //! Encoding appends to the connection's output buffer. Integers and lengths are
-//! written with `itoa` (no formatting machinery on the hot path). Doubles in RESP3 are
-//! written as Redis 7.2's `d2string`: `inf`, `-inf`, `nan`, `0` / `-0`, an
-//! integer-valued double within +-2^62 as that integer, otherwise the shortest decimal
-//! that reads back as the same double, laid out as Redis's fpconv (`0.001`, `1.5e-7`,
-//! `1e+20`). In RESP2 a double is a bulk string written as Redis 7.0's addReplyDouble
-//! does, C's `%.17g` (`1.1000000000000001`, `inf`: [`format_g17`]), which clients of
-//! RESP2 see as a sorted set's score. A CR or LF in a
+//! written with `itoa` (no formatting machinery on the hot path). A double is written
+//! as Redis 7.0's addReplyDouble does, C's `%.17g` (`1.1000000000000001`, `inf`:
+//! [`format_g17`]): in RESP3 as a double (`,1.5`), in RESP2 as a bulk string, which
+//! clients of RESP2 see as a sorted set's score. ([`format_double`] is Redis 7.2's
+//! shorter form, `1.1`, kept for a later version's replies.) A CR or LF in a
 //! status or error text (which the type forbids) is written as a space, as Redis's
 //! addReplyErrorFormat does, so one bad text cannot break the stream.
 
@@ -152,11 +150,10 @@ impl Reply {
             }
             Reply::Double(d) => {
                 let mut text = Vec::with_capacity(32);
+                format_g17(*d, &mut text);
                 if resp3 {
-                    format_double(*d, &mut text);
                     line(b',', &text, out);
                 } else {
-                    format_g17(*d, &mut text);
                     bulk(&text, out);
                 }
             }

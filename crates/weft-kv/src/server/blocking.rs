@@ -528,8 +528,9 @@ type Mpop = (Vec<Vec<u8>>, bool, i64, u64);
 
 /// BLMPOP / BZMPOP: `timeout numkeys key... where [COUNT count]` (arguments from 1).
 /// `min_max`: the words of `where` are MIN/MAX (else LEFT/RIGHT).
+///
+/// Checked in Redis's order: numkeys, where, COUNT, and the timeout last.
 fn parse_mpop(args: &[Vec<u8>], min_max: bool) -> Result<Mpop, Reply> {
-    let timeout = parse_timeout(&args[1])?;
     let numkeys = positive(&args[2], "numkeys")?;
     let where_at = 3usize.saturating_add(numkeys as usize);
     if numkeys as u64 >= args.len() as u64 || where_at >= args.len() {
@@ -557,6 +558,7 @@ fn parse_mpop(args: &[Vec<u8>], min_max: bool) -> Result<Mpop, Reply> {
             return Err(commands::SYNTAX_ERR);
         }
     }
+    let timeout = parse_timeout(&args[1])?;
     let keys = args[3..where_at].to_vec();
     Ok((keys, first, count.max(1), timeout))
 }
@@ -1335,5 +1337,25 @@ mod tests {
         for arg in ["", "abc", " 1", "1 ", "nan", "1e99999"] {
             assert_eq!(parse_timeout(arg.as_bytes()), not_float, "{arg}");
         }
+    }
+
+    #[test]
+    fn blmpop_and_bzmpop_check_the_timeout_after_the_rest() {
+        let args = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        // A bad timeout and a bad numkeys: numkeys is the error, as in Redis.
+        let r = parse_mpop(&args(&["bzmpop", "x", "0", "k", "MIN"]), true);
+        assert_eq!(
+            r.err(),
+            Some(Reply::err("ERR numkeys should be greater than 0"))
+        );
+        // A bad timeout and a bad where: a syntax error.
+        let r = parse_mpop(&args(&["blmpop", "x", "1", "k", "UP"]), false);
+        assert_eq!(r.err(), Some(commands::SYNTAX_ERR));
+        // Only the timeout is bad: its own error.
+        let r = parse_mpop(&args(&["blmpop", "x", "1", "k", "LEFT"]), false);
+        assert_eq!(
+            r.err(),
+            Some(Reply::err("ERR timeout is not a float or out of range"))
+        );
     }
 }
