@@ -3,7 +3,7 @@
 //! commands on keys stays on the socket (peeked) until it is answered, then leaves
 //! it; a request holding any other command (BLPOP, SELECT, SUBSCRIBE) leaves it before
 //! it runs; requests split across many writes, large values and pipelines mixing both
-//! kinds are answered exactly; an idle server stops polling.
+//! kinds are answered exactly; an idle server stops polling (with `WEFT_KV_POLL=1`).
 //!
 //! Whether a request is still on the socket is read on the client's side: the bytes
 //! its socket has sent that the server has not taken yet (`ioctl(SIOCOUTQ)`).
@@ -170,6 +170,9 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 #[test]
 fn an_idle_server_stops_polling() {
+    // The poller is on only when asked for (the server inherits this environment;
+    // the other tests here do not care whether it polls).
+    std::env::set_var("WEFT_KV_POLL", "1");
     let s = TempKv::start(0, &[]);
     let mut c = Wire::connect(&s.socket);
     // A burst of requests wakes the poller...

@@ -18,7 +18,10 @@
 //! operations per cell, 2,000 redis-benchmark requests): it proves in seconds that the
 //! suite runs end to end, as the tests do; its figures mean nothing.
 //! `WEFT_BENCH_KV_ONLY=latency` runs only the third part (the latency-under-load
-//! tables), to measure a change of the write path without the minutes of the others.
+//! tables), to measure a change of the write path without the minutes of the others;
+//! `WEFT_BENCH_KV_ONLY=clients` only the client-processes table, and
+//! `WEFT_BENCH_KV_ONLY=load` only the load generator's rows, the fixed-rate latency
+//! and redis-benchmark's tests.
 //!
 //! Three parts:
 //!
@@ -213,16 +216,37 @@ fn smoke() -> bool {
     std::env::var_os("WEFT_BENCH_KV_SMOKE").is_some_and(|v| v == "1")
 }
 
-/// Whether only the latency-under-load tables run (`WEFT_BENCH_KV_ONLY=latency`).
-fn latency_only() -> Result<bool, String> {
-    match std::env::var("WEFT_BENCH_KV_ONLY") {
-        Err(_) => Ok(false),
-        Ok(v) if v.is_empty() => Ok(false),
-        Ok(v) if v == "latency" => Ok(true),
-        Ok(v) => Err(format!(
-            "WEFT_BENCH_KV_ONLY={v:?} is not understood: unset it to run every part, or set \
-             it to \"latency\" to run only the latency-under-load tables"
-        )),
+/// Which parts run (`WEFT_BENCH_KV_ONLY`): every one, or one group of them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Only {
+    All,
+    /// `latency`: the latency-under-load tables.
+    Latency,
+    /// `clients`: the client-processes table.
+    Clients,
+    /// `load`: the load generator, the fixed-rate latency and redis-benchmark's tests.
+    Load,
+}
+
+impl Only {
+    fn from_env() -> Result<Only, String> {
+        match std::env::var("WEFT_BENCH_KV_ONLY") {
+            Err(_) => Ok(Only::All),
+            Ok(v) if v.is_empty() => Ok(Only::All),
+            Ok(v) if v == "latency" => Ok(Only::Latency),
+            Ok(v) if v == "clients" => Ok(Only::Clients),
+            Ok(v) if v == "load" => Ok(Only::Load),
+            Ok(v) => Err(format!(
+                "WEFT_BENCH_KV_ONLY={v:?} is not understood: unset it to run every part, or \
+                 set it to \"latency\" (the latency-under-load tables), \"clients\" (the \
+                 client-processes table) or \"load\" (the load generator, the fixed-rate \
+                 latency and redis-benchmark's tests)"
+            )),
+        }
+    }
+
+    fn runs(self, part: Only) -> bool {
+        self == Only::All || self == part
     }
 }
 
@@ -274,11 +298,16 @@ pub fn parts(opts: &Options) -> Vec<Part> {
     let n = rb_requests(opts) as f64;
     let rb = 2.0 * rb_runs(opts) as f64 * 2.0 * (2.0 * n / 60e3 + 2.0 * n / 400e3);
     let (load, rate, tests) = rows::estimate(opts);
-    let (table, rb, load, rate, tests) = if latency_only().unwrap_or(false) {
-        (0.0, 0.0, 0.0, 0.0, 0.0)
-    } else {
-        (table, rb, load, rate, tests)
-    };
+    let only = Only::from_env().unwrap_or(Only::All);
+    let when = |part: Only, secs: f64| if only.runs(part) { secs } else { 0.0 };
+    let (table, rb, load, rate, tests) = (
+        when(Only::Clients, table),
+        when(Only::All, rb),
+        when(Only::Load, load),
+        when(Only::Load, rate),
+        when(Only::Load, tests),
+    );
+    let latency = |d| when(Only::Latency, lat_estimate(opts, d));
     vec![
         Part::new("servers", 1.0 + 2.0 * key_space() as f64 * 10e-6),
         Part::new("client-processes table", table),
@@ -286,14 +315,8 @@ pub fn parts(opts: &Options) -> Vec<Part> {
         Part::new("load generator", load),
         Part::new("latency at a fixed rate", rate),
         Part::new("redis-benchmark tests", tests),
-        Part::new(
-            Durability::EverySec.part(),
-            lat_estimate(opts, Durability::EverySec),
-        ),
-        Part::new(
-            Durability::Always.part(),
-            1.0 + lat_estimate(opts, Durability::Always),
-        ),
+        Part::new(Durability::EverySec.part(), latency(Durability::EverySec)),
+        Part::new(Durability::Always.part(), 1.0 + latency(Durability::Always)),
     ]
 }
 
@@ -321,15 +344,28 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
         "",
         "everysec",
     )?;
-    if !latency_only()? {
+    let only = Only::from_env()?;
+    if only != Only::Latency {
         for s in &servers {
             populate(&s.socket).map_err(|e| format!("populating {}: {e}", s.impl_name))?;
         }
+    }
+    if only.runs(Only::Clients) {
         clients_table(opts, rep, &exe, &servers)?;
-        let rb = redis_benchmark(opts, rep, &servers)?;
+    }
+    let rb = if only == Only::All {
+        redis_benchmark(opts, rep, &servers)?
+    } else {
+        RbMedians::new()
+    };
+    if only.runs(Only::Load) {
         let base = rows::load_generator(opts, rep, &exe, &servers, &rb)?;
         rows::latency_at_rate(opts, rep, &exe, &servers, base)?;
         rows::rb_tests(opts, rep, &servers)?;
+    }
+    if !only.runs(Only::Latency) {
+        stop_servers(rep, servers);
+        return Ok(());
     }
     latency_under_load(opts, rep, &exe, &base.0, &servers, Durability::EverySec)?;
     stop_servers(rep, servers);

@@ -1,6 +1,7 @@
 //! Busy-polling while requests keep coming: one green thread per worker that keeps
 //! its worker awake for a short window after each request, giving the CPU to any
-//! other runnable process of the machine at each turn.
+//! other runnable process of the machine at each turn. Off unless the server's
+//! environment has `WEFT_KV_POLL=1` ([`enabled`]).
 //!
 //! Why: a worker with nothing to run spins a little, then sleeps; the next request
 //! then costs a wake-up (on a virtual machine, an interrupt through the hypervisor and
@@ -59,9 +60,12 @@ struct Poller {
     wake_cv: Condvar,
 }
 
-/// Whether the server polls (`WEFT_KV_POLL=0` turns it off, to compare).
+/// Whether the server polls: only with `WEFT_KV_POLL=1` in its environment, for now
+/// (measured on a shared 2-CPU machine it gave no clear gain, and it loses where the
+/// clients spin themselves: docs/benchmarks.md, "weft-kv against redis-server: where
+/// the time goes").
 pub fn enabled() -> bool {
-    std::env::var("WEFT_KV_POLL").map_or(true, |v| v != "0")
+    std::env::var("WEFT_KV_POLL").is_ok_and(|v| v == "1")
 }
 
 /// Every worker's poller.
