@@ -1856,3 +1856,98 @@ fn zset_replies_match_redis_server() {
         );
     }
 }
+
+/// HyperLogLog: the same PFADDs give byte-identical values (GET after each write,
+/// sparse, turned dense past 32 or past 3000 bytes, and dense) and equal PFCOUNT,
+/// PFMERGE and error replies, in redis-server and in weft-kv.
+#[test]
+fn hll_replies_match_redis_server() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let mut ks = Keyspace::new();
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    script.push(s(&["pfadd", "h"]));
+    script.push(s(&["get", "h"]));
+    script.push(s(&["pfcount", "h"]));
+    script.push(s(&["pfadd", "h", "a", "b", "c", "a"]));
+    script.push(s(&["get", "h"]));
+    script.push(s(&["pfadd", "h", "a"]));
+    script.push(s(&["pfcount", "h"]));
+    script.push(s(&["get", "h"]));
+    // A sparse HyperLogLog growing element by element (every split and join of runs),
+    // then past 3000 bytes to dense.
+    for i in 0..1200 {
+        script.push(vec!["pfadd".into(), "g".into(), format!("e{i}")]);
+        if i % 97 == 0 {
+            script.push(s(&["get", "g"]));
+            script.push(s(&["pfcount", "g"]));
+        }
+    }
+    script.push(s(&["get", "g"]));
+    script.push(s(&["pfcount", "g"]));
+    // Many elements in batches: the estimate of a dense HyperLogLog.
+    for b in 0..20 {
+        let mut cmd = vec!["pfadd".to_string(), "big".to_string()];
+        cmd.extend((0..500).map(|i| format!("m{}", b * 500 + i)));
+        script.push(cmd);
+        script.push(s(&["pfcount", "big"]));
+    }
+    script.push(s(&["get", "big"]));
+    script.push(s(&["pfadd", "x", "1", "2", "3", "4"]));
+    script.push(s(&["pfadd", "y", "3", "4", "5", "6"]));
+    script.push(s(&["pfcount", "x", "y"]));
+    script.push(s(&["pfcount", "x", "y", "missing"]));
+    script.push(s(&["pfmerge", "z", "x", "y"]));
+    script.push(s(&["get", "z"]));
+    script.push(s(&["pfcount", "z"]));
+    script.push(s(&["pfmerge", "x", "y", "big"]));
+    script.push(s(&["get", "x"]));
+    script.push(s(&["pfcount", "x"]));
+    script.push(s(&["pfmerge", "new"]));
+    script.push(s(&["get", "new"]));
+    script.push(s(&["pfmerge", "g", "h"]));
+    script.push(s(&["get", "g"]));
+    // Errors.
+    script.push(s(&["set", "str", "hello"]));
+    script.push(s(&["pfadd", "str", "a"]));
+    script.push(s(&["pfcount", "str"]));
+    script.push(s(&["pfcount", "h", "str"]));
+    script.push(s(&["pfmerge", "h", "str"]));
+    script.push(s(&["lpush", "list", "a"]));
+    script.push(s(&["pfadd", "list", "a"]));
+    script.push(s(&["pfcount", "list"]));
+    script.push(s(&["pfmerge", "list", "h"]));
+    script.push(s(&["pfadd"]));
+    script.push(s(&["pfcount"]));
+    script.push(s(&["pfmerge"]));
+    script.push(s(&["get", "h"]));
+    for cmd in script {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let want = redis.run(&args);
+        let got = ours(&mut ks, &args);
+        assert_eq!(got, want, "{cmd:?}");
+        // Redis's bytes given to weft-kv count the same.
+        if cmd[0] == "get" {
+            if let Reply::Bulk(v) = &want {
+                let key = b"copied".to_vec();
+                ours(&mut ks, &[b"set".to_vec(), key.clone(), v.clone()]);
+                redis.run(&[b"set".to_vec(), key.clone(), v.clone()]);
+                let count = [b"pfcount".to_vec(), key];
+                assert_eq!(ours(&mut ks, &count), redis.run(&count), "{cmd:?}");
+            }
+        }
+    }
+    // A corrupted sparse value (its runs cover too many registers).
+    let bad = b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x7f\xff\x7f\xff".to_vec();
+    for cmd in [
+        vec![b"set".to_vec(), b"bad".to_vec(), bad.clone()],
+        vec![b"pfcount".to_vec(), b"bad".to_vec()],
+        vec![b"pfcount".to_vec(), b"bad".to_vec(), b"h".to_vec()],
+        vec![b"pfmerge".to_vec(), b"m".to_vec(), b"bad".to_vec()],
+        vec![b"exists".to_vec(), b"m".to_vec()],
+    ] {
+        assert_eq!(ours(&mut ks, &cmd), redis.run(&cmd), "{cmd:?}");
+    }
+}

@@ -40,7 +40,8 @@ pub fn run(
 }
 
 /// The shard function that runs `cmd` when all its keys are in one keyspace (BITOP,
-/// LCS, RENAME, RENAMENX, COPY without another DB); tests run them on one keyspace.
+/// LCS, RENAME, RENAMENX, COPY without another DB, PFCOUNT, PFMERGE); tests run them
+/// on one keyspace.
 pub fn one_keyspace(cmd: &Command) -> Option<ShardFn> {
     Some(match cmd.name {
         "bitop" => bits::bitop,
@@ -48,12 +49,14 @@ pub fn one_keyspace(cmd: &Command) -> Option<ShardFn> {
         "rename" => transfer::rename,
         "renamenx" => transfer::renamenx,
         "copy" => transfer::copy,
+        "pfcount" => super::hll::pfcount,
+        "pfmerge" => super::hll::pfmerge,
         _ => return None,
     })
 }
 
 /// Runs shard function `f` with `args` alone on shard `s`, in database `db`.
-fn alone(
+pub(super) fn alone(
     set: &impl ShardSet,
     s: usize,
     f: ShardFn,
@@ -69,7 +72,14 @@ fn alone(
 
 /// Runs shard function `f` with `args` on shard `s` (held by the transaction), in
 /// database `db`.
-fn step(held: &dyn Held, s: usize, f: ShardFn, db: u8, args: &[&[u8]], acks: &mut Acks) -> Reply {
+pub(super) fn step(
+    held: &dyn Held,
+    s: usize,
+    f: ShardFn,
+    db: u8,
+    args: &[&[u8]],
+    acks: &mut Acks,
+) -> Reply {
     let now = now_ms();
     let mut out = None;
     held.with(s, &mut |sh| out = Some(sh.run(f, db, args, now, None)));
@@ -80,7 +90,7 @@ fn step(held: &dyn Held, s: usize, f: ShardFn, db: u8, args: &[&[u8]], acks: &mu
 
 /// The values of the string `keys` (empty for a missing one), read on their shards
 /// (held by the transaction); the reply of the first that is of another type.
-fn read_strings(
+pub(super) fn read_strings(
     held: &dyn Held,
     keys: &[&[u8]],
     db: u8,
@@ -110,7 +120,7 @@ fn payload(held: &dyn Held, src: &[u8], db: u8, n: usize, acks: &mut Acks) -> Op
 }
 
 /// The distinct shards of `keys`, sorted.
-fn shards_of(set: &impl ShardSet, keys: &[&[u8]]) -> Vec<usize> {
+pub(super) fn shards_of(set: &impl ShardSet, keys: &[&[u8]]) -> Vec<usize> {
     let mut shards: Vec<usize> = keys.iter().map(|k| shard_of(k, set.count())).collect();
     shards.sort_unstable();
     shards.dedup();
@@ -118,7 +128,7 @@ fn shards_of(set: &impl ShardSet, keys: &[&[u8]]) -> Vec<usize> {
 }
 
 /// The first refusal of a write on any of `shards` (a log that cannot be written).
-fn refused(set: &impl ShardSet, cmd: &Command, shards: &[usize]) -> Option<Reply> {
+pub(super) fn refused(set: &impl ShardSet, cmd: &Command, shards: &[usize]) -> Option<Reply> {
     shards.iter().find_map(|&s| precheck(set, cmd, s))
 }
 

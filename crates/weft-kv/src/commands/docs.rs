@@ -61,6 +61,9 @@ pub fn doc(name: &str) -> Option<Doc> {
     if let Some(b) = blocking_doc(name) {
         return Some(b);
     }
+    if let Some(h) = super::hll::doc(name) {
+        return Some(h);
+    }
     use self::d as x;
     let (s, c, g, n, h) = ("string", "connection", "generic", "server", "hash");
     Some(match name {

@@ -23,6 +23,7 @@ pub mod bits;
 pub mod docs;
 pub mod float80;
 pub mod hashes;
+pub mod hll;
 pub mod keys;
 pub mod lcs;
 pub mod lists;
@@ -380,7 +381,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 188] = [
+static TABLE: [Command; 191] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -530,6 +531,11 @@ static TABLE: [Command; 188] = [
     cmd("dump", 2, R, ONE, Exec::Shard(t::dump)),
     cmd("restore", -4, W | D, ONE, Exec::Shard(t::restore)),
     cmd("randomkey", 1, R, NONE, Exec::Server),
+    // HyperLogLog (PFCOUNT and PFMERGE over several shards run as transactions:
+    // `hll::run_server`)
+    cmd("pfadd", -2, W | D | F, ONE, Exec::Shard(hll::pfadd)),
+    cmd("pfcount", -2, R, ALL, Exec::Server),
+    cmd("pfmerge", -2, W | D, ALL, Exec::Server),
     // pub/sub (server/pubsub.rs)
     cmd("subscribe", -2, 0, NONE, Exec::Server),
     cmd("unsubscribe", -1, 0, NONE, Exec::Server),
@@ -773,6 +779,9 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"dump" => const { at("dump") },
         b"restore" => const { at("restore") },
         b"randomkey" => const { at("randomkey") },
+        b"pfadd" => const { at("pfadd") },
+        b"pfcount" => const { at("pfcount") },
+        b"pfmerge" => const { at("pfmerge") },
         b"subscribe" => const { at("subscribe") },
         b"unsubscribe" => const { at("unsubscribe") },
         b"psubscribe" => const { at("psubscribe") },
