@@ -253,6 +253,9 @@ pub fn run_common(
         | "zdiffstore" | "zrangestore" | "zmpop" => {
             return crate::commands::zsets_multi::run_multi(set, cmd, args, db, acks)
         }
+        "georadius" | "georadiusbymember" | "geosearchstore" => {
+            return crate::commands::geo::run_multi(set, cmd, args, db, acks)
+        }
         "move" => move_key(set, args, db, acks),
         "flushdb" | "flushall" => {
             if args.len() > 2

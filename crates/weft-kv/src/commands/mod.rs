@@ -22,6 +22,7 @@ pub mod across;
 pub mod bits;
 pub mod docs;
 pub mod float80;
+pub mod geo;
 pub mod hashes;
 pub mod hll;
 pub mod keys;
@@ -381,7 +382,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 191] = [
+static TABLE: [Command; 201] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -617,6 +618,24 @@ static TABLE: [Command; 191] = [
     cmd("zinterstore", -4, W | D, ONE, Exec::Server),
     cmd("zdiffstore", -4, W | D, ONE, Exec::Server),
     cmd("zmpop", -4, W, NONE, Exec::Server),
+    // geo sets: sorted sets of geohashes (`geo.rs`; the forms that may STORE run as
+    // transactions over the source's and the destination's shards)
+    cmd("geoadd", -5, W | D, ONE, Exec::Shard(geo::geoadd)),
+    cmd("geodist", -4, R, ONE, Exec::Shard(geo::geodist)),
+    cmd("geohash", -2, R, ONE, Exec::Shard(geo::geohash)),
+    cmd("geopos", -2, R, ONE, Exec::Shard(geo::geopos)),
+    cmd("geosearch", -7, R, ONE, Exec::Shard(geo::geosearch)),
+    cmd("georadius_ro", -6, R, ONE, Exec::Shard(geo::georadius_ro)),
+    cmd(
+        "georadiusbymember_ro",
+        -5,
+        R,
+        ONE,
+        Exec::Shard(geo::georadiusbymember_ro),
+    ),
+    cmd("georadius", -6, W | D, ONE, Exec::Server),
+    cmd("georadiusbymember", -5, W | D, ONE, Exec::Server),
+    cmd("geosearchstore", -8, W | D, (1, 2, 1), Exec::Server),
     // blocking pops (`server/blocking.rs`: the server runs them; inside MULTI they
     // do not block)
     cmd("blpop", -3, W | B, (1, -2, 1), Exec::Server),
@@ -840,6 +859,16 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"zinterstore" => const { at("zinterstore") },
         b"zdiffstore" => const { at("zdiffstore") },
         b"zmpop" => const { at("zmpop") },
+        b"geoadd" => const { at("geoadd") },
+        b"geodist" => const { at("geodist") },
+        b"geohash" => const { at("geohash") },
+        b"geopos" => const { at("geopos") },
+        b"geosearch" => const { at("geosearch") },
+        b"georadius_ro" => const { at("georadius_ro") },
+        b"georadiusbymember_ro" => const { at("georadiusbymember_ro") },
+        b"georadius" => const { at("georadius") },
+        b"georadiusbymember" => const { at("georadiusbymember") },
+        b"geosearchstore" => const { at("geosearchstore") },
         b"blpop" => const { at("blpop") },
         b"brpop" => const { at("brpop") },
         b"brpoplpush" => const { at("brpoplpush") },
@@ -859,7 +888,7 @@ fn index(lower: &[u8]) -> Option<usize> {
 
 /// The command named `name` (any case), if there is one.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
-    let mut buf = [0u8; 16];
+    let mut buf = [0u8; 24];
     let lower = buf.get_mut(..name.len())?;
     for (d, s) in lower.iter_mut().zip(name) {
         *d = s.to_ascii_lowercase();

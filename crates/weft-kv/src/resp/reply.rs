@@ -44,6 +44,10 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// `,3.14` in RESP3; a bulk string in RESP2.
     Double(f64),
+    /// A double in Redis's human form (its addReplyHumanLongDouble: C's `%.17Lf`
+    /// without trailing zeros, `13.36138933897018433`): `,text` in RESP3, a bulk
+    /// string in RESP2 (GEOPOS and the coordinates of GEOSEARCH ... WITHCOORD).
+    HumanDouble(f64),
     /// `#t` / `#f` in RESP3; the integer 1 / 0 in RESP2.
     Bool(bool),
     /// Already encoded into the connection's output buffer by the command itself (GET
@@ -96,6 +100,7 @@ impl Reply {
                 | Reply::Nil
                 | Reply::NilArray
                 | Reply::Double(_)
+                | Reply::HumanDouble(_)
                 | Reply::Bool(_)
                 | Reply::Written => 0,
             }
@@ -155,6 +160,14 @@ impl Reply {
                     line(b',', &text, out);
                 } else {
                     bulk(&text, out);
+                }
+            }
+            Reply::HumanDouble(d) => {
+                let text = format_human(*d);
+                if resp3 {
+                    line(b',', text.as_bytes(), out);
+                } else {
+                    bulk(text.as_bytes(), out);
                 }
             }
             Reply::Bool(b) => out.extend_from_slice(match (resp3, b) {
@@ -326,4 +339,19 @@ pub fn format_double(d: f64, out: &mut Vec<u8>) {
         out.push(if k + nd - 1 < 0 { b'-' } else { b'+' });
         out.extend_from_slice(itoa::Buffer::new().format(exp).as_bytes());
     }
+}
+
+/// `d` as Redis's ld2string in its human mode writes it: C's `%.17Lf` (of the double's
+/// exact value), trailing zeros after the point removed, then the point if nothing
+/// follows it; `-0` becomes `0`.
+pub fn format_human(d: f64) -> String {
+    let mut t = format!("{d:.17}");
+    if t.contains('.') {
+        let trimmed = t.trim_end_matches('0').trim_end_matches('.').len();
+        t.truncate(trimmed);
+    }
+    if t == "-0" {
+        t = "0".into();
+    }
+    t
 }
