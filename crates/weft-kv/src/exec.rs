@@ -256,6 +256,9 @@ pub fn run_common(
         "georadius" | "georadiusbymember" | "geosearchstore" => {
             return crate::commands::geo::run_multi(set, cmd, args, db, acks)
         }
+        "sort" | "sort_ro" => {
+            crate::commands::sort::sort(set, args, db, cmd.name == "sort_ro", acks)
+        }
         "move" => move_key(set, args, db, acks),
         "flushdb" | "flushall" => {
             if args.len() > 2

@@ -29,6 +29,8 @@ const fn d(
 }
 
 const O1: &str = "O(1)";
+const SORT_N: &str =
+    "O(N+M*log(M)) where N is the number of elements to sort and M the number answered";
 const KEYS: &str = "O(N) where N is the number of keys given";
 const ALL: &str = "O(N) where N is the number of keys in the store";
 const CLIENTS: &str = "O(N) where N is the number of connections";
@@ -461,6 +463,13 @@ pub fn doc(name: &str) -> Option<Doc> {
             VALUE,
         ),
         "randomkey" => x("Returns a random key", "1.0.0", g, O1),
+        "sort" => x(
+            "Sorts a list, set or sorted set, optionally storing the result",
+            "1.0.0",
+            g,
+            SORT_N,
+        ),
+        "sort_ro" => x("Sorts a list, set or sorted set", "7.0.0", g, SORT_N),
         "function" => x(
             "Functions (not supported; FLUSH answers OK)",
             "7.0.0",

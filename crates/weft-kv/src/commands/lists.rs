@@ -48,7 +48,7 @@ fn list_of<'a>(ks: &'a mut Keyspace, key: &[u8], now_ms: u64) -> Result<Option<&
 /// At most what adding `count` elements of `bytes` packed bytes to the list `e` (or a
 /// new list of `key`) adds to memory: the bytes, the nodes they may take, and for a
 /// packed list the nodes its conversion may make.
-fn growth(e: Option<&Entry>, key: &[u8], count: usize, bytes: usize) -> u64 {
+pub(super) fn growth(e: Option<&Entry>, key: &[u8], count: usize, bytes: usize) -> u64 {
     let nodes = list::nodes_bound(count, bytes) as u64 + 1;
     let more = match e {
         None => Keyspace::entry_memory(key.len(), 0, false),
@@ -61,7 +61,7 @@ fn growth(e: Option<&Entry>, key: &[u8], count: usize, bytes: usize) -> u64 {
 }
 
 /// The packed bytes of `elems`.
-fn packed_len(elems: &[&[u8]]) -> usize {
+pub(super) fn packed_len(elems: &[&[u8]]) -> usize {
     elems.iter().map(|x| packed::element_bytes(x.len())).sum()
 }
 

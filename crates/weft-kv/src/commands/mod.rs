@@ -29,6 +29,7 @@ pub mod keys;
 pub mod lcs;
 pub mod lists;
 pub mod sets;
+pub mod sort;
 pub mod strings;
 pub mod transfer;
 pub mod zsets;
@@ -382,7 +383,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 201] = [
+static TABLE: [Command; 203] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -652,6 +653,10 @@ static TABLE: [Command; 201] = [
     cmd("discard", 1, F, NONE, Exec::Server),
     cmd("watch", -2, F, ALL, Exec::Server),
     cmd("unwatch", 1, F, NONE, Exec::Server),
+    // SORT over the shards its patterns and destination name (`sort.rs`); its key
+    // is argument 1 and STORE's destination another (COMMAND GETKEYS finds it)
+    cmd("sort", -2, W | D, ONE, Exec::Server),
+    cmd("sort_ro", -2, R, ONE, Exec::Server),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -882,6 +887,8 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"discard" => const { at("discard") },
         b"watch" => const { at("watch") },
         b"unwatch" => const { at("unwatch") },
+        b"sort" => const { at("sort") },
+        b"sort_ro" => const { at("sort_ro") },
         _ => return None,
     })
 }

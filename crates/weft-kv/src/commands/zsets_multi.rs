@@ -42,18 +42,19 @@ pub fn run_multi(
 }
 
 /// The steps of a transaction: shard functions run on the shard of their key.
-struct Steps<'a> {
-    held: &'a dyn Held,
-    shards: usize,
-    db: u8,
-    now: u64,
-    acks: &'a mut Acks,
+/// (SORT's too: `sort.rs`.)
+pub(super) struct Steps<'a> {
+    pub(super) held: &'a dyn Held,
+    pub(super) shards: usize,
+    pub(super) db: u8,
+    pub(super) now: u64,
+    pub(super) acks: &'a mut Acks,
 }
 
 impl Steps<'_> {
     /// Runs `f` with `args` (whose `args[1]` is the key that picks the shard, unless
     /// `key` says otherwise).
-    fn run(&mut self, f: ShardFn, key: &[u8], args: &[&[u8]]) -> Reply {
+    pub(super) fn run(&mut self, f: ShardFn, key: &[u8], args: &[&[u8]]) -> Reply {
         let s = shard_of(key, self.shards);
         let (db, now) = (self.db, self.now);
         let mut out = None;

@@ -250,10 +250,28 @@ fn keys_of(args: &[Vec<u8>]) -> Result<(&'static Command, Vec<Vec<u8>>), Reply> 
     } else {
         c.last_key as i64
     };
-    let keys = (c.first_key as i64..=last)
+    let mut keys: Vec<Vec<u8>> = (c.first_key as i64..=last)
         .step_by(c.step.max(1) as usize)
         .filter_map(|i| args.get(i as usize).cloned())
         .collect();
+    if c.name == "sort" {
+        // SORT's STORE destination is a key too (the last STORE wins); the words
+        // of the other options are skipped with their arguments.
+        let (mut i, mut dest) = (2, None);
+        while i < args.len() {
+            let w = args[i].to_ascii_lowercase();
+            i += match w.as_slice() {
+                b"limit" => 3,
+                b"by" | b"get" => 2,
+                b"store" => {
+                    dest = args.get(i + 1).cloned();
+                    2
+                }
+                _ => 1,
+            };
+        }
+        keys.extend(dest);
+    }
     Ok((c, keys))
 }
 

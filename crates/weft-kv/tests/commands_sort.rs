@@ -1,0 +1,249 @@
+//! SORT and SORT_RO on an embedded store of four shards: exact replies (numeric and
+//! ALPHA order, DESC, LIMIT, BY and GET patterns with `*`, `->field` and `#`, BY
+//! nosort over lists, sets and sorted sets), errors (syntax, LIMIT, scores that are
+//! not numbers, WRONGTYPE) that change nothing, STORE into a destination on another
+//! shard, and the stored lists as a restart (a replay of the log) rebuilds them.
+
+mod common;
+use common::*;
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(s.as_bytes().to_vec())
+}
+
+fn err(s: &str) -> Reply {
+    Reply::Error(s.to_string().into())
+}
+
+fn bulks(v: &[&str]) -> Reply {
+    Reply::Array(v.iter().map(|s| bulk(s)).collect())
+}
+
+fn run(store: &weft_kv::Store, line: &[&str]) -> Reply {
+    let args: Vec<&[u8]> = line.iter().map(|a| a.as_bytes()).collect();
+    store.exec(&args)
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+#[test]
+fn numeric_alpha_desc_and_limit() {
+    let (_dir, s) = four_shards();
+    run(&s, &["rpush", "l", "3", "10", "1", "2.5", "-4", "0x10", ""]);
+    assert_eq!(
+        run(&s, &["sort", "l"]),
+        bulks(&["-4", "", "1", "2.5", "3", "10", "0x10"])
+    );
+    assert_eq!(
+        run(&s, &["sort", "l", "desc"]),
+        bulks(&["0x10", "10", "3", "2.5", "1", "", "-4"])
+    );
+    assert_eq!(
+        run(&s, &["sort", "l", "alpha"]),
+        bulks(&["", "-4", "0x10", "1", "10", "2.5", "3"])
+    );
+    assert_eq!(
+        run(&s, &["sort", "l", "limit", "1", "2"]),
+        bulks(&["", "1"])
+    );
+    // A negative offset is 0, a negative count all the rest, past the end nothing.
+    assert_eq!(
+        run(&s, &["sort", "l", "limit", "-5", "2"]),
+        bulks(&["-4", ""])
+    );
+    assert_eq!(
+        run(&s, &["sort", "l", "limit", "5", "-1"]),
+        bulks(&["10", "0x10"])
+    );
+    assert_eq!(run(&s, &["sort", "l", "limit", "7", "3"]), bulks(&[]));
+    assert_eq!(run(&s, &["sort_ro", "l", "limit", "0", "0"]), bulks(&[]));
+    // Equal scores: by the elements' bytes.
+    run(&s, &["sadd", "st", "1.0", "1", "01"]);
+    assert_eq!(run(&s, &["sort", "st"]), bulks(&["01", "1", "1.0"]));
+    assert_eq!(run(&s, &["sort", "st", "desc"]), bulks(&["1.0", "1", "01"]));
+    run(&s, &["zadd", "z", "1", "c", "2", "b", "3", "a"]);
+    assert_eq!(run(&s, &["sort", "z", "alpha"]), bulks(&["a", "b", "c"]));
+    assert_eq!(run(&s, &["sort", "missing"]), bulks(&[]));
+}
+
+#[test]
+fn errors_change_nothing() {
+    let (_dir, s) = four_shards();
+    run(&s, &["rpush", "l", "1", "x"]);
+    run(&s, &["set", "str", "v"]);
+    run(&s, &["set", "dst", "keep"]);
+    let no_double = err("ERR One or more scores can't be converted into double");
+    assert_eq!(run(&s, &["sort", "l"]), no_double);
+    assert_eq!(run(&s, &["sort", "l", "store", "dst"]), no_double);
+    assert_eq!(run(&s, &["get", "dst"]), bulk("keep"));
+    run(&s, &["rpush", "sp", "2 "]);
+    assert_eq!(run(&s, &["sort", "sp"]), no_double);
+    assert_eq!(run(&s, &["sort", "str"]), err(WRONGTYPE));
+    // Options are checked before the key's type.
+    assert_eq!(run(&s, &["sort", "str", "foo"]), err("ERR syntax error"));
+    assert_eq!(
+        run(&s, &["sort", "l", "limit", "1"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        run(&s, &["sort", "l", "limit", "a", "1"]),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(
+        run(&s, &["sort_ro", "l", "store", "dst"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(run(&s, &["sort", "l", "alpha"]), bulks(&["1", "x"]));
+    assert_eq!(run(&s, &["get", "dst"]), bulk("keep"));
+}
+
+#[test]
+fn by_and_get_patterns_across_shards() {
+    let (_dir, s) = four_shards();
+    run(&s, &["rpush", "ids", "1", "2", "3"]);
+    // Weights and values on other shards than the list's.
+    run(&s, &["mset", "w_1", "30", "w_2", "10", "w_3", "20"]);
+    run(&s, &["mset", "name_1", "one", "name_3", "three"]);
+    run(&s, &["hset", "obj_1", "n", "x1", "w", "3"]);
+    run(&s, &["hset", "obj_2", "n", "x2", "w", "1"]);
+    run(&s, &["hset", "obj_3", "w", "2"]);
+    assert_eq!(
+        run(&s, &["sort", "ids", "by", "w_*"]),
+        bulks(&["2", "3", "1"])
+    );
+    assert_eq!(
+        run(&s, &["sort", "ids", "by", "obj_*->w"]),
+        bulks(&["2", "3", "1"])
+    );
+    assert_eq!(
+        run(
+            &s,
+            &["sort", "ids", "by", "w_*", "get", "name_*", "get", "#", "get", "obj_*->n"]
+        ),
+        Reply::Array(vec![
+            Reply::Nil,
+            bulk("2"),
+            bulk("x2"),
+            bulk("three"),
+            bulk("3"),
+            Reply::Nil,
+            bulk("one"),
+            bulk("1"),
+            bulk("x1"),
+        ])
+    );
+    // A missing weight counts as 0 (numeric) or comes first (ALPHA).
+    run(&s, &["rpush", "ids", "4"]);
+    assert_eq!(
+        run(&s, &["sort", "ids", "by", "w_*"]),
+        bulks(&["4", "2", "3", "1"])
+    );
+    assert_eq!(
+        run(&s, &["sort", "ids", "by", "name_*", "alpha"]),
+        bulks(&["2", "4", "1", "3"])
+    );
+    // A key of another type gives nil; a GET pattern without `*` too.
+    assert_eq!(
+        run(
+            &s,
+            &["sort", "ids", "limit", "0", "1", "get", "obj_*", "get", "const"]
+        ),
+        Reply::Array(vec![Reply::Nil, Reply::Nil])
+    );
+    run(&s, &["set", "w_4", "nan?"]);
+    assert_eq!(
+        run(&s, &["sort", "ids", "by", "w_*"]),
+        err("ERR One or more scores can't be converted into double")
+    );
+}
+
+#[test]
+fn by_nosort_keeps_the_order() {
+    let (_dir, s) = four_shards();
+    run(&s, &["rpush", "l", "c", "a", "b"]);
+    assert_eq!(
+        run(&s, &["sort", "l", "by", "nosort"]),
+        bulks(&["c", "a", "b"])
+    );
+    assert_eq!(
+        run(&s, &["sort", "l", "by", "nosort", "desc"]),
+        bulks(&["b", "a", "c"])
+    );
+    run(&s, &["zadd", "z", "1", "a", "2", "b", "3", "c", "4", "d"]);
+    assert_eq!(
+        run(&s, &["sort", "z", "by", "nosort", "limit", "1", "2"]),
+        bulks(&["b", "c"])
+    );
+    assert_eq!(
+        run(
+            &s,
+            &["sort", "z", "by", "nosort", "desc", "limit", "0", "3"]
+        ),
+        bulks(&["d", "c", "b"])
+    );
+    // A set stored with BY nosort is sorted as bytes.
+    run(&s, &["sadd", "st", "b", "10", "a", "2"]);
+    assert_eq!(
+        run(&s, &["sort", "st", "by", "nosort", "store", "out"]),
+        Reply::Int(4)
+    );
+    assert_eq!(
+        run(&s, &["lrange", "out", "0", "-1"]),
+        bulks(&["10", "2", "a", "b"])
+    );
+}
+
+#[test]
+fn store_to_other_shards_and_replay() {
+    let (dir, s) = four_shards();
+    let k = keys_on_shards("sk", 4);
+    run(&s, &["rpush", &k[0], "3", "1", "2"]);
+    run(&s, &["set", &k[1], "a string"]);
+    run(&s, &["mset", "v_1", "one", "v_3", "three"]);
+    // The destination on another shard, replacing a string.
+    assert_eq!(run(&s, &["sort", &k[0], "store", &k[1]]), Reply::Int(3));
+    assert_eq!(run(&s, &["type", &k[1]]), Reply::Simple("list".into()));
+    assert_eq!(
+        run(&s, &["lrange", &k[1], "0", "-1"]),
+        bulks(&["1", "2", "3"])
+    );
+    // Nils are stored as empty strings.
+    assert_eq!(
+        run(&s, &["sort", &k[0], "desc", "get", "v_*", "store", &k[2]]),
+        Reply::Int(3)
+    );
+    assert_eq!(
+        run(&s, &["lrange", &k[2], "0", "-1"]),
+        bulks(&["three", "", "one"])
+    );
+    // The same shard as the key, and over itself.
+    assert_eq!(
+        run(&s, &["sort", &k[0], "desc", "store", &k[0]]),
+        Reply::Int(3)
+    );
+    assert_eq!(
+        run(&s, &["lrange", &k[0], "0", "-1"]),
+        bulks(&["3", "2", "1"])
+    );
+    // An empty result removes the destination.
+    run(&s, &["set", &k[3], "x"]);
+    assert_eq!(run(&s, &["sort", "nokey", "store", &k[3]]), Reply::Int(0));
+    assert_eq!(run(&s, &["exists", &k[3]]), Reply::Int(0));
+    assert_eq!(
+        run(&s, &["sort", &k[0], "limit", "5", "1", "store", &k[2]]),
+        Reply::Int(0)
+    );
+    assert_eq!(run(&s, &["exists", &k[2]]), Reply::Int(0));
+    drop(s);
+    let s = weft_kv::Store::open(dir.path()).unwrap();
+    assert_eq!(
+        run(&s, &["lrange", &k[0], "0", "-1"]),
+        bulks(&["3", "2", "1"])
+    );
+    assert_eq!(
+        run(&s, &["lrange", &k[1], "0", "-1"]),
+        bulks(&["1", "2", "3"])
+    );
+    assert_eq!(run(&s, &["exists", &k[2], &k[3]]), Reply::Int(0));
+    assert_eq!(run(&s, &["dbsize"]), Reply::Int(4));
+}
