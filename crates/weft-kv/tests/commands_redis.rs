@@ -1951,3 +1951,103 @@ fn hll_replies_match_redis_server() {
         assert_eq!(ours(&mut ks, &cmd), redis.run(&cmd), "{cmd:?}");
     }
 }
+
+/// SORT and SORT_RO on the embedded store over four shards (BY and GET patterns and
+/// STORE's destination on other shards than the key's): the same replies as
+/// redis-server for a script of edge cases (numeric and ALPHA order, equal weights,
+/// DESC, LIMIT's corners, `*` and `->field` patterns, `#`, missing and wrong-typed
+/// keys, BY nosort over lists and sorted sets, scores that are not numbers, syntax
+/// errors, WRONGTYPE), with each stored list compared after it is written.
+#[test]
+fn sort_replies_match_redis_server() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    weft_kv::log::DataDir::open(&d.path().join("kv"), 4).unwrap();
+    let store = weft_kv::store::Store::open(d.path().join("kv")).unwrap();
+    let ours = |args: &[Vec<u8>]| {
+        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        resp2(store.exec(&argv))
+    };
+    let script: Vec<Vec<&str>> = vec![
+        vec![
+            "rpush", "l", "3", "10", "1", "2.5", "-4", "0x10", "", " 7", "1e1",
+        ],
+        vec!["sort", "l"],
+        vec!["sort", "l", "desc"],
+        vec!["sort", "l", "alpha"],
+        vec!["sort", "l", "alpha", "desc", "limit", "2", "3"],
+        vec!["sort", "l", "limit", "0", "0"],
+        vec!["sort", "l", "limit", "-3", "2"],
+        vec!["sort", "l", "limit", "4", "-1"],
+        vec!["sort", "l", "limit", "9", "1"],
+        vec!["sort", "l", "limit", "8", "5"],
+        vec!["sort", "l", "limit", "1"],
+        vec!["sort", "l", "limit", "x", "1"],
+        vec!["sort", "l", "asc", "desc", "asc"],
+        vec!["sort_ro", "l", "alpha"],
+        vec!["sort_ro", "l", "store", "dst"],
+        vec!["sort", "l", "nonsense"],
+        vec!["rpush", "bad", "1", "2 ", "3"],
+        vec!["sort", "bad"],
+        vec!["sort", "bad", "alpha"],
+        vec!["sort", "bad", "store", "dst"],
+        vec!["exists", "dst"],
+        vec!["set", "str", "v"],
+        vec!["sort", "str"],
+        vec!["sort", "str", "bogus"],
+        vec!["hset", "hh", "f", "v"],
+        vec!["sort", "hh", "by", "nosort"],
+        vec!["sort", "missing"],
+        vec!["sort", "missing", "store", "dst"],
+        vec!["rpush", "ids", "1", "2", "3", "4", "5"],
+        vec!["mset", "w_1", "50", "w_2", "20", "w_3", "20", "w_4", "-1"],
+        vec!["mset", "n_1", "one", "n_2", "two", "n_4", "four"],
+        vec!["hset", "o_1", "w", "3", "n", "x1"],
+        vec!["hset", "o_2", "w", "1", "n", "x2"],
+        vec!["hset", "o_3", "w", "2"],
+        vec!["sort", "ids", "by", "w_*"],
+        vec!["sort", "ids", "by", "w_*", "desc"],
+        vec!["sort", "ids", "by", "o_*->w"],
+        vec![
+            "sort", "ids", "by", "o_*->w", "get", "#", "get", "o_*->n", "get", "n_*",
+        ],
+        vec!["sort", "ids", "by", "w_*", "get", "n_*", "limit", "1", "2"],
+        vec!["sort", "ids", "get", "o_*"],
+        vec!["sort", "ids", "get", "nostar"],
+        vec!["sort", "ids", "get", "o_*->"],
+        vec!["sort", "ids", "by", "nosort", "get", "n_*"],
+        vec!["sort", "ids", "by", "nosort", "desc", "limit", "1", "3"],
+        vec!["sort", "ids", "by", "n_*", "alpha", "limit", "1", "3"],
+        vec!["sort", "ids", "by", "w_*", "store", "dst"],
+        vec!["lrange", "dst", "0", "-1"],
+        vec!["sort", "ids", "desc", "get", "n_*", "store", "dst"],
+        vec!["lrange", "dst", "0", "-1"],
+        vec!["type", "dst"],
+        vec!["sort", "ids", "limit", "10", "1", "store", "dst"],
+        vec!["exists", "dst"],
+        vec!["set", "w_5", "many"],
+        vec!["sort", "ids", "by", "w_*"],
+        vec!["sort", "ids", "by", "w_*", "alpha"],
+        vec!["zadd", "z", "1", "c", "2", "b", "3", "a", "4", "d"],
+        vec!["sort", "z", "alpha"],
+        vec!["sort", "z", "by", "nosort"],
+        vec!["sort", "z", "by", "nosort", "desc"],
+        vec!["sort", "z", "by", "nosort", "limit", "1", "2"],
+        vec!["sort", "z", "by", "nosort", "desc", "limit", "1", "2"],
+        vec!["sadd", "s", "5", "3", "1.5", "-2"],
+        vec!["sort", "s"],
+        vec!["sort", "s", "by", "nosort", "store", "dst"],
+        vec!["lrange", "dst", "0", "-1"],
+        vec!["sadd", "ws", "b", "a", "c"],
+        vec!["sort", "ws", "alpha", "desc"],
+        vec!["sort", "ws", "by", "nosort", "alpha", "store", "dst"],
+        vec!["lrange", "dst", "0", "-1"],
+        vec!["sort", "ws"],
+    ];
+    for cmd in script {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        assert_eq!(ours(&args), resp2(redis.run(&args)), "{cmd:?}");
+    }
+}
