@@ -2051,3 +2051,293 @@ fn sort_replies_match_redis_server() {
         assert_eq!(ours(&args), resp2(redis.run(&args)), "{cmd:?}");
     }
 }
+
+/// The geo commands against redis-server: a script of edge cases and errors, then
+/// seeded random points (spread over the world and clustered near one centre) and
+/// random searches by radius and by box, from a point or a member, in metres,
+/// kilometres, feet and miles, sorted or in the order found, with COUNT and the WITH
+/// options, comparing replies:
+/// positions, geohashes, distances and the scores ZRANGE shows
+/// (`WEFT_KV_GEO_CASES`, default 3000; `WEFT_KV_GEO_SEED`).
+#[test]
+fn geo_replies_match_redis_server() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let mut ks = Keyspace::new();
+    let (cases, seed) = cases_and_seed("WEFT_KV_GEO_CASES", "WEFT_KV_GEO_SEED");
+    let mut rng = Rng::new(seed);
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    for line in [
+        &[
+            "geoadd",
+            "g",
+            "13.361389",
+            "38.115556",
+            "Palermo",
+            "15.087269",
+            "37.502669",
+            "Catania",
+        ][..],
+        &[
+            "geoadd",
+            "g",
+            "180",
+            "85.05112878",
+            "corner",
+            "-180",
+            "-85.05112878",
+            "other",
+        ],
+        &["geoadd", "g", "0", "0", "zero", "-0", "-0", "negzero"],
+        &["geoadd", "g", "180.0001", "0", "x"],
+        &["geoadd", "g", "0", "85.06", "x"],
+        &["geoadd", "g", "nan", "0", "x"],
+        &["geoadd", "g", "1", "2", "x", "3"],
+        &["geoadd", "g", "nx", "xx", "1", "2", "x"],
+        &[
+            "geoadd", "g", "xx", "ch", "1", "2", "Palermo", "3", "4", "y",
+        ],
+        &[
+            "geoadd", "g", "nx", "ch", "5", "6", "Palermo", "7", "8", "z",
+        ],
+        &["zrange", "g", "0", "-1", "withscores"],
+        &[
+            "geopos", "g", "Palermo", "Catania", "corner", "other", "zero", "negzero", "nope",
+        ],
+        &[
+            "geohash", "g", "Palermo", "Catania", "corner", "other", "zero", "nope",
+        ],
+        &["geodist", "g", "Palermo", "Catania", "ft"],
+        &["geodist", "g", "corner", "other", "mi"],
+        &["geodist", "g", "zero", "negzero"],
+        &["geodist", "g", "zero", "nope"],
+        &["geodist", "g", "zero", "Catania", "furlong"],
+        &["geodist", "g", "zero", "Catania", "km", "x"],
+        &["geosearch", "g", "frommember", "nope", "byradius", "1", "m"],
+        &[
+            "geosearch",
+            "g",
+            "fromlonlat",
+            "0",
+            "0",
+            "byradius",
+            "1",
+            "m",
+            "any",
+        ],
+        &[
+            "geosearch",
+            "g",
+            "fromlonlat",
+            "0",
+            "0",
+            "bybox",
+            "1",
+            "-1",
+            "m",
+        ],
+        &[
+            "geosearch",
+            "g",
+            "fromlonlat",
+            "0",
+            "0",
+            "bybox",
+            "1",
+            "x",
+            "m",
+        ],
+        &[
+            "geosearch",
+            "g",
+            "fromlonlat",
+            "0",
+            "0",
+            "byradius",
+            "1",
+            "m",
+            "bybox",
+            "1",
+            "1",
+            "m",
+        ],
+        &[
+            "geosearch",
+            "g",
+            "fromlonlat",
+            "0",
+            "0",
+            "frommember",
+            "zero",
+            "byradius",
+            "1",
+            "m",
+        ],
+        &[
+            "geosearch",
+            "g",
+            "fromlonlat",
+            "0",
+            "0",
+            "byradius",
+            "1",
+            "m",
+            "count",
+            "x",
+        ],
+        &[
+            "geosearch",
+            "g",
+            "fromlonlat",
+            "0",
+            "0",
+            "byradius",
+            "1",
+            "m",
+            "storedist",
+        ],
+        &["georadius_ro", "g", "0", "0", "1", "m", "storedist", "d"],
+        &["georadius_ro", "g", "0", "0", "x", "m"],
+        &["georadiusbymember_ro", "g", "nope", "1", "m"],
+        &["georadiusbymember_ro", "missing", "nope", "1", "m"],
+        &[
+            "geosearch",
+            "missing",
+            "frommember",
+            "a",
+            "byradius",
+            "1",
+            "m",
+        ],
+        &["geopos", "missing", "a"],
+        &["geohash", "missing", "a"],
+        &["set", "str", "x"],
+        &["geoadd", "str", "1", "2", "a"],
+        &["geopos", "str", "a"],
+        &["geohash", "str", "a"],
+        &["geodist", "str", "a", "b"],
+        &["geosearch", "str", "frommember", "a", "byradius", "1", "m"],
+        &["georadius_ro", "str", "1000", "0", "1", "m"],
+    ] {
+        script.push(s(line));
+    }
+    // Points: half anywhere, half within about 5 degrees of (10, 45).
+    let coord = |rng: &mut Rng, near: bool| -> (f64, f64) {
+        let u = |rng: &mut Rng| rng.below(1 << 30) as f64 / (1u64 << 30) as f64;
+        if near {
+            (5.0 + 10.0 * u(rng), 40.0 + 10.0 * u(rng))
+        } else {
+            (-180.0 + 360.0 * u(rng), -85.0 + 170.0 * u(rng))
+        }
+    };
+    let units = ["m", "km", "ft", "mi"];
+    for i in 0..cases {
+        let near = rng.below(2) == 0;
+        let (lon, lat) = coord(&mut rng, near);
+        let member = format!("m{}", rng.below(400));
+        match rng.below(8) {
+            0..=3 => script.push(vec![
+                "geoadd".into(),
+                "p".into(),
+                format!("{lon:.6}"),
+                format!("{lat:.6}"),
+                member,
+            ]),
+            4 => script.push(vec![
+                "geodist".into(),
+                "p".into(),
+                member,
+                format!("m{}", rng.below(400)),
+                units[rng.below(4) as usize].into(),
+            ]),
+            5 => script.push(vec![
+                "geopos".into(),
+                "p".into(),
+                member.clone(),
+                format!("m{}", rng.below(400)),
+            ]),
+            6 => script.push(vec!["geohash".into(), "p".into(), member]),
+            _ => {
+                let unit = units[rng.below(4) as usize];
+                let scale = match unit {
+                    "m" => 1.0,
+                    "km" => 1000.0,
+                    "ft" => 0.3048,
+                    _ => 1609.34,
+                };
+                let size =
+                    |rng: &mut Rng| format!("{:.3}", (1 + rng.below(1_500_000)) as f64 / scale);
+                let mut cmd: Vec<String> = match rng.below(3) {
+                    0 => vec!["geosearch".into(), "p".into()],
+                    1 => vec![
+                        "georadius_ro".into(),
+                        "p".into(),
+                        format!("{lon:.6}"),
+                        format!("{lat:.6}"),
+                        size(&mut rng),
+                        unit.into(),
+                    ],
+                    _ => vec![
+                        "georadiusbymember_ro".into(),
+                        "p".into(),
+                        member.clone(),
+                        size(&mut rng),
+                        unit.into(),
+                    ],
+                };
+                if cmd[0] == "geosearch" {
+                    if rng.below(2) == 0 {
+                        cmd.extend(["frommember".into(), member.clone()]);
+                    } else {
+                        cmd.extend([
+                            "fromlonlat".into(),
+                            format!("{lon:.6}"),
+                            format!("{lat:.6}"),
+                        ]);
+                    }
+                    if rng.below(2) == 0 {
+                        cmd.extend(["byradius".into(), size(&mut rng), unit.into()]);
+                    } else {
+                        cmd.extend(["bybox".into(), size(&mut rng), size(&mut rng), unit.into()]);
+                    }
+                }
+                match rng.below(3) {
+                    0 => cmd.push("asc".into()),
+                    1 => cmd.push("desc".into()),
+                    _ => {}
+                }
+                if rng.below(3) == 0 {
+                    cmd.extend(["count".into(), (1 + rng.below(20)).to_string()]);
+                    if rng.below(3) == 0 {
+                        cmd.push("any".into());
+                    }
+                }
+                for w in ["withdist", "withcoord", "withhash"] {
+                    if rng.below(2) == 0 {
+                        cmd.push(w.into());
+                    }
+                }
+                script.push(cmd);
+            }
+        }
+        if i % 500 == 499 {
+            script.push(s(&["zrange", "p", "0", "-1", "withscores"]));
+        }
+    }
+    script.push(s(&["zrange", "p", "0", "-1", "withscores"]));
+    for cmd in script {
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let want = redis.run(&args);
+        // Compared as RESP2 bytes (doubles and nils as RESP2 writes them).
+        let (mut got, mut wanted) = (Vec::new(), Vec::new());
+        ours(&mut ks, &args).encode(2, &mut got);
+        want.encode(2, &mut wanted);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&wanted),
+            "{cmd:?} (WEFT_KV_GEO_SEED={seed})"
+        );
+    }
+}

@@ -12,11 +12,13 @@
 //! distances are measured from. Distances are on a sphere of radius 6372797.560856 m
 //! (the haversine formula, as Redis).
 //!
-//! GEOADD is ZADD of the encoded scores (it logs and fires events as ZADD does). The
-//! searches read one key: they look at every member of the geo set and keep those
-//! within the circle or box, so the members found are the ones Redis finds; without
-//! ASC, DESC or COUNT they come in score order (Redis's order then depends on the cells
-//! it visits), and COUNT ANY keeps the first found in that order. The STORE forms
+//! GEOADD is ZADD of the encoded scores (it logs and fires events as ZADD does). A
+//! search looks where Redis looks: the cell of the centre at a size fitted to the
+//! area, and its eight neighbours (those not wholly outside the area's bounding box),
+//! each a range of scores, in Redis's order (centre, N, S, E, W, NE, NW, SE, SW); it
+//! keeps the points within the circle or box, so it finds the members Redis finds
+//! (and misses those Redis misses, near the poles), in the same order when unsorted,
+//! and COUNT ANY keeps the same first ones. The STORE forms
 //! (GEORADIUS ... STORE/STOREDIST, GEORADIUSBYMEMBER ... STORE/STOREDIST,
 //! GEOSEARCHSTORE) run as one transaction over the source's and the destination's
 //! shards ([`run_multi`]): the search on the source's shard, then the destination
@@ -102,11 +104,16 @@ pub fn distance(lon1: f64, lat1: f64, lon2: f64, lat2: f64) -> f64 {
 /// `f64::to_radians` may take).
 trait Radians {
     fn to_radians_c(self) -> f64;
+    fn to_degrees_c(self) -> f64;
 }
 
 impl Radians for f64 {
     fn to_radians_c(self) -> f64 {
         self * (std::f64::consts::PI / 180.0)
+    }
+    /// Radians to degrees as C's `x * (180.0 / M_PI)`.
+    fn to_degrees_c(self) -> f64 {
+        self * (180.0 / std::f64::consts::PI)
     }
 }
 
@@ -471,6 +478,136 @@ fn parse<'a>(args: &[&'a [u8]], form: Form) -> Result<Search<'a>, Reply> {
     Ok(s)
 }
 
+/// The cell of (`lon`, `lat`) at `step` bits per coordinate (latitudes in Redis's
+/// range), as (bits, step).
+fn cell_of(lon: f64, lat: f64, step: u32) -> (u64, u32) {
+    let scale = (1u64 << step) as f64;
+    let lat_off = (lat - LAT_MIN) / (LAT_MAX - LAT_MIN) * scale;
+    let lon_off = (lon - LON_MIN) / (LON_MAX - LON_MIN) * scale;
+    (spread(lat_off as u32) | (spread(lon_off as u32) << 1), step)
+}
+
+/// The bounds of a cell: (lon_min, lon_max, lat_min, lat_max).
+fn cell_area((bits, step): (u64, u32)) -> (f64, f64, f64, f64) {
+    let scale = (1u64 << step) as f64;
+    let (ilat, ilon) = (squash(bits) as f64, squash(bits >> 1) as f64);
+    let (lat_span, lon_span) = (LAT_MAX - LAT_MIN, LON_MAX - LON_MIN);
+    (
+        LON_MIN + (ilon / scale) * lon_span,
+        LON_MIN + ((ilon + 1.0) / scale) * lon_span,
+        LAT_MIN + (ilat / scale) * lat_span,
+        LAT_MIN + ((ilat + 1.0) / scale) * lat_span,
+    )
+}
+
+/// The cell `dx` cells east (or west, below 0) and `dy` north (or south) of `cell`,
+/// wrapping around at the edges of the grid.
+fn moved((bits, step): (u64, u32), dx: i32, dy: i32) -> (u64, u32) {
+    let shift = 64 - 2 * step;
+    let one = |bits: u64, mask: u64, d: i32| -> u64 {
+        let own = bits & mask;
+        let zz = !mask >> shift;
+        let v = match d {
+            0 => return own,
+            1.. => own.wrapping_add(zz.wrapping_add(1)),
+            _ => (own | zz).wrapping_sub(zz.wrapping_add(1)),
+        };
+        v & (mask >> shift)
+    };
+    const ODD: u64 = 0xaaaa_aaaa_aaaa_aaaa;
+    const EVEN: u64 = 0x5555_5555_5555_5555;
+    (one(bits, ODD, dx) | one(bits, EVEN, dy), step)
+}
+
+/// The cells a search looks in, as Redis chooses them (its
+/// geohashCalculateAreasByShapeWGS84 and membersOfAllNeighbors): the centre's cell at
+/// a step fitted to the area's size, then its neighbours north, south, east, west,
+/// north-east, north-west, south-east and south-west; `None` for a neighbour that
+/// lies wholly outside the area's bounding box.
+fn cells(lon: f64, lat: f64, s: &Search<'_>) -> [Option<(u64, u32)>; 9] {
+    let (half_h, half_w, radius) = match s.shape {
+        Shape::Radius(r) => (r, r, r),
+        Shape::Box(w, h) => (
+            h / 2.0,
+            w / 2.0,
+            ((w / 2.0) * (w / 2.0) + (h / 2.0) * (h / 2.0)).sqrt(),
+        ),
+    };
+    let (height, width) = (half_h * s.to_m, half_w * s.to_m);
+    let lat_delta = (height / EARTH_RADIUS).to_degrees_c();
+    let lon_top = (width / EARTH_RADIUS / (lat + lat_delta).to_radians_c().cos()).to_degrees_c();
+    let lon_bottom = (width / EARTH_RADIUS / (lat - lat_delta).to_radians_c().cos()).to_degrees_c();
+    let lon_delta = if lat < 0.0 { lon_bottom } else { lon_top };
+    let (min_lon, max_lon) = (lon - lon_delta, lon + lon_delta);
+    let (min_lat, max_lat) = (lat - lat_delta, lat + lat_delta);
+    let mut step = steps_for(radius * s.to_m, lat);
+    let around = |step: u32| {
+        let c = cell_of(lon, lat, step);
+        [
+            c,
+            moved(c, 0, 1),
+            moved(c, 0, -1),
+            moved(c, 1, 0),
+            moved(c, -1, 0),
+            moved(c, 1, 1),
+            moved(c, -1, 1),
+            moved(c, 1, -1),
+            moved(c, -1, -1),
+        ]
+    };
+    let mut n = around(step);
+    let too_big = cell_area(n[1]).3 < max_lat
+        || cell_area(n[2]).2 > min_lat
+        || cell_area(n[3]).1 < max_lon
+        || cell_area(n[4]).0 > min_lon;
+    if step > 1 && too_big {
+        step -= 1;
+        n = around(step);
+    }
+    let mut out = n.map(Some);
+    if step >= 2 {
+        let (a_lon_min, a_lon_max, a_lat_min, a_lat_max) = cell_area(n[0]);
+        // 1 north, 2 south, 3 east, 4 west, 5 NE, 6 NW, 7 SE, 8 SW.
+        let mut drop = |which: [usize; 3]| which.iter().for_each(|&i| out[i] = None);
+        if a_lat_min < min_lat {
+            drop([2, 8, 7]);
+        }
+        if a_lat_max > max_lat {
+            drop([1, 5, 6]);
+        }
+        if a_lon_min < min_lon {
+            drop([4, 8, 6]);
+        }
+        if a_lon_max > max_lon {
+            drop([3, 7, 5]);
+        }
+    }
+    out
+}
+
+/// The bits per coordinate of the cells for a search of this radius (metres) at this
+/// latitude, as Redis's geohashEstimateStepsByRadius: halving the world's Mercator
+/// width until under the radius, two steps coarser, one or two more near the poles.
+fn steps_for(mut range: f64, lat: f64) -> u32 {
+    const MERCATOR_MAX: f64 = 20037726.37;
+    if range == 0.0 {
+        return 26;
+    }
+    let mut step: i32 = 1;
+    while range < MERCATOR_MAX {
+        range *= 2.0;
+        step += 1;
+    }
+    step -= 2;
+    if !(-66.0..=66.0).contains(&lat) {
+        step -= 1;
+        if !(-80.0..=80.0).contains(&lat) {
+            step -= 1;
+        }
+    }
+    step.clamp(1, 26) as u32
+}
+
 /// A point found: member, score, distance in metres from the centre.
 type Found<'a> = (&'a [u8], f64, f64);
 
@@ -485,25 +622,41 @@ fn find<'a>(e: &'a crate::keyspace::Entry, s: &Search<'_>) -> Result<Vec<Found<'
         },
     };
     let mut found: Vec<Found<'a>> = Vec::new();
-    for (m, sc) in view.iter() {
-        if s.any && found.len() >= s.count {
+    let mut last: Option<(u64, u32)> = None;
+    for cell in cells(clon, clat, s).into_iter().flatten() {
+        // Huge areas can make neighbouring cells the same: each is searched once.
+        if last == Some(cell) {
+            continue;
+        }
+        if s.any && !found.is_empty() && found.len() >= s.count {
             break;
         }
-        let (lon, lat) = decode(sc);
-        let inside = match s.shape {
-            Shape::Radius(r) => {
-                let d = distance(clon, clat, lon, lat);
-                (d <= r * s.to_m).then_some(d)
+        last = Some(cell);
+        let (bits, step) = cell;
+        let min = (bits << (52 - 2 * step)) as f64;
+        let max = ((bits + 1) << (52 - 2 * step)) as f64;
+        let from = view.count_before(|sc, _| sc < min);
+        let to = view.count_before(|sc, _| sc < max);
+        for (m, sc) in view.range(from, to, false) {
+            let (lon, lat) = decode(sc);
+            let inside = match s.shape {
+                Shape::Radius(r) => {
+                    let d = distance(clon, clat, lon, lat);
+                    (d <= r * s.to_m).then_some(d)
+                }
+                Shape::Box(w, h) => {
+                    let lon_d = distance(lon, lat, clon, lat);
+                    let lat_d = distance(lon, lat, lon, clat);
+                    (lon_d <= w * s.to_m / 2.0 && lat_d <= h * s.to_m / 2.0)
+                        .then(|| distance(clon, clat, lon, lat))
+                }
+            };
+            if let Some(d) = inside {
+                found.push((m, sc, d));
+                if s.any && found.len() >= s.count {
+                    break;
+                }
             }
-            Shape::Box(w, h) => {
-                let lon_d = distance(lon, lat, clon, lat);
-                let lat_d = distance(lon, lat, lon, clat);
-                (lon_d <= w * s.to_m / 2.0 && lat_d <= h * s.to_m / 2.0)
-                    .then(|| distance(clon, clat, lon, lat))
-            }
-        };
-        if let Some(d) = inside {
-            found.push((m, sc, d));
         }
     }
     match s.asc {
