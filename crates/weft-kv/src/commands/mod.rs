@@ -372,6 +372,33 @@ static OBJECT_SUBS: [Sub; 5] = [
     sub("object|refcount", 3, R),
 ];
 
+/// SLOWLOG's subcommands.
+static SLOWLOG_SUBS: [Sub; 4] = [
+    sub("slowlog|get", -2, A),
+    sub("slowlog|help", 2, 0),
+    sub("slowlog|len", 2, A),
+    sub("slowlog|reset", 2, A),
+];
+
+/// LATENCY's subcommands.
+static LATENCY_SUBS: [Sub; 5] = [
+    sub("latency|doctor", 2, A),
+    sub("latency|help", 2, 0),
+    sub("latency|history", 3, A),
+    sub("latency|latest", 2, A),
+    sub("latency|reset", -2, A),
+];
+
+/// MEMORY's subcommands.
+static MEMORY_SUBS: [Sub; 6] = [
+    sub("memory|doctor", 2, 0),
+    sub("memory|help", 2, 0),
+    sub("memory|malloc-stats", 2, 0),
+    sub("memory|purge", 2, 0),
+    sub("memory|stats", 2, 0),
+    sub("memory|usage", -3, R),
+];
+
 /// PUBSUB's subcommands.
 static PUBSUB_SUBS: [Sub; 6] = [
     sub("pubsub|channels", -2, 0),
@@ -383,7 +410,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 203] = [
+static TABLE: [Command; 207] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -657,6 +684,11 @@ static TABLE: [Command; 203] = [
     // is argument 1 and STORE's destination another (COMMAND GETKEYS finds it)
     cmd("sort", -2, W | D, ONE, Exec::Server),
     cmd("sort_ro", -2, R, ONE, Exec::Server),
+    // diagnostics (`server/slowlog.rs`, `server/memory.rs`)
+    container("slowlog", &SLOWLOG_SUBS),
+    container("latency", &LATENCY_SUBS),
+    container("memory", &MEMORY_SUBS),
+    cmd("lolwut", -1, R | F, NONE, Exec::Server),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -889,6 +921,10 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"unwatch" => const { at("unwatch") },
         b"sort" => const { at("sort") },
         b"sort_ro" => const { at("sort_ro") },
+        b"slowlog" => const { at("slowlog") },
+        b"latency" => const { at("latency") },
+        b"memory" => const { at("memory") },
+        b"lolwut" => const { at("lolwut") },
         _ => return None,
     })
 }

@@ -54,6 +54,10 @@ pub fn run(
         "client" => clients::client(server, conn, args),
         "info" => info::info(server, args),
         "config" => config(server, args),
+        "slowlog" => super::slowlog::slowlog(args),
+        "latency" => super::slowlog::latency(args),
+        "lolwut" => super::slowlog::lolwut(args),
+        "memory" => super::memory::memory(server, conn, args),
         "command" => command::command(args),
         "save" => save(server),
         "bgsave" | "bgrewriteaof" => bgrewriteaof(server, cmd.name),
@@ -181,12 +185,12 @@ fn select(conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
 }
 
 /// CONFIG GET pattern... | SET name value... | RESETSTAT | REWRITE.
-fn config(server: &Server, args: &[Vec<u8>]) -> Reply {
+fn config(server: &Arc<Server>, args: &[Vec<u8>]) -> Reply {
     let sub = args[1].to_ascii_lowercase();
     match sub.as_slice() {
         b"get" if args.len() >= 3 => {
             let mut pairs = Vec::new();
-            for (name, value) in server.settings.all(&server.config) {
+            for (name, value) in server.settings.all(&server.config).into_iter().chain(super::slowlog::settings()) {
                 if args[2..].iter().any(|p| crate::keyspace::glob_match(&p.to_ascii_lowercase(), name.as_bytes())) {
                     pairs.push((bulk(name), bulk(value)));
                 }
@@ -195,7 +199,9 @@ fn config(server: &Server, args: &[Vec<u8>]) -> Reply {
         }
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
             for kv in args[2..].chunks(2) {
-                if let Err(e) = server.settings.set(&text(&kv[0]).to_ascii_lowercase(), &text(&kv[1])) {
+                let name = text(&kv[0]).to_ascii_lowercase();
+                let done = super::slowlog::set(server, &name, &text(&kv[1]));
+                if let Err(e) = done.unwrap_or_else(|| server.settings.set(&name, &text(&kv[1]))) {
                     return Reply::error(e);
                 }
             }

@@ -172,6 +172,20 @@ impl Client {
         *self.waiter.lock().unwrap_or_else(|p| p.into_inner()) = w;
     }
 
+    /// `ip:port` of the client, or `<socket path>:0` (the slow log's client address).
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The connection's name (empty: none).
+    pub fn name_bytes(&self) -> Vec<u8> {
+        self.name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default()
+    }
+
     /// CLIENT KILL closed this connection's socket.
     pub fn killed(&self) -> bool {
         self.killed.load(Relaxed)
@@ -454,6 +468,18 @@ impl Registry {
             }
         }
         (n, myself)
+    }
+
+    /// Closes every connection that read nothing for more than `secs` seconds, but
+    /// those waiting in a blocking command or subscribed (the `timeout` setting).
+    pub fn close_idle(&self, secs: u64) {
+        let now = now_ms();
+        let idle = |c: &Client| {
+            now.saturating_sub(c.last_ms.load(Relaxed)) > secs * 1000
+                && c.waiter.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+                && !c.subscribed()
+        };
+        self.kill(0, idle);
     }
 
     /// Whether a command with `flags` must wait now because of CLIENT PAUSE.

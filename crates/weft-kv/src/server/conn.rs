@@ -27,7 +27,7 @@
 //! ([`protected_mode_refuses`]) turns away TCP clients of other machines when no
 //! password is set.
 
-use super::{admin, clients, multi, pubsub, stats, Server};
+use super::{admin, clients, multi, pubsub, slowlog, stats, Server};
 use crate::commands::{self, flags, Command, Exec};
 use crate::exec::{self, Acks, ShardSet};
 use crate::resp::{Limits, Parsed, Parser, Reply};
@@ -508,6 +508,7 @@ fn run_pipeline(
     loop {
         let all = run_pending(
             server,
+            Some(&*conn.client),
             pending,
             late,
             acks,
@@ -605,6 +606,7 @@ fn put_in_order(
 /// go to `late`. Those not run stay gathered. True when none is left.
 fn run_pending(
     server: &Arc<Server>,
+    client: Option<&clients::Client>,
     pending: &mut [Vec<Pending>],
     late: &mut Vec<(usize, Reply)>,
     acks: &mut Acks,
@@ -638,7 +640,7 @@ fn run_pending(
                 }
                 let t0 = stats::stamp();
                 let (r, lsn) = sh.run(p.f, p.db, &commands::borrow_args(&p.args), now, None);
-                let r = answered(server, p.id, t0, r, p.mute);
+                let r = answered(server, p.id, t0, r, p.mute, (client, &p.args));
                 need = need.max(lsn);
                 used += r.size_hint();
                 out.push((p.slot, r));
@@ -760,7 +762,7 @@ pub(super) fn run_command(
     let t0 = stats::stamp();
     if pubsub::wants(conn, cmd) {
         if let Some(r) = pubsub::run(conn, cmd, args, wbuf) {
-            let r = answered(server, id, t0, r, false);
+            let r = answered(server, id, t0, r, false, (Some(&*conn.client), args));
             // A confirmation is sent whatever CLIENT REPLY says.
             return Some(match r {
                 Reply::Written => r,
@@ -795,7 +797,7 @@ pub(super) fn run_command(
         }
         _ => {
             if let Some(r) = multi::run(server, conn, cmd, args, me, pending, acks, wbuf) {
-                let r = answered(server, id, t0, r, false);
+                let r = answered(server, id, t0, r, false, (Some(&*conn.client), args));
                 return Some(muted(conn, r, wbuf, mark));
             }
             // No command waits gathered here: the pipeline stops before a barrier
@@ -804,14 +806,25 @@ pub(super) fn run_command(
             run_other(server, conn, cmd, &args, acks)
         }
     };
-    let r = answered(server, id, t0, r, false);
+    let r = answered(server, id, t0, r, false, (Some(&*conn.client), args));
     Some(muted(conn, r, wbuf, mark))
 }
 
 /// Counts a call of the command numbered `id` that started at [`stats::stamp`] `t0`
 /// and answered `r`; the reply, or nothing if `mute`.
-fn answered(server: &Server, id: usize, t0: u64, r: Reply, mute: bool) -> Reply {
-    server.stats.call(id, t0, r.is_error());
+/// A call slow enough goes to the slow log (`slowlog.rs`: one comparison otherwise).
+fn answered<A: AsRef<[u8]>>(
+    server: &Server,
+    id: usize,
+    t0: u64,
+    r: Reply,
+    mute: bool,
+    who: (Option<&clients::Client>, &[A]),
+) -> Reply {
+    let took = server.stats.call(id, t0, r.is_error());
+    if took >= slowlog::MIN_TICKS.load(Relaxed) {
+        slowlog::note(who.0, who.1, took);
+    }
     if let Reply::Error(e) = &r {
         server.stats.error(e);
     }

@@ -26,10 +26,12 @@ pub mod config;
 pub(crate) mod conn;
 pub(crate) mod info;
 pub(crate) mod input;
+pub(crate) mod memory;
 pub(crate) mod multi;
 pub(crate) mod poll;
 pub(crate) mod pubsub;
 pub(crate) mod shards;
+pub(crate) mod slowlog;
 pub(crate) mod stats;
 
 pub use config::{Config, Fsync};
@@ -192,7 +194,6 @@ impl Settings {
                 "auto-aof-rewrite-min-size",
                 self.rewrite_min.load(Relaxed).to_string(),
             ),
-            ("timeout", "0".into()),
             ("io-threads", "1".into()),
             (
                 "client-output-limit",

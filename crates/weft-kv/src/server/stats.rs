@@ -42,7 +42,7 @@ pub fn stamp() -> u64 {
 
 /// How many stamp units make a microsecond, measured over the time since the first
 /// call (the counter runs at a constant rate on the processors Linux uses it on).
-fn ticks_per_us() -> f64 {
+pub fn ticks_per_us() -> f64 {
     let (t0, s0) = *ORIGIN.get_or_init(|| (Instant::now(), stamp()));
     let us = t0.elapsed().as_secs_f64() * 1e6;
     if cfg!(not(target_arch = "x86_64")) || us < 1000.0 {
@@ -115,6 +115,7 @@ impl Stats {
     /// Counters for `workers` workers.
     pub fn new(workers: usize) -> Stats {
         ORIGIN.get_or_init(|| (Instant::now(), stamp()));
+        super::slowlog::init();
         let ids = commands::stat_ids();
         Stats {
             parts: (0..=workers).map(|_| Part::new(ids)).collect(),
@@ -145,9 +146,9 @@ impl Stats {
     }
 
     /// A call of the command numbered `id`, which started at [`stamp`] `start`, has
-    /// run, and answered an error if `failed`.
+    /// run, and answered an error if `failed`; returns the stamp units it took.
     #[inline]
-    pub fn call(&self, id: usize, start: u64, failed: bool) {
+    pub fn call(&self, id: usize, start: u64, failed: bool) -> u64 {
         let took = stamp().saturating_sub(start);
         let (p, own) = self.part();
         Self::add(&p.calls[id], 1, own);
@@ -155,6 +156,7 @@ impl Stats {
         if failed {
             Self::add(&p.failed[id], 1, own);
         }
+        took
     }
 
     /// A call of the command numbered `id` was refused before it ran.
