@@ -2,7 +2,9 @@
 //! ALPHA order, DESC, LIMIT, BY and GET patterns with `*`, `->field` and `#`, BY
 //! nosort over lists, sets and sorted sets), errors (syntax, LIMIT, scores that are
 //! not numbers, WRONGTYPE) that change nothing, STORE into a destination on another
-//! shard, and the stored lists as a restart (a replay of the log) rebuilds them.
+//! shard, and the stored lists as a restart (a replay of the log) rebuilds them; and
+//! STORE's step on one keyspace: the records it logs (a new list's whole state, or
+//! `Del`), their replay (`check_replay`), OOM before anything changes.
 
 mod common;
 use common::*;
@@ -246,4 +248,55 @@ fn store_to_other_shards_and_replay() {
     );
     assert_eq!(run(&s, &["exists", &k[2], &k[3]]), Reply::Int(0));
     assert_eq!(run(&s, &["dbsize"]), Reply::Int(4));
+}
+
+/// Runs SORT's STORE step (`commands::sort::store`) on `t`'s keyspace, as the
+/// transaction runs it on the destination's shard.
+fn store_step(t: &mut T, args: &[&str]) -> Reply {
+    let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let mut buf = Vec::new();
+    let mut ctx = Ctx::new(t.now, &mut buf);
+    ctx.room = t.room;
+    let r = weft_kv::commands::sort::store(&mut t.ks, &argv, &mut ctx);
+    t.log.extend_from_slice(&buf);
+    t.last = buf;
+    r
+}
+
+#[test]
+fn store_logs_a_new_list_and_checks_the_memory_first() {
+    let mut t = T::new();
+    t.run(&["set", "d", "a string"]);
+    assert_eq!(
+        store_step(&mut t, &["sortstore", "d", "b", "", "a"]),
+        Reply::Int(3)
+    );
+    // The destination's whole state, as an LPUSH onto a new key logs it.
+    assert_eq!(
+        t.logged(),
+        vec![Record::List {
+            key: b"d".to_vec(),
+            expire_at_ms: None,
+            items: vec![b"b".to_vec(), vec![], b"a".to_vec()],
+        }]
+    );
+    assert_eq!(t.run(&["lrange", "d", "0", "-1"]), bulks(&["b", "", "a"]));
+    t.check_replay();
+    // Nothing to store: the destination goes, logged as its removal; again, nothing.
+    assert_eq!(store_step(&mut t, &["sortstore", "d"]), Reply::Int(0));
+    assert_eq!(t.logged(), vec![Record::Del { key: b"d".to_vec() }]);
+    assert_eq!(store_step(&mut t, &["sortstore", "d"]), Reply::Int(0));
+    assert_eq!(t.logged(), vec![]);
+    t.check_replay();
+    // Without room: OOM, and the old value stays.
+    t.run(&["set", "d", "x"]);
+    t.room = 8;
+    let big = "y".repeat(100);
+    assert_eq!(
+        store_step(&mut t, &["sortstore", "d", &big]),
+        err("OOM command not allowed when used memory > 'maxmemory'.")
+    );
+    assert_eq!(t.logged(), vec![]);
+    assert_eq!(t.run(&["get", "d"]), bulk("x"));
+    t.check_replay();
 }
