@@ -31,6 +31,8 @@ pub(crate) struct Config {
     pub stack_size: usize,
     /// The I/O backend of every worker's driver.
     pub io_backend: crate::io::IoBackend,
+    /// How long an idle worker spins before it sleeps.
+    pub idle_spin: Duration,
 }
 
 /// Options for a [`Runtime`].
@@ -42,6 +44,7 @@ pub struct Builder {
     name: String,
     preempt: bool,
     io_backend: Option<crate::io::IoBackend>,
+    idle_spin: Duration,
 }
 
 impl Default for Builder {
@@ -53,6 +56,7 @@ impl Default for Builder {
             name: "weft-worker".into(),
             preempt: std::env::var("WEFT_PREEMPT").map_or(true, |v| v != "off" && v != "0"),
             io_backend: None,
+            idle_spin: crate::msgbox::SPIN_BEFORE_SLEEP,
         }
     }
 }
@@ -89,6 +93,15 @@ impl Builder {
     #[doc(hidden)]
     pub fn io_backend(mut self, backend: crate::io::IoBackend) -> Self {
         self.io_backend = Some(backend);
+        self
+    }
+    /// How long a worker that runs out of work watches for new work before it sleeps
+    /// (default [`SPIN_BEFORE_SLEEP`](crate::msgbox::SPIN_BEFORE_SLEEP), 20 us: work
+    /// arriving within it costs no wake-up). Zero for a runtime whose CPU time others
+    /// on the machine need more than it needs a quick wake-up (a load generator sharing
+    /// the CPUs with the server it measures).
+    pub fn idle_spin(mut self, d: Duration) -> Self {
+        self.idle_spin = d;
         self
     }
     /// Prefix of the worker threads' names (default `weft-worker`).
@@ -142,6 +155,7 @@ impl Builder {
             config: Config {
                 stack_size: self.stack_size,
                 io_backend,
+                idle_spin: self.idle_spin,
             },
         });
         let mut threads = Vec::with_capacity(n);

@@ -1,7 +1,8 @@
 //! `weft bench kv`'s own RESP load generator: `weft bench-worker kv-load`.
 //!
 //! Many connections, each a green thread of a weft runtime with one worker per CPU
-//! (the connections spread over the workers round-robin), each sending GET or SET
+//! (the connections spread over the workers round-robin; the workers do not spin when
+//! idle, so the generator leaves the server the CPU time it does not use), each sending GET or SET
 //! commands on keys `key:000000`.. of a populated key space, `pipeline` commands at a
 //! time, and reading their replies. Every GET's value is checked (a key's value is a
 //! function of the key, as in the client-processes table: [`super::kv`]'s
@@ -433,6 +434,9 @@ pub fn run(spec: Spec) -> Result<Outcome, String> {
     let rt = weft_runtime::Runtime::builder()
         .workers(workers)
         .pin(false)
+        // No spin when idle: the generator shares the CPUs with the server it measures,
+        // and a spinning client takes CPU time from it (docs/benchmarks.md).
+        .idle_spin(Duration::ZERO)
         .name("kv-load")
         .build()
         .map_err(|e| format!("cannot start the load generator's runtime: {e}"))?;

@@ -128,42 +128,13 @@ fn name(pat: &[u8], elem: &[u8]) -> Named {
     Named::Key(key, field)
 }
 
-/// Parses a sort weight as C's `strtod` reads the whole text: leading white space,
-/// decimal or hexadecimal (`0x10`), `inf`; nothing after it; NaN refused. An empty
-/// text is 0.
+/// A sort weight as Redis reads it: C's `strtod` over the whole text (leading white
+/// space, decimal or hexadecimal, `inf`; an empty text is 0), refused if anything is
+/// left over, if it is out of range (an overflow, or an underflow, subnormals
+/// included) or NaN.
 fn weight(b: &[u8]) -> Option<f64> {
-    let start = b
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(b.len());
-    let t = std::str::from_utf8(&b[start..]).ok()?;
-    if b.is_empty() {
-        return Some(0.0);
-    }
-    let (neg, body) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    let v = if let Some(hex) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-        if hex.is_empty() || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return None;
-        }
-        hex.bytes().fold(0.0f64, |v, c| {
-            v * 16.0 + (c as char).to_digit(16).expect("a hex digit") as f64
-        })
-    } else {
-        if body.is_empty() || body.starts_with(['+', '-']) {
-            return None;
-        }
-        let v: f64 = body.parse().ok()?;
-        if v.is_infinite() && !body.to_ascii_lowercase().starts_with("inf") {
-            return None; // out of range (strtod's ERANGE)
-        }
-        v
-    };
-    let v = if neg { -v } else { v };
-    (!v.is_nan()).then_some(v)
+    let (v, n, erange) = super::zsets::strtod(b);
+    (n == b.len() && !erange && !v.is_nan()).then_some(v)
 }
 
 /// SORT's read of its key (not a command of the table): `[type, elements...]` with

@@ -52,7 +52,7 @@ fn zset_of<'a>(ks: &'a mut Keyspace, key: &[u8], now_ms: u64) -> Result<Option<&
 
 /// C's strtod over `b`: the value, how many bytes it read, and whether the value was
 /// out of range (errno ERANGE). Parsing stops at a zero byte, as in C.
-fn strtod(b: &[u8]) -> (f64, usize, bool) {
+pub(super) fn strtod(b: &[u8]) -> (f64, usize, bool) {
     let mut buf = Vec::with_capacity(b.len() + 1);
     buf.extend_from_slice(b);
     buf.push(0);

@@ -53,9 +53,14 @@ impl Spin {
     /// A spin of at most [`SPIN_BEFORE_SLEEP`], or `limit` if shorter (a timer due
     /// sooner, say).
     pub fn new(limit: Option<Duration>) -> Spin {
+        Spin::up_to(limit, SPIN_BEFORE_SLEEP)
+    }
+
+    /// A spin of at most `spin`, or `limit` if shorter.
+    pub fn up_to(limit: Option<Duration>, spin: Duration) -> Spin {
         Spin {
             start: None,
-            limit: limit.map_or(SPIN_BEFORE_SLEEP, |l| l.min(SPIN_BEFORE_SLEEP)),
+            limit: limit.map_or(spin, |l| l.min(spin)),
             turns: 0,
         }
     }
@@ -108,6 +113,9 @@ pub struct Endpoint<T> {
     overflowing: usize,
     /// Per doorbell class: how many polls in a row found its boxes empty.
     idle_polls: [u8; CLASSES],
+    /// How long [`Endpoint::wait_or`] spins before it sleeps ([`SPIN_BEFORE_SLEEP`]
+    /// unless set).
+    spin: Duration,
 }
 
 /// Builds the matrix for `workers` workers, with boxes of `capacity` messages, and
@@ -134,6 +142,7 @@ pub fn matrix<T: Send>(workers: usize, capacity: usize) -> std::io::Result<Vec<E
             overflow: (0..workers).map(|_| VecDeque::new()).collect(),
             overflowing: 0,
             idle_polls: [0; CLASSES],
+            spin: SPIN_BEFORE_SLEEP,
         })
         .collect())
 }
@@ -148,6 +157,16 @@ where
 }
 
 impl<T: Send> Endpoint<T> {
+    /// Sets how long a wait spins before it sleeps (the runtime's `idle_spin`).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// How long a wait spins before it sleeps.
+    pub fn spin(&self) -> Duration {
+        self.spin
+    }
+
     /// This worker's doorbell.
     #[inline(always)]
     fn bell(&self) -> &Doorbell {
@@ -364,7 +383,7 @@ impl<T: Send> Endpoint<T> {
         if pending > 0 && (!self.flush() || self.overflowing < pending) {
             return;
         }
-        let mut spin = Spin::new(timeout);
+        let mut spin = Spin::up_to(timeout, self.spin);
         loop {
             if self.has_mail() || ready() {
                 return;

@@ -304,11 +304,12 @@ impl Worker {
     pub(crate) fn new(
         id: usize,
         shared: Arc<Shared>,
-        endpoint: Endpoint<Mail>,
+        mut endpoint: Endpoint<Mail>,
         spawnq: crossbeam_deque::Worker<Arc<Task>>,
         sched: RawFiber,
     ) -> std::io::Result<Worker> {
         let io = crate::io::Driver::new(endpoint.wake_fd(), shared.config.io_backend)?;
+        endpoint.set_spin(shared.config.idle_spin);
         let mine: *const WorkerShared = &*shared.workers[id];
         Ok(Worker {
             id,
@@ -849,7 +850,7 @@ unsafe fn spin_for_mail(w: *mut Worker) -> Option<Arc<Task>> {
             .timers
             .next_deadline()
             .map(|d| d.saturating_duration_since(Instant::now()));
-        let mut spin = crate::msgbox::Spin::new(timeout);
+        let mut spin = crate::msgbox::Spin::up_to(timeout, (*w).endpoint.spin());
         while spin.go_on() {
             if (*w).endpoint.has_mail() || !mine(w).inbox.is_empty() || (*w).io.has_completions() {
                 if let Some(t) = pick_next(w) {
