@@ -2,9 +2,9 @@
 //!
 //! Many connections, each a green thread of a weft runtime with one worker per CPU
 //! (the connections spread over the workers round-robin; the workers do not spin when
-//! idle, so the generator leaves the server the CPU time it does not use), each sending GET or SET
-//! commands on keys `key:000000`.. of a populated key space, `pipeline` commands at a
-//! time, and reading their replies. Every GET's value is checked (a key's value is a
+//! idle, so the generator leaves the server the CPU time it does not use), each
+//! sending GET or SET commands on keys `key:000000`.. of a populated key space,
+//! `pipeline` commands at a time, and reading their replies. Every GET's value is checked (a key's value is a
 //! function of the key, as in the client-processes table: [`super::kv`]'s
 //! `key_value`), so a wrong reply is an error, not a figure.
 //!
