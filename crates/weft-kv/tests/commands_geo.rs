@@ -447,3 +447,33 @@ fn store_forms_run_across_shards_and_recover() {
     let store = weft_kv::Store::open(dir.path()).unwrap();
     assert_eq!(state(&store), before);
 }
+
+/// Every geo command is in the table, with its arity, and COMMAND DOCS describes it.
+#[test]
+fn every_geo_command_is_documented() {
+    for name in [
+        "geoadd",
+        "geodist",
+        "geohash",
+        "geopos",
+        "geosearch",
+        "geosearchstore",
+        "georadius",
+        "georadius_ro",
+        "georadiusbymember",
+        "georadiusbymember_ro",
+    ] {
+        assert!(lookup(name.to_uppercase().as_bytes()).is_some(), "{name}");
+        let d = weft_kv::commands::docs::doc(name).expect(name);
+        assert_eq!(d.group, "geo", "{name}");
+    }
+    let mut t = T::new();
+    assert_eq!(
+        t.run(&["geoadd", "g", "1", "2"]),
+        err("ERR wrong number of arguments for 'geoadd' command")
+    );
+    assert_eq!(
+        t.run(&["geosearch", "g", "frommember", "a", "byradius", "1"]),
+        err("ERR wrong number of arguments for 'geosearch' command")
+    );
+}

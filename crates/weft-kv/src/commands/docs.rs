@@ -66,6 +66,9 @@ pub fn doc(name: &str) -> Option<Doc> {
     if let Some(h) = super::hll::doc(name) {
         return Some(h);
     }
+    if let Some(g) = super::geo::doc(name) {
+        return Some(g);
+    }
     use self::d as x;
     let (s, c, g, n, h) = ("string", "connection", "generic", "server", "hash");
     Some(match name {

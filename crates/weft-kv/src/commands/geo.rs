@@ -874,3 +874,69 @@ pub fn run_multi(
     });
     Some(reply)
 }
+
+/// What COMMAND DOCS says of a geo command (`None` for another).
+pub fn doc(name: &str) -> Option<super::docs::Doc> {
+    const MEMBERS: &str = "O(log(N)) for each member given, N the size of the geo set";
+    const SEARCH: &str =
+        "O(N+log(M)) where N is the number of members in the cells searched and M the size of the geo set";
+    let (summary, since, complexity) = match name {
+        "geoadd" => (
+            "Adds members at points of a geo set, making it if missing",
+            "3.2.0",
+            MEMBERS,
+        ),
+        "geodist" => (
+            "Returns the distance between two members of a geo set",
+            "3.2.0",
+            MEMBERS,
+        ),
+        "geohash" => (
+            "Returns members' positions as standard geohash strings",
+            "3.2.0",
+            MEMBERS,
+        ),
+        "geopos" => (
+            "Returns members' longitudes and latitudes",
+            "3.2.0",
+            MEMBERS,
+        ),
+        "geosearch" => (
+            "Returns the members of a geo set within a circle or box",
+            "6.2.0",
+            SEARCH,
+        ),
+        "geosearchstore" => (
+            "Stores the members of a geo set within a circle or box in a key",
+            "6.2.0",
+            SEARCH,
+        ),
+        "georadius" => (
+            "Returns (or stores) the members within a radius of a point",
+            "3.2.0",
+            SEARCH,
+        ),
+        "georadius_ro" => (
+            "Returns the members within a radius of a point",
+            "3.2.10",
+            SEARCH,
+        ),
+        "georadiusbymember" => (
+            "Returns (or stores) the members within a radius of a member",
+            "3.2.0",
+            SEARCH,
+        ),
+        "georadiusbymember_ro" => (
+            "Returns the members within a radius of a member",
+            "3.2.10",
+            SEARCH,
+        ),
+        _ => return None,
+    };
+    Some(super::docs::Doc {
+        summary,
+        since,
+        group: "geo",
+        complexity,
+    })
+}

@@ -50,6 +50,7 @@ fn categories(name: &str, bits: u32) -> Vec<&'static str> {
         Some("hash") => "@hash",
         Some("list") => "@list",
         Some("set") => "@set",
+        Some("geo") => "@geo",
         Some("bitmap") => "@bitmap",
         Some("generic") => "@keyspace",
         Some("connection") => "@connection",
