@@ -245,7 +245,9 @@ pub fn run_common(
         "bitop" | "lcs" | "rename" | "renamenx" | "copy" | "randomkey" => {
             return crate::commands::across::run(set, cmd, args, db, acks)
         }
-        "pfcount" | "pfmerge" => return crate::commands::hll::run_server(set, cmd, args, db, acks),
+        "pfcount" | "pfmerge" | "pfselftest" => {
+            return crate::commands::hll::run_server(set, cmd, args, db, acks)
+        }
         "lmove" | "rpoplpush" | "lmpop" => {
             crate::commands::lists::run_server(set, cmd.name, args, db, acks)
         }

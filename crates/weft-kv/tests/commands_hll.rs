@@ -217,3 +217,52 @@ fn over_several_shards() {
     assert_eq!(store.exec(&[b"get", k[2].as_bytes()]), merged);
     assert_eq!(store.exec(&[b"pfcount", k[2].as_bytes()]), Reply::Int(6));
 }
+
+#[test]
+fn pfdebug_looks_inside() {
+    let mut t = T::new();
+    t.run(&["pfadd", "h", "a"]);
+    assert_eq!(
+        t.run(&["pfdebug", "encoding", "h"]),
+        Reply::Simple("sparse".into())
+    );
+    let Reply::Bulk(runs) = t.run(&["pfdebug", "decode", "h"]) else {
+        panic!("DECODE answers a string")
+    };
+    let runs = String::from_utf8(runs).unwrap();
+    assert!(runs.starts_with("Z:") && runs.contains(" v:"), "{runs}");
+    assert!(t.logged().is_empty());
+    assert_eq!(t.run(&["pfdebug", "todense", "h"]), Reply::Int(1));
+    assert!(matches!(&t.logged()[..], [Record::Set { value, .. }] if value.len() == 12304));
+    assert_eq!(t.run(&["pfdebug", "todense", "h"]), Reply::Int(0));
+    assert!(t.logged().is_empty());
+    assert_eq!(
+        t.run(&["pfdebug", "encoding", "h"]),
+        Reply::Simple("dense".into())
+    );
+    assert_eq!(
+        t.run(&["pfdebug", "decode", "h"]),
+        err("ERR HLL encoding is not sparse")
+    );
+    let Reply::Array(regs) = t.run(&["pfdebug", "getreg", "h"]) else {
+        panic!("GETREG answers an array")
+    };
+    assert_eq!(regs.len(), 16384);
+    assert_eq!(regs.iter().filter(|r| **r != Reply::Int(0)).count(), 1);
+    assert_eq!(t.run(&["pfcount", "h"]), Reply::Int(1));
+    assert_eq!(
+        t.run(&["pfdebug", "getreg", "missing"]),
+        err("ERR The specified key does not exist")
+    );
+    assert_eq!(
+        t.run(&["pfdebug", "other", "h"]),
+        err("ERR Unknown PFDEBUG subcommand 'other'")
+    );
+    t.check_replay();
+}
+
+#[test]
+fn pfselftest_passes() {
+    let (_dir, store) = four_shards();
+    assert_eq!(store.exec(&[b"pfselftest"]), Reply::OK);
+}

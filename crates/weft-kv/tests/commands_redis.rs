@@ -1909,6 +1909,23 @@ fn hll_replies_match_redis_server() {
     script.push(s(&["get", "new"]));
     script.push(s(&["pfmerge", "g", "h"]));
     script.push(s(&["get", "g"]));
+    for cmd in [
+        vec!["pfdebug", "encoding", "h"],
+        vec!["pfdebug", "decode", "h"],
+        vec!["pfdebug", "decode", "big"],
+        vec!["pfdebug", "encoding", "big"],
+        vec!["pfdebug", "getreg", "z"],
+        vec!["get", "z"],
+        vec!["pfdebug", "todense", "z"],
+        vec!["pfdebug", "todense", "h"],
+        vec!["get", "h"],
+        vec!["pfdebug", "todense", "h"],
+        vec!["pfdebug", "getreg", "missing"],
+        vec!["pfdebug", "nosuch", "h"],
+        vec!["pfdebug", "decode", "list"],
+    ] {
+        script.push(s(&cmd));
+    }
     // Errors.
     script.push(s(&["set", "str", "hello"]));
     script.push(s(&["pfadd", "str", "a"]));

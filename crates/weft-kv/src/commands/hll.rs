@@ -1,8 +1,9 @@
-//! The HyperLogLog commands (Redis 7.0's hyperloglog.c): PFADD, PFCOUNT, PFMERGE.
+//! The HyperLogLog commands (Redis 7.0's hyperloglog.c): PFADD, PFCOUNT, PFMERGE,
+//! PFDEBUG to look inside one, and PFSELFTEST.
 //!
 //! A HyperLogLog is a string value (`TYPE` says string) in Redis's own representation,
-//! byte for byte, so GET, SET, DUMP and RESTORE of one move it between weft-kv and
-//! redis-server and PFCOUNT gives the same estimate for the same elements:
+//! byte for byte, so GET and SET of one move it between weft-kv and redis-server, and
+//! PFCOUNT gives the same estimate for the same elements:
 //!
 //! - a 16-byte header: `HYLL`, the encoding (0 dense, 1 sparse), three zero bytes,
 //!   and the cached cardinality (8 bytes, little-endian; the top bit of the last byte
@@ -12,7 +13,7 @@
 //! - sparse: runs of registers as opcodes: `00xxxxxx` (1 to 64 zero registers),
 //!   `01xxxxxx yyyyyyyy` (1 to 16384 zero registers), `1vvvvvxx` (1 to 4 registers of
 //!   value 1 to 32). A sparse value turns dense when a register passes 32 or the
-//!   value would pass [`SPARSE_MAX_BYTES`] (Redis's `hll-sparse-max-bytes`, 3000).
+//!   value would pass `hll-sparse-max-bytes` (3000 unless CONFIG SET changes it).
 //!
 //! An element goes to register `h & 16383` of its 64-bit MurmurHash64A (seed
 //! `0xadc83b19`), which keeps the length of the run of zero bits after the 14 index
@@ -41,6 +42,7 @@ use crate::log::RecordRef;
 use crate::pubsub::{notify, STRING};
 use crate::resp::Reply;
 use crate::route::shard_of;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// The header's length.
 const HDR: usize = 16;
@@ -52,8 +54,20 @@ const P: u32 = 14;
 const Q: usize = 64 - P as usize;
 /// A dense value's length.
 const DENSE_SIZE: usize = HDR + REGISTERS * 6 / 8;
-/// The largest sparse value (Redis's `hll-sparse-max-bytes` default).
-pub const SPARSE_MAX_BYTES: usize = 3000;
+/// The largest sparse value (`hll-sparse-max-bytes`, 3000 as in Redis).
+static SPARSE_MAX_BYTES: AtomicUsize = AtomicUsize::new(3000);
+
+/// The largest sparse value, header included (`hll-sparse-max-bytes`): a write that
+/// would make one longer turns it dense.
+#[inline]
+pub fn sparse_max_bytes() -> usize {
+    SPARSE_MAX_BYTES.load(Relaxed)
+}
+
+/// Sets `hll-sparse-max-bytes` (CONFIG SET): later writes go by it.
+pub fn set_sparse_max_bytes(n: usize) {
+    SPARSE_MAX_BYTES.store(n, Relaxed);
+}
 /// The encodings (header byte 4).
 const DENSE: u8 = 0;
 const SPARSE: u8 = 1;
@@ -320,7 +334,7 @@ fn raise(v: &mut Vec<u8>, index: usize, count: u8) -> Result<bool, Corrupt> {
     if v[4] == DENSE {
         Ok(dense_raise(&mut v[HDR..], index, count))
     } else {
-        sparse_raise(v, index, count, SPARSE_MAX_BYTES)
+        sparse_raise(v, index, count, sparse_max_bytes())
     }
 }
 
@@ -620,7 +634,126 @@ fn merge_put(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     merge_store(ks, args[1], args[2], args[3] == b"1", ctx)
 }
 
-/// PFCOUNT and PFMERGE as the server runs them: on one shard the shard function;
+/// PFDEBUG subcommand key: looks inside a HyperLogLog. `GETREG`: its 16384 registers
+/// (a sparse one is turned dense first, and stays so); `DECODE`: a sparse one's runs
+/// as text (`z:len` a ZERO run, `Z:len` an XZERO run, `v:value,len`), `ERR HLL
+/// encoding is not sparse` for a dense one; `ENCODING`: `sparse` or `dense`;
+/// `TODENSE`: turns a sparse one dense, answering 1, or 0 if it was dense already.
+/// A missing key: `ERR The specified key does not exist`; another subcommand:
+/// `ERR Unknown PFDEBUG subcommand '...'`; errors of the value as PFADD's.
+pub fn pfdebug(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    let key = args[2];
+    let old = match lookup(ks, key, ctx.now_ms) {
+        Ok(Some(v)) => v,
+        Ok(None) => return Reply::err("ERR The specified key does not exist"),
+        Err(e) => return e,
+    };
+    let sub = args[1].to_ascii_lowercase();
+    match sub.as_slice() {
+        b"getreg" | b"todense" => {
+            let mut v = old.clone();
+            if to_dense(&mut v).is_err() {
+                return CORRUPT;
+            }
+            if v.len() != old.len() {
+                if ctx.over_memory {
+                    return OOM;
+                }
+                if let Err(e) = write(ks, key, Some(&old), &v, ctx) {
+                    return e;
+                }
+            }
+            if sub == b"todense" {
+                return Reply::Int((v.len() != old.len()) as i64);
+            }
+            Reply::Array(
+                (0..REGISTERS)
+                    .map(|i| Reply::Int(dense_get(&v[HDR..], i) as i64))
+                    .collect(),
+            )
+        }
+        b"decode" => {
+            if old[4] != SPARSE {
+                return Reply::err("ERR HLL encoding is not sparse");
+            }
+            let mut text = Vec::new();
+            let mut at = HDR;
+            while at < old.len() {
+                let (oplen, len, val) = opcode(&old, at);
+                let b = old[at];
+                let item = if b & 0x80 != 0 {
+                    format!("v:{val},{len} ")
+                } else if b & 0x40 != 0 {
+                    format!("Z:{len} ")
+                } else {
+                    format!("z:{len} ")
+                };
+                text.extend_from_slice(item.as_bytes());
+                at += oplen;
+            }
+            text.pop_if(|b| *b == b' ');
+            Reply::Bulk(text)
+        }
+        b"encoding" => Reply::Simple(if old[4] == DENSE { "dense" } else { "sparse" }.into()),
+        _ => Reply::error(format!(
+            "ERR Unknown PFDEBUG subcommand '{}'",
+            String::from_utf8_lossy(args[1])
+        )),
+    }
+}
+
+/// PFSELFTEST: checks this implementation on the spot and answers OK, or a
+/// `TESTFAILED` error saying what went wrong: every register of a dense HyperLogLog
+/// keeps what is written to it, and the estimate of 1 to 100,000 distinct elements,
+/// added to one kept sparse as long as it may and to one dense from the start, is the
+/// same for both and within six standard errors (6 x 1.04 / sqrt(16384)).
+pub fn selftest() -> Reply {
+    let mut regs = vec![0u8; REGISTERS * 6 / 8];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..16 {
+        let mut want = vec![0u8; REGISTERS];
+        for (i, w) in want.iter_mut().enumerate() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            *w = (seed & 63) as u8;
+            dense_put(&mut regs, i, *w);
+        }
+        if let Some(i) = (0..REGISTERS).find(|&i| dense_get(&regs, i) != want[i]) {
+            return Reply::error(format!("TESTFAILED Register error at index {i}"));
+        }
+    }
+    let mut sparse = empty();
+    let mut dense = empty();
+    if to_dense(&mut dense).is_err() {
+        return Reply::err("TESTFAILED an empty HyperLogLog could not turn dense");
+    }
+    let relerr = 1.04 / (REGISTERS as f64).sqrt();
+    let mut checkpoint = 1;
+    for j in 1..=100_000u64 {
+        let element = j.to_le_bytes();
+        if add(&mut sparse, &element).is_err() || add(&mut dense, &element).is_err() {
+            return Reply::err("TESTFAILED a HyperLogLog was found corrupted");
+        }
+        if j != checkpoint {
+            continue;
+        }
+        checkpoint *= 10;
+        let (Ok(a), Ok(b)) = (count(&sparse), count(&dense)) else {
+            return Reply::err("TESTFAILED a HyperLogLog was found corrupted");
+        };
+        let maxerr = if j < 10 { 1.0 } else { relerr * 6.0 * j as f64 };
+        let abserr = (a as f64 - j as f64).abs();
+        if a != b || abserr > maxerr {
+            return Reply::error(format!(
+                "TESTFAILED too big error. card:{j} sparse:{a} dense:{b} abserr:{abserr}"
+            ));
+        }
+    }
+    Reply::OK
+}
+
+/// PFCOUNT, PFMERGE and PFSELFTEST as the server runs them: on one shard the shard function;
 /// with keys on several, the values are read (GET) and, for PFMERGE, the union stored
 /// on the destination's shard, under one transaction over those shards. `None` for
 /// another command.
@@ -633,6 +766,7 @@ pub fn run_server(
 ) -> Option<Reply> {
     let argv = super::borrow_args(args);
     let f = match cmd.name {
+        "pfselftest" => return Some(selftest()),
         "pfcount" => pfcount,
         "pfmerge" => pfmerge,
         _ => return None,
@@ -697,6 +831,16 @@ pub fn doc(name: &str) -> Option<super::docs::Doc> {
             "Stores the union of HyperLogLog keys in a key",
             "2.8.9",
             "O(N) where N is the number of keys given",
+        ),
+        "pfselftest" => (
+            "Checks the HyperLogLog implementation on the spot",
+            "2.8.9",
+            "N/A",
+        ),
+        "pfdebug" => (
+            "Looks inside a HyperLogLog: its registers, runs or encoding",
+            "2.8.9",
+            "O(N)",
         ),
         _ => return None,
     };

@@ -410,7 +410,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 207] = [
+static TABLE: [Command; 209] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -565,6 +565,14 @@ static TABLE: [Command; 207] = [
     cmd("pfadd", -2, W | D | F, ONE, Exec::Shard(hll::pfadd)),
     cmd("pfcount", -2, R, ALL, Exec::Server),
     cmd("pfmerge", -2, W | D, ALL, Exec::Server),
+    cmd(
+        "pfdebug",
+        3,
+        W | D | A,
+        (2, 2, 1),
+        Exec::Shard(hll::pfdebug),
+    ),
+    cmd("pfselftest", 1, A, NONE, Exec::Server),
     // pub/sub (server/pubsub.rs)
     cmd("subscribe", -2, 0, NONE, Exec::Server),
     cmd("unsubscribe", -1, 0, NONE, Exec::Server),
@@ -838,6 +846,8 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"pfadd" => const { at("pfadd") },
         b"pfcount" => const { at("pfcount") },
         b"pfmerge" => const { at("pfmerge") },
+        b"pfdebug" => const { at("pfdebug") },
+        b"pfselftest" => const { at("pfselftest") },
         b"subscribe" => const { at("subscribe") },
         b"unsubscribe" => const { at("unsubscribe") },
         b"psubscribe" => const { at("psubscribe") },

@@ -185,6 +185,10 @@ impl Settings {
                 "zset-max-ziplist-value",
                 crate::keyspace::zset::max_packed_value().to_string(),
             ),
+            (
+                "hll-sparse-max-bytes",
+                crate::commands::hll::sparse_max_bytes().to_string(),
+            ),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             (
                 "auto-aof-rewrite-percentage",
@@ -272,6 +276,10 @@ impl Settings {
             }
             "set-max-listpack-value" => {
                 crate::keyspace::set::set_thresholds(None, None, Some(num(value)? as usize))
+            }
+            // A sparse HyperLogLog turns dense past this.
+            "hll-sparse-max-bytes" => {
+                crate::commands::hll::set_sparse_max_bytes(num(value)? as usize)
             }
             "auto-aof-rewrite-percentage" => self.rewrite_pct.store(num(value)?, Relaxed),
             "client-output-limit" => {
