@@ -242,6 +242,10 @@ pub fn doc(name: &str) -> Option<Doc> {
         "client|no-evict" => x("Marks the connection as not to be evicted", "7.0.0", c, O1),
         "client|no-touch" => x("Accepted: weft-kv keeps no access times", "7.2.0", c, O1),
         "client|help" => x("Describes the subcommands", "5.0.0", c, O1),
+        "client|tracking" => x("Turns tracking off (weft-kv has none)", "6.0.0", c, O1),
+        "client|trackinginfo" => x("Returns tracking's state: off", "6.2.0", c, O1),
+        "client|getredir" => x("Returns -1: no tracking redirection", "6.0.0", c, O1),
+        "client|caching" => x("Refused: no tracking", "6.0.0", c, O1),
         "info" => x(
             "Describes the server: version, clients, memory, persistence, statistics",
             "1.0.0",

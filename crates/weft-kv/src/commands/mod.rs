@@ -289,9 +289,9 @@ const fn sub(name: &'static str, arity: i32, flags: u32) -> Sub {
     Sub { name, arity, flags }
 }
 
-/// CLIENT's subcommands (weft-kv has no client-side caching: TRACKING, CACHING,
-/// GETREDIR, TRACKINGINFO).
-static CLIENT_SUBS: [Sub; 14] = [
+/// CLIENT's subcommands (weft-kv has no client-side caching: TRACKING accepts only
+/// OFF, CACHING is refused, GETREDIR and TRACKINGINFO say tracking is off).
+static CLIENT_SUBS: [Sub; 18] = [
     sub("client|id", 2, 0),
     sub("client|getname", 2, 0),
     sub("client|setname", 3, 0),
@@ -305,6 +305,10 @@ static CLIENT_SUBS: [Sub; 14] = [
     sub("client|no-evict", 3, A),
     sub("client|no-touch", 3, 0),
     sub("client|unblock", -3, 0),
+    sub("client|tracking", -3, 0),
+    sub("client|trackinginfo", 2, 0),
+    sub("client|getredir", 2, 0),
+    sub("client|caching", 3, 0),
     sub("client|help", 2, 0),
 ];
 

@@ -643,6 +643,27 @@ pub fn client(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
         },
         b"no-touch" => on_off(&args[2]).map_or_else(|e| e, |_| Reply::OK),
         b"unblock" => super::blocking::client_unblock(server, args),
+        // No client-side caching: tracking is always off, and cannot be turned on.
+        b"tracking" => match on_off(&args[2]) {
+            Ok(true) => Reply::err(
+                "ERR weft-kv has no client-side caching: CLIENT TRACKING ON is not supported",
+            ),
+            Ok(false) => Reply::OK,
+            Err(e) => e,
+        },
+        b"caching" => Reply::err(
+            "ERR CLIENT CACHING needs tracking on with OPTIN or OPTOUT, and weft-kv has no \
+             client-side caching",
+        ),
+        b"getredir" => Reply::Int(-1),
+        b"trackinginfo" => Reply::Map(vec![
+            (
+                Reply::Bulk(b"flags".to_vec()),
+                Reply::Set(vec![Reply::Bulk(b"off".to_vec())]),
+            ),
+            (Reply::Bulk(b"redirect".to_vec()), Reply::Int(-1)),
+            (Reply::Bulk(b"prefixes".to_vec()), Reply::Array(vec![])),
+        ]),
         b"help" => help(),
         _ => Reply::error(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
@@ -830,6 +851,14 @@ fn help() -> Reply {
         "    Mark the connection (weft-kv never evicts clients).",
         "NO-TOUCH <ON|OFF>",
         "    Accepted (weft-kv keeps no access times).",
+        "TRACKING <ON|OFF> [...]",
+        "    OFF is accepted; ON is refused: weft-kv has no client-side caching.",
+        "TRACKINGINFO",
+        "    Tracking's state: always off.",
+        "GETREDIR",
+        "    -1: no tracking, so no redirection.",
+        "CACHING <YES|NO>",
+        "    Refused: there is no tracking with OPTIN or OPTOUT.",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    End the wait of a connection blocked by BLPOP, BZPOPMIN and the like, as",
         "    if its time ran out (TIMEOUT, the default) or with an error (ERROR).",
