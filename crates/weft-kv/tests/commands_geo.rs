@@ -477,3 +477,19 @@ fn every_geo_command_is_documented() {
         err("ERR wrong number of arguments for 'geosearch' command")
     );
 }
+
+/// GEOADD checks the memory it would add first: refused, it changes and logs nothing.
+#[test]
+fn geoadd_over_the_memory_limit_changes_nothing() {
+    let mut t = T::new();
+    sicily(&mut t);
+    t.room = 10;
+    let long = "m".repeat(100);
+    assert_eq!(t.run(&["geoadd", "Sicily", "1", "2", &long]), commands::OOM);
+    assert!(t.last.is_empty());
+    assert_eq!(t.run(&["geoadd", "other", "1", "2", "a"]), commands::OOM);
+    assert!(t.last.is_empty());
+    assert_eq!(t.run(&["zcard", "Sicily"]), Reply::Int(2));
+    assert_eq!(t.run(&["exists", "other"]), Reply::Int(0));
+    t.check_replay();
+}
