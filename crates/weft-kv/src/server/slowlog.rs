@@ -445,3 +445,45 @@ fn start_reaper(server: &Arc<Server>) {
             });
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<Vec<u8>> {
+        v.iter().map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    /// Latency samples: one a second (the highest), LATEST shows the last and the
+    /// highest, HISTORY each sample, RESET forgets and counts the events it forgot.
+    #[test]
+    fn latency_events_keep_their_samples_and_highest() {
+        latency_add("command", 5);
+        latency_add("command", 9);
+        latency_add("command", 7);
+        let Reply::Array(latest) = latency(&args(&["LATENCY", "LATEST"])) else {
+            panic!()
+        };
+        assert_eq!(latest.len(), 1);
+        let Reply::Array(ev) = &latest[0] else {
+            panic!()
+        };
+        assert_eq!(ev[0], Reply::Bulk(b"command".to_vec()));
+        assert_eq!(ev[3], Reply::Int(9));
+        let Reply::Array(hist) = latency(&args(&["LATENCY", "HISTORY", "COMMAND"])) else {
+            panic!()
+        };
+        // Three samples within at most three seconds.
+        assert!((1..=3).contains(&hist.len()), "{hist:?}");
+        assert_eq!(
+            latency(&args(&["LATENCY", "HISTORY", "other"])),
+            Reply::Array(vec![])
+        );
+        assert_eq!(
+            latency(&args(&["LATENCY", "RESET", "other"])),
+            Reply::Int(0)
+        );
+        assert_eq!(latency(&args(&["LATENCY", "RESET"])), Reply::Int(1));
+        assert_eq!(latency(&args(&["LATENCY", "LATEST"])), Reply::Array(vec![]));
+    }
+}
