@@ -4,7 +4,8 @@
 //!
 //! - SLOWLOG keeps the commands slower than `slowlog-log-slower-than`, newest first,
 //!   with id, time, duration, arguments trimmed as Redis trims them, client address
-//!   and name, at most `slowlog-max-len`; LEN, RESET, GET count;
+//!   and name, at most `slowlog-max-len`; LEN, RESET, GET count; passwords hidden
+//!   and EXEC's commands logged instead of EXEC, as redis-server does;
 //! - LATENCY answers empty replies while `latency-monitor-threshold` is 0;
 //! - MEMORY USAGE counts a key's bytes, nil for a missing key; MEMORY STATS has
 //!   Redis's fields (a flat array in RESP2, a map in RESP3);
@@ -319,4 +320,39 @@ fn tracking_is_off_and_cannot_be_turned_on() {
         }
         assert_eq!(c.call(&["CLIENT", "GETREDIR"]), int(-1));
     }
+}
+
+/// Passwords never reach the slow log, and EXEC is not logged but the commands it
+/// runs are: the same entries as redis-server's.
+#[test]
+fn slowlog_hides_passwords_and_logs_what_exec_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = weft(dir.path());
+    let rdir = tempfile::tempdir().unwrap();
+    let Some(r) = KvServer::redis(rdir.path(), &rdir.path().join("r.sock"), false) else {
+        return;
+    };
+    let mut entries = Vec::new();
+    for socket in [&s.socket, &r.socket] {
+        let mut c = Wire::connect(socket);
+        assert_eq!(
+            c.call(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+            ok()
+        );
+        assert_eq!(c.call(&["SLOWLOG", "RESET"]), ok());
+        c.call(&["AUTH", "pw"]);
+        c.call(&["AUTH", "default", "pw"]);
+        c.call(&["HELLO", "2", "AUTH", "default", "secret", "SETNAME", "n"]);
+        c.call(&["CONFIG", "SET", "requirepass", "x", "maxclients", "100"]);
+        c.call(&["CONFIG", "SET", "requirepass", ""]);
+        c.call(&["MULTI"]);
+        c.call(&["SET", "a", "1"]);
+        c.call(&["INCR", "a"]);
+        c.call(&["EXEC"]);
+        let got = c.call(&["SLOWLOG", "GET", "-1"]);
+        entries.push(logged(&got));
+    }
+    assert_eq!(entries[0], entries[1]);
+    let text = format!("{:?}", entries[0]);
+    assert!(!text.contains("secret") && !text.contains("pw") && !text.contains("EXEC"));
 }

@@ -165,10 +165,21 @@ pub fn note<A: AsRef<[u8]>>(client: Option<&Client>, args: &[A], ticks: u64) {
     if slow < 0 || usec < slow as u64 {
         return;
     }
+    let Some(first) = args.first() else { return };
+    let name = first.as_ref();
+    // EXEC is not logged: the commands it runs are, each by itself (as Redis).
+    if name.eq_ignore_ascii_case(b"exec") {
+        return;
+    }
+    let hidden = secrets(args);
     let max = MAX_LEN.load(Relaxed) as usize;
     let mut kept: Vec<Vec<u8>> = Vec::new();
     for (i, a) in args.iter().enumerate() {
-        let a = a.as_ref();
+        let a = if hidden.contains(&i) {
+            &b"(redacted)"[..]
+        } else {
+            a.as_ref()
+        };
         if i == MAX_ARGS - 1 && args.len() > MAX_ARGS {
             kept.push(format!("... ({} more arguments)", args.len() - i).into_bytes());
             break;
@@ -196,6 +207,31 @@ pub fn note<A: AsRef<[u8]>>(client: Option<&Client>, args: &[A], ticks: u64) {
         name,
     });
     log.0.truncate(max);
+}
+
+/// The positions of the arguments the slow log must not show (passwords), as Redis
+/// hides them: AUTH's, HELLO's after AUTH, CONFIG SET requirepass's value.
+fn secrets<A: AsRef<[u8]>>(args: &[A]) -> Vec<usize> {
+    let is = |i: usize, w: &str| {
+        args.get(i)
+            .is_some_and(|a| a.as_ref().eq_ignore_ascii_case(w.as_bytes()))
+    };
+    if is(0, "auth") {
+        return (1..args.len()).collect();
+    }
+    if is(0, "hello") {
+        return (2..args.len())
+            .find(|&i| is(i, "auth"))
+            .map_or(Vec::new(), |i| vec![i + 1, i + 2]);
+    }
+    if is(0, "config") && is(1, "set") {
+        return (2..args.len())
+            .step_by(2)
+            .filter(|&i| is(i, "requirepass"))
+            .map(|i| i + 1)
+            .collect();
+    }
+    Vec::new()
 }
 
 fn latency_add(event: &'static str, ms: u64) {
