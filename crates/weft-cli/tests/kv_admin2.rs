@@ -9,7 +9,8 @@
 //! - LATENCY answers empty replies while `latency-monitor-threshold` is 0;
 //! - MEMORY USAGE counts a key's bytes, nil for a missing key; MEMORY STATS has
 //!   Redis's fields (a flat array in RESP2, a map in RESP3);
-//! - `timeout` closes idle clients, but not one waiting in a blocking command;
+//! - `timeout` closes idle clients, but not one waiting in a blocking command or
+//!   held by CLIENT PAUSE;
 //! - LOLWUT shows the version line;
 //! - CLIENT TRACKING stays off (no client-side caching): ON is refused, OFF,
 //!   GETREDIR and TRACKINGINFO answer as redis-server does for a client not tracking.
@@ -247,15 +248,19 @@ fn memory_usage_counts_the_key_and_stats_has_redis_fields() {
 }
 
 #[test]
-fn timeout_closes_idle_clients_but_not_blocked_ones() {
+fn timeout_closes_idle_clients_but_not_blocked_or_paused_ones() {
     let dir = tempfile::tempdir().unwrap();
     let s = weft(dir.path());
     let mut admin = Wire::connect(&s.socket);
     let mut blocked = Wire::connect(&s.socket);
     blocked.send(&[b"BLPOP".to_vec(), b"list".to_vec(), b"0".to_vec()]);
-    // Held by BLPOP before the timeout is set.
+    // One held by CLIENT PAUSE too.
+    assert_eq!(admin.call(&["CLIENT", "PAUSE", "600000", "WRITE"]), ok());
+    let mut paused = Wire::connect(&s.socket);
+    paused.send(&[b"SET".to_vec(), b"p".to_vec(), b"1".to_vec()]);
+    // Held by BLPOP and the pause before the timeout is set.
     let deadline = Instant::now() + CEILING;
-    while admin.info_field("clients", "blocked_clients") != 1 {
+    while admin.info_field("clients", "blocked_clients") != 2 {
         assert!(Instant::now() < deadline, "BLPOP never blocked");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -272,6 +277,8 @@ fn timeout_closes_idle_clients_but_not_blocked_ones() {
     // ... the blocked one, idle longer, is not: it gets its element.
     let mut admin = Wire::connect(&s.socket);
     assert_eq!(admin.call(&["CONFIG", "SET", "timeout", "0"]), ok());
+    assert_eq!(admin.call(&["CLIENT", "UNPAUSE"]), ok());
+    assert_eq!(paused.read(), ok());
     admin.call(&["RPUSH", "list", "x"]);
     assert_eq!(
         blocked.read(),

@@ -81,6 +81,8 @@ pub struct Client {
     no_evict: AtomicBool,
     /// CLIENT KILL closed the socket.
     killed: AtomicBool,
+    /// Held by WAIT or CLIENT PAUSE (not idle: the `timeout` setting spares it).
+    held: AtomicBool,
     /// The wait of the blocking command it runs (BLPOP, ...), for CLIENT UNBLOCK and
     /// CLIENT LIST's flag `b`.
     waiter: Mutex<Option<Arc<super::blocking::Waiter>>>,
@@ -126,6 +128,7 @@ impl Client {
             omem: AtomicUsize::new(0),
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             waiter: Mutex::new(None),
             multi: std::sync::atomic::AtomicI64::new(-1),
             multi_mem: AtomicUsize::new(0),
@@ -471,11 +474,13 @@ impl Registry {
     }
 
     /// Closes every connection that read nothing for more than `secs` seconds, but
-    /// those waiting in a blocking command or subscribed (the `timeout` setting).
+    /// those waiting in a blocking command, held by WAIT or CLIENT PAUSE, or
+    /// subscribed (the `timeout` setting).
     pub fn close_idle(&self, secs: u64) {
         let now = now_ms();
         let idle = |c: &Client| {
             now.saturating_sub(c.last_ms.load(Relaxed)) > secs * 1000
+                && !c.held.load(Relaxed)
                 && c.waiter.lock().unwrap_or_else(|p| p.into_inner()).is_none()
                 && !c.subscribed()
         };
@@ -510,9 +515,11 @@ impl Registry {
     /// gone: the green thread sleeps, others run.
     pub fn hold(&self, client: &Client, mut wait: impl FnMut() -> bool) {
         self.blocked.fetch_add(1, Relaxed);
+        client.held.store(true, Relaxed);
         while wait() && !client.gone() {
             weft_runtime::sleep(HOLD_TICK);
         }
+        client.held.store(false, Relaxed);
         self.blocked.fetch_sub(1, Relaxed);
     }
 }

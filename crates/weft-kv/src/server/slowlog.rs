@@ -16,9 +16,9 @@
 //! samples, one per second, as Redis.
 //!
 //! The idle-client timeout closes a connection that sent nothing for more than
-//! `timeout` seconds (0: never), except those waiting in a blocking command or
-//! subscribed (Redis's rule): a thread started at the first nonzero setting looks
-//! once a second.
+//! `timeout` seconds (0: never), except those waiting in a blocking command, held by
+//! WAIT or CLIENT PAUSE, or subscribed (Redis's rule): a thread started at the first
+//! nonzero setting looks once a second.
 
 use super::clients::Client;
 use super::stats;
