@@ -164,7 +164,7 @@ fn errors_change_nothing() {
     t.run(&["pfadd", "h", "a"]);
     let h = value(&mut t, "h");
     // Runs covering more than 16384 registers.
-    let bad = [&EMPTY[..], &[0x7f, 0xff][..]].concat();
+    let bad = [EMPTY, &[0x7f, 0xff][..]].concat();
     t.run_bytes(&[b"set".to_vec(), b"bad".to_vec(), bad.clone()]);
     for (cmd, e) in [
         (vec!["pfadd", "s", "a"], NOT_HLL),
