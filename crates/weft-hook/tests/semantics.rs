@@ -466,21 +466,26 @@ fn a_close_wakes_the_green_thread_waiting_on_the_descriptor() {
             assert_eq!(reader.join().unwrap(), (-1, libc::EBADF), "{b:?}: read");
             close(z);
 
-            let (r, w) = pipe();
-            let poller = weft_runtime::spawn_on(1, move || {
-                let mut p = libc::pollfd {
-                    fd: r,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one pollfd on the stack.
-                let n = unsafe { libc::poll(&mut p, 1, -1) };
-                (n, p.revents)
-            });
-            wait_until("the poll parked", || waiting("poll") > 0);
-            close(r);
-            assert_eq!(poller.join().unwrap(), (1, libc::POLLNVAL), "{b:?}: poll");
-            close(w);
+            // Many rounds: the woken poll must ask the kernel only once the close is
+            // made (it is woken before), so it sees POLLNVAL, never "nothing ready".
+            for round in 0..50 {
+                let (r, w) = pipe();
+                let poller = weft_runtime::spawn_on(1, move || {
+                    let mut p = libc::pollfd {
+                        fd: r,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one pollfd on the stack.
+                    let n = unsafe { libc::poll(&mut p, 1, -1) };
+                    (n, p.revents)
+                });
+                wait_until("the poll parked", || waiting("poll") > 0);
+                close(r);
+                let got = poller.join().unwrap();
+                assert_eq!(got, (1, libc::POLLNVAL), "{b:?}: poll, round {round}");
+                close(w);
+            }
 
             let l = TcpListener::bind("127.0.0.1:0").unwrap().into_raw_fd();
             let acceptor = weft_runtime::spawn_on(1, move || {

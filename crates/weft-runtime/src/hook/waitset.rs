@@ -67,7 +67,8 @@ fn wait_for(
     let mut w = Waiter::new(false);
     for &(fd, _) in fds {
         if w.watch_fd(fd).is_err() {
-            // Being closed: the kernel's answer says so.
+            // Being closed: the kernel's answer says so, once the close is made.
+            settle_closes(fds);
             return look();
         }
     }
@@ -89,8 +90,27 @@ fn wait_for(
                     return n;
                 }
             }
-            Err(Stop::TimedOut) | Err(Stop::Closed) => return look(),
+            Err(Stop::TimedOut) => return look(),
+            Err(Stop::Closed) => {
+                settle_closes(fds);
+                return look();
+            }
             Err(s) => return fail(stop_errno(s)) as c_int,
+        }
+    }
+}
+
+/// Lets the worker run others until no close of a descriptor of `fds` is under way. A
+/// close wakes the descriptor's waiters before the kernel closes it (fdtab's
+/// `closing`, then the close, then `Closing::done`), so a waiter woken by it that asked
+/// the kernel at once could still find the descriptor open (a poll would answer 0
+/// instead of `POLLNVAL`).
+fn settle_closes(fds: &[(c_int, u32)]) {
+    for &(fd, _) in fds {
+        while matches!(entry_gen(fd), (Some(_), g) if g & 1 == 1) {
+            if wait::yield_once().is_err() {
+                return;
+            }
         }
     }
 }
