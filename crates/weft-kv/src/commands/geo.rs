@@ -74,10 +74,29 @@ fn encode(lon: f64, lat: f64, lat_min: f64, lat_max: f64) -> u64 {
     spread(lat_off as u32) | (spread(lon_off as u32) << 1)
 }
 
+/// A score as C's `(uint64_t)` cast makes it on x86-64, which Redis's decoding does:
+/// any score may be in a sorted set (ZADD), and one outside 0..2^64 has the value the
+/// processor's conversion gives (a negative score wraps around; an out-of-range one is
+/// 2^63), where Rust's `as` would saturate.
+fn c_u64(d: f64) -> u64 {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if d >= TWO_63 {
+        let x = d - TWO_63;
+        let i = if x >= TWO_63 { i64::MIN } else { x as i64 };
+        (i as u64) ^ (1 << 63)
+    } else if d.is_nan() {
+        1 << 63
+    } else {
+        // Truncates toward zero; below -2^63 Rust saturates to i64::MIN, which is the
+        // processor's "indefinite" value too.
+        (d as i64) as u64
+    }
+}
+
 /// The centre (longitude, latitude) of the cell of a geo score, kept inside the
 /// limits a point can have.
 pub fn decode(score: f64) -> (f64, f64) {
-    let bits = score as u64;
+    let bits = c_u64(score);
     let (ilat, ilon) = (squash(bits) as f64, squash(bits >> 1) as f64);
     let scale = (1u64 << STEP) as f64;
     let (lat_span, lon_span) = (LAT_MAX - LAT_MIN, LON_MAX - LON_MIN);
@@ -345,9 +364,37 @@ fn radius(r: &[u8], u: &[u8]) -> Result<(f64, f64), Reply> {
     Ok((r, unit(u)?))
 }
 
-/// Reads a search's arguments as Redis's georadiusGeneric does, in its order.
-/// (A missing source is not an error here.)
-fn parse<'a>(args: &[&'a [u8]], form: Form) -> Result<Search<'a>, Reply> {
+/// What a search's source is, as the argument checks need it (Redis's georadiusGeneric
+/// looks the key up first).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The key is missing: GEORADIUSBYMEMBER's radius is then not read (its options
+    /// still are), and the answer is empty.
+    Missing,
+    /// The key holds a sorted set; for GEORADIUSBYMEMBER, whether it has the member.
+    Present { member: bool },
+}
+
+/// The source of a search in `ks` (WRONGTYPE if the key holds another type).
+fn source_of(ks: &Keyspace, args: &[&[u8]], form: Form, now_ms: u64) -> Result<Source, Reply> {
+    let key = args[if form == (Form::Search { store: true }) {
+        2
+    } else {
+        1
+    }];
+    Ok(match ks.peek(key, now_ms) {
+        Some(e) if e.kind() != Type::ZSet => return Err(WRONGTYPE),
+        None => Source::Missing,
+        Some(e) => Source::Present {
+            member: !matches!(form, Form::ByMember { .. })
+                || zset::view(e).score(args[2]).is_some(),
+        },
+    })
+}
+
+/// Reads a search's arguments as Redis's georadiusGeneric does, in its order. (A
+/// missing source is not an error here.)
+fn parse<'a>(args: &[&'a [u8]], form: Form, src: Source) -> Result<Search<'a>, Reply> {
     let name = String::from_utf8_lossy(args[0]).to_ascii_lowercase();
     let mut s = Search {
         src: args[1],
@@ -374,9 +421,18 @@ fn parse<'a>(args: &[&'a [u8]], form: Form) -> Result<Search<'a>, Reply> {
         }
         Form::ByMember { .. } => {
             s.from = From::Member(args[2]);
-            let (r, u) = radius(args[3], args[4])?;
-            s.shape = Shape::Radius(r);
-            s.to_m = u;
+            match src {
+                // Redis reads no radius for a missing key.
+                Source::Missing => {}
+                Source::Present { member: false } => {
+                    return Err(Reply::err("ERR could not decode requested zset member"))
+                }
+                Source::Present { member: true } => {
+                    let (r, u) = radius(args[3], args[4])?;
+                    s.shape = Shape::Radius(r);
+                    s.to_m = u;
+                }
+            }
             5
         }
         Form::Search { store: true } => {
@@ -712,18 +768,11 @@ fn search_reply(ks: &mut Keyspace, s: &Search<'_>, now: u64) -> Reply {
 
 /// Runs a search of `form` without STORE on this shard.
 fn search_cmd(ks: &mut Keyspace, args: &[&[u8]], ctx: &Ctx<'_>, form: Form) -> Reply {
-    if let Err(e) = geo_of(
-        ks,
-        args[if form == (Form::Search { store: true }) {
-            2
-        } else {
-            1
-        }],
-        ctx.now_ms,
-    ) {
-        return e;
-    }
-    match parse(args, form) {
+    let src = match source_of(ks, args, form, ctx.now_ms) {
+        Ok(src) => src,
+        Err(e) => return e,
+    };
+    match parse(args, form, src) {
         Ok(s) => search_reply(ks, &s, ctx.now_ms),
         Err(e) => e,
     }
@@ -767,7 +816,12 @@ fn form_of(name: &str) -> Form {
 /// missing.
 pub fn store_read(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let name = String::from_utf8_lossy(args[0]).to_ascii_lowercase();
-    let s = match parse(args, form_of(&name)) {
+    let form = form_of(&name);
+    let src = match source_of(ks, args, form, ctx.now_ms) {
+        Ok(src) => src,
+        Err(e) => return e,
+    };
+    let s = match parse(args, form, src) {
         Ok(s) => s,
         Err(e) => return e,
     };
@@ -813,20 +867,15 @@ pub fn run_multi(
         1
     };
     let src = argv[src_at];
-    // WRONGTYPE of the source comes before argument errors, as in Redis.
-    let dst = match parse(&argv, form) {
+    // The source is looked up first (WRONGTYPE before argument errors, and what the
+    // arguments checks need), as in Redis; the search itself looks again under the
+    // transaction's gates.
+    let state = set.with(shard_of(src, n), |sh| {
+        source_of(sh.db(db), &argv, form, crate::shard::now_ms())
+    });
+    let dst = match state.and_then(|st| parse(&argv, form, st)) {
         Ok(s) => s.store,
-        Err(e) => {
-            let typed = set.with(shard_of(src, n), |sh| {
-                sh.db(db)
-                    .peek(src, crate::shard::now_ms())
-                    .map(|e| e.kind())
-            });
-            return Some(match typed {
-                Some(t) if t != Type::ZSet => WRONGTYPE,
-                _ => e,
-            });
-        }
+        Err(e) => return Some(e),
     };
     let (ss, ds) = (shard_of(src, n), dst.map(|d| shard_of(d, n)));
     if let Some(s) = ds {

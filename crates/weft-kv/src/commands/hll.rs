@@ -33,10 +33,11 @@
 //! and PFMERGE whose keys are on several shards run as one transaction over those
 //! shards ([`run_server`], with the helpers of `across.rs`).
 
-use super::across::{alone, read_strings, refused, shards_of, step};
+use super::across::{alone, refused, shards_of, step};
+use super::strings::get as get_string;
 use super::strings::{fit, store, string};
 use super::{Command, Ctx, OOM};
-use crate::exec::{Acks, ShardSet};
+use crate::exec::{Acks, Held, ShardSet};
 use crate::keyspace::Keyspace;
 use crate::log::RecordRef;
 use crate::pubsub::{notify, STRING};
@@ -442,14 +443,33 @@ fn lookup(ks: &mut Keyspace, key: &[u8], now_ms: u64) -> Result<Option<Vec<u8>>,
     }
 }
 
-/// Checks that a value read from another shard (GET: empty for a missing key) is a
-/// HyperLogLog: `Ok(None)` for a missing key.
-fn checked(v: &[u8]) -> Result<Option<&[u8]>, Reply> {
-    match v {
-        [] => Ok(None),
-        v if valid(v) => Ok(Some(v)),
-        _ => Err(NOT_HLL),
+/// Merges into `max` the HyperLogLogs of `keys` (the missing ones left out), read on
+/// their shards, held by a transaction, in the command's order and each checked and
+/// merged as it is read, so the error is the first bad key's, as in Redis (WRONGTYPE
+/// for another type, the HyperLogLog error for a string that is not one, INVALIDOBJ
+/// for a damaged one). Answers whether any of them is dense.
+fn merge_held(
+    held: &dyn Held,
+    keys: &[&[u8]],
+    db: u8,
+    n: usize,
+    max: &mut [u8],
+    acks: &mut Acks,
+) -> Result<bool, Reply> {
+    let mut dense = false;
+    for &key in keys {
+        let get = [&b"get"[..], key];
+        match step(held, shard_of(key, n), get_string, db, &get, acks) {
+            Reply::Bulk(v) if valid(&v) => {
+                dense |= v[4] == DENSE;
+                merge_into(max, &v).map_err(|_| CORRUPT)?;
+            }
+            Reply::Bulk(_) => return Err(NOT_HLL),
+            Reply::Nil => {}
+            e => return Err(e),
+        }
     }
+    Ok(dense)
 }
 
 /// Stores `new` in `key`, which held `old` (`None`: missing): only the changed bytes
@@ -780,24 +800,11 @@ pub fn run_server(
     }
     let n = set.count();
     Some(set.atomically(&shards, |held| {
-        let values = match read_strings(held, &argv[1..], db, n, acks) {
-            Ok(v) => v,
+        let mut max = vec![0u8; REGISTERS];
+        let dense = match merge_held(held, &argv[1..], db, n, &mut max, acks) {
+            Ok(dense) => dense,
             Err(e) => return e,
         };
-        let mut max = vec![0u8; REGISTERS];
-        let mut dense = false;
-        for v in &values {
-            match checked(v) {
-                Ok(Some(v)) => {
-                    dense |= v[4] == DENSE;
-                    if merge_into(&mut max, v).is_err() {
-                        return CORRUPT;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => return e,
-            }
-        }
         if cmd.name == "pfcount" {
             return Reply::Int(count_registers(&max) as i64);
         }

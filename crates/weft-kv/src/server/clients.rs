@@ -658,9 +658,10 @@ pub fn client(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
             Ok(false) => Reply::OK,
             Err(e) => e,
         },
+        // Redis's answer to a client not in tracking mode, which every client is here.
         b"caching" => Reply::err(
-            "ERR CLIENT CACHING needs tracking on with OPTIN or OPTOUT, and weft-kv has no \
-             client-side caching",
+            "ERR CLIENT CACHING can be called only when the client is in tracking mode with \
+             OPTIN or OPTOUT mode enabled",
         ),
         b"getredir" => Reply::Int(-1),
         b"trackinginfo" => Reply::Map(vec![

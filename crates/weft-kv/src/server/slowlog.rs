@@ -285,17 +285,13 @@ pub fn slowlog(args: &[Vec<u8>]) -> Reply {
     let sub = args[1].to_ascii_lowercase();
     match (sub.as_slice(), args.len()) {
         (b"get", 2 | 3) => {
+            // Read as Redis reads it (no sign, spaces or leading zeros), and anything
+            // else answered with its one message.
             let count = match args.get(2) {
                 None => 10,
-                Some(a) => match std::str::from_utf8(a)
-                    .ok()
-                    .and_then(|s| s.parse::<i64>().ok())
-                {
+                Some(a) => match crate::commands::parse_i64(a) {
                     Some(n) if n >= -1 => n,
-                    Some(_) => {
-                        return Reply::err("ERR count should be greater than or equal to -1")
-                    }
-                    None => return Reply::err("ERR value is not an integer or out of range"),
+                    _ => return Reply::err("ERR count should be greater than or equal to -1"),
                 },
             };
             let log = LOG.lock().unwrap_or_else(|p| p.into_inner());
