@@ -17,7 +17,7 @@
 //! `del` for a list emptied), in Redis's order.
 //!
 //! LMOVE, RPOPLPUSH and LMPOP name several keys: when those fall on several shards the
-//! server runs them as one transaction over the shards ([`run_server`]), so no client
+//! server runs them as one transaction over the shards (`run_server`), so no client
 //! sees an element in both lists or in neither; on one shard they are one closure
 //! ([`lmove`], [`lmpop`]).
 //!
@@ -246,12 +246,12 @@ fn pop_command(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, end: End) -
     }
 }
 
-/// LPOP key [count]: pops from the head (see `pop_command`).
+/// LPOP key \[count\]: pops from the head (see `pop_command`).
 pub fn lpop(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     pop_command(ks, args, ctx, End::Left)
 }
 
-/// RPOP key [count]: pops from the tail, the last element first.
+/// RPOP key \[count\]: pops from the tail, the last element first.
 pub fn rpop(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     pop_command(ks, args, ctx, End::Right)
 }
@@ -667,7 +667,7 @@ fn parse_mpop<A: AsRef<[u8]>>(args: &[A]) -> Result<Mpop, Reply> {
 /// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count], with every key on this shard:
 /// pops up to count elements from the first key (in the order given) that holds a
 /// list, answering `[key, [elements]]`, or a nil array if none does. A key of another
-/// type met before a list answers WRONGTYPE. (Keys of several shards: [`run_server`].)
+/// type met before a list answers WRONGTYPE. (Keys of several shards: `run_server`.)
 pub fn lmpop(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let m = match parse_mpop(args) {
         Ok(m) => m,
@@ -705,7 +705,7 @@ fn move_ends<A: AsRef<[u8]>>(args: &[A]) -> Result<(End, End), Reply> {
 /// source and pushes it at an end of the destination (created if missing), answering
 /// it; nil if the source is missing. The ends are read first (`ERR syntax error`);
 /// then WRONGTYPE for the source, then for the destination. Source and destination the
-/// same list rotates it. (Keys of two shards: [`run_server`].)
+/// same list rotates it. (Keys of two shards: `run_server`.)
 pub fn lmove(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let (from, to) = match move_ends(args) {
         Ok(ends) => ends,

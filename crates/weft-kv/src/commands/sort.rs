@@ -258,8 +258,8 @@ fn needs_every_shard(o: &Opts<'_>, key: &[u8], shards: usize) -> bool {
             .is_some_and(|d| shard_of(d, shards) != shard_of(key, shards))
 }
 
-/// SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC] [ALPHA]
-/// [STORE destination], and SORT_RO (`readonly`: the same without STORE).
+/// `SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC] [ALPHA]
+/// [STORE destination]`, and SORT_RO (`readonly`: the same without STORE).
 ///
 /// Numeric sorting (the default) reads each weight (the element, or what BY names)
 /// as a double; one that is not a number fails the whole command with `ERR One or

@@ -659,9 +659,9 @@ pub enum By {
     Any,
     /// ZREVRANGE.
     Rank,
-    /// Z[REV]RANGEBYSCORE.
+    /// Z\[REV\]RANGEBYSCORE.
     Score,
-    /// Z[REV]RANGEBYLEX.
+    /// Z\[REV\]RANGEBYLEX.
     Lex,
 }
 

@@ -1,5 +1,5 @@
 //! Pub/sub: channels, patterns and shard channels, their subscribers, and delivery of
-//! messages to them from any worker; keyspace notifications ([`notify`]) are messages
+//! messages to them from any worker; keyspace notifications ([`notify()`]) are messages
 //! published from inside commands.
 //!
 //! # Structure
