@@ -149,16 +149,29 @@ impl Chunks {
     /// Adds a group of elements, first handing the run so far to `f` if it would not
     /// fit in it.
     pub fn push(&mut self, group: &[&[u8]], f: &mut dyn FnMut(usize, &[u8])) {
-        let more: usize = group.iter().map(|e| element_bytes(e.len())).sum();
+        self.make_room(group.iter().map(|e| element_bytes(e.len())).sum(), f);
+        for e in group {
+            put(&mut self.buf, e);
+        }
+        self.n += group.len();
+    }
+
+    /// Adds `n` elements already packed as `bytes`, kept in one run, first handing the
+    /// run so far to `f` if they would not fit in it.
+    pub fn push_packed(&mut self, n: usize, bytes: &[u8], f: &mut dyn FnMut(usize, &[u8])) {
+        self.make_room(bytes.len(), f);
+        self.buf.extend_from_slice(bytes);
+        self.n += n;
+    }
+
+    /// Hands the run so far to `f` if it holds something and `more` bytes would not
+    /// fit in it.
+    fn make_room(&mut self, more: usize, f: &mut dyn FnMut(usize, &[u8])) {
         if self.n > 0 && self.buf.len() + more > self.limit {
             f(self.n, &self.buf);
             self.buf.clear();
             self.n = 0;
         }
-        for e in group {
-            put(&mut self.buf, e);
-        }
-        self.n += group.len();
     }
 
     /// Hands the last run to `f`, if there is one.

@@ -20,6 +20,7 @@
 //! hash) around them (`Keyspace::modify`).
 
 use super::entry::Entry;
+use super::state;
 use super::value::{self, tag};
 use crate::log::Items;
 use crate::packed;
@@ -459,39 +460,22 @@ pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp
 /// table, of its first fields), then `HSet` records of the rest, each of at most
 /// [`crate::log::ITEMS_PER_RECORD`] bytes of fields and values unless one pair alone
 /// is larger (compaction, and a hash's creation).
-pub fn state_records(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
+pub fn state_records(e: &Entry, f: impl FnMut(crate::log::RecordRef<'_>)) {
     use crate::log::RecordRef;
-    let key = e.key();
-    let expire_at_ms = e.expire_at_ms();
-    if e.tag() == tag::HASH_PACKED {
-        let n = packed::Iter::new(e.value()).count();
-        return f(RecordRef::Hash {
+    const KINDS: state::Kinds = state::Kinds {
+        packed: tag::HASH_PACKED,
+        create: |key, expire_at_ms, items| RecordRef::Hash {
             key,
             expire_at_ms,
-            items: Items::Packed {
-                n,
-                bytes: e.value(),
-            },
-        });
-    }
-    let mut first = true;
-    let mut emit = |n: usize, bytes: &[u8]| {
-        let items = Items::Packed { n, bytes };
-        f(if std::mem::take(&mut first) {
-            RecordRef::Hash {
-                key,
-                expire_at_ms,
-                items,
-            }
-        } else {
-            RecordRef::HSet { key, items }
-        });
+            items,
+        },
+        add: |key, items| RecordRef::HSet { key, items },
     };
-    let mut chunks = packed::Chunks::new(crate::log::ITEMS_PER_RECORD);
-    for (k, v) in table(e).iter() {
-        chunks.push(&[k, v], &mut emit);
-    }
-    chunks.finish(&mut emit);
+    state::records(e, &KINDS, f, |runs| {
+        for (k, v) in table(e).iter() {
+            runs.push(&[k, v]);
+        }
+    });
 }
 
 #[cfg(test)]

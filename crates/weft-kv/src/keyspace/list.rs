@@ -23,6 +23,7 @@
 //! (`Keyspace::modify`), and `commands/lists.rs` logs.
 
 use super::entry::Entry;
+use super::state;
 use super::value::{self, tag};
 use crate::log::{Items, RecordRef};
 use crate::packed;
@@ -580,47 +581,21 @@ pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp
 /// its first nodes), then `RPush` records of the rest, each of at most
 /// [`crate::log::ITEMS_PER_RECORD`] bytes of elements unless one node alone is larger
 /// (compaction, and a list's creation).
-pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
-    let key = e.key();
-    let expire_at_ms = e.expire_at_ms();
-    if e.tag() == tag::LIST_PACKED {
-        let n = packed::Iter::new(e.value()).count();
-        return f(RecordRef::List {
+pub fn state_records(e: &Entry, f: impl FnMut(RecordRef<'_>)) {
+    const KINDS: state::Kinds = state::Kinds {
+        packed: tag::LIST_PACKED,
+        create: |key, expire_at_ms, items| RecordRef::List {
             key,
             expire_at_ms,
-            items: Items::Packed {
-                n,
-                bytes: e.value(),
-            },
-        });
-    }
-    // Runs of whole nodes of at most ITEMS_PER_RECORD bytes (at least one node each).
-    let nodes = &quick(e).nodes;
-    let mut at = 0;
-    while at < nodes.len() {
-        let mut end = at + 1;
-        let mut bytes = nodes[at].bytes.len();
-        while end < nodes.len() && bytes + nodes[end].bytes.len() <= crate::log::ITEMS_PER_RECORD {
-            bytes += nodes[end].bytes.len();
-            end += 1;
+            items,
+        },
+        add: |key, items| RecordRef::RPush { key, items },
+    };
+    state::records(e, &KINDS, f, |runs| {
+        for node in &quick(e).nodes {
+            runs.push_packed(node.count, &node.bytes);
         }
-        let mut run = Vec::with_capacity(bytes);
-        for node in nodes.range(at..end) {
-            run.extend_from_slice(&node.bytes);
-        }
-        let n = nodes.range(at..end).map(|node| node.count).sum();
-        let items = Items::Packed { n, bytes: &run };
-        f(if at == 0 {
-            RecordRef::List {
-                key,
-                expire_at_ms,
-                items,
-            }
-        } else {
-            RecordRef::RPush { key, items }
-        });
-        at = end;
-    }
+    });
 }
 
 /// A change record of a list, owned for replay.

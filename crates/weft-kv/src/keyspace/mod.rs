@@ -77,6 +77,7 @@ mod key;
 pub mod list;
 mod replay;
 pub mod set;
+pub mod state;
 pub mod value;
 pub mod zset;
 
@@ -1063,7 +1064,8 @@ impl Keyspace {
 
     /// Calls `f` with records that create `e`'s key as it is: a string's `Set`, a
     /// hash's `Hash` (and `HSet`s for a big one: `hash::state_records`), a set's
-    /// `Members` (and `SAdd`s for a big one: `set::state_records`).
+    /// `Members` (and `SAdd`s for a big one: `set::state_records`); every collection
+    /// type the same way ([`state::records`]).
     pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
         match e.kind() {
             Type::String => f(RecordRef::Set {

@@ -27,8 +27,9 @@
 
 use super::entry::Entry;
 use super::hash::{HashTable, FIELD_OVERHEAD};
+use super::state;
 use super::value::{self, tag};
-use crate::log::{Items, RecordRef, ITEMS_PER_RECORD};
+use crate::log::{Items, RecordRef};
 use crate::packed;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -345,50 +346,23 @@ pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp
 
 /// Logs a set entry's whole state as records, through `f`: one `Members` record (for a
 /// big set, of its first members), then `SAdd` records of the rest, each of at most
-/// [`ITEMS_PER_RECORD`] bytes of members unless one member alone is larger (compaction,
-/// a set's creation, the STORE commands).
-pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
-    let key = e.key();
-    let expire_at_ms = e.expire_at_ms();
-    if e.tag() == tag::SET_PACKED {
-        let n = packed::Iter::new(e.value()).count();
-        return f(RecordRef::Members {
+/// [`crate::log::ITEMS_PER_RECORD`] bytes of members unless one member alone is
+/// larger (compaction, a set's creation, the STORE commands).
+pub fn state_records(e: &Entry, f: impl FnMut(RecordRef<'_>)) {
+    const KINDS: state::Kinds = state::Kinds {
+        packed: tag::SET_PACKED,
+        create: |key, expire_at_ms, items| RecordRef::Members {
             key,
             expire_at_ms,
-            items: Items::Packed {
-                n,
-                bytes: e.value(),
-            },
-        });
-    }
-    let mut buf = Vec::new();
-    let mut n = 0;
-    let mut first = true;
-    let mut flush = |buf: &mut Vec<u8>, n: &mut usize| {
-        let items = Items::Packed { n: *n, bytes: buf };
-        f(if first {
-            RecordRef::Members {
-                key,
-                expire_at_ms,
-                items,
-            }
-        } else {
-            RecordRef::SAdd { key, items }
-        });
-        first = false;
-        buf.clear();
-        *n = 0;
+            items,
+        },
+        add: |key, items| RecordRef::SAdd { key, items },
     };
-    for m in iter(e) {
-        if n > 0 && buf.len() + packed::element_bytes(m.len()) > ITEMS_PER_RECORD {
-            flush(&mut buf, &mut n);
+    state::records(e, &KINDS, f, |runs| {
+        for m in iter(e) {
+            runs.push(&[&m]);
         }
-        packed::put(&mut buf, &m);
-        n += 1;
-    }
-    if n > 0 {
-        flush(&mut buf, &mut n);
-    }
+    });
 }
 
 #[cfg(test)]
@@ -561,7 +535,7 @@ mod tests {
                         back = Some(new_entry(key, items, NonZeroU64::new(77), 0));
                     }
                     RecordRef::SAdd { items, .. } => {
-                        assert!(items.packed_len() <= ITEMS_PER_RECORD);
+                        assert!(items.packed_len() <= crate::log::ITEMS_PER_RECORD);
                         let b = back.as_mut().unwrap();
                         for m in items.iter() {
                             add(b, m);

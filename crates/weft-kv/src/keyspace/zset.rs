@@ -27,6 +27,7 @@
 //! sorted set) around them (`Keyspace::modify`).
 
 use super::entry::Entry;
+use super::state;
 use super::value::{self, tag};
 use crate::log::Items;
 use crate::packed;
@@ -721,39 +722,22 @@ pub fn pack_pairs<'a>(pairs: impl Iterator<Item = (&'a [u8], f64)>) -> Vec<u8> {
 /// (for a tree, of its first members), then `ZAdd` records of the rest, each of at
 /// most [`crate::log::ITEMS_PER_RECORD`] bytes of members and scores unless one pair
 /// alone is larger (compaction, a creation, a STORE's destination).
-pub fn state_records(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
+pub fn state_records(e: &Entry, f: impl FnMut(crate::log::RecordRef<'_>)) {
     use crate::log::RecordRef;
-    let key = e.key();
-    let expire_at_ms = e.expire_at_ms();
-    if e.tag() == tag::ZSET_PACKED {
-        let n = packed::Iter::new(e.value()).count();
-        return f(RecordRef::ZSet {
+    const KINDS: state::Kinds = state::Kinds {
+        packed: tag::ZSET_PACKED,
+        create: |key, expire_at_ms, items| RecordRef::ZSet {
             key,
             expire_at_ms,
-            items: Items::Packed {
-                n,
-                bytes: e.value(),
-            },
-        });
-    }
-    let mut first = true;
-    let mut emit = |n: usize, bytes: &[u8]| {
-        let items = Items::Packed { n, bytes };
-        f(if std::mem::take(&mut first) {
-            RecordRef::ZSet {
-                key,
-                expire_at_ms,
-                items,
-            }
-        } else {
-            RecordRef::ZAdd { key, items }
-        });
+            items,
+        },
+        add: |key, items| RecordRef::ZAdd { key, items },
     };
-    let mut chunks = packed::Chunks::new(crate::log::ITEMS_PER_RECORD);
-    for (m, s) in tree(e).range(0, usize::MAX, false) {
-        chunks.push(&[m, &score_bytes(s)], &mut emit);
-    }
-    chunks.finish(&mut emit);
+    state::records(e, &KINDS, f, |runs| {
+        for (m, s) in tree(e).range(0, usize::MAX, false) {
+            runs.push(&[m, &score_bytes(s)]);
+        }
+    });
 }
 
 /// One ZSCAN step over a sorted set entry: calls `f` with the members and scores of
