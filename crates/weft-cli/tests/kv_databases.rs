@@ -14,20 +14,11 @@ mod common;
 #[path = "common/kv.rs"]
 mod kv;
 
-use kv::{KvServer, CEILING};
+use kv::{bulk, run, KvServer, CEILING};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use weft_kv::client::Client;
 use weft_kv::resp::Reply;
-
-fn run(c: &mut Client, args: &[&str]) -> Reply {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.command(&args).unwrap()
-}
-
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
 
 fn text(r: &Reply) -> String {
     match r {

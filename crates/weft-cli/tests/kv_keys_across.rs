@@ -11,15 +11,10 @@ mod kv;
 #[path = "common/resp.rs"]
 mod resp;
 
-use kv::KvServer;
+use kv::{run, KvServer};
 use std::path::Path;
 use weft_kv::client::Client;
 use weft_kv::resp::Reply;
-
-fn run(c: &mut Client, args: &[&str]) -> Reply {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.command(&args).unwrap()
-}
 
 fn start(dir: &Path, socket: &Path) -> KvServer {
     KvServer::weft(dir, socket, &["--fsync", "always", "--workers", "2"]).unwrap()

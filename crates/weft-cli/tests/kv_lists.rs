@@ -14,7 +14,7 @@ mod common;
 #[path = "common/kv.rs"]
 mod kv;
 
-use kv::{KvServer, Rng, CEILING};
+use kv::{run, KvServer, Rng, CEILING};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -27,13 +27,6 @@ const ELEMENTS: usize = 100;
 
 fn list_name(i: usize) -> String {
     format!("lists:{i}")
-}
-
-fn call(c: &mut Client, args: &[&str]) -> Reply {
-    let a: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.send(&a);
-    c.flush().unwrap();
-    c.read_reply().unwrap()
 }
 
 fn elements(r: Reply) -> Vec<String> {
@@ -56,7 +49,7 @@ fn server(dir: &std::path::Path) -> KvServer {
 /// Every list's elements, in order.
 fn all_lists(c: &mut Client) -> Vec<Vec<String>> {
     (0..LISTS)
-        .map(|i| elements(call(c, &["LRANGE", &list_name(i), "0", "-1"])))
+        .map(|i| elements(run(c, &["LRANGE", &list_name(i), "0", "-1"])))
         .collect()
 }
 
@@ -72,7 +65,7 @@ fn readers_never_see_an_element_in_two_lists_or_in_none() {
     let mut c = s.client().unwrap();
     // Every element in exactly one of the lists.
     for e in 0..ELEMENTS {
-        let r = call(&mut c, &["RPUSH", &list_name(e % LISTS), &format!("e{e}")]);
+        let r = run(&mut c, &["RPUSH", &list_name(e % LISTS), &format!("e{e}")]);
         assert!(matches!(r, Reply::Int(_)), "{r:?}");
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -83,12 +76,12 @@ fn readers_never_see_an_element_in_two_lists_or_in_none() {
             std::thread::spawn(move || {
                 while !stop.load(Relaxed) {
                     // The eight lists read as one transaction hold every element once.
-                    assert_eq!(call(&mut c, &["MULTI"]), Reply::Simple("OK".into()));
+                    assert_eq!(run(&mut c, &["MULTI"]), Reply::Simple("OK".into()));
                     for i in 0..LISTS {
-                        let r = call(&mut c, &["LRANGE", &list_name(i), "0", "-1"]);
+                        let r = run(&mut c, &["LRANGE", &list_name(i), "0", "-1"]);
                         assert_eq!(r, Reply::Simple("QUEUED".into()));
                     }
-                    let Reply::Array(lists) = call(&mut c, &["EXEC"]) else {
+                    let Reply::Array(lists) = run(&mut c, &["EXEC"]) else {
                         panic!("EXEC did not answer an array")
                     };
                     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -113,11 +106,11 @@ fn readers_never_see_an_element_in_two_lists_or_in_none() {
                     let (a, b) = (rng.below(LISTS as u64), rng.below(LISTS as u64));
                     let (a, b) = (list_name(a as usize), list_name(b as usize));
                     let r = if rng.below(3) == 0 {
-                        call(&mut c, &["RPOPLPUSH", &a, &b])
+                        run(&mut c, &["RPOPLPUSH", &a, &b])
                     } else {
                         let from = ["LEFT", "RIGHT"][rng.below(2) as usize];
                         let to = ["LEFT", "RIGHT"][rng.below(2) as usize];
-                        call(&mut c, &["LMOVE", &a, &b, from, to])
+                        run(&mut c, &["LMOVE", &a, &b, from, to])
                     };
                     assert!(matches!(r, Reply::Bulk(_) | Reply::Nil), "{r:?}");
                 }
@@ -156,7 +149,7 @@ fn config_sets_the_list_node_size() {
     let dir = tempfile::tempdir().unwrap();
     let s = server(dir.path());
     let mut c = s.client().unwrap();
-    let get = |c: &mut Client, name: &str| match call(c, &["CONFIG", "GET", name]) {
+    let get = |c: &mut Client, name: &str| match run(c, &["CONFIG", "GET", name]) {
         Reply::Array(v) => v[1].clone(),
         r => panic!("{r:?}"),
     };
@@ -166,35 +159,35 @@ fn config_sets_the_list_node_size() {
     assert_eq!(get(&mut c, "list-max-ziplist-size"), bulk("-2"));
     assert_eq!(get(&mut c, "list-compress-depth"), bulk("0"));
     assert_eq!(
-        call(&mut c, &["CONFIG", "SET", "list-max-ziplist-size", "2"]),
+        run(&mut c, &["CONFIG", "SET", "list-max-ziplist-size", "2"]),
         ok
     );
     assert_eq!(get(&mut c, "list-max-listpack-size"), bulk("2"));
-    let enc = |c: &mut Client, k: &str| call(c, &["OBJECT", "ENCODING", k]);
-    call(&mut c, &["RPUSH", "l", "a", "b"]);
+    let enc = |c: &mut Client, k: &str| run(c, &["OBJECT", "ENCODING", k]);
+    run(&mut c, &["RPUSH", "l", "a", "b"]);
     assert_eq!(enc(&mut c, "l"), bulk("listpack"));
-    call(&mut c, &["RPUSH", "l", "c"]);
+    run(&mut c, &["RPUSH", "l", "c"]);
     assert_eq!(enc(&mut c, "l"), bulk("quicklist"));
-    call(&mut c, &["LPOP", "l", "2"]);
+    run(&mut c, &["LPOP", "l", "2"]);
     assert_eq!(enc(&mut c, "l"), bulk("quicklist"), "never back");
     assert_eq!(
-        call(&mut c, &["CONFIG", "SET", "list-compress-depth", "1"]),
+        run(&mut c, &["CONFIG", "SET", "list-compress-depth", "1"]),
         ok
     );
     assert_eq!(get(&mut c, "list-compress-depth"), bulk("1"));
-    let r = call(&mut c, &["CONFIG", "SET", "list-max-listpack-size", "many"]);
+    let r = run(&mut c, &["CONFIG", "SET", "list-max-listpack-size", "many"]);
     assert!(
         matches!(&r, Reply::Error(e) if e.contains("list-max-listpack-size")),
         "{r:?}"
     );
     assert_eq!(
-        call(&mut c, &["CONFIG", "SET", "list-max-listpack-size", "-2"]),
+        run(&mut c, &["CONFIG", "SET", "list-max-listpack-size", "-2"]),
         ok
     );
-    call(&mut c, &["RPUSH", "m", "a", "b", "c"]);
+    run(&mut c, &["RPUSH", "m", "a", "b", "c"]);
     assert_eq!(enc(&mut c, "m"), bulk("listpack"));
     assert_eq!(
-        elements(call(&mut c, &["LRANGE", "l", "0", "-1"])),
+        elements(run(&mut c, &["LRANGE", "l", "0", "-1"])),
         ["c".to_string()]
     );
 }

@@ -18,7 +18,7 @@ mod common;
 #[path = "common/kv.rs"]
 mod kv;
 
-use kv::{KvServer, Rng, CEILING};
+use kv::{run, KvServer, Rng, CEILING};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -31,13 +31,6 @@ const MEMBERS: usize = 100;
 
 fn set_name(i: usize) -> String {
     format!("sets:{i}")
-}
-
-fn call(c: &mut Client, args: &[&str]) -> Reply {
-    let a: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.send(&a);
-    c.flush().unwrap();
-    c.read_reply().unwrap()
 }
 
 fn members(r: Reply) -> Vec<String> {
@@ -69,7 +62,7 @@ fn readers_never_see_part_of_a_move_or_a_store() {
     let mut c = s.client().unwrap();
     // Every member in exactly one of the sets.
     for m in 0..MEMBERS {
-        let r = call(&mut c, &["SADD", &set_name(m % SETS), &format!("m{m}")]);
+        let r = run(&mut c, &["SADD", &set_name(m % SETS), &format!("m{m}")]);
         assert_eq!(r, Reply::Int(1));
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -84,11 +77,11 @@ fn readers_never_see_part_of_a_move_or_a_store() {
                     // and the sizes, read as one transaction each.
                     let mut line = vec!["SUNION"];
                     line.extend(all.iter().map(String::as_str));
-                    let union = members(call(&mut c, &line));
+                    let union = members(run(&mut c, &line));
                     assert_eq!(union.len(), MEMBERS, "a member missing: {union:?}");
                     let a = set_name(checks.load(Relaxed) % SETS);
                     let b = set_name((checks.load(Relaxed) + 3) % SETS);
-                    let both = call(&mut c, &["SINTERCARD", "2", &a, &b]);
+                    let both = run(&mut c, &["SINTERCARD", "2", &a, &b]);
                     assert_eq!(both, Reply::Int(0), "a member in {a} and {b}");
                     checks.fetch_add(1, Relaxed);
                 }
@@ -103,7 +96,7 @@ fn readers_never_see_part_of_a_move_or_a_store() {
                 for _ in 0..moves {
                     let m = format!("m{}", rng.below(MEMBERS as u64));
                     let (a, b) = (rng.below(SETS as u64), rng.below(SETS as u64));
-                    let r = call(
+                    let r = run(
                         &mut c,
                         &["SMOVE", &set_name(a as usize), &set_name(b as usize), &m],
                     );
@@ -113,11 +106,11 @@ fn readers_never_see_part_of_a_move_or_a_store() {
                         let mut line = vec!["SUNIONSTORE".to_string(), format!("sets:all{w}")];
                         line.extend((0..SETS).map(set_name));
                         let line: Vec<&str> = line.iter().map(String::as_str).collect();
-                        assert_eq!(call(&mut c, &line), Reply::Int(MEMBERS as i64));
+                        assert_eq!(run(&mut c, &line), Reply::Int(MEMBERS as i64));
                         let mut line = vec!["SINTERSTORE".to_string(), format!("sets:none{w}")];
                         line.extend([set_name(a as usize), set_name((a as usize + 1) % SETS)]);
                         let line: Vec<&str> = line.iter().map(String::as_str).collect();
-                        assert_eq!(call(&mut c, &line), Reply::Int(0));
+                        assert_eq!(run(&mut c, &line), Reply::Int(0));
                     }
                 }
             })
@@ -139,7 +132,7 @@ fn readers_never_see_part_of_a_move_or_a_store() {
     // After a restart from the log, the same sets.
     let before: Vec<BTreeSet<String>> = (0..SETS)
         .map(|i| {
-            members(call(&mut c, &["SMEMBERS", &set_name(i)]))
+            members(run(&mut c, &["SMEMBERS", &set_name(i)]))
                 .into_iter()
                 .collect()
         })
@@ -155,7 +148,7 @@ fn readers_never_see_part_of_a_move_or_a_store() {
     let mut c = s.client().unwrap();
     let after: Vec<BTreeSet<String>> = (0..SETS)
         .map(|i| {
-            members(call(&mut c, &["SMEMBERS", &set_name(i)]))
+            members(run(&mut c, &["SMEMBERS", &set_name(i)]))
                 .into_iter()
                 .collect()
         })
@@ -168,8 +161,8 @@ fn readers_never_see_part_of_a_move_or_a_store() {
 fn events(s: &KvServer) -> Vec<(String, String)> {
     let mut c = s.client().unwrap();
     let mut sub = s.client().unwrap();
-    call(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Egs"]);
-    let r = call(&mut sub, &["PSUBSCRIBE", "__keyevent@0__:*"]);
+    run(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Egs"]);
+    let r = run(&mut sub, &["PSUBSCRIBE", "__keyevent@0__:*"]);
     assert!(matches!(r, Reply::Array(_)), "{r:?}");
     for line in [
         &["SADD", "s", "a", "b"][..],
@@ -189,9 +182,9 @@ fn events(s: &KvServer) -> Vec<(String, String)> {
         &["SPOP", "u", "10"],
         &["SPOP", "y", "0"],
     ] {
-        call(&mut c, line);
+        run(&mut c, line);
     }
-    call(&mut c, &["PUBLISH", "__keyevent@0__:marker", "end"]);
+    run(&mut c, &["PUBLISH", "__keyevent@0__:marker", "end"]);
     let mut out = Vec::new();
     loop {
         let Reply::Array(m) = sub.read_reply().unwrap() else {
@@ -259,7 +252,7 @@ fn config_sets_the_set_thresholds() {
     )
     .expect("weft kv serve starts");
     let mut c = s.client().unwrap();
-    let get = |c: &mut Client, name: &str| match call(c, &["CONFIG", "GET", name]) {
+    let get = |c: &mut Client, name: &str| match run(c, &["CONFIG", "GET", name]) {
         Reply::Array(v) => v[1].clone(),
         r => panic!("{r:?}"),
     };
@@ -273,44 +266,38 @@ fn config_sets_the_set_thresholds() {
         ("set-max-listpack-entries", "2"),
         ("set-max-listpack-value", "4"),
     ] {
-        assert_eq!(call(&mut c, &["CONFIG", "SET", name, value]), ok);
+        assert_eq!(run(&mut c, &["CONFIG", "SET", name, value]), ok);
         assert_eq!(get(&mut c, name), bulk(value));
     }
-    let enc = |c: &mut Client, k: &str| call(c, &["OBJECT", "ENCODING", k]);
-    call(&mut c, &["SADD", "ints", "1", "2", "3"]);
+    let enc = |c: &mut Client, k: &str| run(c, &["OBJECT", "ENCODING", k]);
+    run(&mut c, &["SADD", "ints", "1", "2", "3"]);
     assert_eq!(enc(&mut c, "ints"), bulk("intset"));
-    call(&mut c, &["SADD", "ints", "4"]);
+    run(&mut c, &["SADD", "ints", "4"]);
     assert_eq!(enc(&mut c, "ints"), bulk("hashtable"));
-    call(&mut c, &["SADD", "words", "a", "b"]);
+    run(&mut c, &["SADD", "words", "a", "b"]);
     assert_eq!(enc(&mut c, "words"), bulk("listpack"));
-    call(&mut c, &["SADD", "words", "c"]);
+    run(&mut c, &["SADD", "words", "c"]);
     assert_eq!(enc(&mut c, "words"), bulk("hashtable"));
-    call(&mut c, &["SREM", "words", "a", "b"]);
+    run(&mut c, &["SREM", "words", "a", "b"]);
     assert_eq!(enc(&mut c, "words"), bulk("hashtable"), "never back");
-    call(&mut c, &["SADD", "long", "abcde"]);
+    run(&mut c, &["SADD", "long", "abcde"]);
     assert_eq!(enc(&mut c, "long"), bulk("hashtable"));
-    let refused = call(&mut c, &["CONFIG", "SET", "set-max-intset-entries", "x"]);
+    let refused = run(&mut c, &["CONFIG", "SET", "set-max-intset-entries", "x"]);
     assert!(refused.is_error(), "{refused:?}");
     // Over the memory limit: SADD and the STORE forms are refused and change nothing;
     // SREM, SPOP and SMOVE (which adds nothing in all) still run.
-    assert_eq!(call(&mut c, &["CONFIG", "SET", "maxmemory", "1"]), ok);
+    assert_eq!(run(&mut c, &["CONFIG", "SET", "maxmemory", "1"]), ok);
     let oom = |r: &Reply| matches!(r, Reply::Error(e) if e.starts_with("OOM"));
-    assert!(oom(&call(&mut c, &["SADD", "ints", "99"])));
-    assert!(oom(&call(
-        &mut c,
-        &["SUNIONSTORE", "dest", "ints", "words"]
-    )));
-    assert_eq!(call(&mut c, &["EXISTS", "dest"]), Reply::Int(0));
-    assert_eq!(call(&mut c, &["SISMEMBER", "ints", "99"]), Reply::Int(0));
+    assert!(oom(&run(&mut c, &["SADD", "ints", "99"])));
+    assert!(oom(&run(&mut c, &["SUNIONSTORE", "dest", "ints", "words"])));
+    assert_eq!(run(&mut c, &["EXISTS", "dest"]), Reply::Int(0));
+    assert_eq!(run(&mut c, &["SISMEMBER", "ints", "99"]), Reply::Int(0));
+    assert_eq!(run(&mut c, &["SMOVE", "ints", "words", "1"]), Reply::Int(1));
+    assert_eq!(run(&mut c, &["SREM", "ints", "2"]), Reply::Int(1));
+    assert_eq!(run(&mut c, &["SCARD", "ints"]), Reply::Int(2));
+    assert_eq!(run(&mut c, &["CONFIG", "SET", "maxmemory", "0"]), ok);
     assert_eq!(
-        call(&mut c, &["SMOVE", "ints", "words", "1"]),
-        Reply::Int(1)
-    );
-    assert_eq!(call(&mut c, &["SREM", "ints", "2"]), Reply::Int(1));
-    assert_eq!(call(&mut c, &["SCARD", "ints"]), Reply::Int(2));
-    assert_eq!(call(&mut c, &["CONFIG", "SET", "maxmemory", "0"]), ok);
-    assert_eq!(
-        call(&mut c, &["SUNIONSTORE", "dest", "ints", "words"]),
+        run(&mut c, &["SUNIONSTORE", "dest", "ints", "words"]),
         Reply::Int(4)
     );
 }

@@ -12,22 +12,12 @@ mod common;
 #[path = "common/kv.rs"]
 mod kv;
 
-use kv::KvServer;
-use weft_kv::client::Client;
+use kv::{bulk, run, KvServer};
 use weft_kv::resp::Reply;
 
 fn server(dir: &std::path::Path) -> KvServer {
     KvServer::weft(&dir.join("data"), &dir.join("kv.sock"), &["--workers", "2"])
         .expect("weft kv serve starts")
-}
-
-fn call(c: &mut Client, args: &[&str]) -> Reply {
-    let a: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.command(&a).unwrap()
-}
-
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
 }
 
 fn bulks(v: &[&str]) -> Reply {
@@ -40,7 +30,7 @@ fn sort_through_the_server() {
     let srv = server(dir.path());
     let mut c = srv.client().unwrap();
     assert_eq!(
-        call(
+        run(
             &mut c,
             &["command", "getkeys", "sort", "src", "store", "dst"]
         ),
@@ -48,7 +38,7 @@ fn sort_through_the_server() {
     );
     // GET's and BY's arguments are not keys, even when they read "store".
     assert_eq!(
-        call(
+        run(
             &mut c,
             &[
                 "command", "getkeys", "sort", "src", "get", "store", "by", "store", "limit", "0",
@@ -58,11 +48,11 @@ fn sort_through_the_server() {
         bulks(&["src"])
     );
     assert_eq!(
-        call(&mut c, &["command", "getkeys", "sort_ro", "src"]),
+        run(&mut c, &["command", "getkeys", "sort_ro", "src"]),
         bulks(&["src"])
     );
-    call(&mut c, &["rpush", "ids", "2", "1", "3"]);
-    call(
+    run(&mut c, &["rpush", "ids", "2", "1", "3"]);
+    run(
         &mut c,
         &[
             "mset", "w_1", "9", "w_2", "8", "w_3", "7", "n_1", "one", "n_3", "three",
@@ -70,37 +60,34 @@ fn sort_through_the_server() {
     );
     let want = Reply::Array(vec![bulk("three"), Reply::Nil, bulk("one")]);
     assert_eq!(
-        call(&mut c, &["sort", "ids", "by", "w_*", "get", "n_*"]),
+        run(&mut c, &["sort", "ids", "by", "w_*", "get", "n_*"]),
         want
     );
     c.hello(3).unwrap();
     assert_eq!(
-        call(&mut c, &["sort_ro", "ids", "by", "w_*", "get", "n_*"]),
+        run(&mut c, &["sort_ro", "ids", "by", "w_*", "get", "n_*"]),
         want
     );
     // In a transaction, over both shards.
-    assert_eq!(call(&mut c, &["multi"]), Reply::Simple("OK".into()));
+    assert_eq!(run(&mut c, &["multi"]), Reply::Simple("OK".into()));
     for dest in ["d0", "d1", "d2", "d3"] {
         assert_eq!(
-            call(&mut c, &["sort", "ids", "desc", "store", dest]),
+            run(&mut c, &["sort", "ids", "desc", "store", dest]),
             Reply::Simple("QUEUED".into())
         );
     }
-    assert_eq!(
-        call(&mut c, &["exec"]),
-        Reply::Array(vec![Reply::Int(3); 4])
-    );
+    assert_eq!(run(&mut c, &["exec"]), Reply::Array(vec![Reply::Int(3); 4]));
     // A watched destination removed by an empty result aborts EXEC.
     let mut other = srv.client().unwrap();
-    call(&mut c, &["watch", "d3"]);
+    run(&mut c, &["watch", "d3"]);
     assert_eq!(
-        call(&mut other, &["sort", "nokey", "store", "d3"]),
+        run(&mut other, &["sort", "nokey", "store", "d3"]),
         Reply::Int(0)
     );
-    call(&mut c, &["multi"]);
-    call(&mut c, &["get", "x"]);
+    run(&mut c, &["multi"]);
+    run(&mut c, &["get", "x"]);
     assert!(matches!(
-        call(&mut c, &["exec"]),
+        run(&mut c, &["exec"]),
         Reply::Nil | Reply::NilArray
     ));
     drop((c, other, srv));
@@ -108,9 +95,9 @@ fn sort_through_the_server() {
     let mut c = srv.client().unwrap();
     for dest in ["d0", "d1", "d2"] {
         assert_eq!(
-            call(&mut c, &["lrange", dest, "0", "-1"]),
+            run(&mut c, &["lrange", dest, "0", "-1"]),
             bulks(&["3", "2", "1"])
         );
     }
-    assert_eq!(call(&mut c, &["exists", "d3"]), Reply::Int(0));
+    assert_eq!(run(&mut c, &["exists", "d3"]), Reply::Int(0));
 }

@@ -16,7 +16,7 @@ use weft_kv::store::{SetOutcome, Store};
 
 #[path = "common/kv.rs"]
 mod kv;
-use kv::KvServer;
+use kv::{ok, run, KvServer};
 
 /// A `weft kv serve` on `dir`, Unix socket only, killed if still running when dropped.
 struct Server(KvServer);
@@ -42,15 +42,6 @@ impl Server {
         let st = self.0.wait_exit();
         assert!(st.success(), "weft kv serve exited with {st}");
     }
-}
-
-fn run(c: &mut Client, args: &[&str]) -> Reply {
-    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-    c.command(&a).unwrap()
-}
-
-fn ok() -> Reply {
-    Reply::Simple("OK".into())
 }
 
 #[test]

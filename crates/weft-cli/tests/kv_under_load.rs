@@ -26,7 +26,7 @@ use weft_kv::resp::Reply;
 mod kv;
 #[path = "../../../tests/support/skip.rs"]
 mod skip;
-use kv::TempKv;
+use kv::{run, TempKv};
 
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 /// A ceiling against hangs only: what the tests wait for comes long before.
@@ -68,13 +68,8 @@ fn log_path(dir: &Path, shard: usize) -> PathBuf {
     dir.join(format!("shard-{shard:03}.log"))
 }
 
-fn run(c: &mut Client, args: &[&[u8]]) -> Reply {
+fn run_bytes(c: &mut Client, args: &[&[u8]]) -> Reply {
     c.command(args).unwrap()
-}
-
-fn cmd(c: &mut Client, args: &[&str]) -> Reply {
-    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-    run(c, &a)
 }
 
 fn oom() -> Reply {
@@ -83,7 +78,7 @@ fn oom() -> Reply {
 
 /// The field `name` of `INFO section`, as a number.
 fn info(c: &mut Client, section: &str, name: &str) -> u64 {
-    let text = match cmd(c, &["INFO", section]) {
+    let text = match run(c, &["INFO", section]) {
         Reply::Bulk(b) | Reply::Verbatim(_, b) => String::from_utf8(b).unwrap(),
         r => panic!("INFO answered {r:?}"),
     };
@@ -104,9 +99,9 @@ fn used_memory(c: &mut Client) -> u64 {
 /// deleted again.
 fn shard_of(srv: &Server, c: &mut Client, key: &str) -> usize {
     let before = srv.log_sizes();
-    assert_eq!(cmd(c, &["SET", key, "x"]), Reply::Simple("OK".into()));
+    assert_eq!(run(c, &["SET", key, "x"]), Reply::Simple("OK".into()));
     let after = srv.log_sizes();
-    assert_eq!(cmd(c, &["DEL", key]), Reply::Int(1));
+    assert_eq!(run(c, &["DEL", key]), Reply::Int(1));
     (0..after.len())
         .find(|&s| after[s] > before[s])
         .expect("some shard's log grew")
@@ -152,15 +147,15 @@ fn maxmemory_refuses_what_a_write_would_add_over_the_whole_server() {
     // One SET larger than the limit, and SETRANGEs that would make a 400 MB value
     // from a few bytes of arguments: refused, nothing stored.
     let big = vec![b'v'; 11 << 20];
-    assert_eq!(run(&mut c, &[b"SET", b"big", &big]), oom());
-    assert_eq!(cmd(&mut c, &["SETRANGE", "far", "400000000", "x"]), oom());
+    assert_eq!(run_bytes(&mut c, &[b"SET", b"big", &big]), oom());
+    assert_eq!(run(&mut c, &["SETRANGE", "far", "400000000", "x"]), oom());
     assert_eq!(
-        cmd(&mut c, &["SET", "small", "12345"]),
+        run(&mut c, &["SET", "small", "12345"]),
         Reply::Simple("OK".into())
     );
-    assert_eq!(cmd(&mut c, &["SETRANGE", "small", "400000000", "x"]), oom());
-    assert_eq!(cmd(&mut c, &["EXISTS", "big", "far"]), Reply::Int(0));
-    assert_eq!(cmd(&mut c, &["STRLEN", "small"]), Reply::Int(5));
+    assert_eq!(run(&mut c, &["SETRANGE", "small", "400000000", "x"]), oom());
+    assert_eq!(run(&mut c, &["EXISTS", "big", "far"]), Reply::Int(0));
+    assert_eq!(run(&mut c, &["STRLEN", "small"]), Reply::Int(5));
     let small = used_memory(&mut c);
     assert!(
         small > 0 && small < 1000,
@@ -176,14 +171,14 @@ fn maxmemory_refuses_what_a_write_would_add_over_the_whole_server() {
     // 6 MB fits; 6 MB more does not, on whichever shard it lands.
     let six = vec![b'a'; 6 << 20];
     assert_eq!(
-        run(&mut c, &[b"SET", b"a", &six]),
+        run_bytes(&mut c, &[b"SET", b"a", &six]),
         Reply::Simple("OK".into())
     );
     let after_a = used_memory(&mut c);
     assert!(after_a > 6 << 20);
-    assert_eq!(run(&mut c, &[b"APPEND", b"a", &six]), oom());
+    assert_eq!(run_bytes(&mut c, &[b"APPEND", b"a", &six]), oom());
     assert_eq!(
-        run(&mut c, &[b"GETSET", b"a", &vec![b'b'; 11 << 20]]),
+        run_bytes(&mut c, &[b"GETSET", b"a", &vec![b'b'; 11 << 20]]),
         oom()
     );
     let shard_a = shard_of(&srv, &mut c, "a-probe-0");
@@ -192,9 +187,9 @@ fn maxmemory_refuses_what_a_write_would_add_over_the_whole_server() {
         .find(|k| shard_of(&srv, &mut c, k) != shard_a)
         .unwrap();
     // `other` is on the shard that holds nothing: the limit counts both shards.
-    assert_eq!(run(&mut c, &[b"SET", other.as_bytes(), &six]), oom());
+    assert_eq!(run_bytes(&mut c, &[b"SET", other.as_bytes(), &six]), oom());
     assert_eq!(
-        run(&mut c, &[b"SETEX", other.as_bytes(), b"100", &six]),
+        run_bytes(&mut c, &[b"SETEX", other.as_bytes(), b"100", &six]),
         oom()
     );
     // An MSET over both shards that does not fit changes neither.
@@ -208,31 +203,31 @@ fn maxmemory_refuses_what_a_write_would_add_over_the_whole_server() {
     assert_eq!(pipeline(&mut c, &[mset]), 1);
     let mut exists = vec!["EXISTS"];
     exists.extend(keys.iter().map(String::as_str));
-    assert_eq!(cmd(&mut c, &exists), Reply::Int(0));
+    assert_eq!(run(&mut c, &exists), Reply::Int(0));
     assert_eq!(used_memory(&mut c), after_a);
     // What fits still runs.
-    assert_eq!(cmd(&mut c, &["INCR", "n"]), Reply::Int(1));
-    assert_eq!(cmd(&mut c, &["APPEND", "small", "678"]), Reply::Int(8));
+    assert_eq!(run(&mut c, &["INCR", "n"]), Reply::Int(1));
+    assert_eq!(run(&mut c, &["APPEND", "small", "678"]), Reply::Int(8));
 
     // Over the limit (lowered under what is held): writes that may grow memory are
     // refused, even small ones; those that free it run.
     assert_eq!(
-        cmd(&mut c, &["CONFIG", "SET", "maxmemory", "1mb"]),
+        run(&mut c, &["CONFIG", "SET", "maxmemory", "1mb"]),
         Reply::Simple("OK".into())
     );
-    assert_eq!(cmd(&mut c, &["SET", "tiny", "1"]), oom());
-    assert_eq!(cmd(&mut c, &["INCR", "n"]), oom());
-    assert_eq!(cmd(&mut c, &["SET", "small", "1"]), oom());
-    assert_eq!(cmd(&mut c, &["EXPIRE", "small", "100"]), Reply::Int(1));
-    assert_eq!(cmd(&mut c, &["PERSIST", "small"]), Reply::Int(1));
-    assert_eq!(cmd(&mut c, &["GETDEL", "n"]), Reply::Bulk(b"1".to_vec()));
-    assert_eq!(cmd(&mut c, &["DEL", "a"]), Reply::Int(1));
+    assert_eq!(run(&mut c, &["SET", "tiny", "1"]), oom());
+    assert_eq!(run(&mut c, &["INCR", "n"]), oom());
+    assert_eq!(run(&mut c, &["SET", "small", "1"]), oom());
+    assert_eq!(run(&mut c, &["EXPIRE", "small", "100"]), Reply::Int(1));
+    assert_eq!(run(&mut c, &["PERSIST", "small"]), Reply::Int(1));
+    assert_eq!(run(&mut c, &["GETDEL", "n"]), Reply::Bulk(b"1".to_vec()));
+    assert_eq!(run(&mut c, &["DEL", "a"]), Reply::Int(1));
     // Back under it: writes run again.
     assert_eq!(
-        cmd(&mut c, &["SET", "tiny", "1"]),
+        run(&mut c, &["SET", "tiny", "1"]),
         Reply::Simple("OK".into())
     );
-    assert_eq!(cmd(&mut c, &["DBSIZE"]), Reply::Int(2));
+    assert_eq!(run(&mut c, &["DBSIZE"]), Reply::Int(2));
 }
 
 #[test]
@@ -249,7 +244,7 @@ fn expired_keys_are_reclaimed_without_being_touched() {
     // No command touches a key from here on: DBSIZE and INFO only.
     let deadline = Instant::now() + EVENTUALLY;
     loop {
-        let left = cmd(&mut c, &["DBSIZE"]);
+        let left = run(&mut c, &["DBSIZE"]);
         if left == Reply::Int(0) {
             break;
         }
@@ -285,7 +280,7 @@ fn expired_keys_never_cause_an_oom_refusal() {
     let refused: usize = new.chunks(200).map(|chunk| pipeline(&mut c, chunk)).sum();
     assert_eq!(refused, 0, "writes refused for memory held by expired keys");
     assert_eq!(
-        cmd(&mut c, &["GET", &format!("new:{}", KEYS - 1)]),
+        run(&mut c, &["GET", &format!("new:{}", KEYS - 1)]),
         Reply::Bulk(value)
     );
     assert!(used_memory(&mut c) <= 50 << 20);
@@ -311,7 +306,7 @@ fn server_threads_may_run_on_every_cpu() {
     let srv = Server::start(&["--workers", "2"]);
     let mut c = srv.client().unwrap();
     // A write, so that the workers have done I/O (and made their helper threads).
-    assert_eq!(cmd(&mut c, &["SET", "k", "v"]), Reply::Simple("OK".into()));
+    assert_eq!(run(&mut c, &["SET", "k", "v"]), Reply::Simple("OK".into()));
     let pid = srv.pid();
     let all = allowed(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap());
     let mut workers = 0;

@@ -227,6 +227,22 @@ pub fn weft_check(dir: &Path, repair: bool) -> Output {
     cmd.output().expect("run weft kv check")
 }
 
+/// Sends one command (its words as text) and answers its reply.
+pub fn run(c: &mut Client, args: &[&str]) -> Reply {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    c.command(&args).unwrap()
+}
+
+/// The reply `+OK`.
+pub fn ok() -> Reply {
+    Reply::Simple("OK".into())
+}
+
+/// A bulk string reply.
+pub fn bulk(s: &str) -> Reply {
+    Reply::Bulk(s.as_bytes().to_vec())
+}
+
 /// A small deterministic random generator (xorshift64*), so a failing run can be
 /// replayed from the number it prints.
 pub struct Rng(pub u64);
