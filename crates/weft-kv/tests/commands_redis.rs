@@ -5,20 +5,20 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::{Rng as _, RngExt};
 use proptest::test_runner::{RngAlgorithm, TestRng};
+use weft_kv::client::{Addr, Client};
 use weft_kv::commands::{self, check_arity, lookup, Ctx, Exec};
 use weft_kv::keyspace::Keyspace;
 use weft_kv::resp::Reply;
+use weft_kv::store::Store;
 
 struct Redis {
     child: Child,
-    conn: BufReader<UnixStream>,
+    conn: Client,
     _dir: tempfile::TempDir,
 }
 
@@ -48,7 +48,7 @@ impl Redis {
         // However long a busy machine takes; the ceiling only stops a hang.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let conn = loop {
-            if let Ok(c) = UnixStream::connect(&sock) {
+            if let Ok(c) = Client::connect(&Addr::Unix(sock.clone())) {
                 break c;
             }
             assert!(
@@ -59,51 +59,25 @@ impl Redis {
         };
         Some(Redis {
             child,
-            conn: BufReader::new(conn),
+            conn,
             _dir: dir,
         })
     }
 
     fn run(&mut self, args: &[Vec<u8>]) -> Reply {
-        let mut req = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            req.extend_from_slice(a);
-            req.extend_from_slice(b"\r\n");
-        }
-        self.conn.get_mut().write_all(&req).unwrap();
-        read_reply(&mut self.conn)
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        self.conn.command(&args).expect("redis-server answers")
     }
 }
 
-fn read_reply(r: &mut BufReader<UnixStream>) -> Reply {
-    let mut line = Vec::new();
-    r.read_until(b'\n', &mut line).unwrap();
-    line.truncate(line.len() - 2);
-    let text = String::from_utf8_lossy(&line[1..]).into_owned();
-    match line[0] {
-        b'+' => Reply::Simple(text.into()),
-        b'-' => Reply::Error(text.into()),
-        b':' => Reply::Int(text.parse().unwrap()),
-        b'$' => {
-            let n: i64 = text.parse().unwrap();
-            if n < 0 {
-                return Reply::Nil;
-            }
-            let mut buf = vec![0; n as usize + 2];
-            std::io::Read::read_exact(r, &mut buf).unwrap();
-            buf.truncate(n as usize);
-            Reply::Bulk(buf)
-        }
-        b'*' => {
-            let n: i64 = text.parse().unwrap();
-            if n < 0 {
-                return Reply::NilArray;
-            }
-            Reply::Array((0..n).map(|_| read_reply(r)).collect())
-        }
-        c => panic!("unexpected reply type {c}"),
-    }
+/// An embedded store over four shards (so that commands over several keys run as
+/// transactions across shards), in a temporary directory removed when the first is
+/// dropped.
+fn four_shards() -> (tempfile::TempDir, Store) {
+    let d = tempfile::tempdir().unwrap();
+    weft_kv::log::DataDir::open(&d.path().join("kv"), 4).unwrap();
+    let store = Store::open(d.path().join("kv")).unwrap();
+    (d, store)
 }
 
 fn ours(ks: &mut Keyspace, args: &[Vec<u8>]) -> Reply {
@@ -745,9 +719,7 @@ fn list_replies_match_redis_server() {
     let Some(mut redis) = Redis::start() else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
-    weft_kv::log::DataDir::open(&d.path().join("kv"), 4).unwrap();
-    let store = weft_kv::store::Store::open(d.path().join("kv")).unwrap();
+    let (_dir, store) = four_shards();
     let ours = |args: &[Vec<u8>]| {
         let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         resp2(store.exec(&argv))
@@ -1326,9 +1298,7 @@ fn set_replies_match_redis_server() {
     let Some(mut redis) = Redis::start() else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
-    weft_kv::log::DataDir::open(&d.path().join("kv"), 4).unwrap();
-    let store = weft_kv::store::Store::open(d.path().join("kv")).unwrap();
+    let (_dir, store) = four_shards();
     let ours = |args: &[Vec<u8>]| {
         let a: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         resp2_sorted(store.exec(&a))
@@ -1980,9 +1950,7 @@ fn sort_replies_match_redis_server() {
     let Some(mut redis) = Redis::start() else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
-    weft_kv::log::DataDir::open(&d.path().join("kv"), 4).unwrap();
-    let store = weft_kv::store::Store::open(d.path().join("kv")).unwrap();
+    let (_dir, store) = four_shards();
     let ours = |args: &[Vec<u8>]| {
         let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         resp2(store.exec(&argv))
