@@ -6,14 +6,6 @@
 mod common;
 use common::*;
 
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
-fn ints(v: &[i64]) -> Reply {
-    Reply::Array(v.iter().map(|&i| Reply::Int(i)).collect())
-}
-
 fn set_rec(k: &str, v: &[u8]) -> Record {
     Record::Set {
         key: k.into(),

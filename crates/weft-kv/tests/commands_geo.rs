@@ -6,18 +6,6 @@
 mod common;
 use common::*;
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
-fn bulks(v: &[&str]) -> Reply {
-    Reply::Array(v.iter().map(|s| bulk(s)).collect())
-}
-
 /// The RESP2 and RESP3 encodings of a reply, as text.
 fn wire(r: &Reply) -> (String, String) {
     let (mut two, mut three) = (Vec::new(), Vec::new());

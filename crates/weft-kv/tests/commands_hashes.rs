@@ -7,22 +7,6 @@ mod common;
 use common::*;
 use weft_kv::keyspace::{PER_EXPIRE_OVERHEAD, PER_KEY_OVERHEAD};
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
-fn bulks(v: &[&str]) -> Reply {
-    Reply::Array(v.iter().map(|s| bulk(s)).collect())
-}
-
-fn items(v: &[&str]) -> Vec<Vec<u8>> {
-    v.iter().map(|s| s.as_bytes().to_vec()).collect()
-}
-
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 #[test]

@@ -7,10 +7,6 @@
 mod common;
 use common::*;
 
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOT_HLL: &str = "WRONGTYPE Key is not a valid HyperLogLog string value.";
 const CORRUPT: &str = "INVALIDOBJ Corrupted HLL object detected";

@@ -4,10 +4,6 @@
 mod common;
 use common::*;
 
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 use weft_kv::keyspace::HASH_LIMIT;

@@ -7,26 +7,6 @@ mod common;
 use common::*;
 use weft_kv::commands::lists;
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
-fn bulks(v: &[&str]) -> Reply {
-    Reply::Array(v.iter().map(|s| bulk(s)).collect())
-}
-
-fn ints(v: &[i64]) -> Reply {
-    Reply::Array(v.iter().map(|&n| Reply::Int(n)).collect())
-}
-
-fn items(v: &[&str]) -> Vec<Vec<u8>> {
-    v.iter().map(|s| s.as_bytes().to_vec()).collect()
-}
-
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Runs a multi-key list command (LMOVE, RPOPLPUSH, LMPOP) with every key on this

@@ -10,18 +10,6 @@ use common::*;
 use std::collections::BTreeSet;
 use weft_kv::keyspace::{PER_EXPIRE_OVERHEAD, PER_KEY_OVERHEAD};
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
-fn items(v: &[&str]) -> Vec<Vec<u8>> {
-    v.iter().map(|s| s.as_bytes().to_vec()).collect()
-}
-
 fn set_of(v: &[&str]) -> Reply {
     Reply::Set(v.iter().map(|s| bulk(s)).collect())
 }

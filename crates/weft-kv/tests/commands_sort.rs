@@ -9,18 +9,6 @@
 mod common;
 use common::*;
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
-fn bulks(v: &[&str]) -> Reply {
-    Reply::Array(v.iter().map(|s| bulk(s)).collect())
-}
-
 fn run(store: &weft_kv::Store, line: &[&str]) -> Reply {
     let args: Vec<&[u8]> = line.iter().map(|a| a.as_bytes()).collect();
     store.exec(&args)

@@ -4,14 +4,6 @@
 mod common;
 use common::*;
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
 fn set_rec(k: &str, v: &str, at: Option<u64>) -> Record {
     Record::Set {
         key: k.into(),

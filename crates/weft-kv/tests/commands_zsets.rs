@@ -8,18 +8,6 @@
 mod common;
 use common::*;
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
-fn bulks(v: &[&str]) -> Reply {
-    Reply::Array(v.iter().map(|s| bulk(s)).collect())
-}
-
 fn pairs(v: &[(&str, f64)]) -> Reply {
     Reply::Pairs(
         v.iter()

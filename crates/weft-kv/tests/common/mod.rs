@@ -13,6 +13,31 @@ pub use weft_kv::log::{decode, Record};
 pub use weft_kv::resp::Reply;
 pub const NOW: u64 = 1_700_000_000_000;
 
+/// A bulk string reply.
+pub fn bulk(s: &str) -> Reply {
+    Reply::Bulk(s.as_bytes().to_vec())
+}
+
+/// An error reply.
+pub fn err(s: &str) -> Reply {
+    Reply::Error(s.to_string().into())
+}
+
+/// An array of bulk strings.
+pub fn bulks(v: &[&str]) -> Reply {
+    Reply::Array(v.iter().map(|s| bulk(s)).collect())
+}
+
+/// An array of integers.
+pub fn ints(v: &[i64]) -> Reply {
+    Reply::Array(v.iter().map(|&n| Reply::Int(n)).collect())
+}
+
+/// Words as owned bytes (a record's items).
+pub fn items(v: &[&str]) -> Vec<Vec<u8>> {
+    v.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
 /// A keyspace, a clock and the log of everything run on it.
 pub struct T {
     pub ks: Keyspace,
