@@ -550,6 +550,49 @@ fn hscan_walks_every_field() {
     );
 }
 
+/// HRANDFIELD draws every field of a big hash (a table) equally often, with repeats (a
+/// negative count) and without (a positive one): 200,000 fields drawn from 1,000 give
+/// each about 200 (a sum of independent draws of chance 1/1000, or 1/10 for a hundred
+/// distinct ones at a time). Under a uniform draw a field comes up fewer than 100 or
+/// more than 320 times with a chance below 10^-11 (Chernoff's bound), so the test fails
+/// by chance less than once in 10^7 runs; picking the first field at or after a random
+/// hash, as HRANDFIELD once did, draws some fields several times as often as others.
+#[test]
+fn hrandfield_draws_every_field_equally_often() {
+    let mut t = T::new();
+    for i in 0..1000 {
+        t.run(&["hset", "h", &format!("field{i}"), "v"]);
+    }
+    assert_eq!(t.run(&["object", "encoding", "h"]), bulk("hashtable"));
+    let check = |counts: std::collections::HashMap<Vec<u8>, u32>, how: &str| {
+        assert_eq!(counts.len(), 1000, "{how}: every field comes up");
+        for (f, n) in &counts {
+            let f = String::from_utf8_lossy(f);
+            assert!((100..=320).contains(n), "{how}: {f} drawn {n} times");
+        }
+    };
+    let mut counts = std::collections::HashMap::new();
+    let Reply::Array(got) = t.run(&["hrandfield", "h", "-200000"]) else {
+        panic!()
+    };
+    for r in got {
+        let Reply::Bulk(f) = r else { panic!("{r:?}") };
+        *counts.entry(f).or_insert(0) += 1;
+    }
+    check(counts, "a negative count");
+    let mut counts = std::collections::HashMap::new();
+    for _ in 0..2000 {
+        let Reply::Array(got) = t.run(&["hrandfield", "h", "100"]) else {
+            panic!()
+        };
+        for r in got {
+            let Reply::Bulk(f) = r else { panic!("{r:?}") };
+            *counts.entry(f).or_insert(0) += 1;
+        }
+    }
+    check(counts, "a positive count");
+}
+
 /// A hash big enough to be a table, changed field by field, comes back from its log
 /// (its creation, then changes) and from compaction's records (chunked).
 #[test]

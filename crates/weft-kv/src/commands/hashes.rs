@@ -352,15 +352,9 @@ pub(super) fn random() -> u64 {
     })
 }
 
-/// A random field and value of a hash entry of `len` fields (a packed hash: uniformly;
-/// a table: see `hash::random_table_field`).
+/// A random field and value of a hash entry of `len` fields, each field equally likely.
 fn random_pair(e: &Entry, len: usize) -> (&[u8], &[u8]) {
-    let r = random();
-    if e.tag() == crate::keyspace::tag::HASH_PACKED {
-        hash::nth(e, (r % len as u64) as usize).expect("a field of the hash")
-    } else {
-        hash::random_table_field(e, r).expect("a field of the hash")
-    }
+    hash::random(e, len, random)
 }
 
 /// The most fields HRANDFIELD (members SRANDMEMBER) answers with a negative count

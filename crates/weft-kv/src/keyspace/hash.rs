@@ -210,19 +210,6 @@ impl HashTable {
             .flat_map(|n| n.pairs().iter().map(Pair::split))
     }
 
-    /// A random field in about O(log n): the first field at or after a random hash.
-    /// Fields after a wide gap of hashes are a little likelier; each has a chance.
-    pub(super) fn random(&self, r: u64) -> Option<(&[u8], &[u8])> {
-        let h = r & (u64::MAX >> 1);
-        let (_, node) = self
-            .map
-            .range(h..)
-            .next()
-            .or_else(|| self.map.iter().next())?;
-        let pairs = node.pairs();
-        Some(pairs[(r >> 1) as usize % pairs.len()].split())
-    }
-
     /// A field chosen uniformly at random, from the random numbers `rnd` gives:
     /// a small table's by its place; a big one's by windows of hashes each expected
     /// to hold 8 fields, one of the first 64 places of a window drawn, tried again
@@ -345,16 +332,15 @@ pub fn iter(e: &Entry) -> Iter<'_> {
     }
 }
 
-/// The `i`-th field and value of a hash entry in [`iter`]'s order (a table's: the
-/// `i`-th in hash order, found by walking; HRANDFIELD picks by it).
-pub fn nth(e: &Entry, i: usize) -> Option<(&[u8], &[u8])> {
-    iter(e).nth(i)
-}
-
-/// A random field of a table in about O(log n): the first field at or after a random
-/// hash. Fields after a wide gap of hashes are a little likelier; each has a chance.
-pub fn random_table_field(e: &Entry, r: u64) -> Option<(&[u8], &[u8])> {
-    table(e).random(r)
+/// A field and its value of a hash entry of `len` fields chosen uniformly at random,
+/// from the random numbers `rnd` gives (a packed hash's by its place, a table's:
+/// `HashTable::random_uniform`).
+pub fn random(e: &Entry, len: usize, mut rnd: impl FnMut() -> u64) -> (&[u8], &[u8]) {
+    let picked = match e.tag() {
+        tag::HASH_PACKED => iter(e).nth((rnd() % len as u64) as usize),
+        _ => table(e).random_uniform(rnd),
+    };
+    picked.expect("a field of the hash")
 }
 
 /// One HSCAN step over a hash entry: calls `f` with the fields and values of about
