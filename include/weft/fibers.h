@@ -39,11 +39,18 @@
  *     and x87 control word, inherited from its creator at CreateFiber (their
  *     control bits; MXCSR's exception flags, which the ABI does not keep
  *     across a call, are not kept across a switch either).
- *   - A converted fiber's frames are on its thread's stack, which Linux
- *     frees when the thread ends: once its thread has ended inside another
- *     fiber, switching to it fails with ERROR_INVALID_HANDLE (DeleteFiber
- *     frees it and runs its FLS callbacks, as on Windows); and while its
- *     thread lives, only that thread may delete it (ERROR_INVALID_PARAMETER).
+ *   - While a thread lives, only that thread may delete its converted
+ *     fiber (ERROR_INVALID_PARAMETER elsewhere).
+ *   - A thread that ends inside another fiber leaves its converted fiber
+ *     behind, and any thread may switch to it later, as on Windows, when
+ *     libweft started the thread: libweft's pthread_create runs the start
+ *     routine on a stack weft owns, which outlives the thread. Not so for
+ *     the process's main thread, a thread given a stack of the caller's own
+ *     (pthread_attr_setstack), or any thread with WEFT_THREAD_STACKS=off:
+ *     there the converted fiber's frames are on the thread's own stack,
+ *     which Linux frees when the thread ends, so switching to it then fails
+ *     with ERROR_INVALID_HANDLE (DeleteFiber frees it and runs its FLS
+ *     callbacks, as on Windows).
  *
  * As on Windows, a fiber start routine that returns ends the thread that
  * runs it, and DeleteFiber(GetCurrentFiber()) ends the calling thread.

@@ -9,3 +9,6 @@
 
 pub use hook::stats;
 pub use weft_capi::*;
+
+// `pthread_create` and `pthread_getattr_np`, in front of the C library's, as libweft has it.
+weft_capi::export_pthread_create!();

@@ -4,3 +4,6 @@
 //! (`libweft.so`, `libweft.a`).
 
 pub use weft_capi::*;
+
+// `pthread_create` and `pthread_getattr_np`, in front of the C library's (see the macro).
+weft_capi::export_pthread_create!();

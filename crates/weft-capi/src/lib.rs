@@ -44,6 +44,46 @@ pub mod runtime;
 pub mod syslet;
 
 pub use ipc::WeftIpcMsg;
+pub use weft_fiber::thread_stack;
+
+/// Defines `pthread_create` and `pthread_getattr_np` in the crate that invokes it
+/// (libweft, libweft-hook), in front of the C library's: the new thread's start routine
+/// runs on a stack weft owns, so that its converted fiber outlives the thread as on
+/// Windows, and code on that stack that asks for its thread's stack is told about it
+/// ([`weft_fiber::thread_stack`]; `WEFT_THREAD_STACKS=off` turns the first off). Only
+/// the C libraries define them, so Rust programs that use weft's crates keep glibc's.
+#[macro_export]
+macro_rules! export_pthread_create {
+    () => {
+        /// `pthread_create` with the start routine on a stack weft owns.
+        ///
+        /// # Safety
+        /// As for `pthread_create`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn pthread_create(
+            thread: *mut $crate::thread_stack::pthread_t,
+            attr: *const $crate::thread_stack::pthread_attr_t,
+            start: Option<$crate::thread_stack::StartRoutine>,
+            arg: *mut core::ffi::c_void,
+        ) -> core::ffi::c_int {
+            // SAFETY: the caller's arguments, under pthread_create's own contract.
+            unsafe { $crate::thread_stack::pthread_create(thread, attr, start, arg) }
+        }
+
+        /// `pthread_getattr_np` that describes the start stack to code running on it.
+        ///
+        /// # Safety
+        /// As for `pthread_getattr_np`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn pthread_getattr_np(
+            thread: $crate::thread_stack::pthread_t,
+            attr: *mut $crate::thread_stack::pthread_attr_t,
+        ) -> core::ffi::c_int {
+            // SAFETY: the caller's arguments, under pthread_getattr_np's own contract.
+            unsafe { $crate::thread_stack::pthread_getattr_np(thread, attr) }
+        }
+    };
+}
 pub use syslet::{SysletUatom, WeftSysletCompletion};
 
 // ---- weft's own error codes: include/weft/runtime.h, ipc.h and syslet.h ---------

@@ -351,6 +351,13 @@ fn c_thread_exit() {
     c_test("thread_exit");
 }
 
+/// A thread that ends in a fiber it created leaves its converted fiber behind, and
+/// another thread resumes it where it stopped, as on Windows.
+#[test]
+fn c_thread_outlived() {
+    c_test("thread_outlived");
+}
+
 /// Deleted fibers' handles and values that never were handles: errors, nothing touched.
 #[test]
 fn c_stale_handles() {
@@ -676,6 +683,7 @@ const VALGRIND_TESTS: &[Vg] = &[
     Vg::plain("migrate_contention"),
     Vg::plain("signal_switch"),
     Vg::plain("thread_exit"),
+    Vg::plain("thread_outlived"),
     Vg::plain("stale_handles"),
     Vg::plain("process_exit"),
     Vg::plain("windows_behaviour"),
@@ -793,6 +801,7 @@ valgrind_tests! {
     c_migrate_contention_valgrind: "migrate_contention",
     c_signal_switch_valgrind: "signal_switch",
     c_thread_exit_valgrind: "thread_exit",
+    c_thread_outlived_valgrind: "thread_outlived",
     c_stale_handles_valgrind: "stale_handles",
     c_process_exit_valgrind: "process_exit",
     c_windows_behaviour_valgrind: "windows_behaviour",
@@ -945,6 +954,7 @@ asan_tests! {
     c_migrate_contention_asan: "migrate_contention",
     c_signal_switch_asan: "signal_switch",
     c_thread_exit_asan: "thread_exit",
+    c_thread_outlived_asan: "thread_outlived",
     c_stale_handles_asan: "stale_handles",
     c_process_exit_asan: "process_exit",
     c_windows_behaviour_asan: "windows_behaviour",

@@ -172,12 +172,14 @@ pub(crate) unsafe fn init(
         sl.creator_tid.store(thread::gettid(), Relaxed);
         sl.entry.store(entry as u64, Relaxed);
         sl.failed_activations.store(0, Relaxed);
+        let thread_fiber = matches!(start, Start::Thread);
+        // A thread's record shows no stack, whichever stack its frames are on.
         let (base, size) = stack
             .as_ref()
+            .filter(|_| !thread_fiber)
             .map_or((0, 0), |s| (s.guard().end as u64, s.usable_size() as u64));
         sl.stack_base.store(base, Relaxed);
         sl.stack_size.store(size, Relaxed);
-        let thread_fiber = matches!(start, Start::Thread);
         sl.flags.store(
             if thread_fiber {
                 registry::FLAG_THREAD
@@ -274,9 +276,21 @@ impl FiberRecord {
     }
 
     /// Whether this record's frames are on an OS thread's own stack (a thread's record
-    /// that has not taken over a fiber's stack): they go away when that thread ends.
+    /// that has not taken over a fiber's stack, nor a start stack of weft's): they go
+    /// away when that thread ends.
     pub(crate) fn on_thread_stack(&self) -> bool {
         self.stack.is_none()
+    }
+
+    /// Whether this is a thread's own record (`thread.rs`), whichever stack its frames
+    /// are on: its FLS storage exists from the start, as a thread's does on Windows.
+    ///
+    /// # Safety
+    /// Called by the thread running this record (or owning it): `start` is written only
+    /// there.
+    pub(crate) unsafe fn is_thread_record(&self) -> bool {
+        // SAFETY: per the contract, nothing writes `start` meanwhile.
+        matches!(unsafe { &*self.start.get() }, Start::Thread)
     }
 }
 

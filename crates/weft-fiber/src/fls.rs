@@ -104,7 +104,7 @@ pub fn alloc(callback: Option<FlsCallback>) -> Result<u32, Error> {
     // SAFETY: `f` is the running fiber or this thread's record, alive while we run. A
     // thread's record reads as having storage already.
     unsafe {
-        if !f.is_null() && !(*f).on_thread_stack() {
+        if !f.is_null() && !(*f).is_thread_record() {
             storage(f);
         }
     }
@@ -194,7 +194,7 @@ pub fn get(index: u32) -> Result<*mut c_void, Error> {
     unsafe {
         let s = (*f).fls.load(Acquire);
         if s.is_null() {
-            return if (*f).on_thread_stack() {
+            return if (*f).is_thread_record() {
                 // A thread's own record: its storage exists from the start on Windows.
                 Ok(ptr::null_mut())
             } else {
@@ -227,7 +227,7 @@ pub fn set(index: u32, value: *mut c_void) -> Result<(), Error> {
     unsafe {
         let mut s = (*f).fls.load(Acquire);
         if s.is_null() {
-            if value.is_null() && (*f).on_thread_stack() {
+            if value.is_null() && (*f).is_thread_record() {
                 // A thread's record reads as empty storage already.
                 return Ok(());
             }

@@ -15,6 +15,7 @@
 //! | `fiber` | the fiber record and the switch protocol: atomic ownership, statistics, signal safety |
 //! | `pool` | where records live (never freed to the allocator) and what a handle is (an index and a generation) |
 //! | `thread` | per-OS-thread state, conversion, and cleanup when a thread ends |
+//! | [`thread_stack`] | `pthread_create` with the start routine on a stack weft owns, so a converted fiber outlives its thread |
 //! | `fls` | fiber-local storage |
 //! | `overflow` | the SIGSEGV handler that names a fiber that overflowed its stack |
 //! | `registry` | the shared-memory registry of every fiber's statistics (seqlocked slots) |
@@ -56,6 +57,7 @@ mod sanitizer;
 pub mod stack;
 mod stats;
 mod thread;
+pub mod thread_stack;
 mod tls;
 mod valgrind;
 pub mod win;

@@ -6,11 +6,15 @@
 //! `main` is the thread's own record. While the thread is not a fiber it holds the
 //! thread's fiber-local storage (Windows gives every thread FLS, so a thread that uses
 //! FLS without converting gets one); `ConvertThreadToFiber` makes it the thread's fiber,
-//! with a handle, and keeps those values. Its frames are on the thread's own stack.
-//! Other fibers may switch to it from any thread, but because it lives on this thread's
-//! stack, this thread must not end while it runs elsewhere (glibc would free the stack
-//! under it): weft checks this when the thread ends and stops the process with a
-//! message rather than corrupt memory.
+//! with a handle, and keeps those values. Its frames are on the stack the thread's start
+//! routine runs on. For a thread weft started (`thread_stack.rs`), that is a stack weft
+//! owns, which the record takes over (`start_stack`) and which is freed with it: such a
+//! record is like any fiber of the thread's. Otherwise (the process's main thread, a
+//! thread on a stack of the caller's own) it is the thread's own stack: other fibers may
+//! switch to the record from any thread, but because it lives on this thread's stack,
+//! this thread must not end while it runs elsewhere (glibc would free the stack under
+//! it): weft checks this when the thread ends and stops the process with a message
+//! rather than corrupt memory.
 //!
 //! `ConvertFiberToThread` on the thread's own fiber withdraws its handle and keeps its
 //! FLS values for the thread. Called from a fiber the thread created, as Windows allows,
@@ -40,21 +44,21 @@
 //! stays a (finished) fiber until `DeleteFiber`; fibers the thread created live on,
 //! since any thread may switch to them; a plain thread's values get their callbacks.
 //!
-//! One thing Linux does not allow: on Windows, a converted fiber whose thread ended in
-//! another fiber can still be switched to, because there stacks belong to fibers. Here
-//! its frames are on the thread's own stack, which glibc tears down and reuses when the
-//! thread ends. Such a fiber keeps its record, its handle and its FLS values (`FlsFree`
+//! A converted fiber whose thread ended in another fiber lives on, as on Windows, when
+//! its frames are on a stack weft owns (a thread weft started, or one that had taken
+//! over a created fiber's stack): any thread may switch to it, and if the thread's start
+//! routine then returns there, that thread ends (`thread_stack::start_returned`). On
+//! the thread's own stack, which glibc tears down and reuses when the thread ends, it
+//! cannot: such a fiber keeps its record, its handle and its FLS values (`FlsFree`
 //! reaches them; `DeleteFiber` runs their callbacks and frees it, as on Windows), but is
-//! FINISHED: switching to it fails with `ERROR_INVALID_HANDLE`. A converted fiber whose
-//! frames are on a stack weft owns (the thread had taken over a created fiber's stack)
-//! lives on like any other fiber.
+//! FINISHED: switching to it fails with `ERROR_INVALID_HANDLE`.
 
 use crate::arch;
 use crate::error::Error;
 use crate::fiber::{self, FiberRecord, Start, EXIT_DELETE, EXIT_NONE, READY, RUNNING};
 use crate::pool::{self, NO_HANDLE};
 use crate::registry;
-use crate::stack::StackCache;
+use crate::stack::{Stack, StackCache};
 use crate::tls;
 use core::ffi::c_void;
 use core::ptr;
@@ -88,6 +92,15 @@ pub(crate) struct ThreadState {
     pub next_id: u64,
     pub id_end: u64,
     pub altstack: Option<crate::overflow::AltStack>,
+    /// The stack the thread's start routine runs on, when weft started the thread
+    /// (`thread_stack.rs`), until the thread's own record takes it.
+    pub start_stack: Option<Stack>,
+    /// Nonzero when weft started the thread: tells a return of its start routine on this
+    /// thread from one on another thread (`thread_stack::start_returned`).
+    pub start_serial: u64,
+    /// The usable range of that start stack (empty if none), which
+    /// `thread_stack::pthread_getattr_np` reports to code running on it.
+    pub start_range: core::ops::Range<usize>,
 }
 
 impl ThreadState {
@@ -105,6 +118,9 @@ impl ThreadState {
             next_id: 0,
             id_end: 0,
             altstack: None,
+            start_stack: None,
+            start_serial: 0,
+            start_range: 0..0,
         }
     }
 }
@@ -217,12 +233,14 @@ pub(crate) fn ensure_main(t: *mut ThreadState) -> Result<*mut FiberRecord, Error
     unsafe {
         if (*t).main.is_null() {
             let rec = pool::alloc(Some(&mut (*t).records))?;
+            // Its frames are on the start stack if weft started the thread, which the
+            // record now owns, else on the thread's own stack.
             fiber::init(
                 rec,
                 Start::Thread,
                 0,
                 ptr::null_mut(),
-                None,
+                (*t).start_stack.take(),
                 &Default::default(),
             );
             (*rec).thread.store(t, Relaxed);
@@ -383,13 +401,38 @@ pub(crate) unsafe fn exit_from_returned_fiber(me: *mut FiberRecord) -> ! {
 /// Ends the calling thread, which is running `me` (a start routine returned, or
 /// `DeleteFiber` of the running fiber). Never returns.
 pub(crate) unsafe fn exit_thread_from(t: *mut ThreadState, me: *mut FiberRecord) -> ! {
-    // SAFETY: `t` is this thread's state and `me` runs on it.
+    // SAFETY: as for `exit_thread_with`.
+    unsafe { exit_thread_with(t, me, ptr::null_mut()) }
+}
+
+/// Ends the calling thread, which is running `me` (null: no fiber), with `value` for
+/// `pthread_join`. Never returns.
+///
+/// # Safety
+/// `t` is this thread's state and `me` runs on it.
+unsafe fn exit_thread_with(t: *mut ThreadState, me: *mut FiberRecord, value: *mut c_void) -> ! {
+    // SAFETY: per the contract.
     unsafe {
         take_own_stack_fibers(t, me);
         (*t).exiting = true;
         // Leave 256 bytes below our frame (the red zone and more) and exit from there.
-        arch::exit_thread_at((arch::stack_pointer() - 256) as *mut u8)
+        arch::exit_thread_at((arch::stack_pointer() - 256) as *mut u8, value)
     }
+}
+
+/// Ends the calling thread, whatever it runs, with `value` for `pthread_join`: a start
+/// routine returned `value` on a thread other than its own
+/// (`thread_stack::start_returned`), which ends the thread running it, as on Windows.
+///
+/// # Safety
+/// `t` is null or this thread's state.
+pub(crate) unsafe fn end_running_thread(t: *mut ThreadState, value: *mut c_void) -> ! {
+    if t.is_null() {
+        // SAFETY: no weft state: nothing to take; the exit frame goes below ours.
+        unsafe { arch::exit_thread_at((arch::stack_pointer() - 256) as *mut u8, value) }
+    }
+    // SAFETY: `t` is this thread's state; its running fiber, if any, runs here.
+    unsafe { exit_thread_with(t, (*t).current, value) }
 }
 
 /// `DeleteFiber` of the running fiber: frees it and ends the thread.
@@ -420,7 +463,8 @@ unsafe fn cleanup_exiting_thread() {
         }
         if !cur.is_null() && cur != (*t).main {
             let owner = (*cur).owner.load(Relaxed);
-            if !owner.is_null() && owner != t {
+            let foreign = !owner.is_null() && owner != t;
+            if foreign && (*cur).on_thread_stack() {
                 die(format_args!(
                     "thread {} ended (pthread_exit) while running fiber {}, another thread's \
                      converted fiber, on that thread's stack; end a thread only from its own \
@@ -431,7 +475,11 @@ unsafe fn cleanup_exiting_thread() {
             }
             // The fiber running when the thread ended: its FLS callbacks run, and it
             // stays a finished fiber until DeleteFiber (freed now if it deleted itself).
-            (*cur).owner.store(ptr::null_mut(), Release);
+            // Another thread's converted fiber (on a stack of its own) stays that
+            // thread's record: only it may delete it while it lives.
+            if !foreign {
+                (*cur).owner.store(ptr::null_mut(), Release);
+            }
             if *(*cur).exit.get() == EXIT_DELETE {
                 fiber::destroy(cur, t);
             } else {
@@ -466,6 +514,10 @@ unsafe fn cleanup_exiting_thread() {
             }
         }
         (*t).current = ptr::null_mut();
+        if let Some(stack) = (*t).start_stack.take() {
+            // The start stack no record took: the thread is back on its own stack.
+            crate::stack::release(Some(&mut (*t).stacks), stack);
+        }
         (*t).stacks.drain_to_global();
         for slot in (*t).slots.drain(..) {
             registry::free_slot(slot);

@@ -21,10 +21,14 @@
 //!
 //! - `FIBER_FLAG_FLOAT_SWITCH` is always on: MXCSR's and the x87 control word's control
 //!   bits are per fiber, as the System V ABI has compiled code expect.
-//! - A converted fiber's frames are on its thread's own stack, which glibc frees when
-//!   the thread ends: a converted fiber whose thread ended while running another fiber
-//!   cannot run again (`thread.rs`), and while its thread lives, only that thread may
-//!   delete it (`DeleteFiber` fails with `ERROR_INVALID_PARAMETER` elsewhere).
+//! - While a thread lives, only that thread may delete its converted fiber
+//!   (`DeleteFiber` fails with `ERROR_INVALID_PARAMETER` elsewhere).
+//! - A converted fiber whose thread ended while running another fiber lives on, as on
+//!   Windows, if its frames are on a stack weft owns: threads started by libweft's
+//!   `pthread_create` run their start routine on one (`thread_stack.rs`). Others (the
+//!   process's main thread, a thread on a stack of the caller's own) have their frames
+//!   on the thread's own stack, which glibc frees with the thread: their converted fiber
+//!   cannot run again once the thread has ended (`thread.rs`).
 //!
 //! # Safety
 //!

@@ -17,6 +17,7 @@
 use super::EntryFn;
 use crate::fiber::{release_exited, FiberRecord};
 use crate::thread::ThreadState;
+use crate::thread_stack::StartCtx;
 use core::arch::naked_asm;
 use core::ffi::c_void;
 use core::mem::offset_of;
@@ -165,18 +166,18 @@ pub(crate) unsafe fn init_stack(
     sp as *mut u8
 }
 
-/// Ends the calling thread with `pthread_exit(NULL)` from a frame at `sp` marked as the
+/// Ends the calling thread with `pthread_exit(value)` from a frame at `sp` marked as the
 /// bottom of the stack; see the x86_64 version.
 ///
 /// # Safety
 /// As for the x86_64 version.
 #[unsafe(naked)]
-pub(crate) unsafe extern "C" fn exit_thread_at(sp: *mut u8) -> ! {
+pub(crate) unsafe extern "C" fn exit_thread_at(sp: *mut u8, value: *mut c_void) -> ! {
     naked_asm!(
         ".cfi_startproc",
         ".cfi_undefined x30",
         "and sp, x0, #0xfffffffffffffff0",
-        "mov x0, #0",
+        "mov x0, x1",
         "bl {exit}",
         "brk #0",
         ".cfi_endproc",
@@ -193,4 +194,39 @@ pub(crate) fn stack_pointer() -> usize {
         core::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
     };
     sp
+}
+
+/// Runs a thread's start routine on a stack weft owns; see the x86_64 version.
+///
+/// # Safety
+/// As for the x86_64 version.
+#[unsafe(naked)]
+pub(crate) unsafe extern "C" fn run_on_stack(ctx: *mut StartCtx) -> *mut c_void {
+    naked_asm!(
+        ".cfi_startproc",
+        ".cfi_undefined x30",
+        "stp x29, x30, [sp, #-32]!",
+        "str x19, [sp, #16]",
+        "mov x9, sp",
+        "str x9, [x0, #{g_sp}]",
+        "mov x19, x0",
+        "mov sp, x0",
+        "mov x29, #0",
+        "ldr x9, [x19, #{routine}]",
+        "ldr x0, [x19, #{arg}]",
+        "blr x9",
+        "mov x1, x0",
+        "mov x0, x19",
+        "bl {returned}",
+        "ldr x9, [x19, #{g_sp}]",
+        "mov sp, x9",
+        "ldr x19, [sp, #16]",
+        "ldp x29, x30, [sp], #32",
+        "ret",
+        ".cfi_endproc",
+        g_sp = const offset_of!(StartCtx, g_sp),
+        arg = const offset_of!(StartCtx, arg),
+        routine = const offset_of!(StartCtx, routine),
+        returned = sym crate::thread_stack::start_returned,
+    )
 }

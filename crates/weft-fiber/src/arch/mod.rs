@@ -14,21 +14,28 @@
 //!   scheduler switching from a single call site (see `x86_64::finish_resume`).
 //! - `init_stack(top, rec, main, arg) -> sp`: lay out a stack so that the first `switch`
 //!   to it enters `main(prev, arg)`, which must never return.
-//! - `exit_thread_at(sp) -> !`: move to `sp` and call `pthread_exit` from a frame marked
-//!   as the end of the stack, so the unwinder that `pthread_exit` starts stops at once and
-//!   glibc jumps back to the thread's start frame, without unwinding any Rust frame.
+//! - `exit_thread_at(sp, value) -> !`: move to `sp` and call `pthread_exit(value)` from
+//!   a frame marked as the end of the stack, so the unwinder that `pthread_exit` starts
+//!   stops at once and glibc jumps back to the thread's start frame, without unwinding
+//!   any Rust frame.
+//! - `run_on_stack(ctx) -> value`: run a thread's start routine on a stack weft owns,
+//!   from a frame marked as the bottom of that stack, and come back to the thread's own
+//!   stack when it returns there (`thread_stack.rs`).
 
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{
-    exit_thread_at, init_stack, switch, switch_exiting, switch_exiting_ret, switch_jump, switch_ret,
+    exit_thread_at, init_stack, run_on_stack, switch, switch_exiting, switch_exiting_ret,
+    switch_jump, switch_ret,
 };
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "aarch64")]
-pub(crate) use aarch64::{exit_thread_at, init_stack, stack_pointer, switch, switch_exiting};
+pub(crate) use aarch64::{
+    exit_thread_at, init_stack, run_on_stack, stack_pointer, switch, switch_exiting,
+};
 // aarch64's switch already returns with `ret` (through the link register), which its
 // return-address predictor handles as the x86_64 `_ret` variants do.
 #[cfg(target_arch = "aarch64")]

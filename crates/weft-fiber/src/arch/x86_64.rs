@@ -39,6 +39,7 @@
 use super::EntryFn;
 use crate::fiber::{release_exited, FiberRecord};
 use crate::thread::ThreadState;
+use crate::thread_stack::StartCtx;
 use core::arch::naked_asm;
 use core::ffi::c_void;
 use core::mem::offset_of;
@@ -344,8 +345,8 @@ pub(crate) unsafe fn init_stack(
     sp as *mut u8
 }
 
-/// Ends the calling OS thread with `pthread_exit(NULL)`, called from a frame at `sp` that
-/// is marked as the bottom of the stack.
+/// Ends the calling OS thread with `pthread_exit(value)`, called from a frame at `sp`
+/// that is marked as the bottom of the stack.
 ///
 /// glibc's `pthread_exit` unwinds with a forced unwind; when it reaches the end of the
 /// stack it jumps straight back to the thread's start frame (on the thread's own stack),
@@ -358,16 +359,59 @@ pub(crate) unsafe fn init_stack(
 /// exit path still needs) or into a stack that nothing else uses; the thread's own stack
 /// must not be in use by any other thread.
 #[unsafe(naked)]
-pub(crate) unsafe extern "C" fn exit_thread_at(sp: *mut u8) -> ! {
+pub(crate) unsafe extern "C" fn exit_thread_at(sp: *mut u8, value: *mut c_void) -> ! {
     naked_asm!(
         ".cfi_startproc",
         ".cfi_undefined rip",
         "mov rsp, rdi",
         "and rsp, -16",
-        "xor edi, edi",
+        "mov rdi, rsi",
         "call {exit}",
         "ud2",
         ".cfi_endproc",
         exit = sym libc::pthread_exit,
+    )
+}
+
+/// Runs a thread's start routine on a stack weft owns (`thread_stack.rs`): saves the
+/// thread's own stack pointer in `ctx`, moves to the stack just below `ctx`, calls
+/// `ctx.routine(ctx.arg)` and then `start_returned(ctx, value)`. That returns only on
+/// the thread this call was made on; this then moves back to the thread's own stack and
+/// returns the value.
+///
+/// The frame is marked as the bottom of the stack, as `fiber_entry` is: a forced unwind
+/// (`pthread_exit` in the start routine) stops here and glibc jumps back to the thread's
+/// start frame on its own stack.
+///
+/// # Safety
+/// `ctx` is 16-byte aligned at the top of a stack nothing else uses, below which the
+/// routine may use the whole stack.
+#[unsafe(naked)]
+pub(crate) unsafe extern "C" fn run_on_stack(ctx: *mut StartCtx) -> *mut c_void {
+    naked_asm!(
+        ".cfi_startproc",
+        ".cfi_undefined rip",
+        "push rbp",
+        "push rbx",
+        "sub rsp, 8",
+        "mov [rdi + {g_sp}], rsp",
+        "mov rbx, rdi",
+        "mov rsp, rdi",
+        "xor ebp, ebp",
+        "mov rdi, [rbx + {arg}]",
+        "call [rbx + {routine}]",
+        "mov rdi, rbx",
+        "mov rsi, rax",
+        "call {returned}",
+        "mov rsp, [rbx + {g_sp}]",
+        "add rsp, 8",
+        "pop rbx",
+        "pop rbp",
+        "ret",
+        ".cfi_endproc",
+        g_sp = const offset_of!(StartCtx, g_sp),
+        arg = const offset_of!(StartCtx, arg),
+        routine = const offset_of!(StartCtx, routine),
+        returned = sym crate::thread_stack::start_returned,
     )
 }
