@@ -258,6 +258,9 @@ pub fn run_common(
         "georadius" | "georadiusbymember" | "geosearchstore" => {
             return crate::commands::geo::run_multi(set, cmd, args, db, acks)
         }
+        "xread" | "xreadgroup" => {
+            crate::commands::streams::run_multi(set, cmd.name, args, db, acks)
+        }
         "sort" | "sort_ro" => {
             crate::commands::sort::sort(set, args, db, cmd.name == "sort_ro", acks)
         }

@@ -51,6 +51,8 @@ pub fn one_keyspace(cmd: &Command) -> Option<ShardFn> {
         "copy" => transfer::copy,
         "pfcount" => super::hll::pfcount,
         "pfmerge" => super::hll::pfmerge,
+        "xread" => super::streams::xread,
+        "xreadgroup" => super::streams::xreadgroup,
         _ => return None,
     })
 }

@@ -66,6 +66,9 @@ pub fn doc(name: &str) -> Option<Doc> {
     if let Some(h) = super::hll::doc(name) {
         return Some(h);
     }
+    if let Some(x) = super::streams::doc(name) {
+        return Some(x);
+    }
     if let Some(g) = super::geo::doc(name) {
         return Some(g);
     }

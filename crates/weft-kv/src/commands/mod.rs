@@ -30,6 +30,7 @@ pub mod lcs;
 pub mod lists;
 pub mod sets;
 pub mod sort;
+pub mod streams;
 pub mod strings;
 pub mod transfer;
 pub mod zsets;
@@ -363,6 +364,7 @@ use hashes as h;
 use keys as k;
 use lists as l;
 use sets as st;
+use streams as xs;
 use strings as s;
 use transfer as t;
 use zsets as z;
@@ -414,7 +416,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 209] = [
+static TABLE: [Command; 224] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -701,6 +703,40 @@ static TABLE: [Command; 209] = [
     container("latency", &LATENCY_SUBS),
     container("memory", &MEMORY_SUBS),
     cmd("lolwut", -1, R | F, NONE, Exec::Server),
+    // streams (`streams.rs`; XREAD and XREADGROUP over several shards as transactions)
+    cmd("xadd", -5, W | D | F, ONE, Exec::Shard(xs::xadd)),
+    cmd("xlen", 2, R | F, ONE, Exec::Shard(xs::xlen)),
+    cmd("xrange", -4, R, ONE, Exec::Shard(xs::xrange)),
+    cmd("xrevrange", -4, R, ONE, Exec::Shard(xs::xrevrange)),
+    cmd("xdel", -3, W | F, ONE, Exec::Shard(xs::xdel)),
+    cmd("xtrim", -4, W, ONE, Exec::Shard(xs::xtrim)),
+    cmd("xsetid", -3, W | D | F, ONE, Exec::Shard(xs::xsetid)),
+    cmd("xread", -4, R | B, NONE, Exec::Server),
+    cmd("xreadgroup", -7, W | B, NONE, Exec::Server),
+    cmd("xack", -4, W | F, ONE, Exec::Shard(xs::xack)),
+    cmd("xpending", -3, R, ONE, Exec::Shard(xs::xpending)),
+    cmd("xclaim", -6, W | F, ONE, Exec::Shard(xs::xclaim)),
+    cmd("xautoclaim", -6, W | F, ONE, Exec::Shard(xs::xautoclaim)),
+    cmd("xgroup", -2, W | D, (2, 2, 1), Exec::Shard(xs::xgroup)).with_subs(&XGROUP_SUBS),
+    cmd("xinfo", -2, R, (2, 2, 1), Exec::Shard(xs::xinfo)).with_subs(&XINFO_SUBS),
+];
+
+/// XGROUP's subcommands (each names its key second).
+static XGROUP_SUBS: [Sub; 6] = [
+    sub("xgroup|create", -5, W | D),
+    sub("xgroup|createconsumer", 5, W | D),
+    sub("xgroup|delconsumer", 5, W),
+    sub("xgroup|destroy", 4, W),
+    sub("xgroup|help", 2, 0),
+    sub("xgroup|setid", -5, W),
+];
+
+/// XINFO's subcommands (each names its key second).
+static XINFO_SUBS: [Sub; 4] = [
+    sub("xinfo|consumers", 4, R),
+    sub("xinfo|groups", 3, R),
+    sub("xinfo|help", 2, 0),
+    sub("xinfo|stream", -3, R),
 ];
 
 /// Whether two names are equal (in a constant).
@@ -939,6 +975,21 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"latency" => const { at("latency") },
         b"memory" => const { at("memory") },
         b"lolwut" => const { at("lolwut") },
+        b"xadd" => const { at("xadd") },
+        b"xlen" => const { at("xlen") },
+        b"xrange" => const { at("xrange") },
+        b"xrevrange" => const { at("xrevrange") },
+        b"xdel" => const { at("xdel") },
+        b"xtrim" => const { at("xtrim") },
+        b"xsetid" => const { at("xsetid") },
+        b"xread" => const { at("xread") },
+        b"xreadgroup" => const { at("xreadgroup") },
+        b"xack" => const { at("xack") },
+        b"xpending" => const { at("xpending") },
+        b"xclaim" => const { at("xclaim") },
+        b"xautoclaim" => const { at("xautoclaim") },
+        b"xgroup" => const { at("xgroup") },
+        b"xinfo" => const { at("xinfo") },
         _ => return None,
     })
 }

@@ -78,6 +78,7 @@ pub mod list;
 mod replay;
 pub mod set;
 pub mod state;
+pub mod stream;
 pub mod value;
 pub mod zset;
 
@@ -191,6 +192,11 @@ enum Op<K> {
         key: K,
         items: Box<[u8]>,
     },
+    /// A change of a stream.
+    Stream {
+        key: K,
+        change: Box<stream::Change>,
+    },
     /// Every key of the keyspace goes.
     Flush,
 }
@@ -289,6 +295,20 @@ impl<'a> Op<&'a [u8]> {
                 key,
                 change: list::Change::of(&rec).expect("a list change"),
             },
+            RecordRef::Stream {
+                kind: 70,
+                key,
+                body,
+            } => {
+                let full = stream::Full::decode(body).expect("a checked stream record");
+                Op::Put(full.entry(key, 0))
+            }
+            RecordRef::Stream { kind, key, body } => Op::Stream {
+                key,
+                change: Box::new(
+                    stream::Change::decode(kind, body).expect("a checked stream record"),
+                ),
+            },
         })
     }
 }
@@ -307,7 +327,8 @@ impl<K: AsRef<[u8]>> Op<K> {
             | Op::ZRem { key, .. }
             | Op::SAdd { key, .. }
             | Op::SRem { key, .. }
-            | Op::List { key, .. } => Some(key.as_ref()),
+            | Op::List { key, .. }
+            | Op::Stream { key, .. } => Some(key.as_ref()),
             Op::Flush => None,
         }
     }
@@ -330,6 +351,10 @@ impl<K: AsRef<[u8]>> Op<K> {
             Op::SAdd { key, items } => Op::SAdd { key: f(key), items },
             Op::SRem { key, items } => Op::SRem { key: f(key), items },
             Op::List { key, change } => Op::List {
+                key: f(key),
+                change,
+            },
+            Op::Stream { key, change } => Op::Stream {
                 key: f(key),
                 change,
             },
@@ -366,6 +391,8 @@ fn is_empty_collection(e: &Entry) -> bool {
         Type::ZSet => zset::is_empty(e),
         Type::Set => set::is_empty(e),
         Type::List => list::is_empty(e),
+        // A stream may be empty (XDEL of every entry keeps it, as in Redis).
+        Type::Stream => false,
     }
 }
 
@@ -919,6 +946,11 @@ impl Keyspace {
                     });
                 }
             }
+            Op::Stream { key, change } => {
+                if let Some(p) = self.find_typed(h, key.as_ref(), Type::Stream) {
+                    self.change_at(h, p, |e| change.apply(e));
+                }
+            }
             Op::Flush => self.clear(),
         }
     }
@@ -1077,6 +1109,10 @@ impl Keyspace {
             Type::ZSet => zset::state_records(e, f),
             Type::Set => set::state_records(e, f),
             Type::List => list::state_records(e, f),
+            Type::Stream => {
+                let key = e.key();
+                stream::state_records(e, |kind, body| f(RecordRef::Stream { kind, key, body }))
+            }
         }
     }
 

@@ -170,6 +170,13 @@ mod tests {
                         elements.insert(0, b"l".to_vec());
                         elements
                     }
+                    Type::Stream => {
+                        let mut records = vec![b"x".to_vec()];
+                        super::super::stream::state_records(e, |k, b| {
+                            records.push([&[k][..], b].concat())
+                        });
+                        records
+                    }
                 };
                 (e.key().to_vec(), content, e.expire_at_ms())
             })

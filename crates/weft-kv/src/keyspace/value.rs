@@ -33,6 +33,8 @@ pub mod tag {
     pub const SET_PACKED: u8 = 7;
     /// A big set: a pointer to a [`super::HashTable`] of members with empty values.
     pub const SET_TABLE: u8 = 8;
+    /// A stream: a pointer to a [`crate::keyspace::stream::Stream`] (`stream`).
+    pub const STREAM: u8 = 11;
 }
 
 /// A value's type, as TYPE names it.
@@ -48,6 +50,8 @@ pub enum Type {
     ZSet,
     /// Distinct members.
     Set,
+    /// Entries by ID, and consumer groups.
+    Stream,
 }
 
 impl Type {
@@ -59,14 +63,22 @@ impl Type {
             Type::ZSet => "zset",
             Type::Set => "set",
             Type::List => "list",
+            Type::Stream => "stream",
         }
     }
 
     /// The type TYPE calls `name` (any case), if weft-kv has it.
     pub fn from_name(name: &[u8]) -> Option<Type> {
-        [Type::String, Type::Hash, Type::Set, Type::List, Type::ZSet]
-            .into_iter()
-            .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
+        [
+            Type::String,
+            Type::Hash,
+            Type::Set,
+            Type::List,
+            Type::ZSet,
+            Type::Stream,
+        ]
+        .into_iter()
+        .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
     }
 }
 
@@ -79,6 +91,7 @@ pub fn type_of(tag: u8) -> Type {
         tag::ZSET_PACKED | tag::ZSET_SKIP => Type::ZSet,
         tag::SET_INTS | tag::SET_PACKED | tag::SET_TABLE => Type::Set,
         tag::LIST_PACKED | tag::LIST_QUICK => Type::List,
+        tag::STREAM => Type::Stream,
         t => unreachable!("no value has tag {t}"),
     }
 }
@@ -90,6 +103,7 @@ pub fn is_boxed(tag: u8) -> bool {
         || tag == tag::SET_TABLE
         || tag == tag::LIST_QUICK
         || tag == tag::ZSET_SKIP
+        || tag == tag::STREAM
 }
 
 /// What OBJECT ENCODING answers for a value of tag `tag` whose bytes (in the entry)
@@ -109,6 +123,7 @@ pub fn encoding_name(tag: u8, bytes: &[u8]) -> &'static str {
         tag::ZSET_SKIP => "skiplist",
         tag::SET_INTS => "intset",
         tag::SET_PACKED => "listpack",
+        tag::STREAM => "stream",
         t => unreachable!("no value has tag {t}"),
     }
 }
@@ -167,6 +182,8 @@ pub(super) unsafe fn drop_boxed(tag: u8, bytes: &[u8]) {
         tag::LIST_QUICK => unsafe { super::list::drop_quick(bytes) },
         // SAFETY: per the contract (the same as `drop_tree`'s).
         tag::ZSET_SKIP => unsafe { super::zset::drop_tree(bytes) },
+        // SAFETY: per the contract (the same as `drop_stream`'s).
+        tag::STREAM => unsafe { super::stream::drop_stream(bytes) },
         t => unreachable!("tag {t} is not boxed"),
     }
 }
@@ -182,6 +199,8 @@ pub(super) fn memory(tag: u8, bytes: &[u8]) -> u64 {
         tag::LIST_QUICK => unsafe { super::list::quick_memory(bytes) },
         // SAFETY: an entry's bytes of this tag hold its tree, alive while it is.
         tag::ZSET_SKIP => unsafe { super::zset::tree_of(bytes) }.memory(),
+        // SAFETY: an entry's bytes of this tag hold its stream, alive while it is.
+        tag::STREAM => unsafe { super::stream::stream_of(bytes) }.memory(),
         _ => bytes.len() as u64,
     }
 }

@@ -36,6 +36,9 @@
 //!  36   key:bytes index:u64le value:bytes           LInsert: the value is inserted at index
 //!  37   key:bytes items                             LRem: the elements at these positions
 //!                                                   (8-byte LE each, descending) go
+//!  70-80 key:bytes body                           a stream's whole state (70) or change
+//!                                                   (71-80): `keyspace/stream.rs` has
+//!                                                   the bodies
 //!   1   key:bytes value:bytes expire:opt            (format 2) Set in database 0
 //!   2   key:bytes                                   (format 2) Del in database 0
 //!   3   key:bytes expire:opt                        (format 2) Expire in database 0
@@ -221,6 +224,13 @@ pub enum RecordRef<'a> {
     /// The elements at `positions` (each 8 bytes, little-endian, in descending
     /// order) of the existing list are removed.
     LRem { key: &'a [u8], positions: Items<'a> },
+    /// A stream's whole state (kind 70) or one of its changes (71 to 80): the body is
+    /// `keyspace/stream.rs`'s.
+    Stream {
+        kind: u8,
+        key: &'a [u8],
+        body: &'a [u8],
+    },
 }
 
 /// An owned record (what [`decode`] reads).
@@ -317,6 +327,12 @@ pub enum Record {
     LRem {
         key: Vec<u8>,
         positions: Vec<Vec<u8>>,
+    },
+    /// See [`RecordRef::Stream`].
+    Stream {
+        kind: u8,
+        key: Vec<u8>,
+        body: Vec<u8>,
     },
 }
 
@@ -451,6 +467,11 @@ impl<'a> RecordRef<'a> {
                 key: key.to_vec(),
                 positions: positions.to_vec(),
             },
+            RecordRef::Stream { kind, key, body } => Record::Stream {
+                kind,
+                key: key.to_vec(),
+                body: body.to_vec(),
+            },
         }
     }
 
@@ -478,7 +499,8 @@ impl<'a> RecordRef<'a> {
             | RecordRef::RPop { key, .. }
             | RecordRef::LSet { key, .. }
             | RecordRef::LInsert { key, .. }
-            | RecordRef::LRem { key, .. } => Some(key),
+            | RecordRef::LRem { key, .. }
+            | RecordRef::Stream { key, .. } => Some(key),
             RecordRef::Flush
             | RecordRef::FlushAll
             | RecordRef::SwapDb { .. }
@@ -605,6 +627,11 @@ impl Record {
             Record::LRem { key, positions } => RecordRef::LRem {
                 key,
                 positions: Items::Owned(positions),
+            },
+            Record::Stream { kind, key, body } => RecordRef::Stream {
+                kind: *kind,
+                key,
+                body,
             },
         }
     }
@@ -855,6 +882,11 @@ pub fn encode_in(db: u8, rec: &RecordRef<'_>, out: &mut Vec<u8>) {
             kind(out, 37);
             put_bytes(out, key);
             put_items(out, &positions);
+        }
+        RecordRef::Stream { kind: k, key, body } => {
+            kind(out, k);
+            put_bytes(out, key);
+            out.extend_from_slice(body);
         }
     }
     let payload = &out[start + FRAME_HEADER..];
@@ -1116,6 +1148,14 @@ pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeErro
             }
             _ => return Err(DecodeError::Malformed),
         },
+        k if crate::keyspace::stream::KINDS.contains(&k) => {
+            let key = r.bytes()?;
+            let body = std::mem::take(&mut r.0);
+            if !crate::keyspace::stream::valid_body(k, body) {
+                return Err(DecodeError::Malformed);
+            }
+            RecordRef::Stream { kind: k, key, body }
+        }
         _ => return Err(DecodeError::Malformed),
     };
     if !r.0.is_empty() {

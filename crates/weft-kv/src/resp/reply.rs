@@ -40,6 +40,8 @@ pub enum Reply {
     /// An array of n two-element arrays in RESP3; a flat array of 2n elements in RESP2
     /// (HRANDFIELD ... WITHVALUES, ZRANGE ... WITHSCORES).
     Pairs(Vec<(Reply, Reply)>),
+    /// `%n` in RESP3; an array of n two-element arrays in RESP2 (XREAD's streams).
+    KeyedPairs(Vec<(Reply, Reply)>),
     /// `~n` in RESP3; an array in RESP2.
     Set(Vec<Reply>),
     /// `,3.14` in RESP3; a bulk string in RESP2.
@@ -92,7 +94,7 @@ impl Reply {
                 Reply::Simple(t) | Reply::Error(t) => t.len(),
                 Reply::Bulk(d) | Reply::Verbatim(_, d) => d.len(),
                 Reply::Array(items) | Reply::Set(items) => items.iter().map(Reply::size_hint).sum(),
-                Reply::Map(pairs) | Reply::Pairs(pairs) => pairs
+                Reply::Map(pairs) | Reply::Pairs(pairs) | Reply::KeyedPairs(pairs) => pairs
                     .iter()
                     .map(|(k, v)| k.size_hint() + v.size_hint())
                     .sum(),
@@ -141,6 +143,16 @@ impl Reply {
                 header(b'*', pairs.len() as i64 * if resp3 { 1 } else { 2 }, out);
                 for (k, v) in pairs {
                     if resp3 {
+                        header(b'*', 2, out);
+                    }
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::KeyedPairs(pairs) => {
+                header(if resp3 { b'%' } else { b'*' }, pairs.len() as i64, out);
+                for (k, v) in pairs {
+                    if !resp3 {
                         header(b'*', 2, out);
                     }
                     k.encode(proto, out);

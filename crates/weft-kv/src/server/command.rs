@@ -51,6 +51,7 @@ fn categories(name: &str, bits: u32) -> Vec<&'static str> {
         Some("list") => "@list",
         Some("set") => "@set",
         Some("geo") => "@geo",
+        Some("stream") => "@stream",
         Some("hyperloglog") => "@hyperloglog",
         Some("bitmap") => "@bitmap",
         Some("generic") => "@keyspace",

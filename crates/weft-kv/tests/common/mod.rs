@@ -136,6 +136,8 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
     let mut sets: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
     // Each list's elements in order, and its expiry.
     let mut lists: std::collections::BTreeMap<Vec<u8>, Fields> = Default::default();
+    // Each stream's state records (kind and body), in the order written.
+    let mut streams: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
     let mut cur = 0;
     loop {
         cur = ks.walk(cur, 7, now, |r| match r {
@@ -188,6 +190,12 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
                 let z = zsets.get_mut(key).expect("a ZSet record first");
                 z.0.extend(items.to_vec());
             }
+            RecordRef::Stream { kind, key, body } => {
+                let s = streams.entry(key.to_vec()).or_default();
+                s.push(kind);
+                s.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                s.extend_from_slice(body);
+            }
             r => panic!("compaction wrote {r:?}"),
         });
         if cur == 0 {
@@ -225,6 +233,9 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
             .map(|p| [&p[0][..], b"=", &p[1], b"\0"].concat())
             .collect();
         strings.push((key, [b"zset:".to_vec(), all.concat()].concat(), at));
+    }
+    for (key, records) in streams {
+        strings.push((key, [b"stream:".to_vec(), records].concat(), None));
     }
     strings.sort();
     strings
