@@ -8,14 +8,6 @@ mod common;
 use common::*;
 use weft_kv::keyspace::stream::{Change, Full, Id};
 
-fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.as_bytes().to_vec())
-}
-
-fn err(s: &str) -> Reply {
-    Reply::Error(s.to_string().into())
-}
-
 fn arr(v: Vec<Reply>) -> Reply {
     Reply::Array(v)
 }
@@ -30,10 +22,6 @@ fn entry(id: &str, fields: &[&str]) -> Reply {
 
 fn id(ms: u64, seq: u64) -> Id {
     Id { ms, seq }
-}
-
-fn owned(v: &[&str]) -> Vec<Vec<u8>> {
-    v.iter().map(|s| s.as_bytes().to_vec()).collect()
 }
 
 /// The stream change a record is (`None` for other records; kind 70 as `Full`'s body).
@@ -66,7 +54,7 @@ fn xadd_logs_a_whole_stream_then_its_changes() {
     let full = Full::decode(body).unwrap();
     assert_eq!(
         (full.last_id, full.entries_added, full.entries.clone()),
-        (id(1, 1), 1, vec![(id(1, 1), owned(&["a", "1"]))])
+        (id(1, 1), 1, vec![(id(1, 1), items(&["a", "1"]))])
     );
     // An existing one: the entry added, with the last ID and count it sets.
     assert_eq!(
@@ -80,7 +68,7 @@ fn xadd_logs_a_whole_stream_then_its_changes() {
             Some(Change::Add {
                 last_id: id(1, 2),
                 entries_added: 2,
-                entries: vec![(id(1, 2), owned(&["b", "2", "c", "3"]))],
+                entries: vec![(id(1, 2), items(&["b", "2", "c", "3"]))],
             })
         ))
     );
