@@ -93,17 +93,33 @@ fn is_busy(e: &io::Error) -> bool {
 impl Ring {
     /// A ring whose completions ring `wake_fd`.
     pub(crate) fn new(wake_fd: RawFd) -> io::Result<Ring> {
-        // Cooperative task running (5.19+): completions are posted when the worker
-        // next enters the kernel (it does constantly while busy, and its sleep is
-        // interrupted) instead of by an inter-processor interrupt into whatever it is
-        // running. The flag tells `submit_pending` when such work waits. Older kernels
-        // refuse the flags: the plain ring then.
+        // Deferred task running (6.1+; the ring is this worker's alone, made on its
+        // thread): completions are posted only when the worker asks for them
+        // (`io_uring_enter` with GETEVENTS, after it submits what is queued), in the
+        // order their events came, and never by an interrupt into whatever it is
+        // running. The order matters: two sockets' requests are then taken in the order
+        // they arrived, as with epoll (a server must run a client's request before
+        // another client's that came after it). With cooperative task running, a
+        // completion could be posted on any return from the kernel (a preemption of
+        // the worker) before the receive of a socket whose bytes came first was even
+        // submitted: the later request ran first. The flag tells `submit_pending` when
+        // such work waits. Older kernels refuse the flags: cooperative task running
+        // (5.19+), then the plain ring.
         let ring = IoUring::builder()
             .setup_cqsize(CQ_ENTRIES)
             .setup_clamp()
-            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
             .setup_taskrun_flag()
             .build(SQ_ENTRIES)
+            .or_else(|_| {
+                IoUring::builder()
+                    .setup_cqsize(CQ_ENTRIES)
+                    .setup_clamp()
+                    .setup_coop_taskrun()
+                    .setup_taskrun_flag()
+                    .build(SQ_ENTRIES)
+            })
             .or_else(|_| {
                 IoUring::builder()
                     .setup_cqsize(CQ_ENTRIES)
