@@ -326,12 +326,8 @@ pub fn lrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let Some((from, to)) = clamp(start, stop, list::len(e)) else {
         return Reply::Array(vec![]);
     };
-    Reply::Array(
-        list::iter_from(e, from)
-            .take(to - from + 1)
-            .map(Reply::bulk)
-            .collect(),
-    )
+    let n = to - from + 1;
+    ctx.bulk_array(n, list::iter_from(e, from).take(n))
 }
 
 /// LSET key index element: replaces the element at the index (negative from the

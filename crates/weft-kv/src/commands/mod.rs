@@ -89,6 +89,28 @@ impl<'a> Ctx<'a> {
             None => Reply::bulk(bytes),
         }
     }
+
+    /// The reply "array of the bulk strings `items`", of which there are exactly `n`:
+    /// encoded straight into the output buffer if there is one (no reply value and no
+    /// copy of each element first, as LRANGE of many elements wants), else as a
+    /// [`Reply::Array`] of [`Reply::Bulk`]s.
+    pub fn bulk_array<'b>(&mut self, n: usize, items: impl Iterator<Item = &'b [u8]>) -> Reply {
+        match self.out.as_deref_mut() {
+            Some(out) => {
+                out.push(b'*');
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                let mut written = 0;
+                for x in items {
+                    crate::resp::reply::bulk(x, out);
+                    written += 1;
+                }
+                debug_assert_eq!(written, n, "bulk_array: the count given and the items");
+                Reply::Written
+            }
+            None => Reply::Array(items.map(Reply::bulk).collect()),
+        }
+    }
 }
 
 /// The reply to a command that may grow memory when the store is over its limit.

@@ -932,16 +932,8 @@ pub fn pop(
     if n == 0 {
         return Ok(Some(Vec::new()));
     }
-    let (from, to) = if max { (len - n, len) } else { (0, n) };
     let popped: Vec<(Vec<u8>, f64)> = ks
-        .modify(key, ctx.now_ms, |e| {
-            let got: Vec<(Vec<u8>, f64)> = zset::view(e)
-                .range(from, to, max)
-                .map(|(m, s)| (m.to_vec(), s))
-                .collect();
-            zset::remove_range(e, from, to);
-            got
-        })
+        .modify(key, ctx.now_ms, |e| zset::pop(e, n, max))
         .expect("the sorted set is there");
     let refs: Vec<&[u8]> = popped.iter().map(|(m, _)| m.as_slice()).collect();
     let event = if max { "zpopmax" } else { "zpopmin" };

@@ -212,29 +212,33 @@ impl HashTable {
 
     /// A field chosen uniformly at random, from the random numbers `rnd` gives:
     /// a small table's by its place; a big one's by windows of hashes each expected
-    /// to hold 8 fields, one of the first 64 places of a window drawn, tried again
+    /// to hold 32 fields, one of the first 64 places of a window drawn, tried again
     /// if the window has no field there. Every field lies in a window starting in
     /// the same span of hashes and has the same 1/64 chance in it, so all are equally
-    /// likely (as long as no window holds more than 64, which random hashes make
-    /// negligible); about 8 tries of O(log n).
+    /// likely (as long as no window holds more than 64, twice the mean, which random
+    /// hashes make negligible); about 2 tries, each one descent of the tree and a
+    /// walk along it.
     pub(super) fn random_uniform(&self, mut rnd: impl FnMut() -> u64) -> Option<(&[u8], &[u8])> {
         const SPACE: u64 = 1 << 63;
         const PLACES: u64 = 64;
+        const EXPECTED: u64 = 32;
         if self.len as u64 <= PLACES {
             let n = self.len.max(1) as u64;
             return self.iter().nth((rnd() % n) as usize);
         }
-        let width = SPACE / self.len as u64 * 8;
+        let width = SPACE / self.len as u64 * EXPECTED;
         loop {
             let start = rnd() & (SPACE - 1);
+            let place = (rnd() % PLACES) as usize;
             let end = start + width;
             let wrapped = (end > SPACE).then(|| self.map.range(..end - SPACE));
             let window = self
                 .map
-                .range(start..end.min(SPACE))
+                .range(start..)
+                .take_while(|&(&h, _)| h < end)
                 .chain(wrapped.into_iter().flatten())
                 .flat_map(|(_, node)| node.pairs());
-            if let Some(p) = window.take(PLACES as usize).nth((rnd() % PLACES) as usize) {
+            if let Some(p) = window.take(PLACES as usize).nth(place) {
                 return Some(p.split());
             }
         }

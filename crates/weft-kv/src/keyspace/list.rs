@@ -149,6 +149,13 @@ pub struct QuickList {
     nodes: VecDeque<Node>,
     len: usize,
     bytes: usize,
+    /// Where each element of the back node starts in its bytes, or empty when not
+    /// known: made by the first pop from the tail of a node (one scan), then kept
+    /// by pushes and pops at the tail, so a run of RPOPs costs O(1) each instead of
+    /// a scan of the node. Any other change of the back node empties it. At most 2
+    /// bytes per element of one node (each at least 1 byte packed), and not counted
+    /// in the memory: it holds no data, and a node's elements are within its bounds.
+    tail: Vec<u16>,
 }
 
 impl QuickList {
@@ -169,6 +176,7 @@ impl QuickList {
 
     fn push(&mut self, end: End, x: &[u8]) {
         let add = packed::element_bytes(x.len());
+        let single = self.nodes.len() == 1;
         let node = match end {
             End::Left => self.nodes.front_mut(),
             End::Right => self.nodes.back_mut(),
@@ -180,14 +188,28 @@ impl QuickList {
                         let mut len = [0u8; packed::MAX_LEN_BYTES];
                         let [l, b] = parts(&mut len, x);
                         n.bytes.splice(0..0, l.iter().chain(b).copied());
+                        if single {
+                            self.tail.clear();
+                        }
                     }
-                    End::Right => packed::put(&mut n.bytes, x),
+                    End::Right => {
+                        if !self.tail.is_empty() {
+                            match u16::try_from(n.bytes.len()) {
+                                Ok(at) => self.tail.push(at),
+                                Err(_) => self.tail.clear(),
+                            }
+                        }
+                        packed::put(&mut n.bytes, x)
+                    }
                 }
                 n.count += 1;
             }
             _ => match end {
                 End::Left => self.nodes.push_front(Node::of(x)),
-                End::Right => self.nodes.push_back(Node::of(x)),
+                End::Right => {
+                    self.tail.clear();
+                    self.nodes.push_back(Node::of(x))
+                }
             },
         }
         self.len += 1;
@@ -199,6 +221,7 @@ impl QuickList {
     fn pop(&mut self, end: End, n: usize, out: &mut dyn FnMut(&[u8])) {
         let mut left = n.min(self.len);
         while left > 0 {
+            let single = self.nodes.len() == 1;
             let node = match end {
                 End::Left => self.nodes.front_mut(),
                 End::Right => self.nodes.back_mut(),
@@ -207,13 +230,31 @@ impl QuickList {
             let take = left.min(node.count);
             let cut = match end {
                 End::Left => offset_of(&node.bytes, take),
-                End::Right => offset_of(&node.bytes, node.count - take),
+                End::Right => {
+                    let keep = node.count - take;
+                    if self.tail.is_empty() {
+                        Self::tail_starts(&node.bytes, &mut self.tail);
+                    }
+                    match self.tail.get(keep) {
+                        Some(&at) if self.tail.len() == node.count => {
+                            self.tail.truncate(keep);
+                            at as usize
+                        }
+                        _ => {
+                            self.tail.clear();
+                            offset_of(&node.bytes, keep)
+                        }
+                    }
+                }
             };
             match end {
                 End::Left => {
                     packed::Iter::new(&node.bytes[..cut]).for_each(&mut *out);
                     node.bytes.drain(..cut);
                     self.bytes -= cut;
+                    if single {
+                        self.tail.clear();
+                    }
                 }
                 End::Right => {
                     let gone: Vec<&[u8]> = packed::Iter::new(&node.bytes[cut..]).collect();
@@ -228,9 +269,26 @@ impl QuickList {
                     End::Left => self.nodes.pop_front(),
                     End::Right => self.nodes.pop_back(),
                 };
+                if end == End::Right || self.nodes.is_empty() {
+                    self.tail.clear();
+                }
             }
             self.len -= take;
             left -= take;
+        }
+    }
+
+    /// Fills `tail` (empty) with where each element of `bytes` starts; leaves it empty
+    /// if an offset does not fit 16 bits (a node past the largest threshold).
+    fn tail_starts(bytes: &[u8], tail: &mut Vec<u16>) {
+        let mut at = 0;
+        while let Some((_, n)) = packed::read(&bytes[at..]) {
+            let Ok(start) = u16::try_from(at) else {
+                tail.clear();
+                return;
+            };
+            tail.push(start);
+            at += n;
         }
     }
 
@@ -267,6 +325,7 @@ impl QuickList {
     /// Replaces node `ni`'s element range `range` (bytes) with `with` (`count_change`
     /// elements more or fewer), then splits the node if it no longer fits.
     fn splice(&mut self, ni: usize, range: std::ops::Range<usize>, with: &[&[u8]], more: isize) {
+        self.tail.clear();
         let node = &mut self.nodes[ni];
         let before = node.bytes.len();
         node.bytes
@@ -316,6 +375,7 @@ impl QuickList {
 
     /// Removes the elements at `positions` (ascending, distinct, each < len).
     fn remove(&mut self, positions: &[usize]) {
+        self.tail.clear();
         let mut base = 0;
         let mut at = 0;
         let mut ni = 0;
@@ -781,6 +841,78 @@ mod tests {
                 assert_eq!(e.tag(), tag::LIST_QUICK);
             }
         }
+    }
+
+    /// Runs of pops from the tail (which keep where the last node's elements start)
+    /// mixed with every other change near the tail agree with a VecDeque, elements
+    /// larger than a node included.
+    #[test]
+    fn tail_pops_agree_after_any_change() {
+        let mut x: u64 = 99;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let items: Vec<Vec<u8>> = (0..5000).map(|i| format!("e{i}").into_bytes()).collect();
+        let mut e = new_entry(b"l", Items::Owned(&items), None, 1);
+        let mut model: VecDeque<Vec<u8>> = items.into_iter().collect();
+        for _ in 0..20_000 {
+            let size = if rnd(200) == 0 { 9000 } else { rnd(12) };
+            let v = vec![b'a' + rnd(26) as u8; size as usize];
+            let near_tail = |r: u64, len: usize| len - 1 - (r as usize % len.min(5));
+            match rnd(12) {
+                0..=5 => {
+                    let n = rnd(3) as usize + 1;
+                    let mut got = Vec::new();
+                    pop(&mut e, End::Right, n, &mut |x| got.push(x.to_vec()));
+                    let want: Vec<Vec<u8>> = (0..n.min(model.len()))
+                        .map(|_| model.pop_back().unwrap())
+                        .collect();
+                    assert_eq!(got, want);
+                }
+                6 => {
+                    push(&mut e, End::Right, [v.as_slice()]);
+                    model.push_back(v);
+                }
+                7 => {
+                    push(&mut e, End::Left, [v.as_slice()]);
+                    model.push_front(v);
+                }
+                8 => {
+                    let mut got = Vec::new();
+                    pop(&mut e, End::Left, 1, &mut |x| got.push(x.to_vec()));
+                    assert_eq!(got, model.pop_front().into_iter().collect::<Vec<_>>());
+                }
+                9 if !model.is_empty() => {
+                    let i = near_tail(rnd(100), model.len());
+                    set(&mut e, i, &v);
+                    model[i] = v;
+                }
+                10 if !model.is_empty() => {
+                    let i = near_tail(rnd(100), model.len());
+                    insert(&mut e, i, &v);
+                    model.insert(i, v);
+                }
+                11 if !model.is_empty() => {
+                    let i = near_tail(rnd(100), model.len());
+                    remove(&mut e, &[i]);
+                    model.remove(i);
+                }
+                _ => {}
+            }
+            if model.is_empty() {
+                let more: Vec<Vec<u8>> = (0..rnd(3000) + 1)
+                    .map(|i| format!("r{i}").into_bytes())
+                    .collect();
+                push(&mut e, End::Right, more.iter().map(Vec::as_slice));
+                model.extend(more);
+            }
+            assert_eq!(len(&e), model.len());
+            assert_eq!(get(&e, model.len() - 1), model.back().map(Vec::as_slice));
+        }
+        assert_eq!(all(&e), model.iter().cloned().collect::<Vec<_>>());
     }
 
     /// A list's state records rebuild it: a packed one as one record copied whole, a

@@ -196,6 +196,18 @@ impl ZTree {
         self.nodes[t as usize].size = s as u32;
     }
 
+    /// Makes `child` the left (`left`) or right child of `parent`, or the root if
+    /// `parent` is `NIL`.
+    fn link(&mut self, parent: u32, left: bool, child: u32) {
+        if parent == NIL {
+            self.root = child;
+        } else if left {
+            self.nodes[parent as usize].left = child;
+        } else {
+            self.nodes[parent as usize].right = child;
+        }
+    }
+
     fn merge(&mut self, a: u32, b: u32) -> u32 {
         if a == NIL {
             return b;
@@ -330,9 +342,23 @@ impl ZTree {
                 (self.nodes.len() - 1) as u32
             }
         };
-        let (a, b) = self.split(self.root, &|s, m| cmp((s, m), (score, member)).is_lt());
-        let a = self.merge(a, t);
-        self.root = self.merge(a, b);
+        // Down from the root while the nodes stay above the new one (a higher
+        // priority), each gaining it below; then the subtree found is split around it
+        // and hangs below it, in its place: one walk from the root to a leaf.
+        let prio = self.n(t).prio;
+        let (mut parent, mut went_left, mut cur) = (NIL, false, self.root);
+        while cur != NIL && self.n(cur).prio > prio {
+            let n = self.n(cur);
+            went_left = cmp((score, member), (n.score, &n.member)).is_lt();
+            let next = if went_left { n.left } else { n.right };
+            self.nodes[cur as usize].size += 1;
+            (parent, cur) = (cur, next);
+        }
+        let (a, b) = self.split(cur, &|s, m| cmp((s, m), (score, member)).is_lt());
+        let node = &mut self.nodes[t as usize];
+        (node.left, node.right) = (a, b);
+        self.pull(t);
+        self.link(parent, went_left, t);
         match self.index.entry(super::hash::field_hash(member)) {
             std::collections::btree_map::Entry::Vacant(v) => {
                 v.insert(Slot::One(t));
@@ -370,10 +396,51 @@ impl ZTree {
     fn remove(&mut self, member: &[u8]) -> Option<f64> {
         let t = self.node_of(member)?;
         let score = self.n(t).score;
-        let (a, b) = self.split(self.root, &|s, m| cmp((s, m), (score, member)).is_lt());
-        let (m, c) = self.split(b, &|s, m| cmp((s, m), (score, member)).is_le());
-        debug_assert_eq!(m, t);
-        self.root = self.merge(a, c);
+        // Down from the root to the node, each node on the way losing one below it;
+        // the node's two subtrees merged take its place.
+        let (mut parent, mut went_left, mut cur) = (NIL, false, self.root);
+        while cur != t {
+            let n = self.n(cur);
+            went_left = cmp((score, member), (n.score, &n.member)).is_lt();
+            let next = if went_left { n.left } else { n.right };
+            self.nodes[cur as usize].size -= 1;
+            (parent, cur) = (cur, next);
+        }
+        let merged = self.merge(self.n(t).left, self.n(t).right);
+        self.link(parent, went_left, merged);
+        self.forget(t, member);
+        Some(score)
+    }
+
+    /// Removes the lowest element (the highest with `last`): its member and score.
+    fn pop_end(&mut self, last: bool) -> Option<(Box<[u8]>, f64)> {
+        if self.root == NIL {
+            return None;
+        }
+        // Down the left (right) edge, each node on the way losing one below it; the
+        // end node's one subtree takes its place.
+        let (mut parent, mut cur) = (NIL, self.root);
+        loop {
+            let n = self.n(cur);
+            let next = if last { n.right } else { n.left };
+            if next == NIL {
+                break;
+            }
+            self.nodes[cur as usize].size -= 1;
+            (parent, cur) = (cur, next);
+        }
+        let n = self.n(cur);
+        let child = if last { n.left } else { n.right };
+        self.link(parent, !last, child);
+        let member = std::mem::take(&mut self.nodes[cur as usize].member);
+        let score = self.n(cur).score;
+        self.forget(cur, &member);
+        Some((member, score))
+    }
+
+    /// Drops node `t`, of `member`, already out of the tree: from the index, the
+    /// counts, and into the free slots.
+    fn forget(&mut self, t: u32, member: &[u8]) {
         let h = super::hash::field_hash(member);
         let std::collections::btree_map::Entry::Occupied(mut o) = self.index.entry(h) else {
             unreachable!("an indexed member")
@@ -389,12 +456,10 @@ impl ZTree {
                 }
             }
         }
-        let node = &mut self.nodes[t as usize];
-        self.memory -= node.member.len() as u64 + ELEMENT_OVERHEAD;
-        node.member = Box::default();
+        self.memory -= member.len() as u64 + ELEMENT_OVERHEAD;
+        self.nodes[t as usize].member = Box::default();
         self.free.push(t);
         self.len -= 1;
-        Some(score)
     }
 }
 
@@ -662,6 +727,28 @@ pub fn remove(e: &mut Entry, member: &[u8]) -> Option<f64> {
     tree_mut(e).remove(member)
 }
 
+/// Removes the `n` lowest elements of a sorted set entry (the `n` highest with `max`):
+/// them, with their scores, lowest first (highest first with `max`). (The caller
+/// removes a sorted set left empty.)
+pub fn pop(e: &mut Entry, n: usize, max: bool) -> Vec<(Vec<u8>, f64)> {
+    if e.tag() == tag::ZSET_PACKED {
+        let len = len(e);
+        let n = n.min(len);
+        let (from, to) = if max { (len - n, len) } else { (0, n) };
+        let got = view(e)
+            .range(from, to, max)
+            .map(|(m, s)| (m.to_vec(), s))
+            .collect();
+        remove_range(e, from, to);
+        return got;
+    }
+    let t = tree_mut(e);
+    (0..n)
+        .map_while(|_| t.pop_end(max))
+        .map(|(m, s)| (m.into_vec(), s))
+        .collect()
+}
+
 /// Removes the elements of ranks `from..to` (ascending) from a sorted set entry:
 /// their members, in order. (The caller removes a sorted set left empty.)
 pub fn remove_range(e: &mut Entry, from: usize, to: usize) -> Vec<Vec<u8>> {
@@ -888,6 +975,54 @@ mod tests {
             if round >= 3 {
                 assert_eq!(e.tag(), tag::ZSET_SKIP);
             }
+        }
+    }
+
+    /// Pops from either end, of a packed set and of a tree, answer the lowest (highest)
+    /// elements in order and leave the rest as a map would, ranks included.
+    #[test]
+    fn pops_from_either_end_agree_with_a_map() {
+        let mut x: u64 = 5;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for members in [50u64, 3000] {
+            let first = [&b"m0"[..], &score_bytes(1.0)];
+            let mut e = new_entry(b"z", Items::Slices(&first), None, 1);
+            let mut model = Model::new();
+            model.insert(b"m0".to_vec(), 1.0);
+            for i in 1..members {
+                let s = rnd(40) as f64 - 0.5 * rnd(2) as f64;
+                let m = format!("m{i}").into_bytes();
+                set(&mut e, &m, s);
+                model.insert(m, s);
+            }
+            while !model.is_empty() {
+                let max = rnd(2) == 1;
+                let n = rnd(4) as usize;
+                let mut want = sorted(&model);
+                if max {
+                    want.reverse();
+                }
+                want.truncate(n);
+                assert_eq!(pop(&mut e, n, max), want);
+                for (m, _) in &want {
+                    model.remove(m);
+                }
+                if rnd(3) == 0 && !model.is_empty() {
+                    let m = format!("m{}", rnd(members)).into_bytes();
+                    let s = rnd(40) as f64;
+                    assert_eq!(set(&mut e, &m, s), model.insert(m, s));
+                }
+                if !model.is_empty() && rnd(50) == 0 {
+                    check(&e, &model);
+                }
+            }
+            assert!(is_empty(&e));
+            assert_eq!(e.tag() == tag::ZSET_SKIP, members > 128);
         }
     }
 

@@ -276,6 +276,12 @@ pub fn format_g17(d: f64, out: &mut Vec<u8>) {
     if special(d, out) {
         return;
     }
+    // An integer below 10^17 in magnitude has at most 17 digits: `%.17g` writes
+    // them all, exactly (the common score, without formatting through text).
+    if d.fract() == 0.0 && d.abs() < 1e17 {
+        out.extend_from_slice(itoa::Buffer::new().format(d as i64).as_bytes());
+        return;
+    }
     let sci = format!("{d:.16e}");
     let (mantissa, exponent) = sci.split_once('e').expect("`{:e}` writes an exponent");
     let exponent: i32 = exponent.parse().expect("`{:e}` writes an integer exponent");
