@@ -39,6 +39,9 @@
 //! 5. A fiber handle is checked (its record's index and generation) before anything
 //!    else is read, and records are never freed to the allocator, so a stale handle
 //!    fails with an error and reads no freed memory (`pool`).
+//! 6. A stack is freed only when nothing runs on it: a fiber's with its record, and the
+//!    stack a thread's start routine runs on with the thread's own record or, if none
+//!    took it, by the thread's cleanup, which runs on glibc's stack (`thread_stack`).
 
 #![warn(missing_docs)]
 
