@@ -504,3 +504,53 @@ fn function_and_script_flush_answer_ok_and_other_scripting_is_refused() {
         );
     }
 }
+
+/// INFO's `rdb_changes_since_last_save` counts the changes logged since the last SAVE
+/// or compaction (Redis's `dirty`): a write that changes nothing (SETBIT or BITFIELD
+/// SET of the value already there, a read) counts none, one over several shards or in
+/// a transaction each change once; SAVE and a finished BGREWRITEAOF bring it to 0.
+#[test]
+fn info_counts_changes_since_the_last_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), 0);
+    let mut c = Wire::connect(&s.socket);
+    // INFO on a connection of its own (the other one is in a transaction at times).
+    let mut admin = Wire::connect(&s.socket);
+    let mut changes = || admin.info_field("persistence", "rdb_changes_since_last_save");
+    assert_eq!(changes(), 0);
+    let mut expect = |c: &mut Wire, line: &[&str], more: i64| {
+        let before = changes();
+        c.call(line);
+        assert_eq!(changes(), before + more, "{line:?}");
+    };
+    expect(&mut c, &["SETBIT", "foo", "0", "0"], 1); // creates the key
+    expect(&mut c, &["SETBIT", "foo", "0", "0"], 0);
+    expect(&mut c, &["SETBIT", "foo", "0", "1"], 1);
+    expect(&mut c, &["SETBIT", "foo", "0", "1"], 0);
+    expect(&mut c, &["SETBIT", "foo", "90", "0"], 1); // only longer
+    expect(&mut c, &["BITFIELD", "bar", "SET", "i5", "0", "0"], 1);
+    expect(&mut c, &["BITFIELD", "bar", "SET", "i5", "0", "0"], 0);
+    expect(&mut c, &["BITFIELD", "bar", "INCRBY", "i5", "0", "1"], 1);
+    expect(&mut c, &["GET", "foo"], 0);
+    expect(&mut c, &["DEL", "missing"], 0);
+    expect(&mut c, &["MSET", "a", "1", "b", "2", "c", "3", "d", "4"], 4);
+    assert_eq!(c.call(&["MULTI"]), Val::Line(b'+', "OK".into()));
+    // Two changes, and a SETBIT of the bit already set.
+    c.call(&["SET", "a", "5"]);
+    c.call(&["INCR", "n"]);
+    c.call(&["SETBIT", "foo", "0", "1"]);
+    expect(&mut c, &["EXEC"], 2);
+    drop(expect);
+    assert_eq!(c.call(&["SAVE"]), ok());
+    assert_eq!(changes(), 0);
+    c.call(&["SET", "k", "v"]);
+    assert_eq!(changes(), 1);
+    assert_eq!(
+        c.call(&["BGREWRITEAOF"]).text(),
+        "Background append only file rewriting started"
+    );
+    eventually("the compaction ends", || {
+        info(&mut c, "persistence", "aof_rewrite_in_progress") == "0"
+    });
+    assert_eq!(changes(), 0);
+}

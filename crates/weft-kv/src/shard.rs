@@ -17,6 +17,7 @@
 
 use crate::commands::{Ctx, ShardFn};
 use crate::keyspace::Keyspace;
+use crate::log::record::FRAME_HEADER;
 use crate::log::{self, RecordRef, DATABASES};
 use crate::resp::Reply;
 
@@ -28,6 +29,12 @@ pub struct Shard {
     pub log: Vec<u8>,
     /// The LSN at the end of `log` (every byte ever appended).
     pub appended: u64,
+    /// The changes logged since start-up: each key a command changed ([`count_changes`]).
+    /// INFO's `rdb_changes_since_last_save` (Redis's `dirty`) counts from these; a
+    /// command that changed nothing logs nothing, so counts nothing.
+    pub changes: u64,
+    /// `changes` when the running (or last) compaction started: what it saves.
+    pub changes_at_rewrite: u64,
     /// While a compaction runs: the records produced since it started about keys
     /// behind `frontier` (appended to the compacted image at its end).
     pub rewrite_tail: Option<Vec<u8>>,
@@ -62,6 +69,35 @@ pub struct Shard {
     pub blocked: crate::server::blocking::Blocked,
 }
 
+/// The changes in whole frames `frames`, the records one command logged: each key it
+/// changed counts one (a key's records follow one another: SETBIT of a new key logs
+/// its creation, then its byte), and so does a record without a key (FLUSHDB). A `Tx`
+/// frame wraps records counted when a transaction's commands logged them. Reads each
+/// frame's header, kind, database and key only.
+fn count_changes(frames: &[u8]) -> u64 {
+    let mut n = 0;
+    let mut last: Option<&[u8]> = None;
+    let mut at = 0;
+    while let Some(header) = frames.get(at..at + FRAME_HEADER) {
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+        let payload = &frames[at + FRAME_HEADER..at + FRAME_HEADER + len];
+        at += FRAME_HEADER + len;
+        if payload.first() == Some(&log::tx::TX_KIND) {
+            continue;
+        }
+        // kind:u8 db:u8 key_len:u32le key
+        let key_len = payload
+            .get(2..6)
+            .map(|l| u32::from_le_bytes(l.try_into().unwrap()));
+        let db_and_key = key_len.and_then(|l| payload.get(1..6 + l as usize));
+        if db_and_key.is_none() || db_and_key != last {
+            n += 1;
+        }
+        last = db_and_key;
+    }
+    n
+}
+
 /// The most expired keys a command reclaims before it runs when the server is over
 /// its memory limit (a bound on how long it holds the shard).
 const RECLAIM_OVER_LIMIT: usize = 8192;
@@ -78,6 +114,8 @@ impl Shard {
             dbs,
             log: Vec::new(),
             appended: 0,
+            changes: 0,
+            changes_at_rewrite: 0,
             rewrite_tail: None,
             frontier: (0, 0),
             rewrite_restart: false,
@@ -212,6 +250,7 @@ impl Shard {
         if added == 0 {
             return false;
         }
+        self.changes += count_changes(&self.log[before..]);
         if self.watches.is_some() {
             self.touch_logged(before);
         }
@@ -364,6 +403,7 @@ impl Shard {
         self.rewrite_tail = Some(tail);
         self.frontier = (0, 0);
         self.rewrite_restart = false;
+        self.changes_at_rewrite = self.changes;
     }
 
     /// Ends keeping a compaction's tail: the tail.
@@ -726,5 +766,39 @@ mod tests {
         assert_eq!((held.id, held.shards.clone()), (6, vec![0, 1]));
         assert!(applied.is_empty(), "{applied:?}");
         assert!(tail.ends_with(&held.frames));
+    }
+
+    /// A shard counts each key a command changed once, whatever its records: SETBIT
+    /// of a new key (its creation, then its byte), a transaction's commands (not the
+    /// `Tx` frame that wraps them), FLUSHDB; a command that changed nothing, none.
+    #[test]
+    fn changes_count_the_keys_commands_changed() {
+        let mut sh = Shard::new(vec![]);
+        let now = 1_700_000_000_000;
+        let run = |sh: &mut Shard, line: &[&str]| {
+            let (Exec::Shard(f) | Exec::Split(f, _)) = lookup(line[0].as_bytes()).unwrap().exec
+            else {
+                panic!("{line:?} is not a shard command")
+            };
+            let argv: Vec<&[u8]> = line.iter().map(|a| a.as_bytes()).collect();
+            sh.run(f, 0, &argv, now, None);
+            sh.changes
+        };
+        assert_eq!(run(&mut sh, &["setbit", "b", "9", "0"]), 1);
+        assert_eq!(run(&mut sh, &["setbit", "b", "9", "0"]), 1);
+        assert_eq!(run(&mut sh, &["setbit", "b", "9", "1"]), 2);
+        assert_eq!(run(&mut sh, &["get", "b"]), 2);
+        assert_eq!(run(&mut sh, &["hset", "h", "f", "v", "g", "w"]), 3);
+        assert_eq!(run(&mut sh, &["del", "b"]), 4);
+        assert_eq!(run(&mut sh, &["del", "b"]), 4);
+        sh.tx_enter();
+        run(&mut sh, &["set", "x", "1"]);
+        run(&mut sh, &["incr", "x"]);
+        run(&mut sh, &["get", "x"]);
+        sh.tx_leave();
+        sh.tx_wrap(7, &log::tx::shards_bytes(&[0, 1]));
+        assert_eq!(sh.changes, 6);
+        sh.flush_db(0);
+        assert_eq!(sh.changes, 7);
     }
 }

@@ -351,8 +351,11 @@ fn section(server: &Server, name: &str) -> String {
             field("current_fork_perc", &"0.00");
             field("current_save_keys_processed", &0);
             field("current_save_keys_total", &0);
-            // Every acknowledged change is in the log already.
-            field("rdb_changes_since_last_save", &0);
+            // Redis's `dirty`: the keys changed since the last SAVE or compaction.
+            field(
+                "rdb_changes_since_last_save",
+                &server.shards.changes_since_save(),
+            );
             field("rdb_bgsave_in_progress", &(bgsave as u8));
             field("rdb_last_save_time", &server.last_save.load(Relaxed));
             field("rdb_last_bgsave_status", &"ok");

@@ -259,6 +259,11 @@ pub struct ServerShard {
     pub expires: [AtomicU64; DATABASES],
     /// Keys removed because their time had passed, as last seen.
     pub expired: AtomicU64,
+    /// The changes logged (`Shard::changes`), as last seen, and those of them a SAVE
+    /// or a compaction has saved: INFO's `rdb_changes_since_last_save` is the
+    /// difference.
+    pub changes: AtomicU64,
+    pub saved_changes: AtomicU64,
     /// Waited keys became ready while a transaction held the shard: they are served
     /// when it leaves (`server/blocking.rs`).
     blocked_ready: AtomicBool,
@@ -385,6 +390,8 @@ impl Shards {
                     keys,
                     expires,
                     expired: AtomicU64::new(0),
+                    changes: AtomicU64::new(0),
+                    saved_changes: AtomicU64::new(0),
                     blocked_ready: AtomicBool::new(false),
                 }
             })
@@ -545,6 +552,7 @@ impl Shards {
                 publish(&sh.expires[d], st.dbs[d].expires_count() as u64);
             }
             publish(&sh.expired, st.expired_count());
+            publish(&sh.changes, st.changes);
             let kick = !st.log.is_empty() && !st.kicked;
             st.kicked |= kick;
             (kick, woken)
@@ -733,10 +741,12 @@ impl Shards {
         }
     }
 
-    /// Writes and fsyncs every shard's log (SAVE, SHUTDOWN).
+    /// Writes and fsyncs every shard's log (SAVE, SHUTDOWN); the changes logged
+    /// before are then saved.
     pub fn fsync_all(&self) -> Result<(), String> {
         for s in 0..self.list.len() {
             let sh = &self.list[s];
+            let changes = sh.changes.load(Relaxed);
             let ask = sh.fsync_asked.fetch_add(1, AcqRel) + 1;
             self.kick(s);
             let mut g = sh.wait_m.lock();
@@ -746,8 +756,21 @@ impl Shards {
                 }
                 g = sh.wait_cv.wait(g);
             }
+            sh.saved_changes.fetch_max(changes, Relaxed);
         }
         Ok(())
+    }
+
+    /// The changes logged since the last SAVE or compaction, over every shard
+    /// (INFO's `rdb_changes_since_last_save`).
+    pub fn changes_since_save(&self) -> u64 {
+        self.list
+            .iter()
+            .map(|sh| {
+                let saved = sh.saved_changes.load(Relaxed);
+                sh.changes.load(Relaxed).saturating_sub(saved)
+            })
+            .sum()
     }
 
     /// Shut-down (SHUTDOWN, SIGTERM, SIGINT): stops compaction (one under way is
@@ -1007,10 +1030,10 @@ impl Shards {
     /// The flusher's part of a compaction: append the tail, publish, switch files.
     fn publish_rewrite(&self, s: usize, mut rw: Rewriter, writer: &mut LogWriter) {
         let sh = &self.list[s];
-        let (tail, pending, end) = sh.cell.run(|st| {
+        let (tail, pending, end, saves) = sh.cell.run(|st| {
             let tail = st.end_rewrite().unwrap_or_default();
             let (p, end) = st.take_log();
-            (tail, p, end)
+            (tail, p, end, st.changes_at_rewrite)
         });
         let result = rw.append(&tail).and_then(|()| rw.finish());
         match result {
@@ -1019,6 +1042,7 @@ impl Shards {
                 let len = writer.len();
                 sh.log_len.store(len, Relaxed);
                 sh.log_base.store(len, Relaxed);
+                sh.saved_changes.fetch_max(saves, Relaxed);
                 sh.durable.store(end, Release);
                 eprintln!("weft-kv: shard {s}: log compacted to {len} bytes");
             }
