@@ -97,6 +97,46 @@ fn a_value_at_the_configured_limit_comes_back_after_a_restart() {
     assert_eq!(c.command(&[b"EXISTS", b"other"]).unwrap(), Reply::Int(0));
 }
 
+/// APPEND and SETRANGE make strings up to `--max-bulk` (Redis's proto-max-bulk-len):
+/// with `--max-bulk 1mb` a string grows to exactly 1 MiB, and one byte more is refused
+/// with Redis's error and changes nothing, as a restart shows.
+#[test]
+fn append_and_setrange_stop_at_the_configured_max_bulk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, socket) = (tmp.path().join("d"), tmp.path().join("s"));
+    let args = ["--max-bulk", "1mb", "--fsync", "always"];
+    let most = 1usize << 20;
+    let too_long =
+        || Reply::Error("ERR string exceeds maximum allowed size (proto-max-bulk-len)".into());
+    let half = vec![b'a'; most / 2];
+    let at = |n: usize| n.to_string().into_bytes();
+    {
+        let s = KvServer::weft(&dir, &socket, &args).unwrap();
+        let mut c = s.client().unwrap();
+        let mut run = |args: &[&[u8]]| c.command(args).unwrap();
+        assert_eq!(run(&[b"APPEND", b"s", &half]), Reply::Int(most as i64 / 2));
+        assert_eq!(run(&[b"APPEND", b"s", &half]), Reply::Int(most as i64));
+        assert_eq!(run(&[b"APPEND", b"s", b"x"]), too_long());
+        assert_eq!(
+            run(&[b"SETRANGE", b"r", &at(most - 1), b"y"]),
+            Reply::Int(most as i64)
+        );
+        assert_eq!(run(&[b"SETRANGE", b"r", &at(most), b"y"]), too_long());
+        assert_eq!(run(&[b"SETRANGE", b"r", &at(most - 1), b"yz"]), too_long());
+        assert_eq!(run(&[b"SETRANGE", b"new", &at(most), b"y"]), too_long());
+    }
+    let s = KvServer::weft(&dir, &socket, &args).unwrap();
+    let mut c = s.client().unwrap();
+    let mut run = |args: &[&[u8]]| c.command(args).unwrap();
+    assert_eq!(run(&[b"STRLEN", b"s"]), Reply::Int(most as i64));
+    assert_eq!(run(&[b"STRLEN", b"r"]), Reply::Int(most as i64));
+    assert_eq!(
+        run(&[b"GETRANGE", b"r", b"-2", b"-1"]),
+        Reply::Bulk(b"\0y".to_vec())
+    );
+    assert_eq!(run(&[b"EXISTS", b"new"]), Reply::Int(0));
+}
+
 /// The real limit, behind `WEFT_KV_STRESS=1`: a 1 GiB value (above the 1 GiB record
 /// length recovery used to accept) is acknowledged and comes back after a restart.
 #[test]

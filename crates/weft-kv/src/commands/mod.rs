@@ -1089,8 +1089,8 @@ pub fn stat_name(id: usize) -> &'static str {
 
 /// The longest key or value weft-kv keeps: the log's [`crate::log::MAX_VALUE`] (1 GiB),
 /// so every value accepted is one recovery reads back. The server never sees a longer
-/// argument (`--max-bulk` is capped at it, and APPEND/SETRANGE stop at [`MAX_STRING`],
-/// below it); the embedded store checks with [`check_lengths`].
+/// argument (`--max-bulk` is capped at it, and APPEND/SETRANGE stop at `--max-bulk`:
+/// [`strings::max_string`]); the embedded store checks with [`check_lengths`].
 pub const MAX_ARG: usize = crate::log::MAX_VALUE;
 const _: () = assert!(MAX_STRING <= MAX_ARG as u64);
 

@@ -29,6 +29,23 @@ use crate::keyspace::Keyspace;
 use crate::log::RecordRef;
 use crate::pubsub::{notify, GENERIC, NEW, STRING};
 use crate::resp::Reply;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The longest string APPEND and SETRANGE make ([`max_string`]).
+static MAX_BULK: AtomicU64 = AtomicU64::new(MAX_STRING);
+
+/// The longest string APPEND and SETRANGE make: the server's `proto-max-bulk-len`
+/// (`--max-bulk`), as in Redis; [`MAX_STRING`] (512 MB) until a server sets another.
+#[inline]
+pub fn max_string() -> u64 {
+    MAX_BULK.load(Relaxed)
+}
+
+/// Sets the longest string APPEND and SETRANGE make (the server at start, from
+/// `--max-bulk`), at most [`super::MAX_ARG`] (what the log holds).
+pub fn set_max_string(n: u64) {
+    MAX_BULK.store(n.min(super::MAX_ARG as u64), Relaxed);
+}
 
 /// The live string in `key` (`None` if there is none), or `WRONGTYPE` if the key holds
 /// another type. (An expired key is removed, as by `Keyspace::get`.)
@@ -509,8 +526,9 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Repl
 }
 
 /// APPEND key value: appends (creating the key if missing, keeping the expiry);
-/// answers the new length. Past 512 MB: `ERR string exceeds maximum allowed size
-/// (proto-max-bulk-len)` and nothing changes. Appending to a missing key creates
+/// answers the new length. Longer than the server's `proto-max-bulk-len` ([`max_string`],
+/// 512 MB by default): `ERR string exceeds maximum allowed size (proto-max-bulk-len)`
+/// and nothing changes. Appending to a missing key creates
 /// it even with an empty value (as Redis does). Logged: the piece appended (`Append`),
 /// or the new key's `Set`.
 pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
@@ -530,7 +548,7 @@ pub fn append(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Ok(Some(e)) => e.value().len() as u64,
         Err(e) => return e,
     };
-    if len + more.len() as u64 > MAX_STRING {
+    if len + more.len() as u64 > max_string() {
         return TOO_LONG;
     }
     if let Err(e) = make_room(ks, more.len() as u64, ctx) {
@@ -596,8 +614,9 @@ pub(super) fn clamp_range(start: i64, end: i64, len: i64) -> Option<(u64, u64)> 
 
 /// SETRANGE key offset value: overwrites from `offset`, padding with zero bytes;
 /// answers the new length. Logged as the piece and its offset (`SetRange`), after an
-/// empty string's `Set` for a new key. A negative offset: `ERR offset is out of range`; past
-/// 512 MB: `ERR string exceeds maximum allowed size (proto-max-bulk-len)`. An empty
+/// empty string's `Set` for a new key. A negative offset: `ERR offset is out of range`;
+/// longer than the server's `proto-max-bulk-len` ([`max_string`], 512 MB by default):
+/// `ERR string exceeds maximum allowed size (proto-max-bulk-len)`. An empty
 /// value changes nothing (on a missing key: 0 and no key created).
 pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
@@ -616,7 +635,7 @@ pub fn setrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if val.is_empty() {
         return Reply::Int(cur.unwrap_or(0) as i64);
     }
-    if offset + val.len() as u64 > MAX_STRING {
+    if offset + val.len() as u64 > max_string() {
         return TOO_LONG;
     }
     let end = offset as usize + val.len();

@@ -408,6 +408,8 @@ pub fn serve(config: Config) -> io::Result<()> {
             ),
         ));
     }
+    // APPEND and SETRANGE make strings up to proto-max-bulk-len, as in Redis.
+    crate::commands::strings::set_max_string(config.max_bulk as u64);
     if let Some(p) = &config.unix_socket {
         clear_socket_path(p)?;
     }
