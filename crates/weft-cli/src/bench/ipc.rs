@@ -34,7 +34,7 @@
 //!   is also sampled round trip by round trip with rdtsc (percentiles), as the thesis's
 //!   figures 16 and 17 plot single samples.
 //!
-//! Targets (the issue): a local round trip <= 60 ns; a cross-worker one <= 1 us when the
+//! Targets: a local round trip <= 60 ns; a cross-worker one <= 1 us when the
 //! server's worker is busy-polling.
 
 use super::gopeer::GoPeer;
@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use weft_runtime::ipc::{self, Message, Tid, Timeout};
 use weft_runtime::{spawn_on, yield_now, JoinHandle, Runtime};
 
-/// The issue's targets.
+/// The targets IPC is held to (printed beside the results).
 const TARGET_LOCAL_NS: f64 = 60.0;
 const TARGET_CROSS_BUSY_NS: f64 = 1000.0;
 

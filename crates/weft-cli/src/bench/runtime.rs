@@ -1,5 +1,5 @@
 //! The `runtime` suite of `weft bench`: what the runtime's green threads cost, side by
-//! side with the usual alternatives, in one run (issue 4's benchmarks).
+//! side with the usual alternatives, in one run.
 //!
 //! Micro benchmarks (method: see `bench/mod.rs`; ns per operation):
 //!
@@ -38,7 +38,7 @@
 //! to what the limit allows and says so. A default that does not fit (a lower limit)
 //! is clamped, never raised.
 //!
-//! Targets (issue 4): spawn <= 200 ns, yield <= 30 ns, a cross-worker round trip within
+//! Targets: spawn <= 200 ns, yield <= 30 ns, a cross-worker round trip within
 //! 2x of the raw cache-line one with busy workers and no worse than a futex round trip
 //! with sleeping ones, 1M parked threads in < 4 GiB. Reference figures quoted with
 //! those targets (measured on another machine, not here): Go spawn ~590 ns, pthread
@@ -58,11 +58,11 @@ use weft_runtime::msgbox::{matrix, Endpoint};
 use weft_runtime::park::{park, Unparker};
 use weft_runtime::{current_worker, spawn, spawn_on, yield_now, Runtime};
 
-/// Reference figures quoted by issue 4 with its targets (measured on another machine).
+/// Reference figures set beside the targets (measured on another machine, not here).
 const REFERENCE_GO_SPAWN_NS: f64 = 590.0;
 const REFERENCE_PTHREAD_CREATE_JOIN_NS: f64 = 60_000.0;
 
-/// Issue 4's targets.
+/// The targets the runtime is held to (printed beside the results).
 const TARGET_SPAWN_NS: f64 = 200.0;
 const TARGET_YIELD_NS: f64 = 30.0;
 const TARGET_PARKED_1M_BYTES: f64 = 4.0 * (1u64 << 30) as f64;

@@ -63,7 +63,7 @@
 //! Nothing of this changes what is measured (it is read outside the timed part, or
 //! once per completion already taken).
 //!
-//! Targets (the issue): cached, syslets on one worker no slower than sync, and at least
+//! Targets: cached, syslets on one worker no slower than sync, and at least
 //! 1.3x faster than sync on every worker; uncached, at least 2.5x faster than sync and
 //! within 10% of the raw io_uring version. The async-test's published figures: cached
 //! 31.6 ms sync vs 26.5 ms syslets (+19.2%), uncached 45.8 s vs 34.2 s (+33.9%).
@@ -93,7 +93,8 @@ const UNCACHED_ROUNDS: usize = 9;
 /// Chains (open, read, close) the raw io_uring version keeps in flight.
 const IN_FLIGHT: usize = 64;
 
-/// The issue's targets, as sync time / implementation time.
+/// The targets syslets are held to (printed beside the results), as sync time /
+/// implementation time.
 const TARGET_CACHED_ONE: f64 = 1.0;
 const TARGET_CACHED_ALL: f64 = 1.3;
 const TARGET_UNCACHED: f64 = 2.5;
