@@ -12,6 +12,8 @@
  *   return:  the same, but F's start routine returns (which ends the thread,
  *            as on Windows); A's converted fiber uses a lot of its stack when
  *            it resumes.
+ *   detached: the first again with A detached: the main thread resumes A's
+ *            converted fiber as soon as A's end has finished F.
  *   elsewhere: A's converted fiber is resumed by a third thread B and A's
  *            start routine returns there: as on Windows, that ends B (its
  *            join returns the routine's value); the fiber is finished, its
@@ -27,6 +29,7 @@
 #include "check.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -130,20 +133,34 @@ static void *ender_main(void *arg) {
     }
 }
 
-static struct ender g_enders[2]; /* apart: FLS callbacks are told by address */
+/* Apart: FLS callbacks are told by address. */
+static struct ender g_enders[3];
 
-static void ends_in_its_fiber(enum how how) {
+static void ends_in_its_fiber(enum how how, int detached) {
     reset_log();
-    struct ender *e = &g_enders[how];
+    struct ender *e = &g_enders[detached ? 2 : how];
     e->how = how;
     e->big_stack = how == BY_RETURN;
     int freed = g_freed;
     pthread_t t;
     void *result = NULL;
-    CHECK_EQ(pthread_create(&t, NULL, ender_main, e), 0);
-    CHECK_EQ(pthread_join(t, &result), 0);
-    if (how == BY_EXIT)
-        CHECK(result == (void *)7);
+    if (detached) {
+        pthread_attr_t attr;
+        CHECK_EQ(pthread_attr_init(&attr), 0);
+        CHECK_EQ(pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED), 0);
+        CHECK_EQ(pthread_create(&t, &attr, ender_main, e), 0);
+        CHECK_EQ(pthread_attr_destroy(&attr), 0);
+        /* F finishes as the thread ends; the converted fiber may be resumed
+         * from then on, whether or not the thread has quite gone. */
+        while (calls_with(&e->v_fiber, NULL) == 0 ||
+               test_stats(e->fiber).state != WEFT_FIBER_FINISHED)
+            sched_yield();
+    } else {
+        CHECK_EQ(pthread_create(&t, NULL, ender_main, e), 0);
+        CHECK_EQ(pthread_join(t, &result), 0);
+        if (how == BY_EXIT)
+            CHECK(result == (void *)7);
+    }
     CHECK(strcmp(g_log, "12") == 0);
     /* F's values got their callbacks when the thread ended in it; the
      * converted fiber's did not: it lives on. */
@@ -308,8 +325,9 @@ int main(void) {
     g_idx = FlsAlloc(fls_cb);
     g_idx_heap = FlsAlloc(free_cb);
     CHECK(g_idx != FLS_OUT_OF_INDEXES && g_idx_heap != FLS_OUT_OF_INDEXES);
-    ends_in_its_fiber(BY_EXIT);
-    ends_in_its_fiber(BY_RETURN);
+    ends_in_its_fiber(BY_EXIT, 0);
+    ends_in_its_fiber(BY_RETURN, 0);
+    ends_in_its_fiber(BY_EXIT, 1);
     returns_elsewhere();
     stack_size_asked_for();
     callers_own_stack();

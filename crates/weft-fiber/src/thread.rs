@@ -461,6 +461,19 @@ unsafe fn cleanup_exiting_thread() {
             // returned): take the fibers on this stack now.
             take_own_stack_fibers(t, cur);
         }
+        let main = (*t).main;
+        if !main.is_null()
+            && main != cur
+            && !(*main).on_thread_stack()
+            && (*main).handle() != NO_HANDLE
+        {
+            // The thread's converted fiber, on a stack of its own and not running here:
+            // it lives on like any fiber. It is let go first, so that a thread that sees
+            // the fiber the thread ended in finished may delete it too. Nothing here
+            // touches it afterwards: another thread may free it from now on.
+            (*t).main = ptr::null_mut();
+            (*main).owner.store(ptr::null_mut(), Release);
+        }
         if !cur.is_null() && cur != (*t).main {
             let owner = (*cur).owner.load(Relaxed);
             let foreign = !owner.is_null() && owner != t;
