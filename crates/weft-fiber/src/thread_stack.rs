@@ -122,6 +122,7 @@ fn enabled() -> bool {
     }
 }
 
+// SAFETY: the declaration is glibc's prototype of the function.
 unsafe extern "C" {
     /// glibc's: the stack address set with `pthread_attr_setstack` (or its older forms),
     /// NULL if none.
