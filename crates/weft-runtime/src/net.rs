@@ -252,6 +252,12 @@ impl Stream {
     fn write(&self, buf: &[u8]) -> io::Result<usize> {
         rio::send(&self.fd, buf, Self::deadline(&self.write_timeout))
     }
+    fn discard(&self, n: usize) -> io::Result<()> {
+        rio::discard_queued(&self.fd, n)
+    }
+    fn send_then_discard(&self, buf: &[u8], discard: usize) -> io::Result<()> {
+        rio::send_then_discard(&self.fd, buf, discard, Self::deadline(&self.write_timeout))
+    }
     fn set(t: &AtomicU64, d: Option<Duration>) -> io::Result<()> {
         check_timeout(d)?;
         let ns = d.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX as u128) as u64);
@@ -282,6 +288,22 @@ macro_rules! stream_impls {
             /// Writes some of `buf`, waiting at most the write timeout (`TimedOut`).
             pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
                 self.s.write(buf)
+            }
+            /// Takes `n` bytes that a [`peek`](Self::peek) saw off the socket, never
+            /// waiting for them: an error if fewer are queued (nobody else may read
+            /// the socket).
+            pub fn discard(&self, n: usize) -> io::Result<()> {
+                self.s.discard(n)
+            }
+            /// Writes all of `buf`, then takes `discard` bytes that a
+            /// [`peek`](Self::peek) saw off the socket, never waiting for them (they must
+            /// be queued, and nobody else may read the socket). On an io_uring worker
+            /// both are one system call: nothing runs in between, not even a peer the
+            /// write woke (a server answering a request it peeked frees the client's
+            /// send-buffer space, which wakes the client, only while it is awake
+            /// anyway). Waits at most the write timeout for the write (`TimedOut`).
+            pub fn send_then_discard(&self, buf: &[u8], discard: usize) -> io::Result<()> {
+                self.s.send_then_discard(buf, discard)
             }
             /// Shuts down the read, write or both halves.
             pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {

@@ -363,3 +363,51 @@ fn accept_and_connect_take_timeouts() {
     let (s, _) = l.accept_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(s.peer_addr().unwrap(), c.local_addr().unwrap());
 }
+
+/// `send_then_discard` sends the whole reply, then takes exactly the peeked bytes off
+/// the socket (what follows them stays, whole), on both backends: a short discard (one
+/// system call on io_uring), one past the chained size (plain calls after the send),
+/// and a reply larger than the peer's socket buffer (the send waits while the peer
+/// does not read; the discard comes after it).
+#[test]
+fn send_then_discard_sends_all_then_takes_exactly_the_peeked_bytes() {
+    for b in backends() {
+        let rt = rt1(b);
+        let got = rt.block_on(|| {
+            let (server, mut client) = UnixStream::pair().unwrap();
+            let mut results = Vec::new();
+            for (request, reply) in [
+                (vec![b'q'; 14], vec![b'r'; 5]),
+                (vec![b'Q'; 100_000], vec![b'R'; 7]),
+                (vec![b'x'; 3], vec![b'y'; 4 << 20]),
+            ] {
+                // The peer, on an OS thread (plain blocking calls).
+                let reader = {
+                    let (rq, rp) = (request.clone(), reply.len());
+                    std::thread::spawn(move || {
+                        client.write_all(&rq).unwrap();
+                        client.write_all(b"next").unwrap();
+                        let mut back = vec![0u8; rp];
+                        client.read_exact(&mut back).unwrap();
+                        (client, back)
+                    })
+                };
+                let mut seen = 0;
+                let mut buf = vec![0u8; request.len()];
+                while seen < request.len() {
+                    seen = server.peek(&mut buf).unwrap();
+                }
+                assert_eq!(buf, request);
+                server.send_then_discard(&reply, request.len()).unwrap();
+                let (c, back) = reader.join().unwrap();
+                client = c;
+                assert_eq!(back, reply);
+                let mut next = [0u8; 4];
+                (&server).read_exact(&mut next).unwrap();
+                results.push(next);
+            }
+            results
+        });
+        assert_eq!(got, vec![*b"next"; 3], "{b:?}");
+    }
+}

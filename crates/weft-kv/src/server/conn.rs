@@ -170,6 +170,7 @@ struct Out<'a, S> {
 
 impl<S> Out<'_, S>
 where
+    S: super::input::Input,
     for<'b> &'b S: Write,
 {
     /// Notes that the connection's buffers hold `bytes` now.
@@ -188,8 +189,15 @@ where
     /// empties it and gives back a grown allocation. `other`: the bytes the
     /// connection's other buffers hold. False when the connection failed.
     fn send(&mut self, wbuf: &mut Vec<u8>, other: usize) -> bool {
+        self.send_and_consume(wbuf, other, 0)
+    }
+
+    /// As [`Out::send`], then takes the `peeked` bytes of the read these replies
+    /// answer off the socket (`input.rs`), in one system call with the send where the
+    /// socket can.
+    fn send_and_consume(&mut self, wbuf: &mut Vec<u8>, other: usize, peeked: usize) -> bool {
         if wbuf.is_empty() {
-            return true;
+            return peeked == 0 || self.stream.consume(peeked).is_ok();
         }
         self.count(other + wbuf.capacity());
         self.client.note_output(wbuf.len());
@@ -197,7 +205,12 @@ where
         // A subscriber's writer may be writing messages: one at a time.
         let sub = self.client.pubsub.get();
         let writing = sub.map(|s| s.writing.lock());
-        if stream.write_all(wbuf).is_err() {
+        let sent = if peeked > 0 {
+            self.stream.send_and_consume(wbuf, peeked)
+        } else {
+            stream.write_all(wbuf)
+        };
+        if sent.is_err() {
             return false;
         }
         drop(writing);
@@ -304,6 +317,9 @@ where
         // A Unix socket's bytes are peeked, and taken off the socket once answered
         // (`input.rs`).
         let mut peeked = early.is_none() && S::PEEKS;
+        // What the connection's input held when replies were kept to go with the
+        // read's removal (for the memory count).
+        let mut held = 0;
         let n = match early.unwrap_or_else(|| stream.take(&mut rbuf[end..])) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
@@ -318,6 +334,8 @@ where
             // before AUTH, as what a client may send depends on it.
             parser.set_unauthenticated(!conn.authed);
             let mut failed = None;
+            // Every complete command of the buffer is parsed.
+            let mut all_parsed = false;
             while b.cmds.len() < MAX_BATCH && (conn.authed || b.cmds.is_empty()) {
                 let from = b.ranges.len();
                 match parser.parse_borrowed(&rbuf[start..end], &mut b.ranges) {
@@ -337,6 +355,7 @@ where
                         // Bytes the parser is done with (empty lines, a partial
                         // command's finished arguments) may go.
                         start += parser.take_consumed();
+                        all_parsed = true;
                         break;
                     }
                     Err(e) => {
@@ -372,7 +391,16 @@ where
                         writer = pubsub::spawn_writer(stream.clone(), s.clone());
                     }
                 }
-                if !ran || !out.send(&mut b.wbuf, input) {
+                if !ran {
+                    break 'conn;
+                }
+                if peeked && all_parsed && b.next == b.cmds.len() && !conn.close {
+                    // The read's last replies: sent as the read is taken off the
+                    // socket, below (`input.rs`).
+                    held = input;
+                    break;
+                }
+                if !out.send(&mut b.wbuf, input) {
                     break 'conn;
                 }
             }
@@ -391,9 +419,10 @@ where
                 break 'conn;
             }
         }
-        if peeked && stream.consume(n).is_err() {
+        if peeked && !out.send_and_consume(&mut b.wbuf, held, n) {
             break;
         }
+        debug_assert!(b.wbuf.is_empty());
         if start == end {
             start = 0;
             end = 0;

@@ -18,6 +18,13 @@
 //! the socket itself or change how the connection reads it, so its read is taken off
 //! before it runs ([`may_defer`]).
 //!
+//! The removal goes with the read's last reply ([`Input::send_and_consume`]): on an
+//! io_uring worker the send and the removal are one linked pair of operations in one
+//! system call. As two calls, the client that the reply wakes is often run on the
+//! server's CPU at the return of the send, before the removal: it reads its reply,
+//! sends its next command and sleeps reading again, and the removal then wakes it for
+//! nothing, the very wake-up the peek is there to avoid.
+//!
 //! TCP does not wake a sender when its bytes are read (only when its send buffer was
 //! full), so a TCP connection simply reads.
 
@@ -35,34 +42,20 @@ pub trait Input: AsRawFd {
     /// Waits for bytes and copies some into `buf` (0: the peer closed).
     fn take(&self, buf: &mut [u8]) -> io::Result<usize>;
 
-    /// Removes `n` bytes that [`Input::take`] peeked (they are queued: never waits).
-    fn consume(&self, n: usize) -> io::Result<()> {
-        let mut scratch = [0u8; 4096];
-        let mut left = n;
-        while left > 0 {
-            let want = left.min(scratch.len());
-            // SAFETY: `scratch` is `want` (<= its length) writable bytes of ours.
-            let r = unsafe {
-                libc::recv(
-                    self.as_raw_fd(),
-                    scratch.as_mut_ptr().cast(),
-                    want,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            match r {
-                r if r > 0 => left -= r as usize,
-                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                _ => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        Ok(())
+    /// Sends all of `buf` (the last replies to a read), then removes the `n` bytes
+    /// that [`Input::take`] peeked. A Unix socket does both in one system call on an
+    /// io_uring worker (the module comment says why).
+    fn send_and_consume(&self, buf: &[u8], n: usize) -> io::Result<()>
+    where
+        for<'a> &'a Self: io::Write,
+    {
+        let mut me = self;
+        io::Write::write_all(&mut me, buf)?;
+        self.consume(n)
     }
+
+    /// Removes `n` bytes that [`Input::take`] peeked (they are queued: never waits).
+    fn consume(&self, n: usize) -> io::Result<()>;
 }
 
 impl Input for UnixStream {
@@ -71,6 +64,14 @@ impl Input for UnixStream {
     fn take(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.peek(buf)
     }
+
+    fn send_and_consume(&self, buf: &[u8], n: usize) -> io::Result<()> {
+        self.send_then_discard(buf, n)
+    }
+
+    fn consume(&self, n: usize) -> io::Result<()> {
+        self.discard(n)
+    }
 }
 
 impl Input for TcpStream {
@@ -78,6 +79,10 @@ impl Input for TcpStream {
 
     fn take(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read(buf)
+    }
+
+    fn consume(&self, n: usize) -> io::Result<()> {
+        self.discard(n)
     }
 }
 

@@ -1169,6 +1169,143 @@ pub(crate) fn send(fd: &Fd, buf: &[u8], deadline: Option<Instant>) -> io::Result
     }
 }
 
+/// The most bytes [`send_then_discard`] takes off in the same system call as its send
+/// (more, and they are taken off by plain calls after it).
+const DISCARD_CHAINED: usize = 64 << 10;
+
+/// Sends all of `buf`, then takes `discard` bytes off the socket's receive queue
+/// without waiting (they must be queued already: the caller peeked them, and nobody
+/// else reads the socket). On an io_uring worker both go to the kernel as one linked
+/// pair in one `io_uring_enter`, which also runs the second before it returns: nothing
+/// runs between the two, not even a peer that the send woke and that the scheduler
+/// would run here at the return of a separate send. Elsewhere (another backend, a
+/// write timeout, a long reply or discard): a send loop, then the discard.
+pub(crate) fn send_then_discard(
+    fd: &Fd,
+    buf: &[u8],
+    discard: usize,
+    deadline: Option<Instant>,
+) -> io::Result<()> {
+    let cx = ctx();
+    let mut sent = 0;
+    let mut left = discard;
+    if cx == Ctx::Uring
+        && deadline.is_none()
+        && !buf.is_empty()
+        && buf.len() <= MAX_IO
+        && (1..=DISCARD_CHAINED).contains(&discard)
+    {
+        crate::worker::preemption_point();
+        let send = Slot::new(OpData {
+            fd: fd.raw(),
+            buf: bufs::copy(buf),
+            keep: Some(fd.clone()),
+            ..Default::default()
+        });
+        let recv = Slot::new(OpData {
+            fd: fd.raw(),
+            buf: bufs::take(discard),
+            keep: Some(fd.clone()),
+            ..Default::default()
+        });
+        // SAFETY: not handed over yet: the submitter's.
+        let (sd, rd) = unsafe { (send.data(), recv.data()) };
+        let (su, ru) = (
+            Arc::into_raw(send.clone()) as u64,
+            Arc::into_raw(recv.clone()) as u64,
+        );
+        let entries = [
+            io_uring::opcode::Send::new(
+                io_uring::types::Fd(sd.fd),
+                sd.buf.as_ptr(),
+                sd.buf.len() as u32,
+            )
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .flags(io_uring::squeue::Flags::IO_LINK)
+            .user_data(su),
+            io_uring::opcode::Recv::new(
+                io_uring::types::Fd(rd.fd),
+                rd.buf.as_mut_ptr(),
+                discard as u32,
+            )
+            .flags(libc::MSG_DONTWAIT)
+            .build()
+            .user_data(ru),
+        ];
+        // SAFETY: everything the entries point to is owned by the slots, which the ring
+        // keeps (through `su` and `ru`) until their completions are reaped.
+        let pushed = with_ring(|r| unsafe {
+            r.push(&entries, 2)?;
+            r.submit_and_run();
+            // Both usually completed within that call: reaped now, this thread goes
+            // on without a park (its own wake-up is then one spurious return of a
+            // later park, which every waiter tolerates).
+            r.poll();
+            Ok::<(), io::Error>(())
+        })
+        .expect("a uring context");
+        if let Err(e) = pushed {
+            // SAFETY: the counts taken for the ring, which never got the entries.
+            unsafe {
+                drop(Arc::from_raw(su as *const Slot));
+                drop(Arc::from_raw(ru as *const Slot));
+            }
+            return Err(e);
+        }
+        wait(&send, || {
+            with_ring(|r| r.cancel(su));
+        });
+        wait(&recv, || {
+            with_ring(|r| r.cancel(ru));
+        });
+        // SAFETY: done was seen on both: their data is ours now.
+        let (sd, rd) = unsafe { (core::mem::take(send.data()), core::mem::take(recv.data())) };
+        bufs::give_copy(sd.buf);
+        bufs::give(rd.buf);
+        let (s, r) = (send.res.load(Relaxed), recv.res.load(Relaxed));
+        if s < 0 && s != -(libc::EAGAIN as i64) {
+            return Err(io::Error::from_raw_os_error(-s as i32));
+        }
+        // A short send or a recv that did not run: the plain calls finish the work.
+        sent = s.max(0) as usize;
+        if r > 0 && sent == buf.len() {
+            left -= (r as usize).min(left);
+        }
+    }
+    while sent < buf.len() {
+        match send(fd, &buf[sent..], deadline)? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => sent += n,
+        }
+    }
+    discard_queued(fd, left)
+}
+
+/// Takes `n` bytes off the socket's receive queue without waiting (they must be queued
+/// already: peeked, and nobody else reads the socket); an error if they are not.
+pub(crate) fn discard_queued(fd: &Fd, mut left: usize) -> io::Result<()> {
+    let mut scratch = [0u8; 4096];
+    while left > 0 {
+        let want = left.min(scratch.len());
+        // SAFETY: `scratch` is `want` (<= its length) writable bytes of ours.
+        let r = sys_retry(|| unsafe {
+            libc::recv(
+                fd.raw(),
+                scratch.as_mut_ptr().cast(),
+                want,
+                libc::MSG_DONTWAIT,
+            )
+        });
+        match r {
+            r if r > 0 => left -= r as usize,
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            e => return Err(io::Error::from_raw_os_error(-e as i32)),
+        }
+    }
+    Ok(())
+}
+
 /// accept4(2): the new connection (close-on-exec) and its peer address.
 pub(crate) fn accept(fd: &Fd, deadline: Option<Instant>) -> io::Result<(Fd, SockAddr)> {
     let cx = ctx();

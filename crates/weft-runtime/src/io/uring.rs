@@ -30,6 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SQ_ENTRIES: u32 = 256;
+/// `IORING_ENTER_GETEVENTS` (the io-uring crate keeps its constants private).
+const ENTER_GETEVENTS: u32 = 1;
 /// Room for many operations in flight (the kernel keeps overflowing completions too).
 const CQ_ENTRIES: u32 = 4096;
 
@@ -211,6 +213,20 @@ impl Ring {
         // An error (EBUSY: completions to reap first) leaves the entries queued for the
         // next call, which comes after a reap.
         let _ = ring.submit();
+    }
+
+    /// Submits what is queued now, and runs the ring's task work before returning (a
+    /// linked entry after one that completed inline is issued from task work): one
+    /// `io_uring_enter` with `IORING_ENTER_GETEVENTS` and no completion waited for.
+    pub(crate) fn submit_and_run(&self) {
+        let mut ring = self.ring.borrow_mut();
+        let n = ring.submission().len() as u32;
+        // SAFETY: the submission queue's entries were pushed under `push`'s contract; the
+        // call waits for no completion (0) and passes no argument.
+        let _ = unsafe {
+            ring.submitter()
+                .enter::<libc::sigset_t>(n, 0, ENTER_GETEVENTS, None)
+        };
     }
 
     /// Copies the waiting completions out (under the borrow only).
