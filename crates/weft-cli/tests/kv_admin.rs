@@ -18,8 +18,8 @@ mod kv;
 #[path = "common/resp.rs"]
 mod resp;
 
-use kv::{KvServer, CEILING, WEFT};
-use resp::{Val, Wire};
+use kv::{eventually, KvServer, CEILING, WEFT};
+use resp::{int, ok, Val, Wire};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -53,23 +53,6 @@ fn server(dir: &Path, port: u16) -> KvServer {
         std::thread::sleep(Duration::from_millis(10));
     }
     s
-}
-
-fn ok() -> Val {
-    Val::Line(b'+', "OK".into())
-}
-
-fn int(n: i64) -> Val {
-    Val::Line(b':', n.to_string())
-}
-
-/// Waits (up to the ceiling) until `f` holds.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + CEILING;
-    while !f() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The value of `field` in INFO `section`.

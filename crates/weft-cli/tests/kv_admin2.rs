@@ -22,20 +22,8 @@ mod kv;
 mod resp;
 
 use kv::{KvServer, CEILING};
-use resp::{Val, Wire};
+use resp::{bulk, int, ok, Val, Wire};
 use std::time::{Duration, Instant};
-
-fn ok() -> Val {
-    Val::Line(b'+', "OK".into())
-}
-
-fn int(n: i64) -> Val {
-    Val::Line(b':', n.to_string())
-}
-
-fn bulk(s: &str) -> Val {
-    Val::Blob(b'$', Some(s.as_bytes().to_vec()))
-}
 
 fn weft(dir: &std::path::Path) -> KvServer {
     KvServer::weft(&dir.join("data"), &dir.join("kv.sock"), &["--workers", "2"]).unwrap()

@@ -16,7 +16,7 @@ mod kv;
 mod resp;
 
 use kv::{KvServer, TempKv, CEILING};
-use resp::{show, Val, Wire};
+use resp::{bulk, show, Val, Wire};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
@@ -52,10 +52,6 @@ fn server() -> TempKv {
 
 fn wire(s: &KvServer) -> Wire {
     Wire::connect(&s.socket)
-}
-
-fn bulk(s: &str) -> Val {
-    Val::Blob(b'$', Some(s.as_bytes().to_vec()))
 }
 
 fn arr(v: Vec<Val>) -> Val {

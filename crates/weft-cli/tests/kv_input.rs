@@ -14,11 +14,11 @@ mod kv;
 #[path = "common/resp.rs"]
 mod resp;
 
-use kv::{TempKv, CEILING};
-use resp::{show, Val, Wire};
+use kv::{eventually, TempKv};
+use resp::{bulk, show, Val, Wire};
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bytes the client's socket sent that the server has not taken off yet.
 fn unread(w: &Wire) -> i32 {
@@ -29,15 +29,6 @@ fn unread(w: &Wire) -> i32 {
     n
 }
 
-/// Waits (up to the ceiling) until `f` holds.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + CEILING;
-    while !f() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// The `cmd=` of the connection named `name` in CLIENT LIST.
 fn last_command(admin: &mut Wire, name: &str) -> String {
     let list = admin.call(&["CLIENT", "LIST"]).text();
@@ -46,10 +37,6 @@ fn last_command(admin: &mut Wire, name: &str) -> String {
         .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("cmd=")))
         .unwrap_or("")
         .to_string()
-}
-
-fn bulk(s: &str) -> Val {
-    Val::Blob(b'$', Some(s.as_bytes().to_vec()))
 }
 
 #[test]

@@ -22,7 +22,7 @@ mod kv;
 mod resp;
 
 use kv::KvServer;
-use resp::{show, Val, Wire, EVENTUALLY};
+use resp::{bulk, int, show, Val, Wire, EVENTUALLY};
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -30,14 +30,6 @@ fn server(dir: &std::path::Path, extra: &[&str]) -> KvServer {
     let mut args = vec!["--workers", "2"];
     args.extend_from_slice(extra);
     KvServer::weft(&dir.join("data"), &dir.join("kv.sock"), &args).expect("weft kv serve starts")
-}
-
-fn bulk(s: &str) -> Val {
-    Val::Blob(b'$', Some(s.as_bytes().to_vec()))
-}
-
-fn int(n: i64) -> Val {
-    Val::Line(b':', n.to_string())
 }
 
 /// A message as RESP2 sends it (`*`) or RESP3 (`>`): bulks, then an integer if given.

@@ -227,6 +227,15 @@ pub fn weft_check(dir: &Path, repair: bool) -> Output {
     cmd.output().expect("run weft kv check")
 }
 
+/// Waits (up to [`CEILING`]) until `f` holds.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + CEILING;
+    while !f() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Sends one command (its words as text) and answers its reply.
 pub fn run(c: &mut Client, args: &[&str]) -> Reply {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();

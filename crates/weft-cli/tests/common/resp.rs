@@ -127,6 +127,21 @@ impl Wire {
     }
 }
 
+/// The reply `+OK`.
+pub fn ok() -> Val {
+    Val::Line(b'+', "OK".into())
+}
+
+/// An integer reply.
+pub fn int(n: i64) -> Val {
+    Val::Line(b':', n.to_string())
+}
+
+/// A bulk string reply.
+pub fn bulk(s: &str) -> Val {
+    Val::Blob(b'$', Some(s.as_bytes().to_vec()))
+}
+
 /// A reply as text: each value with its RESP type byte, strings quoted.
 pub fn show(v: &Val) -> String {
     match v {
