@@ -55,16 +55,6 @@ fn server(dir: &Path, port: u16) -> KvServer {
     s
 }
 
-/// The value of `field` in INFO `section`.
-fn info(c: &mut Wire, section: &str, field: &str) -> String {
-    let text = c.call(&["INFO", section]).text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("INFO {section} has no {field}:\n{text}"))
-        .trim()
-        .to_string()
-}
-
 /// The `key=value` fields of a CLIENT LIST line.
 fn line_fields(line: &str) -> Vec<(String, String)> {
     line.split(' ')
@@ -246,7 +236,7 @@ fn client_pause_write_holds_writes_until_unpause() {
     writer.send(&[b"SET".to_vec(), b"k".to_vec(), b"during".to_vec()]);
     // The write waits, held: the server counts it blocked, and reads still run.
     eventually("the write is held", || {
-        info(&mut reader, "clients", "blocked_clients") == "1"
+        reader.info("clients", "blocked_clients") == "1"
     });
     assert_eq!(
         reader.call(&["GET", "k"]),
@@ -258,7 +248,7 @@ fn client_pause_write_holds_writes_until_unpause() {
         reader.call(&["GET", "k"]),
         Val::Blob(b'$', Some(b"during".to_vec()))
     );
-    assert_eq!(info(&mut reader, "clients", "blocked_clients"), "0");
+    assert_eq!(reader.info("clients", "blocked_clients"), "0");
 }
 
 #[test]
@@ -315,13 +305,12 @@ fn wait_holds_the_connection_until_its_client_goes() {
     let mut waiting = Wire::connect(&s.socket);
     waiting.send(&[b"WAIT".to_vec(), b"1".to_vec(), b"0".to_vec()]);
     eventually("WAIT 1 0 holds its connection", || {
-        info(&mut c, "clients", "blocked_clients") == "1"
+        c.info("clients", "blocked_clients") == "1"
     });
-    assert_eq!(info(&mut c, "clients", "connected_clients"), "2");
+    assert_eq!(c.info("clients", "connected_clients"), "2");
     drop(waiting);
     eventually("the server lets the connection go", || {
-        info(&mut c, "clients", "connected_clients") == "1"
-            && info(&mut c, "clients", "blocked_clients") == "0"
+        c.info("clients", "connected_clients") == "1" && c.info("clients", "blocked_clients") == "0"
     });
 }
 
@@ -340,7 +329,7 @@ fn info_counts_calls_refusals_failures_and_errors() {
     ]
     .map(|(sec, f, v)| ((sec, f), v))
     {
-        assert_eq!(info(&mut c, field.0, field.1), want);
+        assert_eq!(c.info(field.0, field.1), want);
     }
     let all = c.call(&["INFO"]).text();
     for section in [
@@ -357,7 +346,7 @@ fn info_counts_calls_refusals_failures_and_errors() {
         "not by default, as in Redis"
     );
     assert!(c.call(&["INFO", "all"]).text().contains("# Commandstats"));
-    let cpu: f64 = info(&mut c, "cpu", "used_cpu_user").parse().unwrap();
+    let cpu: f64 = c.info("cpu", "used_cpu_user").parse().unwrap();
     assert!(cpu >= 0.0);
 
     assert_eq!(c.call(&["CONFIG", "RESETSTAT"]), ok());
@@ -398,10 +387,10 @@ fn info_counts_calls_refusals_failures_and_errors() {
     assert_eq!(field("incr", "failed_calls"), 1);
     assert_eq!(field("client|unpause", "rejected_calls"), 1);
     assert!(field("get", "usec") <= field("get", "calls") * 60_000_000);
-    assert_eq!(info(&mut c, "errorstats", "errorstat_ERR"), "count=4");
-    assert_eq!(info(&mut c, "stats", "total_error_replies"), "4");
+    assert_eq!(c.info("errorstats", "errorstat_ERR"), "count=4");
+    assert_eq!(c.info("stats", "total_error_replies"), "4");
     assert!(
-        info(&mut c, "stats", "total_net_input_bytes")
+        c.info("stats", "total_net_input_bytes")
             .parse::<u64>()
             .unwrap()
             > 0
@@ -533,7 +522,7 @@ fn info_counts_changes_since_the_last_save() {
         "Background append only file rewriting started"
     );
     eventually("the compaction ends", || {
-        info(&mut c, "persistence", "aof_rewrite_in_progress") == "0"
+        c.info("persistence", "aof_rewrite_in_progress") == "0"
     });
     assert_eq!(changes(), 0);
 }

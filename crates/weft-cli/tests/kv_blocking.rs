@@ -65,11 +65,7 @@ fn popped(key: &str, elem: &str) -> Val {
 
 /// The number of blocked clients INFO shows.
 fn blocked_clients(c: &mut Wire) -> i64 {
-    let info = c.call(&["INFO", "clients"]).text();
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("INFO clients shows blocked_clients")
+    c.info_field("clients", "blocked_clients")
 }
 
 /// Waits (up to the ceiling) until INFO shows `n` blocked clients.

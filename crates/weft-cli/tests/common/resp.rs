@@ -115,15 +115,22 @@ impl Wire {
         self.read()
     }
 
-    /// A number of INFO `section`'s text: the value of its line `field:value`.
-    pub fn info_field(&mut self, section: &str, field: &str) -> i64 {
+    /// The value of INFO `section`'s line `field:value`.
+    pub fn info(&mut self, section: &str, field: &str) -> String {
         let text = self.call(&["INFO", section]).text();
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{field}:")))
-            .unwrap_or_else(|| panic!("INFO {section} has no {field}: {text}"))
+            .unwrap_or_else(|| panic!("INFO {section} has no {field}:\n{text}"))
             .trim()
+            .to_string()
+    }
+
+    /// A number of INFO `section`: the value of its line `field:value`.
+    pub fn info_field(&mut self, section: &str, field: &str) -> i64 {
+        let value = self.info(section, field);
+        value
             .parse()
-            .unwrap()
+            .unwrap_or_else(|_| panic!("INFO {section} {field} is not a number: {value}"))
     }
 }
 
