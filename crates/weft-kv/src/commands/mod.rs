@@ -30,6 +30,7 @@ pub mod lcs;
 pub mod lists;
 pub mod sets;
 pub mod sort;
+mod steps;
 pub mod streams;
 pub mod strings;
 pub mod transfer;

@@ -24,15 +24,15 @@
 //! (RESP3 `~`, an array in RESP2); SRANDMEMBER with a count and SMISMEMBER an array.
 
 use super::hashes::{random, scan_options, MAX_RANDOM_REPEATS};
+use super::steps::{transaction, Steps};
 use super::strings::make_room;
-use super::{arg_i64, Command, Ctx, ShardFn, OOM, SYNTAX_ERR, WRONGTYPE};
-use crate::exec::{Acks, Held, ShardSet};
+use super::{arg_i64, Command, Ctx, OOM, SYNTAX_ERR, WRONGTYPE};
+use crate::exec::{Acks, ShardSet};
 use crate::keyspace::set::{self, MEMBER_OVERHEAD};
 use crate::keyspace::{glob_match, Entry, Keyspace, Type};
 use crate::log::{encode_split, Items, RecordRef};
 use crate::pubsub::{notify, GENERIC, NEW, SET};
 use crate::resp::Reply;
-use crate::route::shard_of;
 
 /// The live set in `key` (`None` if there is none), or `WRONGTYPE` if the key holds
 /// another type.
@@ -429,32 +429,10 @@ fn store(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Int(n as i64)
 }
 
-/// The steps of a command over several shards, under their gates.
-struct Steps<'a> {
-    held: &'a dyn Held,
-    shards: usize,
-    db: u8,
-    now: u64,
-    acks: &'a mut Acks,
-}
-
 impl Steps<'_> {
-    /// Runs the one-key function `f` with `args` (`args[1]` is its key) on the key's
-    /// shard.
-    fn run(&mut self, f: ShardFn, args: &[&[u8]]) -> Reply {
-        let s = shard_of(args[1], self.shards);
-        let (db, now) = (self.db, self.now);
-        let mut out = None;
-        self.held
-            .with(s, &mut |sh| out = Some(sh.run(f, db, args, now, None)));
-        let (reply, lsn) = out.expect("the step ran");
-        self.acks.note(s, lsn);
-        reply
-    }
-
     /// The size of the set `key` (0 if missing), or WRONGTYPE.
     fn card(&mut self, key: &[u8]) -> Result<usize, Reply> {
-        match self.run(scard, &[b"scard", key]) {
+        match self.run(scard, key, &[b"scard", key]) {
             Reply::Int(n) => Ok(n as usize),
             e => Err(e),
         }
@@ -462,7 +440,7 @@ impl Steps<'_> {
 
     /// The members of the set `key`.
     fn members(&mut self, key: &[u8]) -> Vec<Vec<u8>> {
-        match self.run(smembers, &[b"smembers", key]) {
+        match self.run(smembers, key, &[b"smembers", key]) {
             Reply::Set(v) => v.into_iter().map(bulk_bytes).collect(),
             r => unreachable!("SMEMBERS of a set answered {r:?}"),
         }
@@ -475,7 +453,7 @@ impl Steps<'_> {
         }
         let mut args: Vec<&[u8]> = vec![b"smismember", key];
         args.extend(candidates.iter().map(Vec::as_slice));
-        let Reply::Array(flags) = self.run(smismember, &args) else {
+        let Reply::Array(flags) = self.run(smismember, key, &args) else {
             unreachable!("SMISMEMBER of a set answers an array")
         };
         candidates
@@ -528,37 +506,6 @@ pub fn run_multi(
         false => (None, &args[1..]),
     };
     Some(algebra(set, op, cmd.name, keys, dest, db, acks))
-}
-
-/// Runs `f` with the steps of a transaction over the shards of `keys`, after checking
-/// that the shards of `writes` take writes.
-fn transaction<R>(
-    set: &impl ShardSet,
-    keys: &[&[u8]],
-    writes: &[&[u8]],
-    db: u8,
-    acks: &mut Acks,
-    f: impl FnOnce(&mut Steps<'_>) -> R,
-) -> Result<R, Reply> {
-    let n = set.count();
-    for k in writes {
-        if let Some(r) = set.refuses_writes(shard_of(k, n)) {
-            return Err(r);
-        }
-    }
-    let mut shards: Vec<usize> = keys.iter().map(|k| shard_of(k, n)).collect();
-    shards.sort_unstable();
-    shards.dedup();
-    let now = crate::shard::now_ms();
-    Ok(set.atomically(&shards, |held| {
-        f(&mut Steps {
-            held,
-            shards: n,
-            db,
-            now,
-            acks,
-        })
-    }))
 }
 
 /// The sizes of the sets `keys` (0 for a missing key), or the first key's WRONGTYPE
@@ -666,7 +613,7 @@ fn algebra(
             Some(dest) => {
                 let mut args: Vec<&[u8]> = vec![name.as_bytes(), dest];
                 args.extend(result.iter().map(Vec::as_slice));
-                steps.run(store, &args)
+                steps.run(store, args[1], &args)
             }
         })
     });
@@ -730,12 +677,12 @@ fn smove(set: &impl ShardSet, args: &[Vec<u8>], db: u8, acks: &mut Acks) -> Repl
         }
         steps.card(dst)?;
         if src == dst {
-            return Ok(steps.run(sismember, &[b"sismember", src, member]));
+            return Ok(steps.run(sismember, src, &[b"sismember", src, member]));
         }
-        if steps.run(srem, &[b"srem", src, member]) != Reply::Int(1) {
+        if steps.run(srem, src, &[b"srem", src, member]) != Reply::Int(1) {
             return Ok(Reply::Int(0));
         }
-        steps.run(sadd_moved, &[b"sadd", dst, member]);
+        steps.run(sadd_moved, dst, &[b"sadd", dst, member]);
         Ok(Reply::Int(1))
     });
     match run {

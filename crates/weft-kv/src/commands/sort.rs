@@ -23,8 +23,8 @@
 //! and compaction need nothing of their own.
 
 use super::lists::{growth, packed_len};
+use super::steps::Steps;
 use super::strings::make_room;
-use super::zsets_multi::Steps;
 use super::{parse_i64, Ctx, NOT_INT, OOM, SYNTAX_ERR, WRONGTYPE};
 use crate::exec::{Acks, ShardSet};
 use crate::keyspace::{hash, list, set, zset, Keyspace, Type};

@@ -10,9 +10,10 @@
 //! the reads and the write, nor the write half done. A destination whose shard cannot
 //! write its log refuses the command before anything runs.
 
+use super::steps::{transaction, Steps};
 use super::zsets::{self, arg_count};
-use super::{parse_i64, Command, ShardFn, NOT_INT, SYNTAX_ERR};
-use crate::exec::{Acks, Held, ShardSet};
+use super::{parse_i64, Command, NOT_INT, SYNTAX_ERR};
+use crate::exec::{Acks, ShardSet};
 use crate::keyspace::zset;
 use crate::resp::Reply;
 use crate::route::shard_of;
@@ -41,30 +42,7 @@ pub fn run_multi(
     })
 }
 
-/// The steps of a transaction: shard functions run on the shard of their key.
-/// (SORT's too: `sort.rs`.)
-pub(super) struct Steps<'a> {
-    pub(super) held: &'a dyn Held,
-    pub(super) shards: usize,
-    pub(super) db: u8,
-    pub(super) now: u64,
-    pub(super) acks: &'a mut Acks,
-}
-
 impl Steps<'_> {
-    /// Runs `f` with `args` (whose `args[1]` is the key that picks the shard, unless
-    /// `key` says otherwise).
-    pub(super) fn run(&mut self, f: ShardFn, key: &[u8], args: &[&[u8]]) -> Reply {
-        let s = shard_of(key, self.shards);
-        let (db, now) = (self.db, self.now);
-        let mut out = None;
-        self.held
-            .with(s, &mut |sh| out = Some(sh.run(f, db, args, now, None)));
-        let (reply, lsn) = out.expect("the step ran");
-        self.acks.note(s, lsn);
-        reply
-    }
-
     /// The whole sorted set `key` (`None` if missing), or WRONGTYPE.
     fn read(&mut self, key: &[u8]) -> Result<Option<Vec<(Vec<u8>, f64)>>, Reply> {
         pairs(self.run(zsets::read_all, key, &[&b"zread"[..], key]))
@@ -85,37 +63,6 @@ fn pairs(r: Reply) -> Result<Option<Vec<(Vec<u8>, f64)>>, Reply> {
         }
         e => Err(e),
     }
-}
-
-/// Runs `f` as a transaction over the shards of `keys`, after checking that the shard
-/// of `write` (if any) takes writes.
-fn transaction<R>(
-    set: &impl ShardSet,
-    keys: &[&[u8]],
-    write: Option<&[u8]>,
-    db: u8,
-    acks: &mut Acks,
-    f: impl FnOnce(&mut Steps<'_>) -> R,
-) -> Result<R, Reply> {
-    let n = set.count();
-    if let Some(k) = write {
-        if let Some(r) = set.refuses_writes(shard_of(k, n)) {
-            return Err(r);
-        }
-    }
-    let mut shards: Vec<usize> = keys.iter().map(|k| shard_of(k, n)).collect();
-    shards.sort_unstable();
-    shards.dedup();
-    let now = crate::shard::now_ms();
-    Ok(set.atomically(&shards, |held| {
-        f(&mut Steps {
-            held,
-            shards: n,
-            db,
-            now,
-            acks,
-        })
-    }))
 }
 
 /// Stores `result` in `dst` (the last step of STORE form `name`): the count.
@@ -358,7 +305,7 @@ fn algebra(
     let dst = store_to.then(|| args[1]);
     let mut all: Vec<&[u8]> = keys.to_vec();
     all.extend(dst);
-    let run = transaction(set, &all, dst, db, acks, |steps| {
+    let run = transaction(set, &all, dst.as_slice(), db, acks, |steps| {
         let mut inputs = Vec::with_capacity(n);
         for k in keys {
             inputs.push(steps.read(k)?);
@@ -384,7 +331,7 @@ fn rangestore(set: &impl ShardSet, args: &[&[u8]], db: u8, acks: &mut Acks) -> R
     if let Err(e) = zsets::parse_query(args, 3, true, zsets::By::Any, false) {
         return e;
     }
-    let run = transaction(set, &[args[1], args[2]], Some(args[1]), db, acks, |steps| {
+    let run = transaction(set, &[args[1], args[2]], &[args[1]], db, acks, |steps| {
         let picked = pairs(steps.run(zsets::read_range, args[2], args))?;
         Ok(store(steps, args[0], args[1], &picked.unwrap_or_default()))
     });
@@ -434,7 +381,7 @@ fn zmpop(set: &impl ShardSet, args: &[&[u8]], db: u8, acks: &mut Acks) -> Reply 
             return r;
         }
     }
-    let run = transaction(set, keys, None, db, acks, |steps| {
+    let run = transaction(set, keys, &[], db, acks, |steps| {
         for k in keys {
             match steps.run(
                 zsets::mpop_one,
