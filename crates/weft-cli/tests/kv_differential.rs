@@ -85,6 +85,10 @@ fn not_sent(name: &str) -> Option<&'static str> {
         "client|setinfo" | "client|no-touch" => {
             "a Redis 7.2 subcommand, which the reference redis-server 7.0 does not have"
         }
+        "debug" => {
+            "redis-server refuses DEBUG unless started with enable-debug-command, and its \
+             SLEEP and RELOAD stop or rebuild the server (kv_debug.rs checks weft-kv's)"
+        }
         "bgsave" | "bgrewriteaof" => {
             "background work: whether one is still running when the next starts is timing"
         }

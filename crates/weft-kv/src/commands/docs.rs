@@ -342,6 +342,7 @@ pub fn doc(name: &str) -> Option<Doc> {
         "memory|purge" => x("Asks the allocator to give memory back", "4.0.0", n, O1),
         "memory|help" => x("Describes MEMORY's subcommands", "4.0.0", n, O1),
         "lolwut" => x("Shows a picture and the version", "5.0.0", n, O1),
+        "debug" => x("Commands for tests and tools", "1.0.0", n, O1),
         "shutdown" => x(
             "Writes the logs to the disk and stops the server",
             "1.0.0",

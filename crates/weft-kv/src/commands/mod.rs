@@ -20,6 +20,7 @@ use crate::resp::Reply;
 
 pub mod across;
 pub mod bits;
+pub mod debug;
 pub mod docs;
 pub mod float80;
 pub mod geo;
@@ -439,7 +440,7 @@ static PUBSUB_SUBS: [Sub; 6] = [
 ];
 
 /// The table: arities, flags and key positions as Redis 7.0's `COMMAND INFO` shows.
-static TABLE: [Command; 224] = [
+static TABLE: [Command; 225] = [
     // strings
     cmd("get", 2, R | F, ONE, Exec::Shard(s::get)),
     cmd("set", -3, W | D, ONE, Exec::Shard(s::set)),
@@ -726,6 +727,8 @@ static TABLE: [Command; 224] = [
     container("latency", &LATENCY_SUBS),
     container("memory", &MEMORY_SUBS),
     cmd("lolwut", -1, R | F, NONE, Exec::Server),
+    // DEBUG (`debug.rs`)
+    cmd("debug", -2, A, NONE, Exec::Server),
     // streams (`streams.rs`; XREAD and XREADGROUP over several shards as transactions)
     cmd("xadd", -5, W | D | F, ONE, Exec::Shard(xs::xadd)),
     cmd("xlen", 2, R | F, ONE, Exec::Shard(xs::xlen)),
@@ -998,6 +1001,7 @@ fn index(lower: &[u8]) -> Option<usize> {
         b"latency" => const { at("latency") },
         b"memory" => const { at("memory") },
         b"lolwut" => const { at("lolwut") },
+        b"debug" => const { at("debug") },
         b"xadd" => const { at("xadd") },
         b"xlen" => const { at("xlen") },
         b"xrange" => const { at("xrange") },

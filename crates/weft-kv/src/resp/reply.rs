@@ -58,6 +58,14 @@ pub enum Reply {
     /// `=n\r\ntxt:...` in RESP3 (the format is three characters, e.g. `txt`); a bulk
     /// string in RESP2.
     Verbatim(&'static str, Vec<u8>),
+    /// `(digits` in RESP3 (a big number); a bulk string in RESP2.
+    BigNum(String),
+    /// `|n` and n (name, value) pairs, then the reply they describe, in RESP3; the
+    /// reply alone in RESP2 (DEBUG PROTOCOL ATTRIB).
+    Attribute(Vec<(Reply, Reply)>, Box<Reply>),
+    /// `>n` and n elements (out-of-band data), then the reply, in RESP3; in RESP2 an
+    /// array, then the reply (DEBUG PROTOCOL PUSH, which answers only in RESP3).
+    Push(Vec<Reply>, Box<Reply>),
 }
 
 impl Reply {
@@ -93,6 +101,17 @@ impl Reply {
             + match self {
                 Reply::Simple(t) | Reply::Error(t) => t.len(),
                 Reply::Bulk(d) | Reply::Verbatim(_, d) => d.len(),
+                Reply::BigNum(t) => t.len(),
+                Reply::Attribute(pairs, r) => {
+                    r.size_hint()
+                        + pairs
+                            .iter()
+                            .map(|(k, v)| k.size_hint() + v.size_hint())
+                            .sum::<usize>()
+                }
+                Reply::Push(items, r) => {
+                    r.size_hint() + items.iter().map(Reply::size_hint).sum::<usize>()
+                }
                 Reply::Array(items) | Reply::Set(items) => items.iter().map(Reply::size_hint).sum(),
                 Reply::Map(pairs) | Reply::Pairs(pairs) | Reply::KeyedPairs(pairs) => pairs
                     .iter()
@@ -199,6 +218,30 @@ impl Reply {
                 } else {
                     bulk(data, out);
                 }
+            }
+            Reply::BigNum(digits) => {
+                if resp3 {
+                    line(b'(', digits.as_bytes(), out);
+                } else {
+                    bulk(digits.as_bytes(), out);
+                }
+            }
+            Reply::Attribute(pairs, r) => {
+                if resp3 {
+                    header(b'|', pairs.len() as i64, out);
+                    for (k, v) in pairs {
+                        k.encode(proto, out);
+                        v.encode(proto, out);
+                    }
+                }
+                r.encode(proto, out);
+            }
+            Reply::Push(items, r) => {
+                header(if resp3 { b'>' } else { b'*' }, items.len() as i64, out);
+                for item in items {
+                    item.encode(proto, out);
+                }
+                r.encode(proto, out);
             }
         }
     }

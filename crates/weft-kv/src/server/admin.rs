@@ -57,6 +57,7 @@ pub fn run(
         "slowlog" => super::slowlog::slowlog(args),
         "latency" => super::slowlog::latency(args),
         "lolwut" => super::slowlog::lolwut(args),
+        "debug" => crate::commands::debug::debug(server, conn, args),
         "memory" => super::memory::memory(server, conn, args),
         "command" => command::command(args),
         "save" => save(server),

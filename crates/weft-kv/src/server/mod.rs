@@ -55,6 +55,10 @@ pub(crate) struct Settings {
     rewrite_pct: AtomicU64,
     client_output_limit: AtomicUsize,
     protected_mode: AtomicBool,
+    /// Keys whose time has passed are removed in the background (DEBUG
+    /// SET-ACTIVE-EXPIRE turns it off: they are then removed only when a command
+    /// finds them).
+    active_expire: AtomicBool,
 }
 
 impl Settings {
@@ -70,6 +74,7 @@ impl Settings {
             rewrite_pct: AtomicU64::new(100),
             client_output_limit: AtomicUsize::new(c.client_output_limit),
             protected_mode: AtomicBool::new(c.protected_mode),
+            active_expire: AtomicBool::new(true),
         }
     }
     /// The fsync policy.
@@ -100,6 +105,14 @@ impl Settings {
     /// while no password is set).
     pub fn protected_mode(&self) -> bool {
         self.protected_mode.load(Relaxed)
+    }
+    /// Whether keys whose time has passed are removed in the background.
+    pub fn active_expire(&self) -> bool {
+        self.active_expire.load(Relaxed)
+    }
+    /// Turns the background removal of expired keys on or off (DEBUG).
+    pub fn set_active_expire(&self, on: bool) {
+        self.active_expire.store(on, Relaxed);
     }
     /// Automatic compaction: (minimum log size, growth percentage; 0 = off).
     pub fn auto_rewrite(&self) -> (u64, u64) {

@@ -84,6 +84,9 @@
 //! INFO stats shows `expired_keys` (lazy and active), `expired_time_cap_reached_count`
 //! (cycles that ended on their budget) and `expire_cycle_cpu_milliseconds`.
 
+#[path = "reload.rs"]
+mod reload;
+
 use super::{blocking, Settings};
 use crate::exec::{Held, ShardSet};
 use crate::keyspace::Keyspace;
@@ -1067,7 +1070,12 @@ impl Shards {
             .step_by(weft_runtime::workers().unwrap_or(1))
             .collect();
         loop {
-            let pause = match self.expire_cycle(&mine) {
+            // (DEBUG SET-ACTIVE-EXPIRE 0: expired keys stay until a command finds them.)
+            let cycle = match self.settings.active_expire() {
+                true => self.expire_cycle(&mine),
+                false => None,
+            };
+            let pause = match cycle {
                 None => EXPIRE_PERIOD,
                 Some(worked) => worked.max(EXPIRE_SLICE),
             };

@@ -1,0 +1,331 @@
+//! DEBUG in `weft kv serve` (the built binary, two workers): PROTOCOL's replies byte
+//! for byte in RESP2 and RESP3, SET-ACTIVE-EXPIRE (expired keys stay until a command
+//! finds them, and that removal is logged), SLEEP, OBJECT, RELOAD and LOADAOF (the
+//! keyspaces rebuilt from the log are what a restart loads, inside EXEC too), HELP
+//! and the error for a subcommand weft-kv does not have.
+
+mod common;
+#[path = "common/kv.rs"]
+mod kv;
+#[path = "common/resp.rs"]
+mod resp;
+
+use kv::KvServer;
+use resp::{show, Wire};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn start(tmp: &Path) -> KvServer {
+    let (dir, socket) = (tmp.join("data"), tmp.join("s"));
+    KvServer::weft(&dir, &socket, &["--workers", "2"]).unwrap()
+}
+
+/// Sends `cmd` (words) on a raw connection and reads exactly `want.len()` bytes: they
+/// must be `want`; then PING must answer PONG (nothing else followed the reply).
+fn raw(s: &mut UnixStream, cmd: &str, want: &[u8]) {
+    let words: Vec<&str> = cmd.split(' ').collect();
+    let mut req = format!("*{}\r\n", words.len());
+    for w in &words {
+        req.push_str(&format!("${}\r\n{w}\r\n", w.len()));
+    }
+    req.push_str("*1\r\n$4\r\nPING\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut got = vec![0; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(want),
+        "{cmd}"
+    );
+    let mut pong = [0u8; 7];
+    s.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"+PONG\r\n", "{cmd}: nothing more");
+}
+
+/// Each type's reply, exactly as Redis 7.0 sends it, in RESP2 and in RESP3.
+#[test]
+fn protocol_answers_each_type_in_both_protocols() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let mut s = UnixStream::connect(tmp.path().join("s")).unwrap();
+    s.set_read_timeout(Some(resp::EVENTUALLY)).unwrap();
+    let both: [(&str, &[u8]); 5] = [
+        ("string", b"$11\r\nHello World\r\n"),
+        ("integer", b":12345\r\n"),
+        ("array", b"*3\r\n:0\r\n:1\r\n:2\r\n"),
+        ("STRING", b"$11\r\nHello World\r\n"),
+        (
+            "nosuch",
+            b"-ERR unknown reply type: use string, integer, double, bignum, null, array, set, map, attrib, push, verbatim, true or false\r\n",
+        ),
+    ];
+    let attrib = "$39\r\nSome real reply following the attribute\r\n";
+    let resp2: Vec<(&str, Vec<u8>)> = vec![
+        ("double", b"$5\r\n3.141\r\n".to_vec()),
+        (
+            "bignum",
+            b"$37\r\n1234567999999999999999999999999999999\r\n".to_vec(),
+        ),
+        ("null", b"$-1\r\n".to_vec()),
+        ("set", b"*3\r\n:0\r\n:1\r\n:2\r\n".to_vec()),
+        (
+            "map",
+            b"*6\r\n:0\r\n:0\r\n:1\r\n:1\r\n:2\r\n:0\r\n".to_vec(),
+        ),
+        ("attrib", attrib.as_bytes().to_vec()),
+        (
+            "push",
+            b"-ERR a push reply needs RESP3 (HELLO 3)\r\n".to_vec(),
+        ),
+        (
+            "verbatim",
+            b"$25\r\nThis is a verbatim\nstring\r\n".to_vec(),
+        ),
+        ("true", b":1\r\n".to_vec()),
+        ("false", b":0\r\n".to_vec()),
+    ];
+    let resp3: Vec<(&str, Vec<u8>)> = vec![
+        ("double", b",3.141\r\n".to_vec()),
+        ("bignum", b"(1234567999999999999999999999999999999\r\n".to_vec()),
+        ("null", b"_\r\n".to_vec()),
+        ("set", b"~3\r\n:0\r\n:1\r\n:2\r\n".to_vec()),
+        ("map", b"%3\r\n:0\r\n#f\r\n:1\r\n#t\r\n:2\r\n#f\r\n".to_vec()),
+        (
+            "attrib",
+            format!("|1\r\n$14\r\nkey-popularity\r\n*2\r\n$7\r\nkey:123\r\n:90\r\n{attrib}")
+                .into_bytes(),
+        ),
+        (
+            "push",
+            b">2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n$40\r\nSome real reply following the push reply\r\n"
+                .to_vec(),
+        ),
+        ("verbatim", b"=29\r\ntxt:This is a verbatim\nstring\r\n".to_vec()),
+        ("true", b"#t\r\n".to_vec()),
+        ("false", b"#f\r\n".to_vec()),
+    ];
+    for (name, want) in both.iter().map(|(n, w)| (*n, w.to_vec())).chain(resp2) {
+        raw(&mut s, &format!("DEBUG PROTOCOL {name}"), &want);
+    }
+    // HELLO 3 (its map, then PONG: read up to the PONG), then RESP3.
+    s.write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n")
+        .unwrap();
+    let mut hello = Vec::new();
+    while !hello.ends_with(b"+PONG\r\n") {
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        hello.push(b[0]);
+    }
+    assert_eq!(hello[0], b'%');
+    for (name, want) in both.iter().map(|(n, w)| (*n, w.to_vec())).chain(resp3) {
+        raw(&mut s, &format!("DEBUG PROTOCOL {name}"), &want);
+    }
+}
+
+/// HELP names what exists; a subcommand weft-kv does not have gets Redis's error.
+#[test]
+fn help_and_unknown_subcommands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let mut c = Wire::connect(&tmp.path().join("s"));
+    let help = show(&c.call(&["DEBUG", "HELP"]));
+    for sub in [
+        "PROTOCOL",
+        "SET-ACTIVE-EXPIRE",
+        "SLEEP",
+        "OBJECT",
+        "RELOAD",
+        "LOADAOF",
+    ] {
+        assert!(help.contains(&format!("\"{sub}")), "{sub} in {help}");
+    }
+    for (cmd, sub) in [
+        (&["DEBUG", "JMAP"][..], "JMAP"),
+        (
+            &["DEBUG", "quicklist-packed-threshold", "100"][..],
+            "quicklist-packed-threshold",
+        ),
+        (&["DEBUG", "object"][..], "object"),
+        (&["DEBUG", "help", "extra"][..], "help"),
+    ] {
+        assert_eq!(
+            show(&c.call(cmd)),
+            format!("-\"ERR unknown subcommand or wrong number of arguments for '{sub}'. Try DEBUG HELP.\"")
+        );
+    }
+    assert_eq!(
+        show(&c.call(&["DEBUG"])),
+        "-\"ERR wrong number of arguments for 'debug' command\""
+    );
+    assert_eq!(show(&c.call(&["DEBUG", "SLEEP", "0"])), "+\"OK\"");
+    assert_eq!(show(&c.call(&["DEBUG", "SLEEP", "0.01"])), "+\"OK\"");
+    for bad in ["abc", "-1", "nan", "90000"] {
+        assert_eq!(
+            show(&c.call(&["DEBUG", "SLEEP", bad])),
+            "-\"ERR the time to sleep must be a number of seconds from 0 to 86400\"",
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        show(&c.call(&["DEBUG", "SET-ACTIVE-EXPIRE", "x"])),
+        "-\"ERR value is not an integer or out of range\""
+    );
+}
+
+/// DEBUG OBJECT: the value's encoding and bytes, refcount 1; a missing key is an error.
+#[test]
+fn object_describes_the_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let mut c = Wire::connect(&tmp.path().join("s"));
+    c.call(&["SET", "n", "12345"]);
+    c.call(&["RPUSH", "l", "a", "b"]);
+    c.call(&["SADD", "s", "1", "2"]);
+    for (key, enc, len) in [("n", "int", 5), ("l", "listpack", 4), ("s", "intset", 16)] {
+        let line = c.call(&["DEBUG", "OBJECT", key]);
+        assert_eq!(line.kind(), b'+');
+        let text = line.text();
+        assert!(text.starts_with("Value at:0x"), "{text}");
+        let fields: Vec<&str> = text.split(' ').skip(2).collect();
+        assert_eq!(
+            fields,
+            [
+                "refcount:1".to_string(),
+                format!("encoding:{enc}"),
+                format!("serializedlength:{len}"),
+                "lru:0".into(),
+                "lru_seconds_idle:0".into()
+            ],
+            "{key}"
+        );
+    }
+    assert_eq!(
+        show(&c.call(&["DEBUG", "OBJECT", "missing"])),
+        "-\"ERR no such key\""
+    );
+}
+
+/// The number of keys DBSIZE counts.
+fn dbsize(c: &mut Wire) -> i64 {
+    c.call(&["DBSIZE"]).int().unwrap()
+}
+
+/// With active expiry off, a key whose time has passed stays (DBSIZE counts it) until
+/// a command finds it; that removal is logged (a reload, as a restart, does not
+/// bring it back). Turned on again, expired keys go by themselves.
+#[test]
+fn set_active_expire_leaves_expired_keys_to_commands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let mut c = Wire::connect(&tmp.path().join("s"));
+    assert_eq!(
+        show(&c.call(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"])),
+        "+\"OK\""
+    );
+    for k in ["a", "b", "c"] {
+        c.call(&["SET", k, "v", "PX", "1"]);
+    }
+    c.call(&["SET", "kept", "v"]);
+    // Several of the background expiry's periods (100 ms each) pass: nothing goes.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(dbsize(&mut c), 4);
+    assert_eq!(show(&c.call(&["GET", "a"])), "$nil");
+    assert_eq!(dbsize(&mut c), 3);
+    assert_eq!(show(&c.call(&["EXISTS", "b"])), ":\"0\"");
+    assert_eq!(dbsize(&mut c), 2);
+    assert_eq!(show(&c.call(&["DEBUG", "RELOAD"])), "+\"OK\"");
+    // "c" was never found: the reload, as a restart, drops it as expired.
+    assert_eq!(dbsize(&mut c), 1);
+    assert_eq!(
+        show(&c.call(&["DEBUG", "SET-ACTIVE-EXPIRE", "1"])),
+        "+\"OK\""
+    );
+    c.call(&["SET", "d", "v", "PX", "1"]);
+    let t0 = Instant::now();
+    while dbsize(&mut c) != 1 {
+        assert!(
+            t0.elapsed() < resp::EVENTUALLY,
+            "the background expiry removes d"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Every key's type, value and time to live, as a client reads them.
+fn state(c: &mut Wire) -> Vec<String> {
+    let mut keys: Vec<String> = c
+        .call(&["KEYS", "*"])
+        .items()
+        .iter()
+        .map(|k| k.text())
+        .collect();
+    keys.sort();
+    keys.iter()
+        .map(|k| {
+            let ty = c.call(&["TYPE", k]).text();
+            let v = match ty.as_str() {
+                "string" => c.call(&["GET", k]),
+                "hash" => c.call(&["HGETALL", k]),
+                "list" => c.call(&["LRANGE", k, "0", "-1"]),
+                "set" => c.call(&["SORT", k, "ALPHA"]),
+                "zset" => c.call(&["ZRANGE", k, "0", "-1", "WITHSCORES"]),
+                other => panic!("type {other}"),
+            };
+            let ttl = c.call(&["TTL", k]).int().unwrap();
+            format!("{k} {ty} {} {}", show(&v), ttl > 0)
+        })
+        .collect()
+}
+
+/// DEBUG RELOAD and LOADAOF give back the same keys (every type, across shards, with
+/// their expiry), as a restart of the server loads them; inside EXEC, an error.
+#[test]
+fn reload_gives_what_a_restart_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = start(tmp.path());
+    let mut c = Wire::connect(&tmp.path().join("s"));
+    for i in 0..40 {
+        let k = |t: &str| format!("{t}{i}");
+        c.call(&["SET", &k("s"), "12"]);
+        c.call(&["APPEND", &k("s"), "ab"]);
+        c.call(&["HSET", &k("h"), "f", "1", "g", "2"]);
+        c.call(&["HINCRBY", &k("h"), "f", "5"]);
+        c.call(&["RPUSH", &k("l"), "a", "b", "c"]);
+        c.call(&["LPOP", &k("l")]);
+        c.call(&["SADD", &k("t"), "x", "y", "z"]);
+        c.call(&["SREM", &k("t"), "y"]);
+        c.call(&["ZADD", &k("z"), "1", "m", "2.5", "n"]);
+        c.call(&["ZINCRBY", &k("z"), "1", "m"]);
+        c.call(&["EXPIRE", &k("z"), "1000"]);
+    }
+    c.call(&["MSET", "m1", "1", "m2", "2"]);
+    c.call(&["DEL", "s0", "h1"]);
+    let before = state(&mut c);
+    assert_eq!(before.len(), 40 * 5 + 2 - 2);
+    assert_eq!(show(&c.call(&["DEBUG", "RELOAD"])), "+\"OK\"");
+    assert_eq!(state(&mut c), before);
+    c.call(&["RPUSH", "l2", "more"]);
+    let before = state(&mut c);
+    assert_eq!(show(&c.call(&["DEBUG", "LOADAOF"])), "+\"OK\"");
+    assert_eq!(state(&mut c), before);
+    // Inside EXEC the transaction's own changes are not in the log yet: refused
+    // there, and the commands around it run.
+    assert_eq!(show(&c.call(&["MULTI"])), "+\"OK\"");
+    c.call(&["INCR", "m1"]);
+    c.call(&["DEBUG", "RELOAD"]);
+    c.call(&["GET", "m1"]);
+    assert_eq!(
+        show(&c.call(&["EXEC"])),
+        "*[:\"2\", -\"ERR DEBUG RELOAD cannot run inside a transaction (its changes are not in the log yet)\", $\"2\"]"
+    );
+    let before = state(&mut c);
+    // What a restart loads is the same.
+    drop(c);
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit().success());
+    let _server = start(tmp.path());
+    let mut c = Wire::connect(&tmp.path().join("s"));
+    assert_eq!(state(&mut c), before);
+}
