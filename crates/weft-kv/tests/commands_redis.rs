@@ -238,7 +238,7 @@ fn replies_match_redis_server() {
         &["foo"],
     ];
     for line in script {
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = ours(&mut ks, &args);
         assert_eq!(got, want, "{line:?}");
@@ -545,7 +545,7 @@ fn hash_replies_match_redis_server() {
         vec!["type", "h"],
     ];
     for line in &script {
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = resp2(ours(&mut ks, &args));
         if line[0] == "hrandfield" {
@@ -661,7 +661,7 @@ fn hash_replies_match_redis_server() {
             "expire" => line.push(format!("{}", 100 + rng.below(100))),
             _ => {}
         }
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = resp2(ours(&mut ks, &args));
         let table = matches!(
@@ -807,7 +807,7 @@ fn list_replies_match_redis_server() {
         vec!["scan", "0", "type", "list", "count", "100"],
     ];
     for line in &script {
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let mut got = ours(&args);
         if line[0] == "scan" {
@@ -959,7 +959,7 @@ fn list_replies_match_redis_server() {
                 line.push(key(&mut rng));
             }
         }
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = ours(&args);
         let show = |l: &[String]| -> Vec<String> {
@@ -1108,7 +1108,7 @@ fn bitmap_and_key_replies_match_redis_server() {
         vec!["dump", "nokey"],
     ];
     for line in &script {
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = resp2(ours(&mut ks, &args));
         assert_eq!(got, want, "{line:?}");
@@ -1240,7 +1240,7 @@ fn bitmap_and_key_replies_match_redis_server() {
                 write = cmd == "del";
             }
         }
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = resp2(ours(&mut ks, &args));
         assert_eq!(got, want, "case {i} (WEFT_KV_BITS_SEED={seed}): {line:?}");
@@ -1397,7 +1397,7 @@ fn set_replies_match_redis_server() {
         vec!["exists", "fresh"],
     ];
     for line in &script {
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = resp2_sorted(redis.run(&args));
         let got = ours(&args);
         if line[0] == "srandmember" && line.len() == 3 {
@@ -1518,7 +1518,7 @@ fn set_replies_match_redis_server() {
             }
             _ => line.push(key(&mut rng)),
         }
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let got = ours(&args);
         let here = format!("case {i} (WEFT_KV_SET_SEED={seed}): {line:?}\n  weft-kv: {got:?}");
         if cmd == "spop" && !got.is_error() && got != Reply::Nil {
@@ -1715,7 +1715,7 @@ fn zset_replies_match_redis_server() {
         vec!["object", "encoding", "z"],
     ];
     for line in &script {
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = ours(&mut ks, &args);
         if line[0] == "zrandmember" && !want.is_error() && line.len() > 2 {
@@ -1816,7 +1816,7 @@ fn zset_replies_match_redis_server() {
             }
             _ => {}
         }
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let want = redis.run(&args);
         let got = ours(&mut ks, &args);
         assert_eq!(
@@ -1911,7 +1911,7 @@ fn hll_replies_match_redis_server() {
     script.push(s(&["pfmerge"]));
     script.push(s(&["get", "h"]));
     for cmd in script {
-        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&cmd);
         let want = redis.run(&args);
         let got = ours(&mut ks, &args);
         assert_eq!(got, want, "{cmd:?}");
@@ -2047,7 +2047,7 @@ fn sort_replies_match_redis_server() {
         vec!["sort", "ws"],
     ];
     for cmd in script {
-        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&cmd);
         assert_eq!(ours(&args), resp2(redis.run(&args)), "{cmd:?}");
     }
 }
@@ -2328,7 +2328,7 @@ fn geo_replies_match_redis_server() {
     }
     script.push(s(&["zrange", "p", "0", "-1", "withscores"]));
     for cmd in script {
-        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&cmd);
         let want = redis.run(&args);
         // Compared as RESP2 bytes (doubles and nils as RESP2 writes them).
         let (mut got, mut wanted) = (Vec::new(), Vec::new());
@@ -2617,7 +2617,7 @@ fn stream_replies_match_redis_server() {
         vec!["scan", "0", "type", "stream", "count", "1000"],
     ];
     for (i, line) in script.iter().enumerate() {
-        let args: Vec<Vec<u8>> = line.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let args = common::items(&line);
         let cmd = line[0];
         let (want, got) = (redis.run(&args), ours(&args));
         let sorted_keys = |r: Reply| match r {

@@ -33,9 +33,9 @@ pub fn ints(v: &[i64]) -> Reply {
     Reply::Array(v.iter().map(|&n| Reply::Int(n)).collect())
 }
 
-/// Words as owned bytes (a record's items).
-pub fn items(v: &[&str]) -> Vec<Vec<u8>> {
-    v.iter().map(|s| s.as_bytes().to_vec()).collect()
+/// Words as owned bytes (a record's items, a command's arguments).
+pub fn items<S: AsRef<[u8]>>(v: &[S]) -> Vec<Vec<u8>> {
+    v.iter().map(|s| s.as_ref().to_vec()).collect()
 }
 
 /// A keyspace, a clock and the log of everything run on it.
