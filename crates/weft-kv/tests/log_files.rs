@@ -718,6 +718,7 @@ fn writer_on_a_green_thread_uses_the_linked_syslet() {
             weft_runtime::syslet::engine_available() && weft_runtime::io_backend() == "io_uring";
         let before = weft_runtime::syslet::engine_stats();
         let mut w = LogWriter::open(&log2).unwrap();
+        w.set_syslet(true);
         let mut recs = write_records(&mut w, 0, 30, true);
         recs.extend(write_records(&mut w, 30, 10, false));
         w.sync().unwrap();
@@ -772,6 +773,28 @@ fn writer_on_a_green_thread_writes_on_the_worker_while_an_fsync_runs_beside() {
     assert_eq!(stats.direct + stats.deferred, 40, "{stats:?}");
     assert!(stats.direct >= 1, "{stats:?}");
     assert!(stats.slept <= stats.direct, "{stats:?}");
+}
+
+/// A write with fsync on a green thread (`--fsync always`) by default: the write with
+/// `pwrite` on the worker (counted as such: a syslet's write is not), the fdatasync
+/// through the runtime's ring; every record recovered.
+#[test]
+fn writer_syncing_on_a_green_thread_writes_on_the_worker_without_the_syslet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("shard-000.log");
+    fs::write(&log, weft_kv::log::header::header(&ID)).unwrap();
+    let rt = weft_runtime::Runtime::builder().workers(1).build().unwrap();
+    let log2 = log.clone();
+    let (recs, stats) = rt.block_on(move || {
+        let mut w = LogWriter::open(&log2).unwrap();
+        let recs = write_records(&mut w, 0, 20, true);
+        (recs, w.stats())
+    });
+    let mut got = Vec::new();
+    let r = recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(got, recs);
+    assert_eq!(r.torn_bytes, 0);
+    assert_eq!(stats.direct, 20, "{stats:?}");
 }
 
 /// A tmpfs mounted for one test, unmounted on drop.

@@ -4,12 +4,17 @@
 //! previous call: group commit is the caller's) at the end of the log and, if asked,
 //! makes it durable with `fdatasync`, so one fsync covers many commands.
 //!
-//! **Where the I/O runs.** On a weft green thread, a write with sync is one syslet of
-//! two atoms, `pwrite64` then `fdatasync`; its first atom is `SYSLET_ASYNC`, so the
-//! whole program goes to the io_uring chain engine, which submits both as one linked
-//! io_uring chain (write, then fsync linked); on the threads I/O backend it runs on a
-//! cachemiss thread. Only the green thread parks meanwhile. (The syslet owns a copy of
-//! the buffer: a memcpy, small beside an fsync.)
+//! **Where the I/O runs.** On a weft green thread, a write with sync is the write
+//! below (a `pwrite` on the worker) then an `fdatasync` through `weft_runtime::fs` (an
+//! io_uring fsync on the worker's own ring, which the kernel runs on one of its
+//! io_uring helper threads; only the green thread parks meanwhile). It used to be one
+//! syslet of two atoms, `pwrite64` then `fdatasync`, sent whole to the io_uring chain
+//! engine as one linked chain ([`LogWriter::set_syslet`] still does): that cost a
+//! helper thread's wake-up for the write too (ext4 takes no buffered write without
+//! blocking from io_uring) and the engine thread's wake-up for the completion, which
+//! then woke the worker, about three times the server's CPU time a write under
+//! `--fsync always` that redis-server spends (docs/benchmarks.md, "The write path
+//! under fsync always").
 //!
 //! A write without sync on a green thread is a plain `pwrite` on the worker, as Redis
 //! writes its log from its main thread: a write to the page cache takes microseconds,
@@ -141,7 +146,7 @@ impl LogWriter {
             path: path.to_path_buf(),
             len: end as u64,
             dirty: false,
-            use_syslet: true,
+            use_syslet: false,
             ctx: None,
             async_until: None,
             stats: WriteStats::default(),
@@ -163,8 +168,9 @@ impl LogWriter {
         &self.path
     }
 
-    /// Whether a write with sync on a green thread uses the write+fsync syslet (on by
-    /// default); off, it is two `weft_runtime::fs` calls. For tests and measurements.
+    /// Whether a write with sync on a green thread uses the write+fsync syslet (off by
+    /// default: the module doc says why); off, it is a `pwrite` on the worker and a
+    /// `weft_runtime::fs` fdatasync. For tests and measurements.
     #[doc(hidden)]
     pub fn set_syslet(&mut self, on: bool) {
         self.use_syslet = on;
@@ -200,6 +206,10 @@ impl LogWriter {
         let green = weft_runtime::current_worker().is_some();
         let res = if sync && self.use_syslet && green {
             self.write_sync_syslet(buf, start)
+        } else if sync && green {
+            // The write on the worker, the fsync through the worker's own ring.
+            self.write_on_worker(buf, start)
+                .and_then(|()| self.file.sync_data())
         } else if !sync && green && self.async_until.is_some_and(|t| Instant::now() < t) {
             self.stats.deferred += 1;
             self.write_plain(buf, start, false)
