@@ -177,14 +177,15 @@ impl HashTable {
 
     /// Removes `field`: whether it was there.
     pub(super) fn remove(&mut self, field: &[u8]) -> bool {
-        let h = field_hash(field);
-        let Some(node) = self.map.get_mut(&h) else {
+        // One descent: the entry found is the one removed.
+        let std::collections::btree_map::Entry::Occupied(mut o) = self.map.entry(field_hash(field))
+        else {
             return false;
         };
-        let gone = match node {
+        let gone = match o.get_mut() {
             Node::One(p) if p.split().0 == field => {
                 let m = p.memory();
-                self.map.remove(&h);
+                o.remove();
                 m
             }
             Node::One(_) => return false,
@@ -194,7 +195,7 @@ impl HashTable {
                 };
                 let p = v.swap_remove(i);
                 if v.is_empty() {
-                    self.map.remove(&h);
+                    o.remove();
                 }
                 p.memory()
             }
