@@ -191,6 +191,11 @@ fn check_of(name: &str, args: &[Vec<u8>]) -> Check {
         // DUMP's payload is each server's own format (weft-kv's is not Redis's RDB);
         // RANDOMKEY picks at random.
         "dump" | "randomkey" => Check::Shape,
+        // Each server's own help text; times (idle and seen times, XPENDING's idle
+        // milliseconds) and Redis's node counts (XINFO STREAM's radix-tree fields).
+        "xgroup|help" | "xinfo|help" | "xinfo|stream" | "xinfo|consumers" | "xpending" => {
+            Check::Shape
+        }
         _ => Check::Exact,
     }
 }
@@ -402,6 +407,42 @@ impl Gen {
         (0..lo + self.rng.below(hi - lo + 1))
             .map(|_| self.key())
             .collect()
+    }
+    /// A stream's key (now and then one of the keys other commands write).
+    fn stream_key(&mut self) -> String {
+        if self.chance(90) {
+            format!("x{}", self.rng.below(3))
+        } else {
+            self.key()
+        }
+    }
+    /// A stream ID as XADD, XDEL, XACK and XSETID take one (never `*`: each server's
+    /// clock would make it differ).
+    fn stream_id(&mut self) -> String {
+        match self.rng.below(10) {
+            0 => self
+                .pick(&[
+                    "0-0",
+                    "x",
+                    "-",
+                    "5-*",
+                    "18446744073709551615-18446744073709551615",
+                ])
+                .into(),
+            1 => format!("{}-*", self.rng.below(9)),
+            _ => format!("{}-{}", self.rng.below(9), self.rng.below(3)),
+        }
+    }
+    /// A bound of XRANGE.
+    fn stream_bound(&mut self) -> String {
+        self.pick(&["-", "+", "0", "3", "(2-1", "5-0", "(0-0", "x"])
+            .into()
+    }
+    fn group(&mut self) -> String {
+        format!("g{}", self.rng.below(2))
+    }
+    fn consumer(&mut self) -> String {
+        format!("c{}", self.rng.below(3))
     }
     /// A blocking command's timeout: short, or one both servers refuse.
     fn block_timeout(&mut self) -> String {
@@ -744,6 +785,143 @@ impl Gen {
                 }
                 v
             }
+            // Streams: keys x0..x2 (and now and then a string's), explicit IDs (`*`
+            // takes each server's clock), groups g0 and g1, consumers c0..c2, BLOCK
+            // of 1 ms at most.
+            "xadd" => {
+                let mut v = vec![self.stream_key()];
+                if self.chance(10) {
+                    v.push("NOMKSTREAM".into());
+                }
+                if self.chance(20) {
+                    v.push(self.pick(&["MAXLEN", "MINID"]).into());
+                    if self.chance(50) {
+                        v.push(self.pick(&["=", "~"]).into());
+                    }
+                    v.push(self.pick(&["0", "2", "5-0", "-1", "x"]).into());
+                    if self.chance(30) {
+                        v.extend(["LIMIT".into(), self.pick(&["1", "0", "-1"]).into()]);
+                    }
+                }
+                v.push(self.stream_id());
+                v.extend([self.value(), self.value()]);
+                if self.chance(20) {
+                    v.extend([self.value(), self.value()]);
+                }
+                v
+            }
+            "xlen" => vec![self.stream_key()],
+            "xrange" | "xrevrange" => {
+                let mut v = vec![self.stream_key(), self.stream_bound(), self.stream_bound()];
+                if self.chance(30) {
+                    v.extend([
+                        "COUNT".into(),
+                        self.pick(&["1", "2", "0", "-1", "x"]).into(),
+                    ]);
+                }
+                v
+            }
+            "xdel" => vec![self.stream_key(), self.stream_id(), self.stream_id()],
+            "xtrim" => vec![
+                self.stream_key(),
+                self.pick(&["MAXLEN", "MINID", "FOO"]).into(),
+                self.pick(&["=", "~", "1"]).into(),
+                self.pick(&["1", "3-0", "0", "x"]).into(),
+            ],
+            "xsetid" => vec![self.stream_key(), self.stream_id()],
+            "xread" | "xreadgroup" => {
+                let mut v = Vec::new();
+                if name == "xreadgroup" {
+                    v.extend(["GROUP".into(), self.group(), self.consumer()]);
+                    if self.chance(20) {
+                        v.push("NOACK".into());
+                    }
+                }
+                if self.chance(30) {
+                    v.extend(["COUNT".into(), self.pick(&["1", "2", "0", "x"]).into()]);
+                }
+                if self.chance(20) {
+                    v.extend(["BLOCK".into(), self.pick(&["1", "-1", "x"]).into()]);
+                }
+                v.push("STREAMS".into());
+                let n = 1 + self.rng.below(2);
+                let keys: Vec<String> = (0..n).map(|_| self.stream_key()).collect();
+                v.extend(keys);
+                for _ in 0..n {
+                    v.push(self.pick(&["0", "$", ">", "1-1", "x"]).into());
+                }
+                v
+            }
+            "xgroup|create" => {
+                let mut v = vec![
+                    self.stream_key(),
+                    self.group(),
+                    self.pick(&["0", "$", "2-0", "x"]).into(),
+                ];
+                if self.chance(40) {
+                    v.push("MKSTREAM".into());
+                }
+                if self.chance(20) {
+                    v.extend(["ENTRIESREAD".into(), self.pick(&["1", "-1", "-2"]).into()]);
+                }
+                v
+            }
+            "xgroup|setid" => vec![
+                self.stream_key(),
+                self.group(),
+                self.pick(&["0", "$", "3-0"]).into(),
+            ],
+            "xgroup|destroy" => vec![self.stream_key(), self.group()],
+            "xgroup|createconsumer" | "xgroup|delconsumer" => {
+                vec![self.stream_key(), self.group(), self.consumer()]
+            }
+            "xack" => vec![self.stream_key(), self.group(), self.stream_id()],
+            "xpending" => {
+                let mut v = vec![self.stream_key(), self.group()];
+                if self.chance(50) {
+                    v.extend(["-".into(), "+".into(), self.pick(&["10", "0", "x"]).into()]);
+                    if self.chance(30) {
+                        v.push(self.consumer());
+                    }
+                }
+                v
+            }
+            "xclaim" => {
+                let mut v = vec![
+                    self.stream_key(),
+                    self.group(),
+                    self.consumer(),
+                    self.pick(&["0", "x"]).into(),
+                    self.stream_id(),
+                ];
+                if self.chance(40) {
+                    v.push(
+                        self.pick(&["JUSTID", "FORCE", "RETRYCOUNT 3", "FOO"])
+                            .into(),
+                    );
+                }
+                v.into_iter()
+                    .flat_map(|x| x.split(' ').map(String::from).collect::<Vec<_>>())
+                    .collect()
+            }
+            "xautoclaim" => {
+                let mut v = vec![
+                    self.stream_key(),
+                    self.group(),
+                    self.consumer(),
+                    self.pick(&["0", "x"]).into(),
+                    self.pick(&["0", "2-0", "x"]).into(),
+                ];
+                if self.chance(40) {
+                    v.extend(["COUNT".into(), self.pick(&["1", "0"]).into()]);
+                }
+                if self.chance(30) {
+                    v.push("JUSTID".into());
+                }
+                v
+            }
+            "xinfo|groups" => vec![self.stream_key()],
+            "xinfo|consumers" => vec![self.stream_key(), self.group()],
             "function|flush" | "script|flush" => (0..self.rng.below(3))
                 .map(|_| self.pick(&["ASYNC", "SYNC", "foo"]).into())
                 .collect(),
@@ -826,7 +1004,7 @@ fn full_name(args: &[Vec<u8>]) -> String {
         Some(sub)
             if [
                 "client", "config", "command", "function", "script", "object", "memory", "latency",
-                "slowlog",
+                "slowlog", "xgroup", "xinfo",
             ]
             .contains(&name.as_str()) =>
         {

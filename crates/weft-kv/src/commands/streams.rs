@@ -18,8 +18,10 @@
 //!
 //! XREAD and XREADGROUP over keys of several shards run as one transaction
 //! ([`run_multi`]): every key is checked in order (type, group, ID) before any is
-//! served, then each is served on its own shard. Their BLOCK option waits only when
-//! something can be served at once or never (see [`parse_read`]).
+//! served, then each is served on its own shard. Here they never wait: with BLOCK and
+//! nothing to serve they answer a null array, as inside MULTI. The server parks a
+//! connection whose BLOCK finds nothing (`server/blocking.rs`), and serves it with
+//! [`xread`] or [`xreadgroup`] of the one key that got entries ([`has_new`] says when).
 
 use super::strings::make_room;
 use super::{parse_i64, Ctx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
@@ -149,6 +151,11 @@ fn parse_trim(args: &[&[u8]], mut i: usize, xadd: bool) -> Result<(Trim, bool, u
         if xadd && a == b"*" {
             break;
         } else if (eq(a, "maxlen") || eq(a, "minid")) && more >= 1 {
+            if t.any() {
+                return Err(Reply::err(
+                    "ERR syntax error, MAXLEN and MINID options at the same time are not compatible",
+                ));
+            }
             let max = eq(a, "maxlen");
             i += 1;
             if args[i] == b"~" || args[i] == b"=" {
@@ -179,15 +186,12 @@ fn parse_trim(args: &[&[u8]], mut i: usize, xadd: bool) -> Result<(Trim, bool, u
             nomk = true;
             i += 1;
         } else if xadd {
+            // The ID, checked here (before the options' combinations, as Redis).
+            xadd_id(a)?;
             break;
         } else {
             return Err(SYNTAX_ERR);
         }
-    }
-    if t.maxlen.is_some() && t.minid.is_some() {
-        return Err(Reply::err(
-            "ERR syntax error, MAXLEN and MINID options at the same time are not compatible",
-        ));
     }
     if t.limit.is_some() && !t.any() {
         return Err(Reply::err(
@@ -200,6 +204,21 @@ fn parse_trim(args: &[&[u8]], mut i: usize, xadd: bool) -> Result<(Trim, bool, u
         ));
     }
     Ok((t, nomk, i))
+}
+
+/// XADD's ID argument: `*` (`None`), `ms-*` (`Some((ms, None))`) or an ID.
+fn xadd_id(idarg: &[u8]) -> Result<Option<(u64, Option<u64>)>, Reply> {
+    if idarg == b"*" {
+        return Ok(None);
+    }
+    if let Some(ms) = idarg.strip_suffix(b"-*") {
+        return match Id::parse(ms, 0) {
+            Some(id) if !ms.contains(&b'-') => Ok(Some((id.ms, None))),
+            _ => Err(INVALID_ID),
+        };
+    }
+    let id = strict_id(idarg, 0)?;
+    Ok(Some((id.ms, Some(id.seq))))
 }
 
 /// Trims the stream `key` as `t` says: the entries removed (logged as `XTrim`).
@@ -243,25 +262,19 @@ pub fn xadd(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Ok(x) => x,
         Err(e) => return e,
     };
-    let fields = args.get(at + 1..).unwrap_or(&[]);
-    if at >= args.len() || fields.is_empty() || fields.len() % 2 != 0 {
-        return Reply::err("ERR wrong number of arguments for 'xadd' command");
-    }
-    // The ID: `*`, `ms-*` or an ID.
-    let idarg = args[at];
-    let wanted: Option<(u64, Option<u64>)> = if idarg == b"*" {
-        None
-    } else if let Some(ms) = idarg.strip_suffix(b"-*") {
-        match Id::parse(ms, 0) {
-            Some(id) if !ms.contains(&b'-') => Some((id.ms, None)),
-            _ => return INVALID_ID,
-        }
-    } else {
-        match Id::parse(idarg, 0) {
-            Some(id) => Some((id.ms, Some(id.seq))),
-            None => return INVALID_ID,
-        }
+    let arity = Reply::err("ERR wrong number of arguments for 'xadd' command");
+    let Some(&idarg) = args.get(at) else {
+        return arity;
     };
+    // The ID (checked before the number of fields, as Redis).
+    let wanted = match xadd_id(idarg) {
+        Ok(w) => w,
+        Err(e) => return e,
+    };
+    let fields = &args[at + 1..];
+    if fields.is_empty() || fields.len() % 2 != 0 {
+        return arity;
+    }
     if wanted == Some((0, Some(0))) {
         return Reply::err("ERR The ID specified in XADD must be greater than 0-0");
     }
@@ -408,22 +421,22 @@ pub fn xrevrange(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply 
     range(ks, args, ctx, true)
 }
 
-/// XDEL key id [id ...]: removes the entries, answers how many were there (an
-/// invalid ID: nothing removed). The greatest removed ID becomes the stream's max
+/// XDEL key id [id ...]: removes the entries, answers how many were there (0 for a
+/// missing key, whatever the IDs; an invalid ID: nothing removed). The greatest removed ID becomes the stream's max
 /// deleted ID if above it. Event `xdel` if any was removed.
 pub fn xdel(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let key = args[1];
+    match stream_of(ks, key, ctx.now_ms) {
+        Err(e) => return e,
+        Ok(None) => return Reply::Int(0),
+        Ok(Some(_)) => {}
+    }
     let mut ids = Vec::with_capacity(args.len() - 2);
     for a in &args[2..] {
         match strict_id(a, 0) {
             Ok(id) => ids.push(id),
             Err(e) => return e,
         }
-    }
-    match stream_of(ks, key, ctx.now_ms) {
-        Err(e) => return e,
-        Ok(None) => return Reply::Int(0),
-        Ok(Some(_)) => {}
     }
     let (gone, max) = change(ks, key, ctx.now_ms, |s| {
         let gone: Vec<Id> = ids.iter().copied().filter(|&id| s.remove(id)).collect();
@@ -796,19 +809,10 @@ fn read_all(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, group_cmd: boo
         }
     }
     if out.is_empty() {
-        if r.block.is_some() {
-            return BLOCK_UNSUPPORTED;
-        }
         return Reply::NilArray;
     }
     Reply::KeyedPairs(out)
 }
-
-/// What a read with BLOCK that finds nothing answers: weft-kv does not park stream
-/// readers.
-const BLOCK_UNSUPPORTED: Reply = Reply::err(
-    "ERR blocking stream reads are not supported by weft-kv: read without BLOCK and retry",
-);
 
 /// XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]: for each stream
 /// with entries after its ID (`$`: its last ID), those entries (at most COUNT each);
@@ -825,6 +829,36 @@ pub fn xread(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// (event `xgroup-createconsumer`). `NOGROUP` for a missing key or group.
 pub fn xreadgroup(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     read_all(ks, args, ctx, true)
+}
+
+/// Whether the stream `e` has entries for a blocked reader: above `after` (XREAD), or
+/// above the group's last ID (XREADGROUP with `>`; a group that no longer exists
+/// counts, so that the reader gets its error).
+pub fn has_new(e: &Entry, after: Option<Id>, group: Option<&[u8]>) -> bool {
+    if e.kind() != Type::Stream {
+        return false;
+    }
+    let s = stream::of(e);
+    let Some((top, _)) = s.last() else {
+        return group.is_some_and(|g| !s.groups.contains_key(g));
+    };
+    match group {
+        Some(g) => s.groups.get(g).is_none_or(|g| top > g.last_id),
+        None => top > after.unwrap_or(Id::MIN),
+    }
+}
+
+/// The ID a blocked XREAD waits after, for its argument `idarg` on `e` (`$`: the
+/// stream's last ID, 0-0 for a missing key); `None` for `>`.
+pub fn wait_after(e: Option<&Entry>, idarg: &[u8]) -> Option<Id> {
+    match idarg {
+        b">" => None,
+        b"$" => Some(
+            e.filter(|e| e.kind() == Type::Stream)
+                .map_or(Id::MIN, |e| stream::of(e).last_id),
+        ),
+        _ => Some(Id::parse(idarg, 0).unwrap_or(Id::MAX)),
+    }
 }
 
 /// One key's check of a read over several shards (not a command of the table):
@@ -904,9 +938,6 @@ pub fn run_multi(
             }
         }
         if out.is_empty() {
-            if r.block.is_some() {
-                return BLOCK_UNSUPPORTED;
-            }
             return Reply::NilArray;
         }
         Reply::KeyedPairs(out)
@@ -926,23 +957,19 @@ pub fn xgroup(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let sub = args[1].to_ascii_lowercase();
     if sub == b"help" {
         return help(&[
-            "XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            "CREATE <key> <groupname> <id|$> [option]",
-            "    Create a new consumer group. Options are:",
-            "    * MKSTREAM",
-            "      Create the empty stream if it does not exist.",
-            "    * ENTRIESREAD entries_read",
-            "      Set the group's entries_read counter (internal use).",
-            "CREATECONSUMER <key> <groupname> <consumer>",
-            "    Create a new consumer in the specified group.",
-            "DELCONSUMER <key> <groupname> <consumer>",
-            "    Remove the specified consumer.",
-            "DESTROY <key> <groupname>",
-            "    Remove the specified group.",
-            "SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
-            "    Set the current group ID and entries_read counter.",
-            "HELP",
-            "    Print this help.",
+            "XGROUP CREATE <key> <group> <id>|$ [MKSTREAM] [ENTRIESREAD <n>]",
+            "    Makes a consumer group reading after <id> ($: the stream's last entry).",
+            "    MKSTREAM makes an empty stream if the key is missing.",
+            "XGROUP SETID <key> <group> <id>|$ [ENTRIESREAD <n>]",
+            "    Sets the last ID the group was given.",
+            "XGROUP DESTROY <key> <group>",
+            "    Removes the group and its pending entries.",
+            "XGROUP CREATECONSUMER <key> <group> <consumer>",
+            "    Makes a consumer in the group.",
+            "XGROUP DELCONSUMER <key> <group> <consumer>",
+            "    Removes the consumer and its pending entries.",
+            "XGROUP HELP",
+            "    Shows this text.",
         ]);
     }
     let syntax = || {
@@ -1134,22 +1161,23 @@ fn help(lines: &[&str]) -> Reply {
 }
 
 /// XACK key group id [id ...]: acknowledges the pending entries, answers how many
-/// were pending (0 for a missing key or group). Every ID is checked first.
+/// were pending (0 for a missing key or group, whatever the IDs). Every ID is checked
+/// before any is acknowledged.
 pub fn xack(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let (key, gname) = (args[1], args[2]);
     let has = match stream_of(ks, key, ctx.now_ms) {
         Err(e) => return e,
         Ok(e) => e.is_some_and(|e| stream::of(e).groups.contains_key(gname)),
     };
+    if !has {
+        return Reply::Int(0);
+    }
     let mut ids = Vec::with_capacity(args.len() - 3);
     for a in &args[3..] {
         match strict_id(a, 0) {
             Ok(id) => ids.push(id),
             Err(e) => return e,
         }
-    }
-    if !has {
-        return Reply::Int(0);
     }
     let acked: Vec<Id> = change(ks, key, ctx.now_ms, |s| {
         ids.iter().copied().filter(|&id| s.ack(gname, id)).collect()
@@ -1593,15 +1621,14 @@ pub fn xinfo(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let sub = args[1].to_ascii_lowercase();
     if sub == b"help" {
         return help(&[
-            "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            "CONSUMERS <key> <groupname>",
-            "    Show consumers of <groupname>.",
-            "GROUPS <key>",
-            "    Show the stream consumer groups.",
-            "STREAM <key> [FULL [COUNT <count>]",
-            "    Show information about the stream.",
-            "HELP",
-            "    Print this help.",
+            "XINFO STREAM <key> [FULL [COUNT <n>]]",
+            "    What the stream holds (FULL: its entries and groups too, COUNT of each).",
+            "XINFO GROUPS <key>",
+            "    The stream's consumer groups.",
+            "XINFO CONSUMERS <key> <group>",
+            "    The consumers of the group.",
+            "XINFO HELP",
+            "    Shows this text.",
         ]);
     }
     let now = ctx.now_ms;
@@ -1615,7 +1642,12 @@ pub fn xinfo(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         return syntax();
     }
     let key = args[2];
-    // STREAM's options first.
+    let s = match stream_of(ks, key, now) {
+        Err(e) => return e,
+        Ok(None) => return NO_KEY,
+        Ok(Some(e)) => stream::of(e),
+    };
+    // STREAM's options.
     let mut full = false;
     let mut count = 10usize;
     if sub == b"stream" {
@@ -1636,11 +1668,6 @@ pub fn xinfo(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
             _ => return SYNTAX_ERR,
         }
     }
-    let s = match stream_of(ks, key, now) {
-        Err(e) => return e,
-        Ok(None) => return NO_KEY,
-        Ok(Some(e)) => stream::of(e),
-    };
     match &sub[..] {
         b"stream" => {
             let mut m = vec![

@@ -93,16 +93,31 @@ impl Id {
     }
 
     /// Parses `ms-seq` or `ms` (the sequence then `missing_seq`), as Redis's
-    /// `streamParseID`: decimal numbers of at most 20 digits that fit 64 bits.
+    /// `streamParseID` reads each number: an integer as Redis writes one (not
+    /// negative), else what C's `strtoull` takes whole (leading spaces, a sign, decimal
+    /// digits, within 64 bits; a minus wraps around).
     pub fn parse(b: &[u8], missing_seq: u64) -> Option<Id> {
         if b.len() > 127 {
             return None;
         }
         let num = |t: &[u8]| -> Option<u64> {
-            if t.is_empty() || !t.iter().all(u8::is_ascii_digit) {
+            if let Some(v) = crate::commands::parse_i64(t) {
+                return (v >= 0).then_some(v as u64);
+            }
+            let t = &t[t
+                .iter()
+                .take_while(|c| c.is_ascii_whitespace() || **c == 0x0b)
+                .count()..];
+            let (neg, digits) = match t.first() {
+                Some(b'-') => (true, &t[1..]),
+                Some(b'+') => (false, &t[1..]),
+                _ => (false, t),
+            };
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
                 return None;
             }
-            std::str::from_utf8(t).ok()?.parse().ok()
+            let v: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+            Some(if neg { v.wrapping_neg() } else { v })
         };
         match b.iter().position(|&c| c == b'-') {
             Some(i) => Some(Id {
@@ -1102,6 +1117,10 @@ mod tests {
         assert_eq!(Id::parse(b"5-", 0), None);
         assert_eq!(Id::parse(b"-5", 0), None);
         assert_eq!(Id::parse(b"18446744073709551616", 0), None);
+        // As C's strtoull takes them: a plus sign, leading spaces; not a bare minus.
+        assert_eq!(Id::parse(b"+5- 2", 0), Some(Id { ms: 5, seq: 2 }));
+        assert_eq!(Id::parse(b"-1", 0), None);
+        assert_eq!(Id::parse(b"", 0), None);
         assert_eq!(
             Id {
                 ms: 1,

@@ -1,5 +1,5 @@
 //! The blocking commands: BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN, BZPOPMAX
-//! and BZMPOP, with CLIENT UNBLOCK (docs/kv-blocking.md has the design and its
+//! and BZMPOP, XREAD and XREADGROUP with BLOCK, with CLIENT UNBLOCK (docs/kv-blocking.md has the design and its
 //! invariants; this is the code).
 //!
 //! # Who holds what
@@ -57,6 +57,58 @@ pub enum Op {
     /// BZPOPMIN, BZPOPMAX (`count` None: `[key, member, score]`) and BZMPOP
     /// (`count` Some: `[key, [[member, score], ...]]`).
     Zset { min: bool, count: Option<i64> },
+    /// XREAD and XREADGROUP with BLOCK: served, by the read of the one key that got
+    /// entries, once a key has entries after its ID (or its group's last ID).
+    Stream(Arc<StreamRead>),
+}
+
+/// A blocked XREAD or XREADGROUP.
+#[derive(Debug)]
+pub struct StreamRead {
+    /// Each key and the ID it waits after (`$` resolved when it blocked; `None`: `>`).
+    keys: Vec<(Vec<u8>, Option<crate::keyspace::stream::Id>)>,
+    /// XREADGROUP's group and consumer.
+    group: Option<(Vec<u8>, Vec<u8>)>,
+    noack: bool,
+    /// COUNT (0: none).
+    count: usize,
+}
+
+impl StreamRead {
+    fn after(&self, key: &[u8]) -> Option<crate::keyspace::stream::Id> {
+        self.keys
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, id)| *id)
+    }
+
+    /// The read that serves it on `key`: XREAD or XREADGROUP of that key alone.
+    fn args(&self, key: &[u8]) -> Vec<Vec<u8>> {
+        let mut a: Vec<Vec<u8>> = Vec::new();
+        match &self.group {
+            Some((g, c)) => {
+                a.extend([
+                    b"xreadgroup".to_vec(),
+                    b"GROUP".to_vec(),
+                    g.clone(),
+                    c.clone(),
+                ]);
+                if self.noack {
+                    a.push(b"NOACK".to_vec());
+                }
+            }
+            None => a.push(b"xread".to_vec()),
+        }
+        if self.count > 0 {
+            a.extend([b"COUNT".to_vec(), self.count.to_string().into_bytes()]);
+        }
+        a.extend([b"STREAMS".to_vec(), key.to_vec()]);
+        a.push(match self.after(key) {
+            Some(id) => id.text(),
+            None => b">".to_vec(),
+        });
+        a
+    }
 }
 
 impl Op {
@@ -65,6 +117,23 @@ impl Op {
         match self {
             Op::List { .. } | Op::Move { .. } => "list",
             Op::Zset { .. } => "zset",
+            Op::Stream(_) => "stream",
+        }
+    }
+
+    /// Whether `key` of database `db` can serve this op now (for a list or sorted
+    /// set: it holds one; for a stream: it has entries the reader has not seen).
+    fn ready_on(&self, sh: &Shard, db: u8, key: &[u8], now: u64) -> bool {
+        let Some(e) = sh.db(db).peek(key, now) else {
+            return false;
+        };
+        match self {
+            Op::Stream(r) => commands::streams::has_new(
+                e,
+                r.after(key),
+                r.group.as_ref().map(|(g, _)| g.as_slice()),
+            ),
+            op => e.kind().name() == op.wants(),
         }
     }
 }
@@ -321,6 +390,16 @@ fn pop(
     shards: usize,
 ) -> Option<(Reply, u64)> {
     let (name, count) = match op {
+        Op::Stream(r) => {
+            let args = r.args(key);
+            let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let f: ShardFn = if r.group.is_some() {
+                commands::streams::xreadgroup
+            } else {
+                commands::streams::xread
+            };
+            return Some(sh.run(f, db, &argv, now, None));
+        }
         Op::List { left, count } => (if *left { "lpop" } else { "rpop" }, count),
         Op::Zset { min, count } => (if *min { "zpopmin" } else { "zpopmax" }, count),
         Op::Move {
@@ -353,7 +432,7 @@ fn shape(op: &Op, key: &[u8], r: Reply) -> Reply {
     }
     let k = || Reply::Bulk(key.to_vec());
     match op {
-        Op::Move { .. } => r,
+        Op::Move { .. } | Op::Stream(_) => r,
         Op::List { .. } => Reply::Array(vec![k(), r]),
         Op::Zset { count, .. } => {
             let pairs = score_pairs(r);
@@ -416,12 +495,15 @@ pub fn serve_ready(sh: &mut Shard, s: usize, shards: usize, now: u64) -> Vec<Arc
         let (db, key) = sh.blocked.ready.remove(0);
         let slot = id(db, &key);
         loop {
-            let kind = sh.db(db).peek(&key, now).map(|e| e.kind().name());
             let Some(q) = sh.blocked.keys.get_mut(&slot) else {
                 break;
             };
             q.retain(|w| w.waiting());
-            let at = q.iter().position(|w| Some(w.op.wants()) == kind);
+            let waiters: Vec<Arc<Waiter>> = q.iter().cloned().collect();
+            let at = waiters
+                .iter()
+                .position(|w| w.op.ready_on(sh, db, &key, now));
+            let q = sh.blocked.keys.get_mut(&slot).expect("looked up above");
             let w = at.map(|at| q.remove(at).expect("a position of the queue"));
             if q.is_empty() {
                 sh.blocked.keys.remove(&slot);
@@ -635,7 +717,9 @@ fn parse(cmd: &str, args: &[Vec<u8>]) -> Result<Request, Reply> {
 /// Whether `name` (any case) is a blocking command: the pipeline runs one only after
 /// the replies before it are sent.
 pub fn is_blocking(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 8] = [
+    const NAMES: [&[u8]; 10] = [
+        b"xread",
+        b"xreadgroup",
         b"blpop",
         b"brpop",
         b"blmove",
@@ -646,7 +730,7 @@ pub fn is_blocking(name: &[u8]) -> bool {
         b"bzmpop",
     ];
     name.len() >= 5
-        && (name[0] | 0x20) == b'b'
+        && matches!(name[0] | 0x20, b'b' | b'x')
         && NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
@@ -706,6 +790,9 @@ pub fn run(
     args: &[Vec<u8>],
     acks: &mut Acks,
 ) -> Option<Reply> {
+    if matches!(cmd.name, "xread" | "xreadgroup") {
+        return stream_block(server, conn, cmd, args, acks);
+    }
     if !is_blocking(cmd.name.as_bytes()) {
         return None;
     }
@@ -717,6 +804,70 @@ pub fn run(
         return Some(at_once(server, conn, cmd, req, acks));
     }
     Some(block(server, conn, req, acks))
+}
+
+/// XREAD or XREADGROUP with BLOCK, outside MULTI (`None` for another form: the
+/// command then runs as it does without BLOCK). Served at once if any key has entries
+/// for it (or on an error); else the connection waits, registered on every key, each
+/// with the ID it waits after (`$` taken now). A key that gets entries between the
+/// first look and the registration is marked ready by the registration's own look
+/// (invariant 3 of docs/kv-blocking.md).
+fn stream_block(
+    server: &Arc<Server>,
+    conn: &mut Conn,
+    cmd: &Command,
+    args: &[Vec<u8>],
+    acks: &mut Acks,
+) -> Option<Reply> {
+    let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    let group_cmd = cmd.name == "xreadgroup";
+    let read = commands::streams::parse_read(&argv, group_cmd).ok()?;
+    let block_ms = read.block?;
+    if conn.tx.executing() {
+        return None;
+    }
+    let shards = &*server.shards;
+    let first = crate::exec::run_common(shards, cmd, args, conn.db, acks)?;
+    if !matches!(first, Reply::NilArray) {
+        return Some(first);
+    }
+    let count = shards.count();
+    let now = now_ms();
+    let db = conn.db;
+    let mut keys: Vec<(Vec<u8>, Option<crate::keyspace::stream::Id>)> = Vec::new();
+    for (k, id) in read.keys.iter().zip(&read.ids) {
+        if keys.iter().any(|(x, _)| x == k) {
+            continue;
+        }
+        let s = route::shard_of(k, count);
+        let after = shards.with(s, |sh| {
+            commands::streams::wait_after(sh.db(db).peek(k, now), id)
+        });
+        keys.push((k.to_vec(), after));
+    }
+    let op = Op::Stream(Arc::new(StreamRead {
+        keys: keys.clone(),
+        group: read.group.map(|(g, c)| (g.to_vec(), c.to_vec())),
+        noack: read.noack,
+        count: read.count,
+    }));
+    let w = Waiter::new(db, op);
+    let names: Vec<Vec<u8>> = keys.into_iter().map(|(k, _)| k).collect();
+    for key in &names {
+        let s = route::shard_of(key, count);
+        shards.with(s, |sh| {
+            sh.blocked.add(key, &w, false);
+            if w.op.ready_on(sh, db, key, now_ms()) {
+                sh.blocked.mark(db, key);
+            }
+        });
+    }
+    let registered: Vec<usize> = (0..names.len()).collect();
+    let deadline = match block_ms {
+        0 => None,
+        ms => Instant::now().checked_add(Duration::from_millis(ms)),
+    };
+    Some(wait(server, conn, &w, &names, &registered, deadline, acks))
 }
 
 /// The blocking command as its non-blocking form (inside EXEC, where nothing blocks,

@@ -1,0 +1,199 @@
+//! Streams against a running `weft kv serve` (the built binary, two workers): XREAD
+//! and XREADGROUP with BLOCK, as clients see them: readers of keys on both shards woken
+//! by an XADD from another connection (every XREAD reader gets the entry; of a group's
+//! consumers, the first blocked), the RESP2 and RESP3 shapes of the reply, a timeout's
+//! null array, BLOCK inside MULTI answering at once, XREAD over keys of both shards, and
+//! a group's pending entries after a restart.
+
+mod common;
+#[path = "common/kv.rs"]
+mod kv;
+#[path = "common/resp.rs"]
+mod resp;
+
+use kv::{KvServer, TempKv, CEILING};
+use resp::{Val, Wire};
+use std::time::{Duration, Instant};
+
+/// CRC32C, as weft-kv places keys (its shard: this modulo the shard count).
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0x82f6_3b78 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+/// A key named after `base` on shard `s` of 2.
+fn key_on(base: &str, s: usize) -> String {
+    (0..)
+        .map(|i| format!("{base}:{i}"))
+        .find(|k| crc32c(k.as_bytes()) % 2 == s as u32)
+        .unwrap()
+}
+
+fn bulk(s: &str) -> Val {
+    Val::Blob(b'$', Some(s.as_bytes().to_vec()))
+}
+
+fn arr(v: Vec<Val>) -> Val {
+    Val::Agg(b'*', Some(v))
+}
+
+/// An entry: `[id, [field, value]]`.
+fn entry(id: &str, f: &str, v: &str) -> Val {
+    arr(vec![bulk(id), arr(vec![bulk(f), bulk(v)])])
+}
+
+fn send(w: &mut Wire, args: &[&str]) {
+    let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+    w.send(&args);
+}
+
+/// Waits (up to the ceiling) until INFO shows `n` blocked clients.
+fn wait_blocked(c: &mut Wire, n: i64) {
+    let deadline = Instant::now() + CEILING;
+    while c.info_field("clients", "blocked_clients") != n {
+        assert!(Instant::now() < deadline, "never {n} blocked clients");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn blocked_readers_are_woken_by_xadd() {
+    let s = TempKv::start(0, &["--workers", "2"]);
+    let mut c = Wire::connect(&s.socket);
+    let (a, b) = (key_on("sa", 0), key_on("sb", 1));
+    assert_eq!(c.call(&["XADD", &a, "1-1", "old", "x"]), bulk("1-1"));
+    // Two XREAD readers of `$` (one in RESP3), one of both keys.
+    let mut r1 = Wire::connect(&s.socket);
+    let mut r2 = Wire::connect(&s.socket);
+    assert_eq!(r2.call(&["HELLO", "3"]).kind(), b'%');
+    send(
+        &mut r1,
+        &["XREAD", "BLOCK", "0", "STREAMS", &a, &b, "$", "$"],
+    );
+    wait_blocked(&mut c, 1);
+    send(
+        &mut r2,
+        &["XREAD", "COUNT", "5", "BLOCK", "0", "STREAMS", &b, "$"],
+    );
+    wait_blocked(&mut c, 2);
+    // An XADD on the other key wakes both: reading does not consume.
+    assert_eq!(c.call(&["XADD", &b, "5-1", "f", "v"]), bulk("5-1"));
+    assert_eq!(
+        r1.read(),
+        arr(vec![arr(vec![bulk(&b), arr(vec![entry("5-1", "f", "v")])])])
+    );
+    assert_eq!(
+        r2.read(),
+        Val::Agg(
+            b'%',
+            Some(vec![bulk(&b), arr(vec![entry("5-1", "f", "v")])])
+        )
+    );
+    assert_eq!(c.info_field("clients", "blocked_clients"), 0);
+    // An ID with entries after it answers at once; over keys of both shards.
+    assert_eq!(
+        c.call(&["XREAD", "BLOCK", "0", "STREAMS", &a, &b, "0", "5-1"]),
+        arr(vec![arr(vec![
+            bulk(&a),
+            arr(vec![entry("1-1", "old", "x")])
+        ])])
+    );
+    // A timeout answers a null array.
+    assert_eq!(
+        c.call(&["XREAD", "BLOCK", "10", "STREAMS", &a, "$"]),
+        Val::Agg(b'*', None)
+    );
+    // Inside MULTI, BLOCK does not wait.
+    c.call(&["MULTI"]);
+    c.call(&["XREAD", "BLOCK", "0", "STREAMS", &a, "$"]);
+    assert_eq!(c.call(&["EXEC"]), arr(vec![Val::Agg(b'*', None)]));
+    // A reader blocked on a key that holds another type is answered WRONGTYPE.
+    c.call(&["SET", "str", "x"]);
+    assert_eq!(
+        c.call(&["XREAD", "BLOCK", "0", "STREAMS", "str", "$"])
+            .kind(),
+        b'-'
+    );
+}
+
+#[test]
+fn consumers_of_a_group_are_served_first_blocked_first_and_their_pending_entries_survive_a_restart()
+{
+    let mut s = TempKv::start(0, &["--workers", "2"]);
+    let mut c = Wire::connect(&s.socket);
+    let key = key_on("jobs", 1);
+    c.call(&["XGROUP", "CREATE", &key, "g", "$", "MKSTREAM"]);
+    let mut w1 = Wire::connect(&s.socket);
+    let mut w2 = Wire::connect(&s.socket);
+    send(
+        &mut w1,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "alice",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            &key,
+            ">",
+        ],
+    );
+    wait_blocked(&mut c, 1);
+    send(
+        &mut w2,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "bob",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            &key,
+            ">",
+        ],
+    );
+    wait_blocked(&mut c, 2);
+    // Each entry goes to one consumer, the first blocked first.
+    c.call(&["XADD", &key, "1-1", "job", "1"]);
+    assert_eq!(
+        w1.read(),
+        arr(vec![arr(vec![
+            bulk(&key),
+            arr(vec![entry("1-1", "job", "1")])
+        ])])
+    );
+    wait_blocked(&mut c, 1);
+    c.call(&["XADD", &key, "2-1", "job", "2"]);
+    assert_eq!(
+        w2.read(),
+        arr(vec![arr(vec![
+            bulk(&key),
+            arr(vec![entry("2-1", "job", "2")])
+        ])])
+    );
+    let pending = arr(vec![
+        Val::Line(b':', "2".into()),
+        bulk("1-1"),
+        bulk("2-1"),
+        arr(vec![
+            arr(vec![bulk("alice"), bulk("1")]),
+            arr(vec![bulk("bob"), bulk("1")]),
+        ]),
+    ]);
+    assert_eq!(c.call(&["XPENDING", &key, "g"]), pending);
+    // After a restart the group, its consumers and pending entries are as they were.
+    send(&mut c, &["SHUTDOWN"]);
+    s.wait_exit();
+    let again = KvServer::weft(&s.dir, &s.socket, &["--workers", "2"]).unwrap();
+    let mut c = Wire::connect(&again.socket);
+    assert_eq!(c.call(&["XPENDING", &key, "g"]), pending);
+    assert_eq!(c.call(&["XLEN", &key]), Val::Line(b':', "2".into()));
+}
