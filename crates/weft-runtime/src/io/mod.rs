@@ -1241,7 +1241,16 @@ pub(crate) fn send_then_discard(
             // Both usually completed within that call: reaped now, this thread goes
             // on without a park (its own wake-up is then one spurious return of a
             // later park, which every waiter tolerates).
-            r.poll();
+            let reaped = r.poll();
+            // Other sockets' completions came with them, and their threads may run
+            // before this one submits its next receive: its own next bytes, sent before
+            // theirs, would then come after (the peer that got this reply may have sent
+            // them already). The next receive tries the call at once (past the hint of
+            // `recv`), which finds them: requests stay in the order they arrived.
+            let ours = usize::from(send.is_done()) + usize::from(recv.is_done());
+            if reaped > ours {
+                fd.0.recv_waits.store(0, Relaxed);
+            }
             Ok::<(), io::Error>(())
         })
         .expect("a uring context");
