@@ -111,6 +111,31 @@ fn aggregates() {
     );
 }
 
+/// Big numbers, attributes and push data (DEBUG PROTOCOL's): RESP3's own types, and
+/// what a RESP2 client gets instead.
+#[test]
+fn big_numbers_attributes_and_push_data() {
+    both(
+        &Reply::BigNum("123456789012345678901234567890".into()),
+        b"$30\r\n123456789012345678901234567890\r\n",
+        b"(123456789012345678901234567890\r\n",
+    );
+    let described = Reply::Bulk(b"x".to_vec());
+    both(
+        &Reply::Attribute(
+            vec![(Reply::Bulk(b"ttl".to_vec()), Reply::Int(3))],
+            Box::new(described.clone()),
+        ),
+        b"$1\r\nx\r\n",
+        b"|1\r\n$3\r\nttl\r\n:3\r\n$1\r\nx\r\n",
+    );
+    both(
+        &Reply::Push(vec![Reply::Int(1), Reply::Nil], Box::new(described)),
+        b"*2\r\n:1\r\n$-1\r\n$1\r\nx\r\n",
+        b">2\r\n:1\r\n_\r\n$1\r\nx\r\n",
+    );
+}
+
 #[test]
 fn encode_appends() {
     let mut out = b"+OK\r\n".to_vec();
