@@ -8,8 +8,9 @@
 //! - Every C test also runs under valgrind memcheck (set `WEFT_SKIP_VALGRIND=1`
 //!   to skip those where valgrind cannot be installed), and built with
 //!   `-fsanitize=address` against a libweft built with AddressSanitizer (see
-//!   [`asan_lib_dir`]; `WEFT_SKIP_ASAN=1` skips them). A few run under valgrind
-//!   in a form it can run: see [`VALGRIND_TESTS`].
+//!   [`asan_lib_dir`]; `WEFT_SKIP_ASAN=1` skips them), which each such run is checked
+//!   to have loaded (`tests/c/asan_probe.c`, [`assert_ran_on_asan_libweft`]). A few
+//!   run under valgrind in a form it can run: see [`VALGRIND_TESTS`].
 //! - One test links `libweft.a` statically, one installs with `make install`
 //!   into a scratch prefix and builds with `pkg-config --cflags --libs weft`.
 //! - `runtime_ipc` is a C program on `include/weft/runtime.h` and
@@ -389,10 +390,14 @@ fn c_job_system_example() {
     let ucontext = build_against(lib_dir(), "cc", &src, &["-DJOBS_UCONTEXT"], "job_system_uc");
     assert_passed(&run_bin(&ucontext, &args), "job_system (ucontext)");
     if let Some(lib) = asan_lib_dir() {
-        let flags = ["-fsanitize=address", "-fno-omit-frame-pointer"];
-        let bin = build_against(lib, "cc", &src, &flags, "job_system_asan");
-        let r = run_bin(&bin, &args);
+        let bin = build_asan(lib, &src, "job_system_asan");
+        let r = {
+            let mut cmd = asan_command(lib, &bin);
+            cmd.args(args);
+            run_with_timeout(cmd, TIMEOUT)
+        };
         assert_no_asan_report(&r, "job_system");
+        assert_ran_on_asan_libweft(&r, lib, "job_system");
         assert_passed(&r, "job_system (AddressSanitizer)");
     }
     if let Some(valgrind) = valgrind() {
@@ -845,8 +850,11 @@ fn assert_overflow_death(r: &Run, tool: &str) {
 
 /// Where the AddressSanitizer build of libweft is, building it first: with nightly
 /// Rust (`-Zsanitizer=address`, which stable Rust does not accept) into
-/// `<target>/asan`, so that weft's own code is instrumented. The C tests are built with
-/// `-fsanitize=address` against it, and the C compiler's ASan runtime serves both.
+/// `<target>/asan`, so that weft's own code is instrumented (and its context switches
+/// announced to ASan: weft-fiber's `sanitizer.rs`). The C tests are built with
+/// `-fsanitize=address` against it, and the C compiler's ASan runtime serves both. The
+/// library is checked to be instrumented, and each run to have loaded it
+/// ([`assert_ran_on_asan_libweft`]).
 ///
 /// Without a nightly toolchain (`rustup toolchain install nightly`), the C tests are
 /// built with `-fsanitize=address` against the ordinary libweft instead, and the run
@@ -889,30 +897,106 @@ fn asan_lib_dir() -> Option<&'static Path> {
             status.success(),
             "the AddressSanitizer build of libweft failed"
         );
-        Some(target.join(triple).join("debug"))
+        let dir = target.join(triple).join("debug");
+        assert_instrumented(&dir.join("libweft.so"));
+        Some(dir)
     })
     .as_deref()
 }
 
-/// Builds tests/c/<name>.c with `-fsanitize=address` against the ASan libweft, runs it
-/// with `args`, and returns how it ran (None when skipped).
-fn asan_run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Run> {
-    let out = build_against(
-        asan_lib_dir()?,
-        "cc",
-        &c_src(name),
-        &["-fsanitize=address", "-fno-omit-frame-pointer"],
-        &format!("{name}_asan"),
+/// `so` is a libweft built with AddressSanitizer: it calls ASan's checks, and its
+/// context switch announces stack switches to ASan.
+fn assert_instrumented(so: &Path) {
+    let out = Command::new("readelf")
+        .args(["--dyn-syms", "-W"])
+        .arg(so)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run readelf ({e}); install binutils"));
+    let syms = String::from_utf8_lossy(&out.stdout);
+    for sym in ["__asan_report_load8", "__sanitizer_start_switch_fiber"] {
+        assert!(
+            syms.contains(sym),
+            "{} is not an AddressSanitizer build of libweft: it does not use {sym}",
+            so.display()
+        );
+    }
+}
+
+/// tests/c/asan_probe.c: linked into every C test built with AddressSanitizer.
+fn asan_probe() -> PathBuf {
+    c_src("asan_probe")
+}
+
+/// Compiles the C file `src` with `-fsanitize=address` (and the probe) against the
+/// libweft in `lib`.
+fn build_asan(lib: &Path, src: &Path, out_name: &str) -> PathBuf {
+    let probe = asan_probe();
+    let flags = [
+        "-fsanitize=address",
+        "-fno-omit-frame-pointer",
+        probe.to_str().expect("a UTF-8 path"),
+    ];
+    build_against(lib, "cc", src, &flags, out_name)
+}
+
+/// A command running `bin` (built by [`build_asan`]) against the libweft in `lib` and
+/// no other: cargo's test runner puts `<target>/debug` on `LD_LIBRARY_PATH`, which the
+/// dynamic loader searches before the binary's runpath, and the ordinary libweft.so is
+/// there. So the child's library path is `lib` alone.
+fn asan_command(lib: &Path, bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env("LD_LIBRARY_PATH", lib)
+        .env("ASAN_OPTIONS", "detect_leaks=1");
+    cmd
+}
+
+/// The probe's line in `r` says that the process ran with ASan's runtime and loaded
+/// `<lib>/libweft.so`, the AddressSanitizer build (or, without nightly Rust, the ordinary
+/// one that stands in for it).
+fn assert_ran_on_asan_libweft(r: &Run, lib: &Path, name: &str) {
+    let want = lib
+        .join("libweft.so")
+        .canonicalize()
+        .expect("the ASan libweft.so");
+    let line = r
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("weft-asan-probe: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} under AddressSanitizer: no line from tests/c/asan_probe.c\n{}",
+                r.describe()
+            )
+        });
+    let loaded = line.strip_prefix("asan=yes libweft=").map(|p| {
+        Path::new(p)
+            .canonicalize()
+            .unwrap_or_else(|_| PathBuf::from(p))
+    });
+    assert_eq!(
+        loaded.as_deref(),
+        Some(want.as_path()),
+        "{name} under AddressSanitizer did not run with ASan and {} (probe: {line})\n{}",
+        want.display(),
+        r.describe()
     );
+}
+
+/// Builds tests/c/<name>.c with `-fsanitize=address` against the ASan libweft, runs it
+/// with `args`, checks that it ran on that libweft, and returns how it ran (None when
+/// skipped).
+fn asan_run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Run> {
+    let lib = asan_lib_dir()?;
+    let out = build_asan(lib, &c_src(name), &format!("{name}_asan"));
     let dir = out_dir().join(format!("{name}-asan-registry-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create a registry directory");
-    let mut cmd = Command::new(&out);
+    let mut cmd = asan_command(lib, &out);
     cmd.args(args)
         .envs(env.iter().copied())
-        .env("WEFT_REGISTRY_DIR", &dir)
-        .env("ASAN_OPTIONS", "detect_leaks=1");
+        .env("WEFT_REGISTRY_DIR", &dir);
     let r = run_with_timeout(cmd, TIMEOUT);
     let _ = std::fs::remove_dir_all(&dir);
+    assert_ran_on_asan_libweft(&r, lib, name);
     Some(r)
 }
 
@@ -960,6 +1044,8 @@ asan_tests! {
     c_windows_behaviour_asan: "windows_behaviour",
     c_windows_program_asan: "windows_program",
     c_header_check_asan: "header_check",
+    c_runtime_ipc_header_asan: "runtime_ipc_header",
+    c_syslet_header_asan: "syslet_header",
     c_runtime_ipc_asan: "runtime_ipc",
     c_syslet_asan: "syslet",
     c_introspect_asan: "introspect",

@@ -51,6 +51,7 @@ use crate::error::Error;
 use crate::fls::FlsStorage;
 use crate::pool;
 use crate::registry::{self, LabelText, Slot};
+use crate::sanitizer;
 use crate::stack::Stack;
 use crate::thread::{self, ThreadState};
 use crate::tls;
@@ -137,6 +138,9 @@ pub(crate) struct FiberRecord {
     /// The thread whose own record this is (its `main` or `home`, `thread.rs`), or null:
     /// only that thread may free it while it lives.
     pub owner: AtomicPtr<ThreadState>,
+    /// What AddressSanitizer is told about this fiber's stack at a switch
+    /// (`sanitizer.rs`; empty unless weft is built with ASan).
+    pub asan: sanitizer::FiberAsan,
 }
 
 /// Makes the pool slot `rec` a new fiber's record, without a handle yet (see
@@ -211,7 +215,14 @@ pub(crate) unsafe fn init(
         ptr::write(&raw mut (*rec).slot, slot);
         ptr::write(&raw mut (*rec).id, id);
         ptr::write(&raw mut (*rec).param, param);
+        let thread_fiber = matches!(start, Start::Thread);
         ptr::write(&raw mut (*rec).start, UnsafeCell::new(start));
+        // A thread's record announces the stack its frames are on, which ASan knows.
+        let own_stack = stack
+            .as_ref()
+            .filter(|_| !thread_fiber)
+            .map(|s| (s.guard().end, s.top() as usize));
+        ptr::write(&raw mut (*rec).asan, sanitizer::FiberAsan::new(own_stack));
         ptr::write(&raw mut (*rec).stack, stack);
         (*rec).fls.store(ptr::null_mut(), Relaxed);
         ptr::write(&raw mut (*rec).panic, UnsafeCell::new(None));
@@ -393,7 +404,12 @@ pub(crate) unsafe fn switch_to(to: *mut FiberRecord) -> Result<*mut FiberRecord,
     unsafe {
         match begin_switch::<false>(to, 0)? {
             None => Ok(to),
-            Some(cur) => Ok(arch::switch(cur, to)),
+            Some(cur) => {
+                sanitizer::before_switch(cur, to, false);
+                let prev = arch::switch(cur, to);
+                sanitizer::after_switch();
+                Ok(prev)
+            }
         }
     }
 }
@@ -414,7 +430,12 @@ pub(crate) unsafe fn switch_to_owned(to: *mut FiberRecord) -> Result<*mut FiberR
     unsafe {
         match begin_switch::<true>(to, 0)? {
             None => Ok(to),
-            Some(cur) => Ok(arch::switch_ret(cur, to)),
+            Some(cur) => {
+                sanitizer::before_switch(cur, to, false);
+                let prev = arch::switch_ret(cur, to);
+                sanitizer::after_switch();
+                Ok(prev)
+            }
         }
     }
 }
@@ -438,7 +459,12 @@ pub(crate) unsafe fn switch_to_owned_jump(
     unsafe {
         match begin_switch::<true>(to, 0)? {
             None => Ok(to),
-            Some(cur) => Ok(arch::switch_jump(cur, to)),
+            Some(cur) => {
+                sanitizer::before_switch(cur, to, false);
+                let prev = arch::switch_jump(cur, to);
+                sanitizer::after_switch();
+                Ok(prev)
+            }
         }
     }
 }
@@ -566,7 +592,10 @@ impl Prepared {
             // The acquire of `begin_switch::<true>`: only this thread acquires `to`.
             (*to).state.store(RUNNING, Relaxed);
             self.record();
-            arch::switch_jump(cur, to)
+            sanitizer::before_switch(cur, to, false);
+            let prev = arch::switch_jump(cur, to);
+            sanitizer::after_switch();
+            prev
         }
     }
 
@@ -818,7 +847,7 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
             sl.end_write();
             return Ok(None);
         }
-        if (*thread).in_switch.load(Relaxed) {
+        if (*thread).in_switch.load(Relaxed) || sanitizer::switching(thread) {
             count_failed(to, expect);
             return Err(SwitchFail::Interrupted);
         }
@@ -860,6 +889,7 @@ pub(crate) unsafe fn begin_switch<const OWNER: bool>(
         }
         if *(*cur).exit.get() != EXIT_NONE {
             // The running fiber dropped its own handle: it is freed as it leaves.
+            sanitizer::before_switch(cur, to, true);
             if OWNER {
                 arch::switch_exiting_ret(cur, to);
             }
@@ -916,7 +946,9 @@ pub(crate) unsafe fn mark_finished(rec: *mut FiberRecord) {
 unsafe extern "C" fn fiber_main(prev: *mut c_void, me: *mut c_void) -> ! {
     let me = me.cast::<FiberRecord>();
     // SAFETY: `me` is the record `create` set up; it stays alive while the fiber runs.
+    // The switch that started it was announced to ASan (`sanitizer.rs`).
     unsafe {
+        sanitizer::after_switch();
         let _ = prev; // already released by `arch::switch`
         match core::mem::replace(&mut *(*me).start.get(), Start::Started) {
             Start::C { routine } => {
@@ -961,9 +993,32 @@ unsafe fn finish(me: *mut FiberRecord) -> ! {
             ))
         };
         prepare_acquired(thread, me, target);
+        sanitizer::before_switch(me, target, true);
         arch::switch_exiting(me, target)
     }
 }
+
+/// `arch::switch` announced to AddressSanitizer (`sanitizer.rs`), for `SwitchToFiber`
+/// to tail-jump into when weft is built with ASan; the same as `arch::switch` otherwise.
+///
+/// # Safety
+/// As for `arch::switch`.
+#[cfg(weft_asan)]
+pub(crate) unsafe extern "C" fn public_switch(
+    cur: *mut FiberRecord,
+    to: *mut FiberRecord,
+) -> *mut FiberRecord {
+    // SAFETY: per the contract.
+    unsafe {
+        sanitizer::before_switch(cur, to, false);
+        let prev = arch::switch(cur, to);
+        sanitizer::after_switch();
+        prev
+    }
+}
+
+#[cfg(not(weft_asan))]
+pub(crate) use arch::switch as public_switch;
 
 /// Frees a fiber that no thread runs (state acquired by the caller, or finished and
 /// unreachable): runs its FLS callbacks, drops a closure that never ran, returns its

@@ -78,6 +78,10 @@ pub(crate) struct ThreadState {
     pub home: *mut FiberRecord,
     /// Set while a switch is half done (see `fiber.rs`, signal handlers).
     pub in_switch: AtomicBool,
+    /// Set while a switch announced to AddressSanitizer is half done (`sanitizer.rs`;
+    /// empty unless weft is built with ASan).
+    #[cfg_attr(not(weft_asan), allow(dead_code))]
+    pub asan: crate::sanitizer::ThreadAsan,
     /// Set once the thread has taken its own fiber to end itself.
     pub exiting: bool,
     /// Kernel thread id (cached: `gettid` is a system call).
@@ -110,6 +114,7 @@ impl ThreadState {
             main: ptr::null_mut(),
             home: ptr::null_mut(),
             in_switch: AtomicBool::new(false),
+            asan: crate::sanitizer::ThreadAsan::new(),
             exiting: false,
             tid,
             stacks: StackCache::new(),

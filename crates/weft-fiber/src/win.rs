@@ -254,7 +254,7 @@ pub unsafe extern "C" fn SwitchToFiber(fiber: LPVOID) {
         "ret",
         ".cfi_endproc",
         prepare = sym prepare_switch,
-        switch = sym crate::arch::switch,
+        switch = sym crate::fiber::public_switch,
     )
 }
 
@@ -277,7 +277,7 @@ pub unsafe extern "C" fn SwitchToFiber(fiber: LPVOID) {
         "ret",
         ".cfi_endproc",
         prepare = sym prepare_switch,
-        switch = sym crate::arch::switch,
+        switch = sym crate::fiber::public_switch,
     )
 }
 
