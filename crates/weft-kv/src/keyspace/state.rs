@@ -91,3 +91,16 @@ impl Runs<'_> {
         self.chunks.push_packed(n, bytes, self.emit);
     }
 }
+
+/// `e`'s whole-state records ([`super::Keyspace::state_records`]), each encoded as
+/// the log holds it: what the types' tests rebuild their values from.
+#[cfg(test)]
+pub fn encoded(e: &Entry) -> Vec<Vec<u8>> {
+    let mut recs = Vec::new();
+    super::Keyspace::state_records(e, |r| {
+        let mut out = Vec::new();
+        crate::log::encode(&r, &mut out);
+        recs.push(out);
+    });
+    recs
+}

@@ -1067,12 +1067,7 @@ mod tests {
                 items.push(score_bytes((i % 7) as f64).to_vec());
             }
             let e = new_entry(b"k", Items::Owned(&items), NonZeroU64::new(77), 1);
-            let mut recs = Vec::new();
-            state_records(&e, |r| {
-                let mut out = Vec::new();
-                crate::log::encode(&r, &mut out);
-                recs.push(out);
-            });
+            let recs = state::encoded(&e);
             assert_eq!(recs.len() > 1, n > 3);
             let mut back: Option<Entry> = None;
             for r in &recs {
