@@ -11,9 +11,7 @@
 //!   Redis's fields (a flat array in RESP2, a map in RESP3);
 //! - `timeout` closes idle clients, but not one waiting in a blocking command or
 //!   held by CLIENT PAUSE;
-//! - LOLWUT shows the version line;
-//! - CLIENT TRACKING stays off (no client-side caching): ON is refused, OFF,
-//!   GETREDIR and TRACKINGINFO answer as redis-server does for a client not tracking.
+//! - LOLWUT shows the version line.
 
 mod common;
 #[path = "common/kv.rs"]
@@ -278,49 +276,6 @@ fn timeout_closes_idle_clients_but_not_blocked_or_paused_ones() {
         blocked.read(),
         Val::Agg(b'*', Some(vec![bulk("list"), bulk("x")]))
     );
-}
-
-/// Without client-side caching, tracking stays off and says so, as redis-server says
-/// for a client that does not track.
-#[test]
-fn tracking_is_off_and_cannot_be_turned_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = weft(dir.path());
-    let rdir = tempfile::tempdir().unwrap();
-    let redis = KvServer::redis(rdir.path(), &rdir.path().join("r.sock"), false);
-    for proto in ["2", "3"] {
-        let mut c = Wire::connect(&s.socket);
-        c.call(&["HELLO", proto]);
-        let on = c.call(&["CLIENT", "TRACKING", "ON"]);
-        assert_eq!(
-            on,
-            Val::Line(
-                b'-',
-                "ERR weft-kv has no client-side caching: CLIENT TRACKING ON is not supported"
-                    .into()
-            )
-        );
-        assert_eq!(c.call(&["CLIENT", "CACHING", "YES"]).kind(), b'-');
-        // The same replies as redis-server's for a client that does not track.
-        let asks: [&[&str]; 4] = [
-            &["CLIENT", "TRACKING", "OFF"],
-            &["CLIENT", "GETREDIR"],
-            &["CLIENT", "TRACKINGINFO"],
-            &["CLIENT", "TRACKING", "MAYBE"],
-        ];
-        let mut r = redis.as_ref().map(|r| {
-            let mut w = Wire::connect(&r.socket);
-            w.call(&["HELLO", proto]);
-            w
-        });
-        for a in asks {
-            let got = c.call(a);
-            if let Some(r) = r.as_mut() {
-                assert_eq!(got, r.call(a), "{a:?} in RESP{proto}");
-            }
-        }
-        assert_eq!(c.call(&["CLIENT", "GETREDIR"]), int(-1));
-    }
 }
 
 /// Passwords never reach the slow log, and EXEC is not logged but the commands it

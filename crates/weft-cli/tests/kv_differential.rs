@@ -98,8 +98,8 @@ fn not_sent(name: &str) -> Option<&'static str> {
              kv_pubsub.rs (PUBLISH and PUBSUB are sent)"
         }
         "client|tracking" => {
-            "weft-kv has no client-side caching: TRACKING ON is refused, where redis-server \
-             would turn it on and differ from then on (kv_admin2.rs checks the refusal)"
+            "tracking sends invalidation messages between replies as other connections \
+             write: compared by scripts in kv_tracking.rs"
         }
         "spop" => {
             "it removes members chosen at random, so the two servers' sets would differ \

@@ -284,6 +284,7 @@ pub fn run_common(
                     sh.flush_db(db);
                 }
             });
+            crate::pubsub::tracking::flushed();
             Reply::OK
         }
         _ => return None,

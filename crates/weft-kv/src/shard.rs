@@ -254,6 +254,9 @@ impl Shard {
         if self.watches.is_some() {
             self.touch_logged(before);
         }
+        if crate::pubsub::tracking::active() {
+            crate::pubsub::tracking::written_records(&self.log[before..]);
+        }
         // A transaction's part: counted, and given to a compaction, once it is
         // wrapped in its `Tx` frame (`tx_wrap`).
         let in_tx = self.in_tx;

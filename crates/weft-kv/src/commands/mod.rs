@@ -314,8 +314,7 @@ const fn sub(name: &'static str, arity: i32, flags: u32) -> Sub {
     Sub { name, arity, flags }
 }
 
-/// CLIENT's subcommands (weft-kv has no client-side caching: TRACKING accepts only
-/// OFF, CACHING is refused, GETREDIR and TRACKINGINFO say tracking is off).
+/// CLIENT's subcommands.
 static CLIENT_SUBS: [Sub; 18] = [
     sub("client|id", 2, 0),
     sub("client|getname", 2, 0),

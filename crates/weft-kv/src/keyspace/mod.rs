@@ -452,6 +452,7 @@ impl Keyspace {
     fn note_expired(&mut self, e: &Entry) {
         self.expired += 1;
         crate::pubsub::notify::notify_db(self.db, crate::pubsub::EXPIRED, "expired", e.key());
+        crate::pubsub::tracking::written(e.key());
     }
 
     /// Swaps the keys of two keyspaces (SWAPDB) by command stamp `stamp`: from now on

@@ -35,6 +35,7 @@
 //! runs it (the embedded store publishes nothing: nobody can subscribe to it).
 
 pub mod notify;
+pub mod tracking;
 
 pub use notify::{
     notify, EVICTED, EXPIRED, GENERIC, HASH, KEYEVENT, KEYSPACE, KEY_MISS, LIST, MODULE, NEW, SET,
@@ -275,16 +276,35 @@ impl Subscriber {
         self.queued.load(Relaxed)
     }
 
+    /// The protocol its messages are encoded in.
+    pub fn proto(&self) -> u8 {
+        self.proto.load(Relaxed)
+    }
+
+    /// Whether its connection has ended.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.out).closed
+    }
+
     /// Queues a message (an array or push of `parts`), unless its connection is
     /// ending; then applies the output limit.
     fn deliver(&self, parts: &[Option<&[u8]>]) {
+        self.deliver_with(|proto, out| encode(proto, parts, None, out));
+    }
+
+    /// Queues the message `write` encodes (given the protocol; it may write nothing),
+    /// unless its connection is ending; then applies the output limit.
+    pub fn deliver_with(&self, write: impl FnOnce(u8, &mut Vec<u8>)) {
         let mut o = lock(&self.out);
         if o.closed || o.overflow {
             return;
         }
         let before = o.buf.len();
-        encode(self.proto.load(Relaxed), parts, None, &mut o.buf);
+        write(self.proto.load(Relaxed), &mut o.buf);
         let added = o.buf.len() - before;
+        if added == 0 {
+            return;
+        }
         self.queued.fetch_add(added, Relaxed);
         QUEUED.fetch_add(added, Relaxed);
         // Everything held for it: the outbox, and what its writer took and has not
@@ -352,6 +372,13 @@ impl Subscriber {
             self.queued.fetch_sub(n, Relaxed);
             QUEUED.fetch_sub(n, Relaxed);
         }
+    }
+
+    /// The connection is about to run a command whose messages to itself must come
+    /// after its reply (client-side caching): the writer holds what is queued until
+    /// [`Subscriber::release`].
+    pub fn hold_back(&self) {
+        lock(&self.out).hold = true;
     }
 
     /// The connection sent its replies: the writer may write the messages queued

@@ -44,6 +44,7 @@ pub fn run(
         "reset" => {
             // A transaction under way is discarded, every watched key forgotten.
             super::multi::discard(server, conn);
+            super::tracking::end(conn);
             conn.set_proto(2);
             conn.set_name(b"");
             conn.reply = clients::ReplyMode::On;

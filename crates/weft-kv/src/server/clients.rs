@@ -439,6 +439,12 @@ impl Registry {
         self.in_timeout.load(Relaxed)
     }
 
+    /// Connection `id`, if it is registered.
+    pub fn get(&self, id: u64) -> Option<Arc<Client>> {
+        let part = self.part(id).lock().unwrap_or_else(|p| p.into_inner());
+        part.get(&id).cloned()
+    }
+
     /// The wait of connection `id`'s blocking command, if it runs one.
     pub fn waiter_of(&self, id: u64) -> Option<Arc<super::blocking::Waiter>> {
         let part = self.part(id).lock().unwrap_or_else(|p| p.into_inner());
@@ -650,28 +656,10 @@ pub fn client(server: &Server, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
         },
         b"no-touch" => on_off(&args[2]).map_or_else(|e| e, |_| Reply::OK),
         b"unblock" => super::blocking::client_unblock(server, args),
-        // No client-side caching: tracking is always off, and cannot be turned on.
-        b"tracking" => match on_off(&args[2]) {
-            Ok(true) => Reply::err(
-                "ERR weft-kv has no client-side caching: CLIENT TRACKING ON is not supported",
-            ),
-            Ok(false) => Reply::OK,
-            Err(e) => e,
-        },
-        // Redis's answer to a client not in tracking mode, which every client is here.
-        b"caching" => Reply::err(
-            "ERR CLIENT CACHING can be called only when the client is in tracking mode with \
-             OPTIN or OPTOUT mode enabled",
-        ),
-        b"getredir" => Reply::Int(-1),
-        b"trackinginfo" => Reply::Map(vec![
-            (
-                Reply::Bulk(b"flags".to_vec()),
-                Reply::Set(vec![Reply::Bulk(b"off".to_vec())]),
-            ),
-            (Reply::Bulk(b"redirect".to_vec()), Reply::Int(-1)),
-            (Reply::Bulk(b"prefixes".to_vec()), Reply::Array(vec![])),
-        ]),
+        b"tracking" => super::tracking::client_tracking(server, conn, args),
+        b"caching" => super::tracking::client_caching(conn, args),
+        b"getredir" => super::tracking::client_getredir(conn),
+        b"trackinginfo" => super::tracking::client_trackinginfo(conn),
         b"help" => help(),
         _ => Reply::error(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",
@@ -859,14 +847,15 @@ fn help() -> Reply {
         "    Mark the connection (weft-kv never evicts clients).",
         "NO-TOUCH <ON|OFF>",
         "    Accepted (weft-kv keeps no access times).",
-        "TRACKING <ON|OFF> [...]",
-        "    OFF is accepted; ON is refused: weft-kv has no client-side caching.",
+        "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+        "         [OPTIN] [OPTOUT] [NOLOOP]",
+        "    Client-side caching: be told when keys this connection read change.",
         "TRACKINGINFO",
-        "    Tracking's state: always off.",
+        "    The connection's tracking: its options, redirection and prefixes.",
         "GETREDIR",
-        "    -1: no tracking, so no redirection.",
-        "CACHING <YES|NO>",
-        "    Refused: there is no tracking with OPTIN or OPTOUT.",
+        "    The connection invalidations are sent to (0: this one, -1: not tracking).",
+        "CACHING (YES|NO)",
+        "    Whether the next command's keys are remembered (OPTIN: YES, OPTOUT: NO).",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    End the wait of a connection blocked by BLPOP, BZPOPMIN and the like, as",
         "    if its time ran out (TIMEOUT, the default) or with an error (ERROR).",

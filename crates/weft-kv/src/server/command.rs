@@ -185,6 +185,11 @@ pub fn info(c: &Command) -> Reply {
     ) else {
         unreachable!("entry() builds an array")
     };
+    if movable(c.name) {
+        if let Reply::Set(f) = &mut fields[2] {
+            f.push(simple("movablekeys"));
+        }
+    }
     fields[3] = Reply::Int(c.first_key as i64);
     fields[4] = Reply::Int(c.last_key as i64);
     fields[5] = Reply::Int(c.step as i64);
@@ -231,49 +236,183 @@ fn doc_map(name: &str, subs: &[Sub]) -> Reply {
     Reply::Map(fields)
 }
 
-/// The keys among `args` (a whole command line), by the table's key positions; the
-/// errors of COMMAND GETKEYS.
-fn keys_of(args: &[Vec<u8>]) -> Result<(&'static Command, Vec<Vec<u8>>), Reply> {
+/// Whether a command's keys move (Redis's `movablekeys`): where they are depends on
+/// its other arguments (a count of keys, a STORE option), not only on its key range.
+fn movable(name: &str) -> bool {
+    matches!(
+        name,
+        "zunion"
+            | "zinter"
+            | "zdiff"
+            | "zintercard"
+            | "sintercard"
+            | "lmpop"
+            | "zmpop"
+            | "blmpop"
+            | "bzmpop"
+            | "zunionstore"
+            | "zinterstore"
+            | "zdiffstore"
+            | "sort"
+            | "sort_ro"
+            | "georadius"
+            | "georadiusbymember"
+    ) || SCRIPTED.contains(&name)
+}
+
+/// The scripting commands: their keys follow a count of keys, which may be 0.
+const SCRIPTED: [&str; 6] = [
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+];
+
+/// C's `atoi` as Redis's key finders read a count of keys: leading blanks, a sign,
+/// the digits up to the first other byte (saturated).
+fn atoi(b: &[u8]) -> i64 {
+    let mut i = 0;
+    while i < b.len() && b[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    let neg = i < b.len() && b[i] == b'-';
+    if i < b.len() && (b[i] == b'-' || b[i] == b'+') {
+        i += 1;
+    }
+    let mut n: i64 = 0;
+    while i < b.len() && b[i].is_ascii_digit() {
+        n = n.saturating_mul(10).saturating_add((b[i] - b'0') as i64);
+        i += 1;
+    }
+    if neg {
+        -n
+    } else {
+        n
+    }
+}
+
+/// The positions of `count` keys that start at `first`, `count` being the argument at
+/// `at`: none when the count is below 1 or names more keys than there are arguments.
+fn counted<A: AsRef<[u8]>>(args: &[A], at: usize, first: usize) -> Vec<usize> {
+    let Some(n) = args.get(at).map(|a| atoi(a.as_ref())) else {
+        return Vec::new();
+    };
+    if n < 1 || n > args.len().saturating_sub(first) as i64 {
+        return Vec::new();
+    }
+    (first..first + n as usize).collect()
+}
+
+/// The position of the argument after the first `word` (case-insensitive) at
+/// positions `from` to the one before the last (Redis's keyword search), if any.
+fn after_word<A: AsRef<[u8]>>(args: &[A], from: usize, word: &str) -> Option<usize> {
+    (from..args.len().saturating_sub(1)).find_map(|i| eq(args[i].as_ref(), word).then_some(i + 1))
+}
+
+/// The positions of the keys in a whole command line `args` (`args[0]` the command's
+/// name), in Redis's order, as Redis finds them: the table's key range, or for a
+/// command whose keys move, its count of keys (ZUNION, LMPOP, EVAL, ...), its STORE
+/// option (SORT: the last STORE; GEORADIUS: STORE and STOREDIST). Empty when the
+/// count says no keys or more than are given.
+pub(crate) fn key_indexes<A: AsRef<[u8]>>(c: &Command, args: &[A]) -> Vec<usize> {
+    match c.name {
+        "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "lmpop" | "zmpop" => {
+            counted(args, 1, 2)
+        }
+        "blmpop" | "bzmpop" => counted(args, 2, 3),
+        name if SCRIPTED.contains(&name) => counted(args, 2, 3),
+        "zunionstore" | "zinterstore" | "zdiffstore" => {
+            let keys = counted(args, 2, 3);
+            if keys.is_empty() {
+                return keys;
+            }
+            std::iter::once(1).chain(keys).collect()
+        }
+        "sort" => {
+            // The last STORE with a value; LIMIT, GET and BY skip their arguments.
+            let mut store = None;
+            let mut i = 2;
+            while i < args.len() {
+                let a = args[i].as_ref();
+                if eq(a, "limit") {
+                    i += 2;
+                } else if eq(a, "get") || eq(a, "by") {
+                    i += 1;
+                } else if eq(a, "store") && i + 1 < args.len() {
+                    store = Some(i + 1);
+                }
+                i += 1;
+            }
+            std::iter::once(1).chain(store).collect()
+        }
+        "georadius" | "georadiusbymember" => {
+            let from = if c.name == "georadius" { 6 } else { 5 };
+            std::iter::once(1)
+                .chain(after_word(args, from, "store"))
+                .chain(after_word(args, from, "storedist"))
+                .collect()
+        }
+        _ if c.first_key <= 0 => Vec::new(),
+        _ => {
+            let last = if c.last_key < 0 {
+                args.len() as i64 + c.last_key as i64
+            } else {
+                c.last_key as i64
+            };
+            (c.first_key as i64..=last)
+                .step_by(c.step.max(1) as usize)
+                .map(|i| i as usize)
+                .filter(|&i| i < args.len())
+                .collect()
+        }
+    }
+}
+
+/// How a command uses its key at position `pos` of `args` (GETKEYSANDFLAGS), where it
+/// differs from [`key_flags`]: a destination, or a source of a command that writes.
+fn key_flags_at<A: AsRef<[u8]>>(
+    c: &Command,
+    args: &[A],
+    pos: usize,
+    nth: usize,
+) -> &'static [&'static str] {
+    let _ = args;
+    match c.name {
+        "lmove" | "rpoplpush" | "blmove" | "brpoplpush" if nth == 1 => &["RW", "insert"],
+        "zunionstore" | "zinterstore" | "zdiffstore" if pos == 1 => &["OW", "update"],
+        "zunionstore" | "zinterstore" | "zdiffstore" | "sort_ro" | "zunion" | "zinter"
+        | "zdiff" => &["RO", "access"],
+        "zintercard" | "sintercard" => &["RO"],
+        "sort" | "georadius" | "georadiusbymember" if pos == 1 => &["RO", "access"],
+        "sort" | "georadius" | "georadiusbymember" => &["OW", "update"],
+        "lmpop" | "blmpop" | "zmpop" | "bzmpop" => &["RW", "access", "delete"],
+        name if SCRIPTED.contains(&name) => &["RW", "access", "update"],
+        _ => key_flags(c),
+    }
+}
+
+/// The keys among `args` (a whole command line) with their positions; the errors of
+/// COMMAND GETKEYS, in Redis's order.
+fn keys_of(args: &[Vec<u8>]) -> Result<(&'static Command, Vec<usize>), Reply> {
     let Some(c) = commands::lookup(&args[0]) else {
         return Err(Reply::err("ERR Invalid command specified"));
     };
     if !c.subs.is_empty() && args.len() > 1 && c.sub(args).is_none() {
         return Err(Reply::err("ERR Invalid command specified"));
     }
+    if c.first_key <= 0 && !movable(c.name) {
+        return Err(Reply::err("ERR The command has no key arguments"));
+    }
     if commands::check_arity(c, args).is_err() {
         return Err(Reply::err(
             "ERR Invalid number of arguments specified for command",
         ));
     }
-    if c.first_key <= 0 {
-        return Err(Reply::err("ERR The command has no key arguments"));
-    }
-    let last = if c.last_key < 0 {
-        args.len() as i64 + c.last_key as i64
-    } else {
-        c.last_key as i64
-    };
-    let mut keys: Vec<Vec<u8>> = (c.first_key as i64..=last)
-        .step_by(c.step.max(1) as usize)
-        .filter_map(|i| args.get(i as usize).cloned())
-        .collect();
-    if c.name == "sort" {
-        // SORT's STORE destination is a key too (the last STORE wins); the words
-        // of the other options are skipped with their arguments.
-        let (mut i, mut dest) = (2, None);
-        while i < args.len() {
-            let w = args[i].to_ascii_lowercase();
-            i += match w.as_slice() {
-                b"limit" => 3,
-                b"by" | b"get" => 2,
-                b"store" => {
-                    dest = args.get(i + 1).cloned();
-                    2
-                }
-                _ => 1,
-            };
-        }
-        keys.extend(dest);
+    let keys = key_indexes(c, args);
+    if keys.is_empty() && !SCRIPTED.contains(&c.name) {
+        return Err(Reply::err("ERR Invalid arguments specified for command"));
     }
     Ok((c, keys))
 }
@@ -320,22 +459,18 @@ pub fn command(args: &[Vec<u8>]) -> Reply {
         }
         b"getkeys" | b"getkeysandflags" => match keys_of(&args[2..]) {
             Err(e) => e,
-            Ok((_, keys)) if sub == b"getkeys" => {
-                Reply::Array(keys.into_iter().map(Reply::Bulk).collect())
-            }
+            Ok((_, keys)) if sub == b"getkeys" => Reply::Array(
+                keys.into_iter()
+                    .map(|i| Reply::Bulk(args[2 + i].clone()))
+                    .collect(),
+            ),
             Ok((c, keys)) => Reply::Array(
                 keys.into_iter()
                     .enumerate()
-                    .map(|(i, k)| {
-                        // LMOVE's and RPOPLPUSH's second key is where they insert.
-                        let dst = i == 1 && matches!(c.name, "lmove" | "rpoplpush");
-                        let fl = if dst {
-                            &["RW", "insert"][..]
-                        } else {
-                            key_flags(c)
-                        };
+                    .map(|(nth, i)| {
+                        let fl = key_flags_at(c, &args[2..], i, nth);
                         let fl = fl.iter().map(|f| simple(f)).collect();
-                        Reply::Array(vec![Reply::Bulk(k), Reply::Set(fl)])
+                        Reply::Array(vec![Reply::Bulk(args[2 + i].clone()), Reply::Set(fl)])
                     })
                     .collect(),
             ),

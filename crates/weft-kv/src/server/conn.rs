@@ -64,6 +64,8 @@ pub struct Conn {
     /// (`server/blocking.rs`).
     pub sock: Option<super::blocking::Sock>,
     pub ahead: super::blocking::Ahead,
+    /// CLIENT TRACKING's state, once turned on (`tracking.rs`).
+    pub tracking: Option<Arc<crate::pubsub::tracking::Tracking>>,
 }
 
 /// What running a pipeline needs, kept between reads so its buffers are reused.
@@ -197,6 +199,10 @@ where
     /// socket can.
     fn send_and_consume(&mut self, wbuf: &mut Vec<u8>, other: usize, peeked: usize) -> bool {
         if wbuf.is_empty() {
+            // Nothing to send (CLIENT REPLY OFF): messages held back go now.
+            if let Some(s) = self.client.pubsub.get() {
+                s.release();
+            }
             return peeked == 0 || self.stream.consume(peeked).is_ok();
         }
         self.count(other + wbuf.capacity());
@@ -267,6 +273,7 @@ where
             stream.as_raw_fd(),
         )),
         ahead: Default::default(),
+        tracking: None,
     };
     let mut out = Out {
         stream: &*stream,
@@ -432,6 +439,7 @@ where
     conn.ahead.finish(conn.sock);
     // A transaction under way is discarded, its watched keys forgotten.
     multi::discard(&server, &mut conn);
+    super::tracking::end(&mut conn);
     drop(out);
     if let Some(s) = client.pubsub.get() {
         pubsub::stop_writer(&*stream, s, writer);
@@ -668,7 +676,11 @@ fn run_pending(
                     continue;
                 }
                 let t0 = stats::stamp();
-                let (r, lsn) = sh.run(p.f, p.db, &commands::borrow_args(&p.args), now, None);
+                let args = commands::borrow_args(&p.args);
+                let writer = client.map_or(0, |c| c.id);
+                let (r, lsn) = crate::pubsub::tracking::as_writer(writer, || {
+                    sh.run(p.f, p.db, &args, now, None)
+                });
                 let r = answered(server, p.id, t0, r, p.mute, (client, &p.args));
                 need = need.max(lsn);
                 used += r.size_hint();
@@ -788,6 +800,9 @@ pub(super) fn run_command(
         }
     }
     clients::wait_pause(server, conn, cmd, args);
+    if let Some(t) = &conn.tracking {
+        super::tracking::before_command(t, cmd, args, conn.tx.executing());
+    }
     let t0 = stats::stamp();
     if pubsub::wants(conn, cmd) {
         if let Some(r) = pubsub::run(conn, cmd, args, wbuf) {
@@ -806,8 +821,10 @@ pub(super) fn run_command(
                 return refuse(conn, Some(id), r, wbuf);
             } else if me == Some(shards.owner(s)) || conn.tx.executing() {
                 // (Inside EXEC every command runs at once, wherever its shard is.)
-                let db = conn.db;
-                let (r, lsn) = shards.with(s, |sh| sh.run(f, db, args, now, Some(wbuf)));
+                let (db, me) = (conn.db, conn.id);
+                let (r, lsn) = shards.with(s, |sh| {
+                    crate::pubsub::tracking::as_writer(me, || sh.run(f, db, args, now, Some(wbuf)))
+                });
                 acks.note(s, lsn);
                 r
             } else {
@@ -882,7 +899,10 @@ pub(crate) fn run_other(
     args: &[Vec<u8>],
     acks: &mut Acks,
 ) -> Reply {
-    let shards = &*server.shards;
+    let shards = &super::tracking::AsWriter {
+        inner: &*server.shards,
+        id: conn.id,
+    };
     if let Some(r) = super::blocking::run(server, conn, cmd, args, acks) {
         return r;
     }

@@ -250,7 +250,7 @@ fn section(server: &Server, name: &str) -> String {
             field("client_recent_max_input_buffer", &max_in);
             field("client_recent_max_output_buffer", &max_out);
             field("blocked_clients", &server.registry.blocked());
-            field("tracking_clients", &0);
+            field("tracking_clients", &crate::pubsub::tracking::info().0);
             field("clients_in_timeout_table", &server.registry.in_timeout());
         }
         "memory" => {
@@ -450,13 +450,14 @@ fn section(server: &Server, name: &str) -> String {
                 "active_defrag_key_misses",
                 "total_active_defrag_time",
                 "current_active_defrag_time",
-                "tracking_total_keys",
-                "tracking_total_items",
-                "tracking_total_prefixes",
-                "unexpected_error_replies",
             ] {
                 field(k, &0);
             }
+            let (_, keys, items, prefixes) = crate::pubsub::tracking::info();
+            field("tracking_total_keys", &keys);
+            field("tracking_total_items", &items);
+            field("tracking_total_prefixes", &prefixes);
+            field("unexpected_error_replies", &0);
             let (channels, patterns, shard) = crate::pubsub::info_counts();
             field("pubsub_channels", &channels);
             field("pubsub_patterns", &patterns);

@@ -33,6 +33,7 @@ pub(crate) mod pubsub;
 pub(crate) mod shards;
 pub(crate) mod slowlog;
 pub(crate) mod stats;
+pub(crate) mod tracking;
 
 pub use config::{Config, Fsync};
 
@@ -202,6 +203,10 @@ impl Settings {
                 "hll-sparse-max-bytes",
                 crate::commands::hll::sparse_max_bytes().to_string(),
             ),
+            (
+                "tracking-table-max-keys",
+                crate::pubsub::tracking::max_keys().to_string(),
+            ),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             (
                 "auto-aof-rewrite-percentage",
@@ -293,6 +298,11 @@ impl Settings {
             // A sparse HyperLogLog turns dense past this.
             "hll-sparse-max-bytes" => {
                 crate::commands::hll::set_sparse_max_bytes(num(value)? as usize)
+            }
+            // Keys remembered for client-side caching, past which some are taken out
+            // (their connections told); 0: no limit.
+            "tracking-table-max-keys" => {
+                crate::pubsub::tracking::set_max_keys(num(value)? as usize)
             }
             "auto-aof-rewrite-percentage" => self.rewrite_pct.store(num(value)?, Relaxed),
             "client-output-limit" => {

@@ -1,0 +1,295 @@
+//! Client-side caching (CLIENT TRACKING), tried against the built `weft kv serve` with
+//! two workers (connections are given out round-robin, so trackers and writers sit on
+//! both, and keys are on the shards of both):
+//!
+//! - default mode over RESP3: a key read is told once when another connection writes
+//!   it, on either worker, as a push after the reply of the tracker's own command; a
+//!   key never read and a second write are not told;
+//! - RESP2 through REDIRECT to a connection subscribed to `__redis__:invalidate`, and
+//!   FLUSHALL's null invalidation;
+//! - BCAST with prefixes, NOLOOP, OPTIN with CLIENT CACHING yes, OPTOUT with CLIENT
+//!   CACHING no, and expiry;
+//! - `tracking-table-max-keys` bounds the remembered keys (the others are told);
+//! - the option errors, GETREDIR and TRACKINGINFO, compared with redis-server's
+//!   replies when it is installed.
+
+mod common;
+#[path = "common/kv.rs"]
+mod kv;
+#[path = "common/resp.rs"]
+mod resp;
+
+use kv::KvServer;
+use resp::{show, Val, Wire};
+
+fn server(dir: &std::path::Path) -> KvServer {
+    KvServer::weft(&dir.join("data"), &dir.join("kv.sock"), &["--workers", "2"])
+        .expect("weft kv serve starts")
+}
+
+fn bulk(s: &str) -> Val {
+    Val::Blob(b'$', Some(s.as_bytes().to_vec()))
+}
+
+fn ok() -> Val {
+    Val::Line(b'+', "OK".into())
+}
+
+/// `["invalidate", [key]]` as a RESP3 push.
+fn push(key: &str) -> Val {
+    Val::Agg(
+        b'>',
+        Some(vec![
+            bulk("invalidate"),
+            Val::Agg(b'*', Some(vec![bulk(key)])),
+        ]),
+    )
+}
+
+/// A RESP3 connection.
+fn resp3(s: &KvServer) -> Wire {
+    let mut w = Wire::connect(&s.socket);
+    assert_eq!(w.call(&["HELLO", "3"]).kind(), b'%');
+    w
+}
+
+/// Reads replies until `want` (a reply, not a push) comes, returning the pushes read
+/// before it.
+fn pushes_until(w: &mut Wire, want: &Val) -> Vec<Val> {
+    let mut got = Vec::new();
+    loop {
+        let v = w.read();
+        if &v == want {
+            return got;
+        }
+        assert_eq!(v.kind(), b'>', "a push or {}, got {}", show(want), show(&v));
+        got.push(v);
+    }
+}
+
+#[test]
+fn default_mode_tells_each_read_key_once_whoever_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path());
+    let mut t = resp3(&s);
+    // Two writers: one on each worker.
+    let mut w1 = Wire::connect(&s.socket);
+    let mut w2 = Wire::connect(&s.socket);
+    assert_eq!(t.call(&["CLIENT", "TRACKING", "ON"]), ok());
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        assert_eq!(w1.call(&["SET", k, "0"]), ok());
+    }
+    // Read one at a time, and with a command over several shards.
+    assert_eq!(t.call(&["GET", "k0"]), bulk("0"));
+    let mut mget = vec!["MGET"];
+    mget.extend(keys[1..].iter().map(String::as_str));
+    assert_eq!(t.call(&mget).items().len(), 7);
+    // A key never read is not told.
+    assert_eq!(w1.call(&["SET", "unread", "1"]), ok());
+    for (i, k) in keys.iter().enumerate() {
+        let w = if i % 2 == 0 { &mut w1 } else { &mut w2 };
+        assert_eq!(w.call(&["SET", k, "1"]), ok());
+    }
+    for k in &keys {
+        assert_eq!(t.read(), push(k));
+    }
+    // Told once: a second write of k0 says nothing, then k0 read again is told again.
+    assert_eq!(w2.call(&["SET", "k0", "2"]), ok());
+    assert_eq!(t.call(&["GET", "k0"]), bulk("2"));
+    assert_eq!(w1.call(&["APPEND", "k0", "x"]).int(), Some(2));
+    assert_eq!(t.read(), push("k0"));
+    // Its own write: the push comes after the reply.
+    assert_eq!(t.call(&["GET", "k1"]), bulk("1"));
+    assert_eq!(t.call(&["INCR", "k1"]), Val::Line(b':', "2".into()));
+    assert_eq!(t.read(), push("k1"));
+    // A failed write changes nothing and tells nothing.
+    assert_eq!(t.call(&["GET", "k2"]), bulk("1"));
+    assert_eq!(w1.call(&["LPUSH", "k2", "x"]).kind(), b'-');
+    assert_eq!(t.call(&["DEL", "k2"]).int(), Some(1));
+    assert_eq!(t.read(), push("k2"));
+    // OFF: nothing more.
+    assert_eq!(t.call(&["GET", "k3"]), bulk("1"));
+    assert_eq!(t.call(&["CLIENT", "TRACKING", "OFF"]), ok());
+    assert_eq!(w2.call(&["SET", "k3", "9"]), ok());
+    assert_eq!(t.call(&["PING"]), Val::Line(b'+', "PONG".into()));
+    assert_eq!(t.info_field("clients", "tracking_clients"), 0);
+}
+
+#[test]
+fn resp2_invalidations_go_to_the_redirect_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path());
+    let mut sub = Wire::connect(&s.socket);
+    let id = sub.call(&["CLIENT", "ID"]).int().unwrap().to_string();
+    sub.call(&["SUBSCRIBE", "__redis__:invalidate"]);
+    let mut t = Wire::connect(&s.socket);
+    let mut w = Wire::connect(&s.socket);
+    assert_eq!(t.call(&["CLIENT", "TRACKING", "ON", "REDIRECT", &id]), ok());
+    assert_eq!(
+        t.call(&["CLIENT", "GETREDIR"]).int(),
+        Some(id.parse().unwrap())
+    );
+    assert_eq!(t.call(&["HGET", "h", "f"]), Val::Blob(b'$', None));
+    assert_eq!(w.call(&["HSET", "h", "f", "v"]).int(), Some(1));
+    let message = |payload: Val| {
+        Val::Agg(
+            b'*',
+            Some(vec![bulk("message"), bulk("__redis__:invalidate"), payload]),
+        )
+    };
+    assert_eq!(sub.read(), message(Val::Agg(b'*', Some(vec![bulk("h")]))));
+    // FLUSHALL: one null invalidation, and nothing remembered any more.
+    assert_eq!(t.call(&["HGET", "h", "f"]), bulk("v"));
+    assert_eq!(w.call(&["FLUSHALL"]), ok());
+    assert_eq!(sub.read(), message(Val::Blob(b'$', None)));
+    assert_eq!(w.info_field("stats", "tracking_total_keys"), 0);
+    // The subscriber gone: RESP2 says nothing; GETREDIR still names it.
+    drop(sub);
+    assert_eq!(t.call(&["GET", "x"]), Val::Blob(b'$', None));
+    assert_eq!(w.call(&["SET", "x", "1"]), ok());
+    assert_eq!(
+        t.call(&["CLIENT", "GETREDIR"]).int(),
+        Some(id.parse().unwrap())
+    );
+}
+
+#[test]
+fn bcast_prefixes_noloop_optin_optout_and_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path());
+    let mut w = Wire::connect(&s.socket);
+    // BCAST with two prefixes and NOLOOP: its own writes are not told.
+    let mut b = resp3(&s);
+    let on = [
+        "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a:", "PREFIX", "b:", "NOLOOP",
+    ];
+    assert_eq!(b.call(&on), ok());
+    assert_eq!(b.call(&["SET", "a:mine", "1"]), ok());
+    for k in ["a:1", "c:1", "b:2", "ab"] {
+        assert_eq!(w.call(&["SET", k, "1"]), ok());
+    }
+    assert_eq!(b.read(), push("a:1"));
+    assert_eq!(b.read(), push("b:2"));
+    assert_eq!(w.info_field("stats", "tracking_total_prefixes"), 2);
+    assert_eq!(b.call(&["CLIENT", "TRACKING", "OFF"]), ok());
+
+    // OPTIN: only the command after CLIENT CACHING yes remembers its keys.
+    let mut i = resp3(&s);
+    assert_eq!(i.call(&["CLIENT", "TRACKING", "ON", "OPTIN"]), ok());
+    assert_eq!(i.call(&["GET", "in1"]), Val::Line(b'_', String::new()));
+    assert_eq!(i.call(&["CLIENT", "CACHING", "YES"]), ok());
+    assert_eq!(i.call(&["GET", "in2"]), Val::Line(b'_', String::new()));
+    assert_eq!(i.call(&["GET", "in3"]), Val::Line(b'_', String::new()));
+    // OPTOUT: every command but the one after CLIENT CACHING no.
+    let mut o = resp3(&s);
+    assert_eq!(o.call(&["CLIENT", "TRACKING", "ON", "OPTOUT"]), ok());
+    assert_eq!(o.call(&["CLIENT", "CACHING", "NO"]), ok());
+    assert_eq!(o.call(&["GET", "out1"]), Val::Line(b'_', String::new()));
+    assert_eq!(o.call(&["GET", "out2"]), Val::Line(b'_', String::new()));
+    for k in ["in1", "in2", "in3", "out1", "out2"] {
+        assert_eq!(w.call(&["SET", k, "1"]), ok());
+    }
+    assert_eq!(i.read(), push("in2"));
+    assert_eq!(o.read(), push("out2"));
+    assert_eq!(i.call(&["PING"]), Val::Line(b'+', "PONG".into()));
+    assert_eq!(o.call(&["PING"]), Val::Line(b'+', "PONG".into()));
+
+    // A key read, then expired by the server's own cycle, is told (a longer time if
+    // the machine was too slow to read it before it expired).
+    for px in ["200", "5000", "60000"] {
+        assert_eq!(w.call(&["SET", "soon", "1", "PX", px]), ok());
+        if o.call(&["GET", "soon"]) == bulk("1") {
+            assert_eq!(o.read(), push("soon"));
+            break;
+        }
+    }
+}
+
+#[test]
+fn the_remembered_keys_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path());
+    let mut t = resp3(&s);
+    assert_eq!(
+        t.call(&["CONFIG", "SET", "tracking-table-max-keys", "3"]),
+        ok()
+    );
+    assert_eq!(t.call(&["CLIENT", "TRACKING", "ON"]), ok());
+    let keys: Vec<String> = (0..10).map(|i| format!("key{i}")).collect();
+    let mut mget = vec![b"MGET".to_vec()];
+    mget.extend(keys.iter().map(|k| k.as_bytes().to_vec()));
+    t.send(&mget);
+    let reply = Val::Agg(b'*', Some(vec![Val::Line(b'_', String::new()); 10]));
+    // Seven keys are taken out, each told once.
+    let mut told = pushes_until(&mut t, &reply);
+    while told.len() < 7 {
+        told.push(t.read());
+    }
+    told.sort();
+    told.dedup();
+    assert_eq!(told.len(), 7);
+    assert!(told.iter().all(|p| keys.iter().any(|k| *p == push(k))));
+    assert_eq!(t.call(&["PING"]), Val::Line(b'+', "PONG".into()));
+    assert_eq!(t.info_field("stats", "tracking_total_keys"), 3);
+    assert_eq!(
+        t.call(&["CONFIG", "GET", "tracking-table-max-keys"])
+            .items()[1],
+        bulk("3")
+    );
+}
+
+/// The replies of the tracking commands, errors included, are redis-server's.
+#[test]
+fn options_errors_and_info_match_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let weft = server(dir.path());
+    std::fs::create_dir(dir.path().join("r")).unwrap();
+    let Some(redis) = KvServer::redis(&dir.path().join("r"), &dir.path().join("r.sock"), false)
+    else {
+        return;
+    };
+    let script: &[&[&str]] = &[
+        &["CLIENT", "TRACKINGINFO"],
+        &["CLIENT", "GETREDIR"],
+        &["CLIENT", "CACHING", "YES"],
+        &["CLIENT", "TRACKING", "MAYBE"],
+        &["CLIENT", "TRACKING", "ON", "PREFIX", "a"],
+        &["CLIENT", "TRACKING", "ON", "BCAST", "OPTIN"],
+        &["CLIENT", "TRACKING", "ON", "OPTIN", "OPTOUT"],
+        &["CLIENT", "TRACKING", "ON", "REDIRECT", "999999"],
+        &["CLIENT", "TRACKING", "ON", "REDIRECT", "x"],
+        &["CLIENT", "TRACKING", "ON", "BOGUS"],
+        &[
+            "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "ab", "PREFIX", "a",
+        ],
+        &["CLIENT", "TRACKING", "ON", "OPTIN", "NOLOOP"],
+        &["CLIENT", "TRACKINGINFO"],
+        &["CLIENT", "CACHING", "NO"],
+        &["CLIENT", "CACHING", "MAYBE"],
+        &["CLIENT", "CACHING", "YES"],
+        &["CLIENT", "TRACKINGINFO"],
+        &["CLIENT", "TRACKING", "ON", "OPTOUT"],
+        &["CLIENT", "TRACKING", "ON", "BCAST"],
+        &["CLIENT", "GETREDIR"],
+        &["CLIENT", "TRACKING", "OFF"],
+        &[
+            "CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "x:", "PREFIX", "y:",
+        ],
+        &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "x:1"],
+        &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "z:"],
+        &["CLIENT", "TRACKINGINFO"],
+        &["CLIENT", "TRACKING", "OFF"],
+        &["CLIENT", "TRACKINGINFO"],
+    ];
+    for proto in ["2", "3"] {
+        let mut a = Wire::connect(&weft.socket);
+        let mut b = Wire::connect(&redis.socket);
+        a.call(&["HELLO", proto]);
+        b.call(&["HELLO", proto]);
+        for cmd in script {
+            let (x, y) = (a.call(cmd), b.call(cmd));
+            assert_eq!(show(&x), show(&y), "RESP{proto} {cmd:?}");
+        }
+    }
+}
