@@ -328,7 +328,7 @@ static CLIENT_SUBS: [Sub; 18] = [
     sub("client|reply", 3, 0),
     sub("client|no-evict", 3, A),
     sub("client|no-touch", 3, 0),
-    sub("client|unblock", -3, 0),
+    sub("client|unblock", -3, A),
     sub("client|tracking", -3, 0),
     sub("client|trackinginfo", 2, 0),
     sub("client|getredir", 2, 0),

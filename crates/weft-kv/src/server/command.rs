@@ -27,8 +27,8 @@ fn flag_names(bits: u32) -> Vec<&'static str> {
         (flags::DENYOOM, "denyoom"),
         (flags::ADMIN, "admin"),
         (flags::BLOCKING, "blocking"),
-        (flags::NOAUTH, "no_auth"),
         (flags::FAST, "fast"),
+        (flags::NOAUTH, "no_auth"),
     ]
     .iter()
     .filter(|(bit, _)| bits & bit != 0)
@@ -36,30 +36,60 @@ fn flag_names(bits: u32) -> Vec<&'static str> {
     .collect()
 }
 
-/// A command's ACL categories: from its flags and its group.
+/// The ACL categories in the order Redis lists them.
+const CATEGORY_ORDER: [&str; 21] = [
+    "@keyspace",
+    "@read",
+    "@write",
+    "@set",
+    "@sortedset",
+    "@list",
+    "@hash",
+    "@string",
+    "@bitmap",
+    "@hyperloglog",
+    "@geo",
+    "@stream",
+    "@pubsub",
+    "@admin",
+    "@fast",
+    "@slow",
+    "@blocking",
+    "@dangerous",
+    "@connection",
+    "@transaction",
+    "@scripting",
+];
+
+/// A command's ACL categories, as Redis lists them: from its flags (`@read`, `@write`,
+/// `@fast` or `@slow`, `@admin` and `@dangerous`, `@blocking`), its group, and those
+/// Redis gives some commands besides.
 fn categories(name: &str, bits: u32) -> Vec<&'static str> {
-    let mut cats = Vec::new();
-    if bits & flags::READONLY != 0 {
+    let group = docs::doc(name).map(|d| d.group);
+    let mut cats = vec![match group {
+        Some("string") => "@string",
+        Some("hash") => "@hash",
+        Some("list") => "@list",
+        Some("set") => "@set",
+        Some("sorted-set" | "sorted_set") => "@sortedset",
+        Some("geo") => "@geo",
+        Some("stream") => "@stream",
+        Some("hyperloglog") => "@hyperloglog",
+        Some("bitmap") => "@bitmap",
+        Some("pubsub") if name != "pubsub|help" => "@pubsub",
+        Some("generic") if !matches!(name, "wait" | "sort" | "sort_ro") => "@keyspace",
+        Some("connection") => "@connection",
+        Some("scripting") => "@scripting",
+        Some("transactions") => "@transaction",
+        _ => "",
+    }];
+    // (Scripts are not counted as reads.)
+    if bits & flags::READONLY != 0 && group != Some("scripting") {
         cats.push("@read");
     }
     if bits & flags::WRITE != 0 {
         cats.push("@write");
     }
-    cats.push(match docs::doc(name).map(|d| d.group) {
-        Some("string") => "@string",
-        Some("hash") => "@hash",
-        Some("list") => "@list",
-        Some("set") => "@set",
-        Some("geo") => "@geo",
-        Some("stream") => "@stream",
-        Some("hyperloglog") => "@hyperloglog",
-        Some("bitmap") => "@bitmap",
-        Some("generic") => "@keyspace",
-        Some("connection") => "@connection",
-        Some("scripting") => "@scripting",
-        Some("transactions") => "@transaction",
-        _ => "",
-    });
     cats.push(if bits & flags::FAST != 0 {
         "@fast"
     } else {
@@ -71,71 +101,25 @@ fn categories(name: &str, bits: u32) -> Vec<&'static str> {
     if bits & flags::BLOCKING != 0 {
         cats.push("@blocking");
     }
-    cats.retain(|c| !c.is_empty());
-    cats
-}
-
-/// How a command uses its keys (a key specification's flags).
-fn key_flags(c: &Command) -> &'static [&'static str] {
-    match c.name {
-        "del" | "unlink" => &["RM", "delete"],
-        "getdel" => &["RW", "access", "delete"],
-        "setnx" => &["OW", "insert"],
-        "setex" | "psetex" | "mset" => &["OW", "update"],
-        "set" | "getset" | "getex" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" => {
-            &["RW", "access", "update"]
+    cats.extend(match name {
+        "info" | "keys" | "restore" => &["@dangerous"][..],
+        "flushdb" | "flushall" | "swapdb" => &["@keyspace", "@dangerous"],
+        "dbsize" => &["@keyspace"],
+        "lastsave" | "role" => &["@admin", "@dangerous"],
+        _ if name == "wait"
+            || name == "command"
+            || name.starts_with("command|")
+            || name.starts_with("client|") =>
+        {
+            &["@connection"]
         }
-        "append" => &["RW", "insert"],
-        "lpush" | "rpush" | "lpushx" | "rpushx" | "linsert" => &["RW", "insert"],
-        "lpop" | "rpop" | "lmpop" | "lmove" | "rpoplpush" => &["RW", "access", "delete"],
-        "lrem" | "ltrim" => &["RW", "delete"],
-        "touch" | "exists" | "type" | "ttl" | "pttl" | "expiretime" | "pexpiretime" => &["RO"],
-        _ if c.flags & flags::WRITE != 0 => &["RW", "update"],
-        _ => &["RO", "access"],
-    }
-}
-
-/// The key specification of a command whose keys are at `first_key..=last_key`,
-/// `step` apart.
-fn key_specs(c: &Command) -> Reply {
-    if c.first_key <= 0 {
-        return Reply::Set(vec![]);
-    }
-    let last = if c.last_key < 0 {
-        c.last_key
-    } else {
-        c.last_key - c.first_key
-    };
-    Reply::Set(vec![Reply::Map(vec![
-        (
-            bulk("flags"),
-            Reply::Set(key_flags(c).iter().map(|f| simple(f)).collect()),
-        ),
-        (
-            bulk("begin_search"),
-            Reply::Map(vec![
-                (bulk("type"), bulk("index")),
-                (
-                    bulk("spec"),
-                    Reply::Map(vec![(bulk("index"), Reply::Int(c.first_key as i64))]),
-                ),
-            ]),
-        ),
-        (
-            bulk("find_keys"),
-            Reply::Map(vec![
-                (bulk("type"), bulk("range")),
-                (
-                    bulk("spec"),
-                    Reply::Map(vec![
-                        (bulk("lastkey"), Reply::Int(last as i64)),
-                        (bulk("keystep"), Reply::Int(c.step as i64)),
-                        (bulk("limit"), Reply::Int(0)),
-                    ]),
-                ),
-            ]),
-        ),
-    ])])
+        "sort" | "sort_ro" => &["@set", "@sortedset", "@list", "@dangerous"],
+        _ => &[],
+    });
+    CATEGORY_ORDER
+        .into_iter()
+        .filter(|c| cats.contains(c))
+        .collect()
 }
 
 /// The ten fields of a keyless entry (a subcommand, or a container).
@@ -155,13 +139,20 @@ fn entry(name: &str, arity: i32, bits: u32, cats: Vec<&str>, subs: Reply) -> Rep
 }
 
 fn sub_info(s: &Sub) -> Reply {
-    entry(
+    let mut e = entry(
         s.name,
         s.arity,
         s.flags,
         categories(s.name, s.flags),
         Reply::Set(vec![]),
-    )
+    );
+    if let (Reply::Array(fields), Some(_)) = (&mut e, super::keyspecs::sub_key(s.name)) {
+        fields[3] = Reply::Int(2);
+        fields[4] = Reply::Int(2);
+        fields[5] = Reply::Int(1);
+        fields[8] = super::keyspecs::sub_reply(s.name);
+    }
+    e
 }
 
 /// A command's entry in COMMAND / COMMAND INFO.
@@ -193,7 +184,7 @@ pub fn info(c: &Command) -> Reply {
     fields[3] = Reply::Int(c.first_key as i64);
     fields[4] = Reply::Int(c.last_key as i64);
     fields[5] = Reply::Int(c.step as i64);
-    fields[8] = key_specs(c);
+    fields[8] = super::keyspecs::reply(c);
     if !c.subs.is_empty() {
         fields[9] = Reply::Array(c.subs.iter().map(sub_info).collect());
     }
@@ -257,6 +248,8 @@ fn movable(name: &str) -> bool {
             | "sort_ro"
             | "georadius"
             | "georadiusbymember"
+            | "xread"
+            | "xreadgroup"
     ) || SCRIPTED.contains(&name)
 }
 
@@ -354,6 +347,16 @@ pub(crate) fn key_indexes<A: AsRef<[u8]>>(c: &Command, args: &[A]) -> Vec<usize>
                 .chain(after_word(args, from, "storedist"))
                 .collect()
         }
+        "xread" | "xreadgroup" => {
+            // The first STREAMS (from the fourth argument for XREADGROUP), then half
+            // of what follows: the keys, before their ids.
+            let from = if c.name == "xread" { 1 } else { 4 };
+            let Some(first) = after_word(args, from, "streams") else {
+                return Vec::new();
+            };
+            (first..first + (args.len() - first) / 2).collect()
+        }
+        "memory" if args.len() > 2 && eq(args[1].as_ref(), "usage") => vec![2],
         _ if c.first_key <= 0 => Vec::new(),
         _ => {
             let last = if c.last_key < 0 {
@@ -370,29 +373,6 @@ pub(crate) fn key_indexes<A: AsRef<[u8]>>(c: &Command, args: &[A]) -> Vec<usize>
     }
 }
 
-/// How a command uses its key at position `pos` of `args` (GETKEYSANDFLAGS), where it
-/// differs from [`key_flags`]: a destination, or a source of a command that writes.
-fn key_flags_at<A: AsRef<[u8]>>(
-    c: &Command,
-    args: &[A],
-    pos: usize,
-    nth: usize,
-) -> &'static [&'static str] {
-    let _ = args;
-    match c.name {
-        "lmove" | "rpoplpush" | "blmove" | "brpoplpush" if nth == 1 => &["RW", "insert"],
-        "zunionstore" | "zinterstore" | "zdiffstore" if pos == 1 => &["OW", "update"],
-        "zunionstore" | "zinterstore" | "zdiffstore" | "sort_ro" | "zunion" | "zinter"
-        | "zdiff" => &["RO", "access"],
-        "zintercard" | "sintercard" => &["RO"],
-        "sort" | "georadius" | "georadiusbymember" if pos == 1 => &["RO", "access"],
-        "sort" | "georadius" | "georadiusbymember" => &["OW", "update"],
-        "lmpop" | "blmpop" | "zmpop" | "bzmpop" => &["RW", "access", "delete"],
-        name if SCRIPTED.contains(&name) => &["RW", "access", "update"],
-        _ => key_flags(c),
-    }
-}
-
 /// The keys among `args` (a whole command line) with their positions; the errors of
 /// COMMAND GETKEYS, in Redis's order.
 fn keys_of(args: &[Vec<u8>]) -> Result<(&'static Command, Vec<usize>), Reply> {
@@ -402,7 +382,8 @@ fn keys_of(args: &[Vec<u8>]) -> Result<(&'static Command, Vec<usize>), Reply> {
     if !c.subs.is_empty() && args.len() > 1 && c.sub(args).is_none() {
         return Err(Reply::err("ERR Invalid command specified"));
     }
-    if c.first_key <= 0 && !movable(c.name) {
+    let memory_usage = c.name == "memory" && args.len() > 1 && eq(&args[1], "usage");
+    if c.first_key <= 0 && !movable(c.name) && !memory_usage {
         return Err(Reply::err("ERR The command has no key arguments"));
     }
     if commands::check_arity(c, args).is_err() {
@@ -466,9 +447,8 @@ pub fn command(args: &[Vec<u8>]) -> Reply {
             ),
             Ok((c, keys)) => Reply::Array(
                 keys.into_iter()
-                    .enumerate()
-                    .map(|(nth, i)| {
-                        let fl = key_flags_at(c, &args[2..], i, nth);
+                    .map(|i| {
+                        let fl = super::keyspecs::flags_at(c, &args[2..], i);
                         let fl = fl.iter().map(|f| simple(f)).collect();
                         Reply::Array(vec![Reply::Bulk(args[2 + i].clone()), Reply::Set(fl)])
                     })

@@ -26,6 +26,7 @@ pub mod config;
 pub(crate) mod conn;
 pub(crate) mod info;
 pub(crate) mod input;
+pub(crate) mod keyspecs;
 pub(crate) mod memory;
 pub(crate) mod multi;
 pub(crate) mod poll;
