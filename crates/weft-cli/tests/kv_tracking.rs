@@ -291,5 +291,21 @@ fn options_errors_and_info_match_redis() {
             let (x, y) = (a.call(cmd), b.call(cmd));
             assert_eq!(show(&x), show(&y), "RESP{proto} {cmd:?}");
         }
+        // CLIENT INFO's flags (t: tracking, B: BCAST) and redir.
+        let fields = |w: &mut Wire| {
+            let info = w.call(&["CLIENT", "INFO"]).text();
+            info.split_whitespace()
+                .filter(|f| f.starts_with("flags=") || f.starts_with("redir="))
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        for on in [
+            &["CLIENT", "TRACKING", "ON", "BCAST"][..],
+            &["CLIENT", "TRACKING", "OFF"],
+        ] {
+            a.call(on);
+            b.call(on);
+            assert_eq!(fields(&mut a), fields(&mut b), "RESP{proto} after {on:?}");
+        }
     }
 }

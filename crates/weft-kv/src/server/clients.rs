@@ -94,6 +94,9 @@ pub struct Client {
     pub(super) dirty_cas: Arc<AtomicBool>,
     /// Its subscriptions and the messages queued for it, once it has subscribed.
     pub(crate) pubsub: std::sync::OnceLock<Arc<crate::pubsub::Subscriber>>,
+    /// Its client-side caching, once CLIENT TRACKING turned it on (flags `t`, `R`,
+    /// `B` and `redir`).
+    pub(crate) tracking: std::sync::OnceLock<Arc<crate::pubsub::tracking::Tracking>>,
 }
 
 impl Client {
@@ -134,6 +137,7 @@ impl Client {
             multi_mem: AtomicUsize::new(0),
             dirty_cas: Arc::new(AtomicBool::new(false)),
             pubsub: std::sync::OnceLock::new(),
+            tracking: std::sync::OnceLock::new(),
         })
     }
 
@@ -233,6 +237,18 @@ impl Client {
             fl.push('b');
         }
         drop(waiter);
+        let tracking = self.tracking.get().map(|t| t.state().clone());
+        let tracking = tracking.filter(|s| s.on);
+        if let Some(s) = &tracking {
+            fl.push('t');
+            if s.broken {
+                fl.push('R');
+            }
+            if s.flags & crate::pubsub::tracking::BCAST != 0 {
+                fl.push('B');
+            }
+        }
+        let redir = tracking.map_or(-1, |s| s.redirect as i64);
         if self.dirty_cas.load(Relaxed) {
             fl.push('d');
         }
@@ -267,7 +283,7 @@ impl Client {
         let omem = self.omem.load(Relaxed) + queued;
         let idle = now_ms().saturating_sub(self.last_ms.load(Relaxed)) / 1000;
         format!(
-            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db={} sub={sub} psub={psub} ssub={ssub} multi={multi} qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem={} rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}\n",
+            "id={} addr={} laddr={} fd={} name={name} age={} idle={idle} flags={fl} db={} sub={sub} psub={psub} ssub={ssub} multi={multi} qbuf={qbuf} qbuf-free={free} argv-mem={argv_mem} multi-mem={} rbs={rbs} rbp={rbs} obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={cmd} user=default redir={redir} resp={}\n",
             self.id,
             self.addr,
             self.laddr,

@@ -31,6 +31,7 @@ fn of(conn: &mut Conn) -> Arc<Tracking> {
         .clone();
     let t = Tracking::new(conn.id, own);
     conn.tracking = Some(t.clone());
+    let _ = conn.client.tracking.set(t.clone());
     t
 }
 
