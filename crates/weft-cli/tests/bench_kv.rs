@@ -177,3 +177,55 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
     assert!(stderr.contains("target met on "), "{stderr}");
     assert!(stderr.contains("latency at a fixed rate: GET"), "{stderr}");
 }
+
+/// `WEFT_BENCH_KV_FSYNC=always` with `WEFT_BENCH_KV_ONLY=clients`: the client-processes
+/// table against both servers started with fsync always, every cell on both sides; an
+/// unknown policy is refused by name before anything starts.
+#[test]
+fn bench_kv_clients_table_under_fsync_always() {
+    if !on_path("redis-server") {
+        skip::skip("redis-server is needed (Debian: redis-server)");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "kv", "--quick", "--json"])
+        .env("WEFT_BENCH_KV_SMOKE", "1")
+        .env("WEFT_BENCH_KV_ONLY", "clients")
+        .env("WEFT_BENCH_KV_FSYNC", "always")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}:\n{stderr}", out.status);
+    assert!(stderr.contains("weft kv serve --fsync always"), "{stderr}");
+    let mut rows = BTreeSet::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        rows.insert((
+            v["name"].as_str().unwrap().to_string(),
+            v["impl"].as_str().unwrap().to_string(),
+        ));
+    }
+    let mut expected = BTreeSet::new();
+    for imp in ["weft", "redis-server"] {
+        for op in ["read", "write", "mixed"] {
+            for procs in [1, 2, 4, 6, 8, 10] {
+                expected.insert((format!("clients/{op}/{procs}proc"), imp.to_string()));
+            }
+        }
+    }
+    assert_eq!(rows, expected);
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["bench", "kv", "--quick", "--json"])
+        .env("WEFT_BENCH_KV_SMOKE", "1")
+        .env("WEFT_BENCH_KV_ONLY", "clients")
+        .env("WEFT_BENCH_KV_FSYNC", "sometimes")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("WEFT_BENCH_KV_FSYNC=\"sometimes\" is not understood"),
+        "{err}"
+    );
+}

@@ -21,7 +21,11 @@
 //! tables), to measure a change of the write path without the minutes of the others;
 //! `WEFT_BENCH_KV_ONLY=clients` only the client-processes table, and
 //! `WEFT_BENCH_KV_ONLY=load` only the load generator's rows, the fixed-rate latency
-//! and redis-benchmark's tests.
+//! and redis-benchmark's tests. `WEFT_BENCH_KV_FSYNC=always` starts the first pair of
+//! servers with fsync always (weft `--fsync always`, redis-server `--appendfsync
+//! always`) instead of every second: with `WEFT_BENCH_KV_ONLY=clients` (and `--quick`,
+//! as every write then waits for the disk) it gives the client-processes table at that
+//! durability.
 //!
 //! Three parts:
 //!
@@ -252,6 +256,22 @@ impl Only {
     }
 }
 
+/// The fsync policy of the first pair of servers (`WEFT_BENCH_KV_FSYNC`: `everysec`,
+/// the default, or `always`), which every part but the fsync-always latency table runs
+/// against.
+fn first_fsync() -> Result<&'static str, String> {
+    match std::env::var("WEFT_BENCH_KV_FSYNC") {
+        Err(_) => Ok("everysec"),
+        Ok(v) if v.is_empty() || v == "everysec" => Ok("everysec"),
+        Ok(v) if v == "always" => Ok("always"),
+        Ok(v) => Err(format!(
+            "WEFT_BENCH_KV_FSYNC={v:?} is not understood: unset it (fsync every second) or \
+             set it to \"always\" (weft kv serve --fsync always beside redis-server \
+             --appendfsync always)"
+        )),
+    }
+}
+
 /// The key space: the client-processes table's, or a smoke run's.
 fn key_space() -> u64 {
     if smoke() {
@@ -344,7 +364,7 @@ pub fn run(opts: &Options, rep: &mut Reporter) -> Result<(), String> {
         redis_path.as_deref(),
         &base.0,
         "",
-        "everysec",
+        first_fsync()?,
     )?;
     let only = Only::from_env()?;
     if only != Only::Latency {
