@@ -189,6 +189,41 @@ fn consumers_of_a_group_are_served_first_blocked_first_and_their_pending_entries
         ]),
     ]);
     assert_eq!(c.call(&["XPENDING", &key, "g"]), pending);
+    // A consumer waiting on a key that is removed, or whose group is, gets an error.
+    let other = key_on("gone", 0);
+    for (drop, error) in [
+        (
+            vec!["DEL", other.as_str()],
+            "UNBLOCKED the stream key no longer exists",
+        ),
+        (
+            vec!["XGROUP", "DESTROY", other.as_str(), "g"],
+            "NOGROUP the consumer group this client was blocked on no longer exists",
+        ),
+    ] {
+        assert_eq!(
+            c.call(&["XGROUP", "CREATE", &other, "g", "$", "MKSTREAM"]),
+            Val::Line(b'+', "OK".into())
+        );
+        send(
+            &mut w1,
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "BLOCK",
+                "0",
+                "STREAMS",
+                &other,
+                ">",
+            ],
+        );
+        wait_blocked(&mut c, 1);
+        c.call(&drop);
+        assert_eq!(w1.read(), Val::Line(b'-', error.into()));
+        wait_blocked(&mut c, 0);
+    }
     // After a restart the group, its consumers and pending entries are as they were.
     send(&mut c, &["SHUTDOWN"]);
     s.wait_exit();

@@ -848,6 +848,11 @@ pub fn has_new(e: &Entry, after: Option<Id>, group: Option<&[u8]>) -> bool {
     }
 }
 
+/// Whether the stream `e` has the group `g`.
+pub fn has_group(e: &Entry, g: &[u8]) -> bool {
+    stream::of(e).groups.contains_key(g)
+}
+
 /// The ID a blocked XREAD waits after, for its argument `idarg` on `e` (`$`: the
 /// stream's last ID, 0-0 for a missing key); `None` for `>`.
 pub fn wait_after(e: Option<&Entry>, idarg: &[u8]) -> Option<Id> {

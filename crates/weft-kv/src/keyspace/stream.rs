@@ -47,6 +47,7 @@ use super::value::{self, tag};
 use crate::packed;
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A stream entry's ID: milliseconds and a sequence number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,10 +149,28 @@ pub const CONSUMER_OVERHEAD: u64 = 64;
 /// See [`GROUP_OVERHEAD`].
 pub const PENDING_OVERHEAD: u64 = 64;
 
-/// Redis's default `stream-node-max-entries`.
-const NODE_MAX_ENTRIES: u64 = 100;
-/// Redis's default `stream-node-max-bytes`.
-const NODE_MAX_BYTES: u64 = 4096;
+static NODE_MAX_ENTRIES: AtomicU64 = AtomicU64::new(100);
+static NODE_MAX_BYTES: AtomicU64 = AtomicU64::new(4096);
+
+/// The most entries of a node (`stream-node-max-entries`, 100; 0: no bound).
+pub fn node_max_entries() -> u64 {
+    NODE_MAX_ENTRIES.load(Relaxed)
+}
+
+/// The most bytes of a node (`stream-node-max-bytes`, 4096; 0: 1 GiB).
+pub fn node_max_bytes() -> u64 {
+    NODE_MAX_BYTES.load(Relaxed)
+}
+
+/// Sets the node bounds (CONFIG SET): later entries go into nodes by them.
+pub fn set_node_bounds(entries: Option<u64>, bytes: Option<u64>) {
+    if let Some(n) = entries {
+        NODE_MAX_ENTRIES.store(n, Relaxed);
+    }
+    if let Some(n) = bytes {
+        NODE_MAX_BYTES.store(n, Relaxed);
+    }
+}
 
 /// One entry: its fields and values (packed elements) and its node.
 pub struct Item {
@@ -284,9 +303,15 @@ impl Stream {
             n += 1;
         }
         let bytes = b.len() as u64 + 2 * n + 8;
+        let max_entries = node_max_entries();
+        let max_bytes = match node_max_bytes() {
+            0 => 1 << 30,
+            b => b.min(1 << 30),
+        };
         let node = match self.nodes.iter_mut().next_back() {
             Some((&k, nd))
-                if nd.inserted < NODE_MAX_ENTRIES && nd.bytes + bytes < NODE_MAX_BYTES =>
+                if (max_entries == 0 || nd.inserted < max_entries)
+                    && nd.bytes + bytes < max_bytes =>
             {
                 nd.live += 1;
                 nd.inserted += 1;

@@ -123,17 +123,23 @@ impl Op {
 
     /// Whether `key` of database `db` can serve this op now (for a list or sorted
     /// set: it holds one; for a stream: it has entries the reader has not seen).
+    /// (An XREADGROUP's key that is gone, or holds another type, is ready too: its
+    /// reader gets an error.)
     fn ready_on(&self, sh: &Shard, db: u8, key: &[u8], now: u64) -> bool {
-        let Some(e) = sh.db(db).peek(key, now) else {
-            return false;
-        };
-        match self {
-            Op::Stream(r) => commands::streams::has_new(
+        let e = sh.db(db).peek(key, now);
+        match (self, e) {
+            (Op::Stream(r), e)
+                if r.group.is_some() && e.is_none_or(|e| e.kind().name() != "stream") =>
+            {
+                true
+            }
+            (_, None) => false,
+            (Op::Stream(r), Some(e)) => commands::streams::has_new(
                 e,
                 r.after(key),
                 r.group.as_ref().map(|(g, _)| g.as_slice()),
             ),
-            op => e.kind().name() == op.wants(),
+            (op, Some(e)) => e.kind().name() == op.wants(),
         }
     }
 }
@@ -391,6 +397,22 @@ fn pop(
 ) -> Option<(Reply, u64)> {
     let (name, count) = match op {
         Op::Stream(r) => {
+            // An XREADGROUP whose key or group went meanwhile: an error, as Redis.
+            if let Some((g, _)) = &r.group {
+                let gone = match sh.db(db).peek(key, now) {
+                    Some(e) if e.kind().name() == "stream" => {
+                        if commands::streams::has_group(e, g) {
+                            None
+                        } else {
+                            Some("NOGROUP the consumer group this client was blocked on no longer exists")
+                        }
+                    }
+                    _ => Some("UNBLOCKED the stream key no longer exists"),
+                };
+                if let Some(e) = gone {
+                    return Some((Reply::err(e), sh.appended));
+                }
+            }
             let args = r.args(key);
             let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
             let f: ShardFn = if r.group.is_some() {

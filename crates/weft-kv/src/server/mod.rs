@@ -201,6 +201,14 @@ impl Settings {
                 crate::keyspace::zset::max_packed_value().to_string(),
             ),
             (
+                "stream-node-max-entries",
+                crate::keyspace::stream::node_max_entries().to_string(),
+            ),
+            (
+                "stream-node-max-bytes",
+                crate::keyspace::stream::node_max_bytes().to_string(),
+            ),
+            (
                 "hll-sparse-max-bytes",
                 crate::commands::hll::sparse_max_bytes().to_string(),
             ),
@@ -295,6 +303,14 @@ impl Settings {
             }
             "set-max-listpack-value" => {
                 crate::keyspace::set::set_thresholds(None, None, Some(num(value)? as usize))
+            }
+            // A stream's entries go into nodes of these bounds (approximate trimming
+            // removes whole nodes).
+            "stream-node-max-entries" => {
+                crate::keyspace::stream::set_node_bounds(Some(num(value)?), None)
+            }
+            "stream-node-max-bytes" => {
+                crate::keyspace::stream::set_node_bounds(None, Some(num(value)?))
             }
             // A sparse HyperLogLog turns dense past this.
             "hll-sparse-max-bytes" => {
