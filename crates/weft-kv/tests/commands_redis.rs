@@ -2551,6 +2551,8 @@ fn stream_replies_match_redis_server() {
             ">",
         ],
         vec!["xreadgroup", "group", "g", "bob", "streams", "s", "0"],
+        vec!["xreadgroup", "group", "g", "bob", "streams", "s", "1-1"],
+        vec!["xreadgroup", "group", "g", "bob", "streams", "s", "1-2"],
         vec!["xreadgroup", "group", "g", "dave", "streams", "s", "0"],
         vec!["xinfo", "groups", "s"],
         vec!["xinfo", "consumers", "s", "g"],

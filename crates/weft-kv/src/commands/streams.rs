@@ -228,7 +228,10 @@ fn apply_trim(ks: &mut Keyspace, key: &[u8], t: &Trim, ctx: &mut Ctx<'_>, log_it
     }
     // Redis's default limit for `~` is 100 nodes' worth of entries.
     let limit = if t.approx {
-        t.limit.unwrap_or(10_000)
+        t.limit.unwrap_or(match stream::node_max_entries() {
+            0 => 10_000,
+            n => n.saturating_mul(100),
+        })
     } else {
         0
     };
@@ -724,14 +727,18 @@ fn serve_read(
         let mut out = Vec::new();
         let mut claims = Vec::new();
         if history {
-            let from = strict_id(idarg, 0).expect("checked");
+            // The pending entries after the ID given.
+            let after = strict_id(idarg, 0).expect("checked");
             let g = &s.groups[gname];
-            let ids: Vec<Id> = g.consumers[cname]
-                .pel
-                .range(from..)
-                .take(n)
-                .copied()
-                .collect();
+            let ids: Vec<Id> = match after.next() {
+                Some(from) => g.consumers[cname]
+                    .pel
+                    .range(from..)
+                    .take(n)
+                    .copied()
+                    .collect(),
+                None => Vec::new(),
+            };
             for id in ids {
                 match s.get(id) {
                     Some(it) => {
@@ -824,7 +831,7 @@ pub fn xread(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK] STREAMS key [key
 /// ...] id [id ...]: with `>`, the entries the group has not delivered yet (the group's
 /// last ID moves on, and each becomes pending on the consumer unless NOACK); with an
-/// ID, the consumer's pending entries after it (each delivered once more; a pending
+/// ID, the consumer's pending entries after it (not the ID itself) (each delivered once more; a pending
 /// entry no longer in the stream is `[id, nil]`). The consumer is made if missing
 /// (event `xgroup-createconsumer`). `NOGROUP` for a missing key or group.
 pub fn xreadgroup(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
