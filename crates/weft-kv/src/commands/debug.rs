@@ -95,6 +95,7 @@ fn help() -> Reply {
 /// DEBUG PROTOCOL type: Redis 7.0's sample reply of each type. A name it does not
 /// know is an error listing the names; PUSH on a RESP2 connection is an error (RESP2
 /// has no out-of-band data).
+#[allow(clippy::approx_constant)] // 3.141 is Redis's sample double, not an approximation of pi
 fn protocol(name: &[u8], proto: u8) -> Reply {
     let name = name.to_ascii_lowercase();
     match &name[..] {
