@@ -38,6 +38,10 @@
 //! its own, checked as a writer's own key (its elements in order, and whether it has a
 //! time to live).
 //!
+//! Streams: each writer also runs XADD (explicit, increasing IDs), XDEL, XTRIM MAXLEN,
+//! DEL and EXPIRE on streams of its own, checked as a writer's own key (its entries in
+//! order, and whether it has a time to live; a stream XDEL emptied still exists).
+//!
 //! What is promised, and so checked: `kill -9` is a crash of the process, not of the
 //! machine, and docs/kv.md promises that such a crash loses nothing acknowledged under
 //! every `--fsync` policy (under `everysec` and `no` the written records are in the
@@ -98,6 +102,12 @@ enum Op {
     LPop,
     /// RPOP.
     RPop,
+    /// XADD key <n>-1 f value.
+    XAdd(u64, String),
+    /// XDEL key <n>-1.
+    XDel(u64),
+    /// XTRIM key MAXLEN 2.
+    XTrim,
 }
 
 /// A key's state: its value (a hash's: its fields as `field=value;` in field order)
@@ -150,6 +160,38 @@ fn elements(text: &str) -> std::collections::VecDeque<String> {
 /// What the command does to `state`, as Redis defines it.
 fn apply(state: &State, op: &Op) -> State {
     match op {
+        // A stream's state: its entries as `id=value;` in ID order (an empty stream
+        // exists: XDEL and XTRIM keep the key).
+        Op::XAdd(..) | Op::XDel(_) | Op::XTrim => {
+            let (mut entries, ttl): (BTreeMap<u64, String>, bool) = match state {
+                None => (BTreeMap::new(), false),
+                Some((text, ttl)) => (
+                    fields(text)
+                        .into_iter()
+                        .map(|(id, v)| (id.trim_end_matches("-1").parse().unwrap(), v))
+                        .collect(),
+                    *ttl,
+                ),
+            };
+            match op {
+                Op::XAdd(n, v) => {
+                    entries.insert(*n, v.clone());
+                }
+                Op::XDel(n) => {
+                    entries.remove(n);
+                }
+                _ => {
+                    while entries.len() > 2 {
+                        entries.pop_first();
+                    }
+                }
+            }
+            if state.is_none() && !matches!(op, Op::XAdd(..)) {
+                return None;
+            }
+            let text = entries.iter().map(|(n, v)| format!("{n}-1={v};")).collect();
+            Some((text, ttl))
+        }
         Op::LPush(_) | Op::RPush(_) | Op::LPop | Op::RPop => {
             let (mut l, ttl) = match state {
                 None => (Default::default(), false),
@@ -234,6 +276,8 @@ enum Class {
     PrivateList,
     /// A writer's own sorted set.
     PrivateZset,
+    /// A writer's own stream.
+    PrivateStream,
 }
 
 /// One command a writer sent.
@@ -275,6 +319,7 @@ fn key_name(round: u64, class: Class, owner: usize, n: u64) -> String {
         Class::SharedSet => format!("r{round}:ss{n}"),
         Class::PrivateZset => format!("r{round}:zp{owner}:{n}"),
         Class::PrivateList => format!("r{round}:lp{owner}:{n}"),
+        Class::PrivateStream => format!("r{round}:xp{owner}:{n}"),
     }
 }
 
@@ -290,6 +335,7 @@ fn class_of(key: &str) -> Class {
         Some('s') => Class::SharedSet,
         Some('z') => Class::PrivateZset,
         Some('l') => Class::PrivateList,
+        Some('x') => Class::PrivateStream,
         _ => Class::Appends,
     }
 }
@@ -304,7 +350,18 @@ fn next_op(rng: &mut Rng, round: u64, w: usize, seq: u64) -> (String, Op) {
         }
         v
     };
-    match rng.below(36) {
+    match rng.below(39) {
+        36..=38 => {
+            let key = key_name(round, Class::PrivateStream, w, rng.below(3));
+            let op = match rng.below(10) {
+                0..=4 => Op::XAdd(seq, unique(rng)),
+                5..=6 => Op::XDel(seq.saturating_sub(1 + rng.below(6))),
+                7 => Op::XTrim,
+                _ if rng.below(2) == 0 => Op::Del,
+                _ => Op::Expire,
+            };
+            (key, op)
+        }
         33..=35 => {
             let key = key_name(round, Class::PrivateZset, w, rng.below(3));
             let op = match rng.below(10) {
@@ -419,6 +476,9 @@ fn send(c: &mut Client, key: &str, op: &Op) {
         Op::ZAdd(s, m) => c.send(&[b"ZADD", k, s.as_bytes(), m.as_bytes()]),
         Op::ZRem(m) => c.send(&[b"ZREM", k, m.as_bytes()]),
         Op::ZIncr(m) => c.send(&[b"ZINCRBY", k, b"1", m.as_bytes()]),
+        Op::XAdd(n, v) => c.send(&[b"XADD", k, format!("{n}-1").as_bytes(), b"f", v.as_bytes()]),
+        Op::XDel(n) => c.send(&[b"XDEL", k, format!("{n}-1").as_bytes()]),
+        Op::XTrim => c.send(&[b"XTRIM", k, b"MAXLEN", b"2"]),
     }
 }
 
@@ -477,12 +537,24 @@ fn writer(
     }
 }
 
+fn text_of(v: Reply) -> String {
+    match v {
+        Reply::Bulk(v) => String::from_utf8(v).unwrap(),
+        other => panic!("not a string: {other:?}"),
+    }
+}
+
 /// Reads every key's state (value, or a hash's fields, and whether TTL says it has a
 /// time to live).
 fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
     let hash = |k: &str| matches!(class_of(k), Class::PrivateHash | Class::SharedHash);
     let set = |k: &str| matches!(class_of(k), Class::PrivateSet | Class::SharedSet);
     for k in keys {
+        if class_of(k) == Class::PrivateStream {
+            c.send(&[b"XRANGE", k.as_bytes(), b"-", b"+"]);
+            c.send(&[b"TTL", k.as_bytes()]);
+            continue;
+        }
         if class_of(k) == Class::PrivateList {
             c.send(&[b"LRANGE", k.as_bytes(), b"0", b"-1"]);
             c.send(&[b"TTL", k.as_bytes()]);
@@ -511,6 +583,26 @@ fn read_states(c: &mut Client, keys: &[String]) -> HashMap<String, State> {
         let v = c.read_reply().unwrap();
         let ttl = c.read_reply().unwrap();
         let state = match (v, ttl) {
+            (_, Reply::Int(-2)) if class_of(k) == Class::PrivateStream => None,
+            (Reply::Array(items), Reply::Int(t)) if class_of(k) == Class::PrivateStream => {
+                // Entries `[id, [f, value]]`.
+                let mut text = String::new();
+                for e in items {
+                    let Reply::Array(e) = e else {
+                        panic!("{k}: an entry")
+                    };
+                    let mut e = e.into_iter();
+                    let id = text_of(e.next().unwrap());
+                    let Some(Reply::Array(fv)) = e.next() else {
+                        panic!("{k}: fields")
+                    };
+                    text.push_str(&format!(
+                        "{id}={};",
+                        text_of(fv.into_iter().nth(1).unwrap())
+                    ));
+                }
+                Some((text, t >= 0))
+            }
             (Reply::Nil, _) => None,
             (Reply::Bulk(v), Reply::Int(t)) => Some((String::from_utf8(v).unwrap(), t >= 0)),
             (Reply::Array(items), Reply::Int(t)) if hash(k) => {
@@ -567,7 +659,8 @@ fn check_key(key: &str, calls: &[&Call], got: &State) -> Option<String> {
         | Class::PrivateList
         | Class::PrivateHash
         | Class::PrivateSet
-        | Class::PrivateZset => {
+        | Class::PrivateZset
+        | Class::PrivateStream => {
             // One writer: its acknowledged commands are a prefix of its commands.
             let mut states = vec![None];
             for c in calls {
