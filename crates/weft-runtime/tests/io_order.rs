@@ -11,7 +11,7 @@
 //! ahead of the first one's, which completed only once submitted: the later bytes were
 //! taken first.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_runtime::net::UnixStream;
@@ -31,8 +31,8 @@ fn bytes_that_arrive_first_are_taken_first() {
             (0..ROUNDS)
                 .map(|_| {
                     let order = Arc::new(Mutex::new(Vec::new()));
-                    let (mut first, mut first_peer) = UnixStream::pair().unwrap();
-                    let (mut second, mut second_peer) = UnixStream::pair().unwrap();
+                    let (first, mut first_peer) = UnixStream::pair().unwrap();
+                    let (second, mut second_peer) = UnixStream::pair().unwrap();
                     // `second`'s reader waits long before anything comes: its receive
                     // is in the kernel (the worker submits before it sleeps).
                     let o = order.clone();
