@@ -1650,6 +1650,104 @@ fn zset_records_recover_and_replay() {
     }
 }
 
+#[test]
+fn stream_records_recover_and_replay() {
+    use weft_kv::keyspace::stream::{self, Change, Full, Id};
+    let id = |ms: u64| Id { ms, seq: 1 };
+    let entry = |ms: u64| (id(ms), vec![b"f".to_vec(), ms.to_string().into_bytes()]);
+    let rec = |key: &str, c: Change| Record::Stream {
+        kind: c.kind(),
+        key: key.as_bytes().to_vec(),
+        body: c.body(),
+    };
+    let g = || b"g".to_vec();
+    let recs = vec![
+        Record::Stream {
+            kind: 70,
+            key: b"s".to_vec(),
+            body: Full {
+                expire_at_ms: None,
+                last_id: id(2),
+                max_deleted: Id::MIN,
+                entries_added: 2,
+                entries: vec![entry(1), entry(2)],
+            }
+            .body(),
+        },
+        rec(
+            "s",
+            Change::Add {
+                last_id: id(3),
+                entries_added: 3,
+                entries: vec![entry(3)],
+            },
+        ),
+        rec(
+            "s",
+            Change::Group {
+                name: g(),
+                last_id: id(2),
+                entries_read: 2,
+            },
+        ),
+        rec(
+            "s",
+            Change::Claim {
+                group: g(),
+                consumer: b"c".to_vec(),
+                items: vec![(id(1), 5, 1), (id(2), 5, 1)],
+            },
+        ),
+        rec(
+            "s",
+            Change::Ack {
+                group: g(),
+                ids: vec![id(1)],
+            },
+        ),
+        rec(
+            "s",
+            Change::Del {
+                max_deleted: id(3),
+                ids: vec![id(3)],
+            },
+        ),
+        rec("s", Change::Trim { below: id(2) }),
+        rec("t", Change::Trim { below: id(9) }),
+    ];
+    // What each prefix of the records leaves: the entries of `s` and its pending count.
+    let want: [(usize, usize); 9] = [
+        (0, 0),
+        (2, 0),
+        (3, 0),
+        (3, 0),
+        (3, 2),
+        (3, 1),
+        (2, 1),
+        (1, 1),
+        (1, 1),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let (bytes, ends) = log_bytes(&recs);
+    for cut in HEADER_LEN..=bytes.len() {
+        fs::write(&path, &bytes[..cut]).unwrap();
+        let (got, _) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let whole = ends.iter().filter(|&&e| e <= cut).count();
+        assert_eq!(got, &recs[..whole], "cut at {cut}");
+        let mut ks = weft_kv::keyspace::Keyspace::new();
+        for r in &got {
+            ks.apply(r.as_ref(), 0);
+        }
+        let state = ks.peek(b"s", 0).map_or((0, 0), |e| {
+            let s = stream::of(e);
+            (s.len(), s.groups.get(&g()).map_or(0, |g| g.pel.len()))
+        });
+        assert_eq!(state, want[whole], "cut at {cut}");
+        assert!(ks.peek(b"t", 0).is_none(), "cut at {cut}");
+    }
+}
+
 // ---- transactions over several shards: the Tx record (log/tx.rs) ------------------
 
 /// A key of shard `s` of two (`k{s}:{n}` names tried in turn).
