@@ -1,5 +1,5 @@
 //! DEBUG in `weft kv serve` (the built binary, two workers): PROTOCOL's replies byte
-//! for byte in RESP2 and RESP3, SET-ACTIVE-EXPIRE (expired keys stay until a command
+//! for byte in RESP2 and RESP3 (beside redis-server, when installed), SET-ACTIVE-EXPIRE (expired keys stay until a command
 //! finds them, and that removal is logged), SLEEP, OBJECT, RELOAD and LOADAOF (the
 //! keyspaces rebuilt from the log are what a restart loads, inside EXEC too), HELP
 //! and the error for a subcommand weft-kv does not have.
@@ -121,6 +121,103 @@ fn protocol_answers_each_type_in_both_protocols() {
     assert_eq!(hello[0], b'%');
     for (name, want) in both.iter().map(|(n, w)| (*n, w.to_vec())).chain(resp3) {
         raw(&mut s, &format!("DEBUG PROTOCOL {name}"), &want);
+    }
+}
+
+/// A redis-server with DEBUG allowed, on a Unix socket in `dir`; killed when dropped.
+struct RedisWithDebug(std::process::Child);
+
+impl Drop for RedisWithDebug {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts one (`None` when redis-server is not installed), and connects to it.
+fn redis_with_debug(dir: &Path) -> Option<(RedisWithDebug, UnixStream)> {
+    let socket = dir.join("r");
+    let child = std::process::Command::new("redis-server")
+        .args(["--port", "0", "--unixsocket"])
+        .arg(&socket)
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--enable-debug-command",
+            "yes",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let server = RedisWithDebug(child);
+    let t0 = Instant::now();
+    loop {
+        if let Ok(s) = UnixStream::connect(&socket) {
+            s.set_read_timeout(Some(resp::EVENTUALLY)).unwrap();
+            return Some((server, s));
+        }
+        assert!(t0.elapsed() < resp::EVENTUALLY, "redis-server starts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends `cmd` (words) and then PING; answers the bytes before PING's PONG.
+fn reply_bytes(s: &mut UnixStream, cmd: &str) -> Vec<u8> {
+    let words: Vec<&str> = cmd.split(' ').collect();
+    let mut req = format!("*{}\r\n", words.len());
+    for w in &words {
+        req.push_str(&format!("${}\r\n{w}\r\n", w.len()));
+    }
+    req.push_str("*1\r\n$4\r\nPING\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"+PONG\r\n") {
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        got.push(b[0]);
+    }
+    got.truncate(got.len() - 7);
+    got
+}
+
+/// PROTOCOL's reply of each type, byte for byte as redis-server's (when installed),
+/// in RESP2 and RESP3; only the texts of the errors differ.
+#[test]
+fn protocol_answers_as_redis_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let Some((_redis, mut r)) = redis_with_debug(tmp.path()) else {
+        return;
+    };
+    let mut w = UnixStream::connect(tmp.path().join("s")).unwrap();
+    w.set_read_timeout(Some(resp::EVENTUALLY)).unwrap();
+    let types = [
+        "string", "integer", "double", "bignum", "null", "array", "set", "map", "attrib",
+        "verbatim", "true", "false",
+    ];
+    for proto in ["2", "3"] {
+        reply_bytes(&mut w, &format!("HELLO {proto}"));
+        reply_bytes(&mut r, &format!("HELLO {proto}"));
+        for t in types
+            .iter()
+            .chain(if proto == "3" { &["push"][..] } else { &[][..] })
+        {
+            let cmd = format!("DEBUG PROTOCOL {t}");
+            assert_eq!(
+                String::from_utf8_lossy(&reply_bytes(&mut w, &cmd)),
+                String::from_utf8_lossy(&reply_bytes(&mut r, &cmd)),
+                "RESP{proto} {cmd}"
+            );
+        }
+        for cmd in ["DEBUG PROTOCOL nosuch", "DEBUG NOSUCH"] {
+            assert_eq!(reply_bytes(&mut w, cmd)[0], b'-', "{cmd}");
+            assert_eq!(reply_bytes(&mut r, cmd)[0], b'-', "{cmd}");
+        }
     }
 }
 
