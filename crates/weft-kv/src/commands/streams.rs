@@ -237,10 +237,8 @@ fn apply_trim(ks: &mut Keyspace, key: &[u8], t: &Trim, ctx: &mut Ctx<'_>, log_it
     };
     let now = ctx.now_ms;
     let n = change(ks, key, now, |s| {
-        match s.trim_point(t.maxlen, t.minid, t.approx, limit) {
-            Some(below) => Some((below, s.remove_below(below))),
-            None => None,
-        }
+        s.trim_point(t.maxlen, t.minid, t.approx, limit)
+            .map(|below| (below, s.remove_below(below)))
     });
     match n {
         Some((below, n)) if n > 0 => {
@@ -275,7 +273,7 @@ pub fn xadd(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         Err(e) => return e,
     };
     let fields = &args[at + 1..];
-    if fields.is_empty() || fields.len() % 2 != 0 {
+    if fields.is_empty() || !fields.len().is_multiple_of(2) {
         return arity;
     }
     if wanted == Some((0, Some(0))) {
@@ -605,7 +603,7 @@ pub fn parse_read<'a>(args: &[&'a [u8]], group_cmd: bool) -> Result<ReadArgs<'a>
             r.count = int(args[i])?.max(0) as usize;
         } else if eq(a, "streams") && more >= 1 {
             let n = args.len() - i - 1;
-            if n % 2 != 0 {
+            if !n.is_multiple_of(2) {
                 return Err(Reply::error(format!(
                     "ERR Unbalanced {name} list of streams: for each stream key an ID or '$' must be specified."
                 )));
@@ -675,13 +673,16 @@ fn check_read(
     }
 }
 
+/// COUNT, GROUP's group and consumer, NOACK.
+type ServeArgs<'a> = (usize, Option<(&'a [u8], &'a [u8])>, bool);
+
 /// Serves one key of a read (checked): its entries, or `None` when it has nothing to
 /// serve (it is then left out of the reply).
 fn serve_read(
     ks: &mut Keyspace,
     key: &[u8],
     idarg: &[u8],
-    r: (usize, Option<(&[u8], &[u8])>, bool),
+    r: ServeArgs<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Option<Reply> {
     let (count, group, noack) = r;

@@ -516,10 +516,7 @@ pub fn serve_ready(sh: &mut Shard, s: usize, shards: usize, now: u64) -> Vec<Arc
     while !sh.blocked.ready.is_empty() {
         let (db, key) = sh.blocked.ready.remove(0);
         let slot = id(db, &key);
-        loop {
-            let Some(q) = sh.blocked.keys.get_mut(&slot) else {
-                break;
-            };
+        while let Some(q) = sh.blocked.keys.get_mut(&slot) {
             q.retain(|w| w.waiting());
             let waiters: Vec<Arc<Waiter>> = q.iter().cloned().collect();
             let at = waiters
