@@ -7,8 +7,8 @@
 //!   key never read and a second write are not told;
 //! - RESP2 through REDIRECT to a connection subscribed to `__redis__:invalidate`, and
 //!   FLUSHALL's null invalidation;
-//! - BCAST with prefixes, NOLOOP, OPTIN with CLIENT CACHING yes, OPTOUT with CLIENT
-//!   CACHING no, and expiry;
+//! - BCAST with prefixes (a command's keys of one shard in one message), NOLOOP,
+//!   OPTIN with CLIENT CACHING yes, OPTOUT with CLIENT CACHING no, and expiry;
 //! - `tracking-table-max-keys` bounds the remembered keys (the others are told);
 //! - the option errors, GETREDIR and TRACKINGINFO, compared with redis-server's
 //!   replies when it is installed.
@@ -171,6 +171,21 @@ fn bcast_prefixes_noloop_optin_optout_and_expiry() {
     }
     assert_eq!(b.read(), push("a:1"));
     assert_eq!(b.read(), push("b:2"));
+    // The keys one command changes come in one message per shard (the keys of a
+    // shard, together), as Redis gathers them.
+    assert_eq!(w.call(&["MSET", "a:x", "1", "c:2", "2", "a:y", "3"]), ok());
+    let mut got = Vec::new();
+    let mut messages = 0;
+    while got.len() < 2 {
+        let m = b.read();
+        assert_eq!(m.kind(), b'>');
+        assert_eq!(m.items()[0], bulk("invalidate"));
+        got.extend(m.items()[1].items().iter().map(Val::text));
+        messages += 1;
+    }
+    got.sort();
+    assert_eq!(got, ["a:x", "a:y"]);
+    assert!(messages <= 2);
     assert_eq!(w.info_field("stats", "tracking_total_prefixes"), 2);
     assert_eq!(b.call(&["CLIENT", "TRACKING", "OFF"]), ok());
 

@@ -11,14 +11,18 @@
 //!   the next change. OPTIN remembers only the keys of the command after `CLIENT
 //!   CACHING yes`; OPTOUT all but those of the command after `CLIENT CACHING no`.
 //! - **BCAST**: nothing is remembered; every change of a key that starts with one of
-//!   the connection's prefixes (every key, with none) sends it an invalidation.
+//!   the connection's prefixes (every key, with none) sends it an invalidation: the
+//!   keys are noted, and sent one message per prefix once the writing connection has
+//!   run its pipeline (a transaction's keys together), as Redis sends them once a
+//!   round of its event loop ([`flush_bcast`]).
 //! - **NOLOOP**: a connection is not told of the changes it makes itself.
 //!
 //! # Messages
-//! An invalidation is `["invalidate", [key]]`: a RESP3 push on the tracking connection
-//! itself, or, with REDIRECT, on the connection it redirects to: a push if that one
-//! speaks RESP3, else a pub/sub message of the channel `__redis__:invalidate` if that
-//! one is subscribed (to anything, as Redis checks), else nothing. FLUSHDB and FLUSHALL
+//! An invalidation is `["invalidate", [key, ...]]`: a RESP3 push on the tracking
+//! connection itself, or, with REDIRECT, on the connection it redirects to: a push if
+//! that one speaks RESP3, else a pub/sub message of the channel
+//! `__redis__:invalidate` if that one is subscribed (to anything, as Redis checks),
+//! else nothing. FLUSHDB and FLUSHALL
 //! send every tracking connection one invalidation with a null instead of keys, and
 //! empty the table. A RESP3 connection whose REDIRECT target is gone is told
 //! `["tracking-redir-broken", id]` instead.
@@ -122,38 +126,74 @@ pub fn active() -> bool {
 #[inline]
 pub fn written(key: &[u8]) {
     if active() {
-        changed(key);
+        changed(&[key]);
+        flush_bcast();
     }
 }
 
-/// The keys of the records `records` (whole frames a command logged) changed.
+/// The keys of the records `records` (whole frames a command logged on a shard)
+/// changed: each remembering connection is told of each key, each BCAST connection
+/// once of all its keys (as Redis gathers them).
 pub(crate) fn written_records(records: &[u8]) {
+    let mut keys: Vec<&[u8]> = Vec::new();
     let mut at = 0;
     while at < records.len() {
         let (_, rec, n) =
             crate::log::decode_frame(&records[at..]).expect("a command logs whole records");
         if let Some(key) = rec.key() {
-            written(key);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
         }
         at += n;
+    }
+    if !keys.is_empty() {
+        changed(&keys);
     }
 }
 
 #[cold]
-fn changed(key: &[u8]) {
+fn changed(keys: &[&[u8]]) {
     let writer = WRITER.get();
     if KEYS.load(Relaxed) > 0 {
-        let ids = lock(&TABLE[part(key)]).remove(key);
-        if let Some(ids) = ids {
-            KEYS.fetch_sub(1, Relaxed);
-            ITEMS.fetch_sub(ids.len(), Relaxed);
-            tell(&ids, key, writer);
+        for key in keys {
+            let ids = lock(&TABLE[part(key)]).remove(*key);
+            if let Some(ids) = ids {
+                KEYS.fetch_sub(1, Relaxed);
+                ITEMS.fetch_sub(ids.len(), Relaxed);
+                tell(&ids, key, writer);
+            }
         }
     }
     if BCAST_N.load(Relaxed) > 0 {
+        let mut noted = false;
         for t in BCASTS.read().unwrap_or_else(|p| p.into_inner()).iter() {
-            t.changed_bcast(key, writer);
+            noted |= t.changed_bcast(keys, writer);
         }
+        if noted {
+            PENDING.store(true, Relaxed);
+        }
+    }
+}
+
+/// BCAST connections have keys noted and not yet sent.
+static PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sends the BCAST connections the keys noted for them: one message per prefix. A
+/// connection calls it once it has run a pipeline (so a transaction's keys come
+/// together, as Redis sends them once a round of its event loop); an expiry, at once.
+#[inline]
+pub fn flush_bcast() {
+    if PENDING.load(Relaxed) {
+        flush_pending();
+    }
+}
+
+#[cold]
+fn flush_pending() {
+    PENDING.store(false, Relaxed);
+    for t in BCASTS.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        t.send_pending();
     }
 }
 
@@ -273,6 +313,9 @@ pub struct Tracking {
     /// CLIENT CACHING was given for the next command (only the connection touches
     /// it): 0 no, 1 yes, 2 yes, and EXEC ran (it ends at the next command).
     caching: AtomicU8,
+    /// BCAST: the keys changed since its last message, by prefix (sent by
+    /// [`flush_bcast`]).
+    pending: Mutex<Vec<(Vec<u8>, Vec<Vec<u8>>)>>,
 }
 
 impl Tracking {
@@ -283,6 +326,7 @@ impl Tracking {
             own,
             state: Mutex::new(State::default()),
             caching: AtomicU8::new(0),
+            pending: Mutex::new(Vec::new()),
         })
     }
 
@@ -359,6 +403,7 @@ impl Tracking {
         let bcast = st.flags & BCAST != 0;
         *st = State::default();
         drop(st);
+        lock(&self.pending).clear();
         self.caching.store(0, Relaxed);
         CLIENTS
             .write()
@@ -448,42 +493,70 @@ impl Tracking {
         if !st.on || st.flags & BCAST != 0 || (st.flags & NOLOOP != 0 && writer == self.id) {
             return;
         }
-        self.send_locked(st, Some(key));
+        self.send_locked(st, Some(&[key]));
     }
 
-    /// A key changed, by connection `writer`: told if it is in BCAST mode with a
-    /// prefix of the key.
-    fn changed_bcast(&self, key: &[u8], writer: u64) {
+    /// Keys changed, by connection `writer`: noted for its next message if it is in
+    /// BCAST mode and they start with one of its prefixes (true: some were).
+    fn changed_bcast(&self, keys: &[&[u8]], writer: u64) -> bool {
         let st = lock(&self.state);
-        if !st.on
-            || st.flags & BCAST == 0
-            || (st.flags & NOLOOP != 0 && writer == self.id)
-            || !st.prefixes.iter().any(|p| key.starts_with(p))
-        {
-            return;
+        if !st.on || st.flags & BCAST == 0 || (st.flags & NOLOOP != 0 && writer == self.id) {
+            return false;
         }
-        self.send_locked(st, Some(key));
+        let mut noted = false;
+        let mut pending = lock(&self.pending);
+        for k in keys {
+            let Some(p) = st.prefixes.iter().find(|p| k.starts_with(p)) else {
+                continue;
+            };
+            let at = match pending.iter().position(|(q, _)| q == p) {
+                Some(at) => at,
+                None => {
+                    pending.push((p.clone(), Vec::new()));
+                    pending.len() - 1
+                }
+            };
+            let list = &mut pending[at].1;
+            if !list.iter().any(|x| x == k) {
+                list.push(k.to_vec());
+                noted = true;
+            }
+        }
+        noted
     }
 
-    /// Sends an invalidation of `key` (`None`: every key, after a flush).
-    fn send(&self, key: Option<&[u8]>) {
+    /// Sends what [`Tracking::changed_bcast`] noted: one message per prefix.
+    fn send_pending(&self) {
+        let pending = std::mem::take(&mut *lock(&self.pending));
+        for (_, keys) in pending {
+            let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            self.send(Some(&keys));
+        }
+    }
+
+    /// Sends an invalidation of `keys` (`None`: every key, after a flush).
+    fn send(&self, keys: Option<&[&[u8]]>) {
         let st = lock(&self.state);
         if st.on {
-            self.send_locked(st, key);
+            self.send_locked(st, keys);
         }
     }
 
-    fn send_locked(&self, mut st: MutexGuard<'_, State>, key: Option<&[u8]>) {
+    fn send_locked(&self, mut st: MutexGuard<'_, State>, keys: Option<&[&[u8]]>) {
         // A flush's null, as the tracking connection's protocol writes it.
         let null: &[u8] = if self.own.proto() >= 3 {
             b"_\r\n"
         } else {
             b"$-1\r\n"
         };
-        let payload = |out: &mut Vec<u8>| match key {
-            Some(k) => {
-                out.extend_from_slice(b"*1\r\n");
-                crate::resp::reply::bulk(k, out);
+        let payload = |out: &mut Vec<u8>| match keys {
+            Some(keys) => {
+                out.push(b'*');
+                out.extend_from_slice(itoa::Buffer::new().format(keys.len()).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                for k in keys {
+                    crate::resp::reply::bulk(k, out);
+                }
             }
             None => out.extend_from_slice(null),
         };

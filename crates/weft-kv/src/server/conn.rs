@@ -393,6 +393,8 @@ where
             while b.next < b.cmds.len() && !conn.close {
                 let mut send = |w: &mut Vec<u8>, held: usize| out.send(w, input + held);
                 let ran = run_pipeline(&server, &mut conn, &mut b, &rbuf, limit, &mut send);
+                // The keys the pipeline changed, told to BCAST trackers together.
+                crate::pubsub::tracking::flush_bcast();
                 if writer.is_none() {
                     if let Some(s) = client.pubsub.get() {
                         writer = pubsub::spawn_writer(stream.clone(), s.clone());
