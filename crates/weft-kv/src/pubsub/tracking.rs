@@ -286,6 +286,9 @@ fn make_room() {
     }
 }
 
+/// A BCAST prefix and the keys of it changed since the last message.
+type Pending = (Vec<u8>, Vec<Vec<u8>>);
+
 /// What CLIENT TRACKING set.
 #[derive(Clone, Default)]
 pub struct State {
@@ -315,7 +318,7 @@ pub struct Tracking {
     caching: AtomicU8,
     /// BCAST: the keys changed since its last message, by prefix (sent by
     /// [`flush_bcast`]).
-    pending: Mutex<Vec<(Vec<u8>, Vec<Vec<u8>>)>>,
+    pending: Mutex<Vec<Pending>>,
 }
 
 impl Tracking {
