@@ -132,6 +132,7 @@ impl Settings {
         };
         vec![
             ("appendonly", "yes".into()),
+            ("aof-use-rdb-preamble", "no".into()),
             ("appendfsync", self.fsync().name().into()),
             ("save", String::new()),
             ("maxmemory", self.maxmemory().to_string()),
@@ -340,6 +341,8 @@ impl Settings {
                 format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
             })?,
             "save" | "appendonly" if value.is_empty() || value == "yes" => {}
+            // The log is never an RDB file with records after it: "no" is what it is.
+            "aof-use-rdb-preamble" if value == "no" => {}
             _ => {
                 return Err(format!(
                     "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
