@@ -2,8 +2,8 @@
 //! and XREADGROUP with BLOCK, as clients see them: readers of keys on both shards woken
 //! by an XADD from another connection (every XREAD reader gets the entry; of a group's
 //! consumers, the first blocked), the RESP2 and RESP3 shapes of the reply, a timeout's
-//! null array, BLOCK inside MULTI answering at once, XREAD over keys of both shards, and
-//! a group's pending entries after a restart.
+//! null array, BLOCK inside MULTI answering at once, XREAD over keys of both shards, a
+//! group's pending entries after a restart, and the stream commands' keyspace events.
 
 mod common;
 #[path = "common/kv.rs"]
@@ -231,4 +231,55 @@ fn consumers_of_a_group_are_served_first_blocked_first_and_their_pending_entries
     let mut c = Wire::connect(&again.socket);
     assert_eq!(c.call(&["XPENDING", &key, "g"]), pending);
     assert_eq!(c.call(&["XLEN", &key]), Val::Line(b':', "2".into()));
+}
+
+/// Keyspace events of the stream commands (class `t`, and `n` for a stream made), in
+/// the order the commands run, as Redis 7.0 sends them; none for a command that
+/// changes nothing.
+#[test]
+fn stream_commands_publish_their_keyspace_events() {
+    let s = TempKv::start(0, &["--workers", "2", "--notify-keyspace-events", "Etn"]);
+    let mut c = Wire::connect(&s.socket);
+    let mut sub = Wire::connect(&s.socket);
+    sub.call(&["PSUBSCRIBE", "__keyevent@0__:*"]);
+    let script: [&[&str]; 13] = [
+        &["XADD", "s", "1-1", "f", "v"],
+        &["XADD", "s", "2-1", "f", "v"],
+        &["XADD", "s", "MAXLEN", "1", "3-1", "f", "v"],
+        &["XDEL", "s", "9-9"],
+        &["XDEL", "s", "3-1"],
+        &["XTRIM", "s", "MAXLEN", "5"],
+        &["XSETID", "s", "5-0"],
+        &["XGROUP", "CREATE", "s", "g", "$"],
+        &["XGROUP", "CREATECONSUMER", "s", "g", "c"],
+        &["XGROUP", "SETID", "s", "g", "0"],
+        &["XGROUP", "DELCONSUMER", "s", "g", "c"],
+        &["XGROUP", "DESTROY", "s", "g"],
+        &["XGROUP", "CREATE", "t", "g", "$", "MKSTREAM"],
+    ];
+    for line in script {
+        c.call(line);
+    }
+    let want = [
+        "new",
+        "xadd",
+        "xadd",
+        "xadd",
+        "xtrim",
+        "xdel",
+        "xsetid",
+        "xgroup-create",
+        "xgroup-createconsumer",
+        "xgroup-setid",
+        "xgroup-delconsumer",
+        "xgroup-destroy",
+        "new",
+        "xgroup-create",
+    ];
+    for event in want {
+        let m = sub.read();
+        let items = m.items();
+        assert_eq!(items[0].text(), "pmessage");
+        assert_eq!(items[2].text(), format!("__keyevent@0__:{event}"));
+    }
 }
