@@ -283,3 +283,106 @@ fn stream_commands_publish_their_keyspace_events() {
         assert_eq!(items[2].text(), format!("__keyevent@0__:{event}"));
     }
 }
+
+/// Consumers of one group on two streams (one on each shard), blocking with short
+/// timeouts while a producer adds entries to both: every entry is delivered to exactly
+/// one consumer, and once all are acknowledged nothing is pending.
+/// `WEFT_KV_STRESS=1` adds more entries and consumers.
+#[test]
+fn a_group_delivers_every_entry_once_under_blocked_consumers() {
+    let stress = std::env::var("WEFT_KV_STRESS").is_ok_and(|v| v == "1");
+    let (entries, consumers) = if stress { (5000u64, 8) } else { (300u64, 3) };
+    let s = TempKv::start(0, &["--workers", "2"]);
+    let (a, b) = (key_on("qa", 0), key_on("qb", 1));
+    let mut c = Wire::connect(&s.socket);
+    for k in [&a, &b] {
+        c.call(&["XGROUP", "CREATE", k, "g", "$", "MKSTREAM"]);
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..consumers)
+        .map(|i| {
+            let (sock, a, b, done) = (s.socket.clone(), a.clone(), b.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut w = Wire::connect(&sock);
+                let name = format!("c{i}");
+                let mut got: Vec<String> = Vec::new();
+                let deadline = Instant::now() + CEILING;
+                loop {
+                    let r = w.call(&[
+                        "XREADGROUP",
+                        "GROUP",
+                        "g",
+                        &name,
+                        "COUNT",
+                        "7",
+                        "BLOCK",
+                        "20",
+                        "STREAMS",
+                        &a,
+                        &b,
+                        ">",
+                        ">",
+                    ]);
+                    let mut n = 0;
+                    for stream in r.items() {
+                        let key = stream.items()[0].text();
+                        for e in stream.items()[1].items() {
+                            let id = e.items()[0].text();
+                            assert_eq!(w.call(&["XACK", &key, "g", &id]).int(), Some(1));
+                            got.push(format!("{key}/{id}"));
+                            n += 1;
+                        }
+                    }
+                    if n == 0 && done.load(std::sync::atomic::Ordering::SeqCst) {
+                        return got;
+                    }
+                    assert!(Instant::now() < deadline, "consumer {name} never finished");
+                }
+            })
+        })
+        .collect();
+    for i in 1..=entries {
+        let k = if i % 2 == 0 { &a } else { &b };
+        c.call(&["XADD", k, &format!("{i}-1"), "n", &i.to_string()]);
+    }
+    // Every entry is delivered before the consumers may stop: wait until the groups
+    // have delivered the last one.
+    let deadline = Instant::now() + CEILING;
+    loop {
+        let pending_or_new = [&a, &b].iter().any(|k| {
+            let info = c.call(&["XINFO", "GROUPS", k]);
+            let g = info.items()[0].items();
+            let lag = g
+                .chunks(2)
+                .find(|p| p[0].text() == "lag")
+                .and_then(|p| p[1].int());
+            lag != Some(0)
+        });
+        if !pending_or_new {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the entries were never all delivered"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut all: Vec<String> = readers
+        .into_iter()
+        .flat_map(|r| r.join().unwrap())
+        .collect();
+    all.sort();
+    let mut want: Vec<String> = (1..=entries)
+        .map(|i| format!("{}/{i}-1", if i % 2 == 0 { &a } else { &b }))
+        .collect();
+    want.sort();
+    assert_eq!(all, want, "each entry once");
+    for k in [&a, &b] {
+        assert_eq!(
+            c.call(&["XPENDING", k, "g"]).items()[0].int(),
+            Some(0),
+            "nothing pending on {k}"
+        );
+    }
+}
