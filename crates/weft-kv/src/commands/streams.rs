@@ -251,7 +251,7 @@ fn apply_trim(ks: &mut Keyspace, key: &[u8], t: &Trim, ctx: &mut Ctx<'_>, log_it
     }
 }
 
-/// XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value
+/// XADD key \[NOMKSTREAM\] \[MAXLEN|MINID \[=|~\] threshold \[LIMIT count\]\] *|id field value
 /// [field value ...]: appends an entry and answers its ID (nil with NOMKSTREAM and
 /// no stream). The ID is `*` (the time in ms, or the last ID's ms with the next
 /// sequence), `ms-*` (the next sequence in that ms) or `ms-seq`, above the last ID
@@ -829,7 +829,7 @@ pub fn xread(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     read_all(ks, args, ctx, false)
 }
 
-/// XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK] STREAMS key [key
+/// XREADGROUP GROUP group consumer \[COUNT count\] \[BLOCK ms\] \[NOACK\] STREAMS key \[key
 /// ...] id [id ...]: with `>`, the entries the group has not delivered yet (the group's
 /// last ID moves on, and each becomes pending on the consumer unless NOACK); with an
 /// ID, the consumer's pending entries after it (not the ID itself) (each delivered once more; a pending
@@ -959,7 +959,7 @@ pub fn run_multi(
 
 // ---- groups ------------------------------------------------------------------------
 
-/// XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n], SETID key group id|$
+/// XGROUP CREATE key group id|$ \[MKSTREAM\] \[ENTRIESREAD n\], SETID key group id|$
 /// [ENTRIESREAD n], DESTROY key group, CREATECONSUMER key group consumer, DELCONSUMER
 /// key group consumer, HELP. The key must exist (CREATE with MKSTREAM makes an empty
 /// stream); the group must exist but for CREATE (`BUSYGROUP` if it does) and DESTROY
@@ -1210,7 +1210,7 @@ pub fn xack(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Int(0)
 }
 
-/// XPENDING key group [[IDLE min-idle-time] start end count [consumer]]: without a
+/// XPENDING key group \[\[IDLE min-idle-time\] start end count \[consumer\]\]: without a
 /// range, `[count, first ID, last ID, [[consumer, count], ...]]` (nils when nothing is
 /// pending); with one, up to `count` pending entries from start to end (of one
 /// consumer, if named; idle at least IDLE ms), each `[id, consumer, idle ms,
@@ -1325,7 +1325,7 @@ struct Claimed {
 }
 
 /// XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-ms]
-/// [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID id]: gives the consumer the pending
+/// \[RETRYCOUNT count\] \[FORCE\] \[JUSTID\] \[LASTID id\]: gives the consumer the pending
 /// entries idle at least min-idle-time (FORCE: also entries not pending, if in the
 /// stream), setting their delivery time (now, or IDLE/TIME) and count (RETRYCOUNT, or
 /// one more unless JUSTID); a pending entry no longer in the stream is dropped from
@@ -1507,7 +1507,7 @@ fn finish_claim(ctx: &mut Ctx<'_>, key: &[u8], c: Claimed) {
     }
 }
 
-/// XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]: XCLAIM
+/// XAUTOCLAIM key group consumer min-idle-time start \[COUNT count\] \[JUSTID\]: XCLAIM
 /// of the pending entries from start on idle at least min-idle-time, at most COUNT
 /// (100) of them, looking at ten times as many. Answers `[next start (0-0 when the
 /// list is done), claimed entries, IDs dropped because no longer in the stream]`.

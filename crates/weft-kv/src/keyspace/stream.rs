@@ -10,7 +10,7 @@
 //! Entries are kept in a B-tree by ID. Redis keeps them in listpack *nodes* of at most
 //! `stream-node-max-entries` (100) entries and `stream-node-max-bytes` (4096) bytes,
 //! and its approximate trimming (`~`) removes whole nodes only; so each entry notes the
-//! node it would be in, and [`Stream::trim`] decides as Redis does. Node numbers are
+//! node it would be in, and `Stream::trim_point` decides as Redis does. Node numbers are
 //! not logged: replay of the log rebuilds them as they were, a compacted image packs
 //! the surviving entries into fresh nodes (which only changes which later `~` trims
 //! remove nothing; each trim logs what it removed).
