@@ -367,8 +367,8 @@ fn accept_and_connect_take_timeouts() {
 /// `send_then_discard` sends the whole reply, then takes exactly the peeked bytes off
 /// the socket (what follows them stays, whole), on both backends: a short discard (one
 /// system call on io_uring), one past the chained size (plain calls after the send),
-/// and a reply larger than the peer's socket buffer (the send waits while the peer
-/// does not read; the discard comes after it).
+/// and replies larger than the peer's socket buffer, past the chained size and within
+/// it (the send waits while the peer does not read; the discard comes after it).
 #[test]
 fn send_then_discard_sends_all_then_takes_exactly_the_peeked_bytes() {
     for b in backends() {
@@ -380,6 +380,9 @@ fn send_then_discard_sends_all_then_takes_exactly_the_peeked_bytes() {
                 (vec![b'q'; 14], vec![b'r'; 5]),
                 (vec![b'Q'; 100_000], vec![b'R'; 7]),
                 (vec![b'x'; 3], vec![b'y'; 4 << 20]),
+                // Larger than the socket's buffer but chained: the send must finish
+                // before the recv runs, and the recv's bytes are not taken twice.
+                (vec![b'z'; 3], vec![b'w'; 512 << 10]),
             ] {
                 // The peer, on an OS thread (plain blocking calls).
                 let reader = {
@@ -408,6 +411,6 @@ fn send_then_discard_sends_all_then_takes_exactly_the_peeked_bytes() {
             }
             results
         });
-        assert_eq!(got, vec![*b"next"; 3], "{b:?}");
+        assert_eq!(got, vec![*b"next"; 4], "{b:?}");
     }
 }

@@ -1220,7 +1220,9 @@ pub(crate) fn send_then_discard(
                 sd.buf.as_ptr(),
                 sd.buf.len() as u32,
             )
-            .flags(libc::MSG_NOSIGNAL)
+            // All of it before the link goes on: without MSG_WAITALL, io_uring
+            // completes a send that found too little room short, and runs the recv.
+            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
             .build()
             .flags(io_uring::squeue::Flags::IO_LINK)
             .user_data(su),
@@ -1278,7 +1280,8 @@ pub(crate) fn send_then_discard(
         }
         // A short send or a recv that did not run: the plain calls finish the work.
         sent = s.max(0) as usize;
-        if r > 0 && sent == buf.len() {
+        if r > 0 {
+            // What the recv took is gone, whatever the send did.
             left -= (r as usize).min(left);
         }
     }
