@@ -361,7 +361,7 @@ fn write_table(
             };
             [
                 f.id.to_string(),
-                intro::state_name(f.state).to_string(),
+                intro::state_label(f),
                 f.running_on
                     .map_or_else(|| "-".to_string(), |t| t.to_string()),
                 f.creator_tid.to_string(),

@@ -391,7 +391,7 @@ fn render(
             s,
             "{:>8}  {:<8}  {:>8}  {:>12}  {:>10}  {:>12}  {:>6}  {:>8}  {:<name_w$}  {:<site_w$}  {}",
             f.id,
-            intro::state_name(f.state),
+            intro::state_label(f),
             f.running_on
                 .map_or_else(|| "-".to_string(), |t| t.to_string()),
             f.activations,

@@ -6,6 +6,11 @@
 //! again; if it changed, retry. A copy taken this way is never torn, even while the
 //! target switches millions of times a second, and the target never waits for readers.
 //!
+//! A slot its owner keeps busy for the reader's whole patience (a fiber switching
+//! without pause while the reader is descheduled, or a writer stopped mid-update) is
+//! still listed, from a copy of each field on its own, marked as not consistent (see
+//! [`FiberInfo::consistent`]): a snapshot lists every live fiber once.
+//!
 //! Tick counts become time with the registry's (TSC, CLOCK_MONOTONIC) pair and one taken
 //! now: the time-stamp counter is the same on every CPU of the machine.
 
@@ -40,8 +45,11 @@ pub struct Snapshot {
     pub pid: i32,
     /// Its fibers (created fibers, converted threads and green threads), in slot order.
     pub fibers: Vec<FiberInfo>,
-    /// Slots whose owner kept them busy for longer than [`READ_PATIENCE`], so no
-    /// consistent copy could be taken (they are not in `fibers`).
+    /// Slots whose owner kept them busy for longer than [`READ_PATIENCE`] and which
+    /// could not be told to belong to a fiber (their label did not name the fiber the
+    /// slot did: the slot was being given to a new fiber). They are not in `fibers`.
+    /// A busy slot whose label names its fiber is listed, marked not
+    /// [`consistent`](FiberInfo::consistent).
     pub unreadable: usize,
 }
 
@@ -86,6 +94,13 @@ pub struct FiberInfo {
     pub function: Option<String>,
     /// Where it was spawned (Rust fibers and green threads).
     pub spawned_at: Option<SpawnSite>,
+    /// True when the statistics were copied as one (under the slot's seqlock). False
+    /// when the owner kept the slot busy for the reader's whole patience: each field
+    /// is then a value it held while the reader looked, but not necessarily all from
+    /// the same moment (the state may be a switch behind or ahead of the counts, and
+    /// the run time leaves out a current slice). The id, stack and label are the
+    /// fiber's.
+    pub consistent: bool,
 }
 
 /// A source location: where a fiber was spawned.
@@ -208,7 +223,8 @@ pub(crate) fn read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
     with_patience(|| try_read_slot(s, now))
 }
 
-/// Calls `attempt` until it gives a consistent copy, for up to [`READ_PATIENCE`].
+/// Calls `attempt` until it gives a consistent copy, for up to [`READ_PATIENCE`] and
+/// at least [`READ_TRIES`] attempts.
 #[inline(always)]
 fn with_patience<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
     let mut deadline = None;
@@ -220,9 +236,11 @@ fn with_patience<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
         tries += 1;
         if tries.is_multiple_of(64) {
             // A writer that switches every few nanoseconds can keep beating a spinning
-            // reader; give up the CPU now and then, and bound the wait by time.
+            // reader; give up the CPU now and then, and bound the wait by time. By
+            // tries too: on a loaded machine the yields alone can use up the time (a
+            // reader descheduled for 20 ms at each would give up after 256 tries).
             let d = *deadline.get_or_insert_with(|| std::time::Instant::now() + READ_PATIENCE);
-            if std::time::Instant::now() > d {
+            if tries >= READ_TRIES && std::time::Instant::now() > d {
                 return None;
             }
             std::thread::yield_now();
@@ -234,6 +252,8 @@ fn with_patience<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
 
 /// How long a reader retries a slot its owner keeps busy.
 pub const READ_PATIENCE: Duration = Duration::from_millis(50);
+/// How many times, at least, a reader tries a slot its owner keeps busy.
+const READ_TRIES: u32 = 4096;
 
 /// A label's texts, copied consistently.
 #[derive(Debug, Clone, Default)]
@@ -272,13 +292,11 @@ fn text(bytes: &[u8]) -> Option<String> {
     (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
 }
 
+/// The fields of the slot's first line (those a switch writes, and the ones set with
+/// them when the slot is filled), each loaded on its own; the others left 0.
 #[inline(always)]
-fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
-    let before = s.seq.load(Acquire);
-    if before & 1 == 1 {
-        return None;
-    }
-    let mut r = RawSlot {
+fn load_first_line(s: &Slot) -> RawSlot {
+    RawSlot {
         state: s.state.load(Relaxed),
         id: s.id.load(Relaxed),
         activations: s.activations.load(Relaxed),
@@ -287,11 +305,26 @@ fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
         last_tid: s.last_tid.load(Relaxed),
         creator_tid: s.creator_tid.load(Relaxed),
         entry: s.entry.load(Relaxed),
-        failed_activations: 0,
-        stack_base: 0,
-        stack_size: 0,
-        flags: 0,
-    };
+        ..RawSlot::default()
+    }
+}
+
+/// Adds the fields no switch writes (set when the slot is filled) to `r`.
+#[inline(always)]
+fn load_second_line(s: &Slot, r: &mut RawSlot) {
+    r.failed_activations = s.failed_activations.load(Relaxed);
+    r.stack_base = s.stack_base.load(Relaxed);
+    r.stack_size = s.stack_size.load(Relaxed);
+    r.flags = s.flags.load(Relaxed);
+}
+
+#[inline(always)]
+fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
+    let before = s.seq.load(Acquire);
+    if before & 1 == 1 {
+        return None;
+    }
+    let mut r = load_first_line(s);
     let start = s.switched_in_at.load(Relaxed);
     fence(Acquire);
     if s.seq.load(Relaxed) != before {
@@ -300,12 +333,22 @@ fn try_read_slot(s: &Slot, now: u64) -> Option<RawSlot> {
     if r.state == registry::SLOT_RUNNING && start != 0 {
         r.run_ticks += now.saturating_sub(start);
     }
-    // Fields no switch writes (set when the slot is filled): read after the check.
-    r.failed_activations = s.failed_activations.load(Relaxed);
-    r.stack_base = s.stack_base.load(Relaxed);
-    r.stack_size = s.stack_size.load(Relaxed);
-    r.flags = s.flags.load(Relaxed);
+    // Read after the check: no switch writes them.
+    load_second_line(s, &mut r);
     Some(r)
+}
+
+/// A copy of a slot its owner kept busy for the reader's whole patience: each field on
+/// its own, with no consistency between them. `None` when the slot shows no fiber
+/// (free) or its fiber id changed while it was copied (it is being given to a new
+/// fiber).
+fn read_slot_unchecked(s: &Slot) -> Option<RawSlot> {
+    // The run time leaves out the current slice: its start may belong to another
+    // switch than the total read here.
+    let mut r = load_first_line(s);
+    load_second_line(s, &mut r);
+    fence(Acquire);
+    (r.state != registry::SLOT_FREE && s.id.load(Relaxed) == r.id).then_some(r)
 }
 
 /// Lists every registry in [`registry_dir`], live or stale.
@@ -432,21 +475,36 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
     let mut unreadable = 0;
     'slots: for i in 0..used {
         let mut attempts = 0;
-        let (r, label) = loop {
+        let (r, label, consistent) = loop {
             let Some(r) = read_slot(map.slot(i), now) else {
-                unreadable += 1;
-                continue 'slots;
+                // Busy for the whole patience: list the fiber from a copy of each
+                // field, if its label (written only when the fiber is created or
+                // renamed) says the slot is that fiber's. Version 1 has no label.
+                let fiber = labels
+                    .then(|| read_slot_unchecked(map.slot(i)))
+                    .flatten()
+                    .and_then(|r| {
+                        let l = read_label(map.label(i)).filter(|l| l.id == r.id)?;
+                        Some((r, Some(l), false))
+                    });
+                match fiber {
+                    Some(f) => break f,
+                    None => {
+                        unreadable += 1;
+                        continue 'slots;
+                    }
+                }
             };
             if !labels || r.state == registry::SLOT_FREE {
-                break (r, None);
+                break (r, None, true);
             }
             match read_label(map.label(i)) {
-                Some(l) if l.id == r.id => break (r, Some(l)),
+                Some(l) if l.id == r.id => break (r, Some(l), true),
                 // The slot was freed and given to another fiber between the two
                 // copies (or its label is being written): read both again, a few
                 // times, then show the fiber without its label.
                 _ if attempts < 3 => attempts += 1,
-                _ => break (r, None),
+                _ => break (r, None, true),
             }
         };
         let state = match r.state {
@@ -477,6 +535,7 @@ pub fn read(pid: i32) -> Result<Snapshot, IntrospectError> {
                 line: label.line,
                 column: label.column,
             }),
+            consistent,
         });
     }
     Ok(Snapshot {

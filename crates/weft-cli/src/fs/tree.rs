@@ -639,6 +639,7 @@ mod tests {
             name: None,
             function: None,
             spawned_at: None,
+            consistent: true,
         }
     }
 

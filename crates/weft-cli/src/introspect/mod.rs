@@ -62,6 +62,18 @@ pub fn state_name(state: FiberState) -> &'static str {
     }
 }
 
+/// A fiber's state as a table shows it: with `?` when its statistics were not copied
+/// as one (the fiber kept its slot busy for the whole read, see
+/// `FiberInfo::consistent`), so the state may be a switch off.
+pub fn state_label(f: &FiberInfo) -> String {
+    let name = state_name(f.state);
+    if f.consistent {
+        name.to_string()
+    } else {
+        format!("{name}?")
+    }
+}
+
 /// A duration for people: `812 ns`, `3.250 us`, `1.234 ms`, `2.500 s`.
 pub fn human_duration(d: Duration) -> String {
     let ns = d.as_nanos();
