@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use weft_kv::log::StrEnc;
 
 fn set_rec(k: &str, v: &str, at: Option<u64>) -> Record {
     Record::Set {
@@ -273,7 +274,7 @@ fn incrbyfloat() {
     let mut t = T::new();
     assert_eq!(t.run(&["incrbyfloat", "f", "0.1"]), bulk("0.1"));
     assert_eq!(t.run(&["incrbyfloat", "f", "0.2"]), bulk("0.3"));
-    assert_eq!(t.logged(), vec![set_rec("f", "0.3", None)]);
+    assert_eq!(t.logged(), vec![float_rec("f", "0.3", None)]);
     assert_eq!(t.run(&["get", "f"]), bulk("0.3"));
     assert_eq!(
         t.run(&["incrbyfloat", "f", "1e-16"]),
@@ -301,7 +302,59 @@ fn incrbyfloat() {
     );
     t.run(&["set", "i", "10"]);
     assert_eq!(t.run(&["incrbyfloat", "i", "0.5"]), bulk("10.5"));
-    assert_eq!(t.logged(), vec![set_rec("i", "10.5", None)]);
+    assert_eq!(t.logged(), vec![float_rec("i", "10.5", None)]);
+    t.check_replay();
+}
+
+/// A `SetStr` record of a string made from a float.
+fn float_rec(k: &str, v: &str, at: Option<u64>) -> Record {
+    Record::SetStr {
+        key: k.into(),
+        value: v.into(),
+        expire_at_ms: at,
+        enc: StrEnc::Float,
+    }
+}
+
+/// A string's encoding follows how it was made, as in Redis 7.0: INCRBYFLOAT's
+/// result is `embstr` even when its text is an integer (`raw` past 44 bytes), APPEND
+/// and SETRANGE make `raw`, SET and INCR decide by the bytes again; each is logged so
+/// that a replay rebuilds the same encoding.
+#[test]
+fn string_encoding_follows_how_it_was_made() {
+    let mut t = T::new();
+    let enc = |t: &mut T, k: &str| t.run(&["object", "encoding", k]);
+    assert_eq!(t.run(&["incrbyfloat", "f", "1e3"]), bulk("1000"));
+    assert_eq!(t.logged(), vec![float_rec("f", "1000", None)]);
+    assert_eq!(enc(&mut t, "f"), bulk("embstr"));
+    t.run(&["set", "e", "1000", "px", "100000"]);
+    assert_eq!(t.run(&["incrbyfloat", "e", "0"]), bulk("1000"));
+    let at = Some(t.now + 100000);
+    assert_eq!(t.logged(), vec![float_rec("e", "1000", at)]);
+    assert_eq!(enc(&mut t, "e"), bulk("embstr"));
+    let long = "1".to_string() + &"0".repeat(50);
+    assert!(!t.run(&["incrbyfloat", "l", "1e50"]).is_error());
+    assert_eq!(enc(&mut t, "l"), bulk("raw"));
+    t.run(&["set", "a", "12"]);
+    assert_eq!(enc(&mut t, "a"), bulk("int"));
+    t.run(&["append", "a", "3"]);
+    assert_eq!(enc(&mut t, "a"), bulk("raw"));
+    t.run(&["set", "r", "abc"]);
+    t.run(&["setrange", "r", "0", "1"]);
+    assert_eq!(enc(&mut t, "r"), bulk("raw"));
+    t.check_replay();
+    // SET and INCR make the string anew.
+    t.run(&["set", "l", &long]);
+    assert_eq!(enc(&mut t, "l"), bulk("raw"));
+    t.run(&["set", "l", "7"]);
+    assert_eq!(enc(&mut t, "l"), bulk("int"));
+    assert_eq!(t.run(&["incr", "f"]), Reply::Int(1001));
+    assert_eq!(enc(&mut t, "f"), bulk("int"));
+    // An error changes nothing.
+    t.run(&["incrbyfloat", "g", "2.5"]);
+    assert!(t.run(&["incrbyfloat", "g", "inf"]).is_error());
+    assert!(t.logged().is_empty());
+    assert_eq!(enc(&mut t, "g"), bulk("embstr"));
     t.check_replay();
 }
 

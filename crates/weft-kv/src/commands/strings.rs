@@ -26,7 +26,7 @@ use super::{
 };
 use crate::keyspace::Entry;
 use crate::keyspace::Keyspace;
-use crate::log::RecordRef;
+use crate::log::{RecordRef, StrEnc};
 use crate::pubsub::{notify, GENERIC, NEW, STRING};
 use crate::resp::Reply;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -112,19 +112,40 @@ pub(super) fn store(
     at: Option<u64>,
     ctx: &mut Ctx<'_>,
 ) {
+    store_as(ks, key, value, at, None, ctx)
+}
+
+/// [`store`] of a string made as `enc` says (`None`: as SET makes it), logged as
+/// `SetStr` then.
+fn store_as(
+    ks: &mut Keyspace,
+    key: &[u8],
+    value: &[u8],
+    at: Option<u64>,
+    enc: Option<StrEnc>,
+    ctx: &mut Ctx<'_>,
+) {
     if matches!(at, Some(t) if t <= ctx.now_ms) {
         if ks.remove(key, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key });
         }
         return;
     }
-    ctx.record(&RecordRef::Set {
-        key,
-        value,
-        expire_at_ms: at,
+    ctx.record(&match enc {
+        None => RecordRef::Set {
+            key,
+            value,
+            expire_at_ms: at,
+        },
+        Some(enc) => RecordRef::SetStr {
+            key,
+            value,
+            expire_at_ms: at,
+            enc,
+        },
     });
     let new = crate::pubsub::notify::enabled(NEW) && !ks.contains(key, ctx.now_ms);
-    ks.set(key, value, at);
+    ks.set_string(key, value, at, enc);
     if new {
         notify(ctx, NEW, "new", key);
     }
@@ -495,7 +516,8 @@ pub fn decrby(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// hexadecimal such as `0x1p3`, `inf`): a text that is not such a number, has a
 /// leading space, is 5120 bytes or longer, or overflows or underflows is `ERR value is
 /// not a valid float`; an infinite result (or NaN) is `ERR increment would produce NaN
-/// or Infinity`. The stored text is the answered text.
+/// or Infinity`. The stored text is the answered text, a string made from a float:
+/// `embstr` (`raw` past 44 bytes) even when the text is an integer, as in Redis.
 pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
@@ -520,7 +542,7 @@ pub fn incrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Repl
     if let Err(e) = fit(ks, key, text.len(), at, ctx) {
         return e;
     }
-    store(ks, key, &text, at, ctx);
+    store_as(ks, key, &text, at, Some(StrEnc::Float), ctx);
     notify(ctx, STRING, "incrbyfloat", key);
     Reply::Bulk(text)
 }

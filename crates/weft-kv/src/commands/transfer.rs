@@ -215,10 +215,13 @@ pub fn restore(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         t if abs => Some(t),
         t => Some(t.saturating_add(ctx.now_ms)),
     };
-    let (e, memory) = match value_of(args[3], key, Some(at)) {
+    let (mut e, memory) = match value_of(args[3], key, Some(at)) {
         Ok(v) => v,
         Err(e) => return e,
     };
+    // Redis encodes a restored string by its bytes alone ("1000" is `int` again);
+    // RENAME, COPY and MOVE keep how it was made.
+    e.forget_string_origin();
     if at.is_some_and(|t| t <= ctx.now_ms) {
         if replace && ks.remove(key, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key });

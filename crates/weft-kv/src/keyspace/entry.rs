@@ -285,7 +285,15 @@ impl Entry {
     /// Whether the value is a string.
     #[inline]
     pub fn is_string(&self) -> bool {
-        self.tag() <= tag::STR_RAW
+        self.tag() <= tag::STR_RAW || self.tag() == tag::STR_EMB
+    }
+
+    /// Forgets how a string was made, so that its bytes alone decide its encoding
+    /// (RESTORE: Redis encodes a loaded string anew).
+    pub fn forget_string_origin(&mut self) {
+        if self.is_string() {
+            self.set_tag(tag::STR);
+        }
     }
 
     /// Sets the tag, keeping the value's bytes (a change of encoding the caller has

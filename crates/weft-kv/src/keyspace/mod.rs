@@ -87,7 +87,7 @@ use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::num::NonZeroU64;
 
-use crate::log::{Items, RecordRef};
+use crate::log::{Items, RecordRef, StrEnc};
 pub use glob::glob_match;
 pub use replay::{Replay, BATCH};
 pub use value::{tag, Type};
@@ -224,6 +224,18 @@ impl<'a> Op<&'a [u8]> {
                 value,
                 expire_at_ms,
             } => Op::Put(Entry::new(key, value, expiry(expire_at_ms), 0)),
+            RecordRef::SetStr {
+                key,
+                value,
+                expire_at_ms,
+                enc,
+            } => Op::Put(Entry::with_tag(
+                str_tag(enc),
+                key,
+                value,
+                expiry(expire_at_ms),
+                0,
+            )),
             RecordRef::Del { key } => Op::Del { key },
             RecordRef::Expire { key, at_ms } => Op::Expire { key, at_ms },
             RecordRef::Flush => Op::Flush,
@@ -608,6 +620,18 @@ impl Keyspace {
     /// see the private `expiry` helper; the key then behaves as absent); commands remove
     /// the key instead.
     pub fn set(&mut self, key: &[u8], value: &[u8], expire_at_ms: Option<u64>) {
+        self.set_string(key, value, expire_at_ms, None)
+    }
+
+    /// [`Keyspace::set`] of a string made as `enc` says (`None`: by SET).
+    pub fn set_string(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        expire_at_ms: Option<u64>,
+        enc: Option<StrEnc>,
+    ) {
+        let t = enc.map_or(tag::STR, str_tag);
         let h = self.hash(key);
         let expire = expiry(expire_at_ms);
         match self.index.find(h, key) {
@@ -616,7 +640,7 @@ impl Keyspace {
             Some(p) => {
                 let e = self.index.at_mut(p);
                 let before = slot_memory(e);
-                e.set_value(value);
+                e.set_payload(t, value);
                 let old = e.replace_expire(expire);
                 e.set_stamp(self.stamp);
                 let after = slot_memory(e);
@@ -624,7 +648,7 @@ impl Keyspace {
                 self.saw(self.stamp);
                 self.expiry_changed(h, old.map(NonZeroU64::get), expire_at_ms.map(|t| t.max(1)));
             }
-            None => self.insert(h, Entry::new(key, value, expire, self.stamp)),
+            None => self.insert(h, Entry::with_tag(t, key, value, expire, self.stamp)),
         }
     }
 
@@ -1101,11 +1125,19 @@ impl Keyspace {
     /// type the same way ([`state::records`]).
     pub fn state_records(e: &Entry, mut f: impl FnMut(RecordRef<'_>)) {
         match e.kind() {
-            Type::String => f(RecordRef::Set {
-                key: e.key(),
-                value: e.value(),
-                expire_at_ms: e.expire_at_ms(),
-            }),
+            Type::String => match str_enc(e.tag()) {
+                None => f(RecordRef::Set {
+                    key: e.key(),
+                    value: e.value(),
+                    expire_at_ms: e.expire_at_ms(),
+                }),
+                Some(enc) => f(RecordRef::SetStr {
+                    key: e.key(),
+                    value: e.value(),
+                    expire_at_ms: e.expire_at_ms(),
+                    enc,
+                }),
+            },
             Type::Hash => hash::state_records(e, f),
             Type::ZSet => zset::state_records(e, f),
             Type::Set => set::state_records(e, f),
@@ -1124,6 +1156,23 @@ impl Keyspace {
             return 0;
         }
         self.index.visit(cursor, n, f)
+    }
+}
+
+/// The tag of a string made as `enc` says.
+fn str_tag(enc: StrEnc) -> u8 {
+    match enc {
+        StrEnc::Raw => tag::STR_RAW,
+        StrEnc::Float => tag::STR_EMB,
+    }
+}
+
+/// How a string of tag `t` was made, if that decides its encoding (its `SetStr`).
+fn str_enc(t: u8) -> Option<StrEnc> {
+    match t {
+        tag::STR_RAW => Some(StrEnc::Raw),
+        tag::STR_EMB => Some(StrEnc::Float),
+        _ => None,
     }
 }
 

@@ -35,6 +35,9 @@ pub mod tag {
     pub const SET_TABLE: u8 = 8;
     /// A stream: a pointer to a [`crate::keyspace::stream::Stream`] (`stream`).
     pub const STREAM: u8 = 11;
+    /// A string made from a float (INCRBYFLOAT's result): `embstr` up to 44 bytes,
+    /// `raw` past, never `int` even when its text is an integer (as Redis makes it).
+    pub const STR_EMB: u8 = 12;
 }
 
 /// A value's type, as TYPE names it.
@@ -86,7 +89,7 @@ impl Type {
 #[inline]
 pub fn type_of(tag: u8) -> Type {
     match tag {
-        tag::STR | tag::STR_RAW => Type::String,
+        tag::STR | tag::STR_RAW | tag::STR_EMB => Type::String,
         tag::HASH_PACKED | tag::HASH_TABLE => Type::Hash,
         tag::ZSET_PACKED | tag::ZSET_SKIP => Type::ZSet,
         tag::SET_INTS | tag::SET_PACKED | tag::SET_TABLE => Type::Set,
@@ -109,12 +112,12 @@ pub fn is_boxed(tag: u8) -> bool {
 /// What OBJECT ENCODING answers for a value of tag `tag` whose bytes (in the entry)
 /// are `bytes`. Strings follow Redis's choice: an integer of at most 20 characters
 /// that reads back the same is `int`, another string of at most 44 bytes `embstr`,
-/// a longer one, or one changed in place, `raw`.
+/// a longer one, or one changed in place, `raw`; one made from a float is never `int`.
 pub fn encoding_name(tag: u8, bytes: &[u8]) -> &'static str {
     match tag {
         tag::STR if bytes.len() <= 20 && crate::commands::parse_i64(bytes).is_some() => "int",
-        tag::STR if bytes.len() <= 44 => "embstr",
-        tag::STR | tag::STR_RAW => "raw",
+        tag::STR | tag::STR_EMB if bytes.len() <= 44 => "embstr",
+        tag::STR | tag::STR_RAW | tag::STR_EMB => "raw",
         tag::HASH_PACKED => "listpack",
         tag::LIST_PACKED => "listpack",
         tag::LIST_QUICK => "quicklist",

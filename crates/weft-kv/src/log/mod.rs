@@ -61,7 +61,7 @@ pub use dir::DataDir;
 pub use header::{DirId, LogId, HEADER_LEN};
 pub use record::{
     decode, decode_frame, decode_ref, encode, encode_in, encode_split, DecodeError, Items, Record,
-    RecordRef, DATABASES, ITEMS_PER_RECORD, MAX_VALUE,
+    RecordRef, StrEnc, DATABASES, ITEMS_PER_RECORD, MAX_VALUE,
 };
 pub use recover::{recover, recover_refs, BadFrame, RecoverError, Recovered, MAX_PAYLOAD};
 pub use rewrite::Rewriter;

@@ -14,6 +14,9 @@
 //!  15   other:u8                                    SwapDb: databases db and other swap
 //!  16   key:bytes piece:bytes                       Append
 //!  17   key:bytes offset:u64le piece:bytes          SetRange (zero-padded up to offset)
+//!  18   key:bytes value:bytes expire:opt enc:u8     SetStr: Set of a string whose making
+//!                                                   decides its encoding (enc 1: changed
+//!                                                   in place, `raw`; 2: from a float)
 //!  20   key:bytes expire:opt items                  Hash: the key holds a hash of these
 //!                                                   fields (field value field value ...)
 //!  21   key:bytes items                             HSet: these fields are set
@@ -117,6 +120,16 @@ impl PartialEq for Items<'_> {
 
 impl Eq for Items<'_> {}
 
+/// How a string was made, where that (not only its bytes) decides its OBJECT ENCODING:
+/// the `enc` byte of a `SetStr` record (kind 18).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrEnc {
+    /// Changed in place (APPEND, SETRANGE): `raw`.
+    Raw = 1,
+    /// Made from a float (INCRBYFLOAT): `embstr` up to 44 bytes, `raw` past, never `int`.
+    Float = 2,
+}
+
 /// A record borrowed from the keyspace (what a command appends), without its database
 /// (which the frame carries: [`encode_in`], [`decode_frame`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +140,13 @@ pub enum RecordRef<'a> {
         key: &'a [u8],
         value: &'a [u8],
         expire_at_ms: Option<u64>,
+    },
+    /// As `Set`, for a string whose encoding its making decides ([`StrEnc`]).
+    SetStr {
+        key: &'a [u8],
+        value: &'a [u8],
+        expire_at_ms: Option<u64>,
+        enc: StrEnc,
     },
     /// The key no longer exists.
     Del { key: &'a [u8] },
@@ -242,6 +262,13 @@ pub enum Record {
         value: Vec<u8>,
         expire_at_ms: Option<u64>,
     },
+    /// See [`RecordRef::SetStr`].
+    SetStr {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        expire_at_ms: Option<u64>,
+        enc: StrEnc,
+    },
     /// See [`RecordRef::Del`].
     Del { key: Vec<u8> },
     /// See [`RecordRef::Expire`].
@@ -348,6 +375,17 @@ impl<'a> RecordRef<'a> {
                 key: key.to_vec(),
                 value: value.to_vec(),
                 expire_at_ms,
+            },
+            RecordRef::SetStr {
+                key,
+                value,
+                expire_at_ms,
+                enc,
+            } => Record::SetStr {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                expire_at_ms,
+                enc,
             },
             RecordRef::Del { key } => Record::Del { key: key.to_vec() },
             RecordRef::Expire { key, at_ms } => Record::Expire {
@@ -479,6 +517,7 @@ impl<'a> RecordRef<'a> {
     pub fn key(&self) -> Option<&'a [u8]> {
         match *self {
             RecordRef::Set { key, .. }
+            | RecordRef::SetStr { key, .. }
             | RecordRef::Del { key }
             | RecordRef::Expire { key, .. }
             | RecordRef::Append { key, .. }
@@ -521,6 +560,17 @@ impl Record {
                 key,
                 value,
                 expire_at_ms: *expire_at_ms,
+            },
+            Record::SetStr {
+                key,
+                value,
+                expire_at_ms,
+                enc,
+            } => RecordRef::SetStr {
+                key,
+                value,
+                expire_at_ms: *expire_at_ms,
+                enc: *enc,
             },
             Record::Del { key } => RecordRef::Del { key },
             Record::Expire { key, at_ms } => RecordRef::Expire { key, at_ms: *at_ms },
@@ -732,6 +782,18 @@ pub fn encode_in(db: u8, rec: &RecordRef<'_>, out: &mut Vec<u8>) {
             put_bytes(out, key);
             put_bytes(out, value);
             put_opt(out, expire_at_ms);
+        }
+        RecordRef::SetStr {
+            key,
+            value,
+            expire_at_ms,
+            enc,
+        } => {
+            kind(out, 18);
+            put_bytes(out, key);
+            put_bytes(out, value);
+            put_opt(out, expire_at_ms);
+            out.push(enc as u8);
         }
         RecordRef::Del { key } => {
             kind(out, 11);
@@ -1033,6 +1095,16 @@ pub fn decode_frame(buf: &[u8]) -> Result<(u8, RecordRef<'_>, usize), DecodeErro
             value: r.bytes()?,
             expire_at_ms: r.opt()?,
         },
+        18 => RecordRef::SetStr {
+            key: r.bytes()?,
+            value: r.bytes()?,
+            expire_at_ms: r.opt()?,
+            enc: match r.u8()? {
+                1 => StrEnc::Raw,
+                2 => StrEnc::Float,
+                _ => return Err(DecodeError::Malformed),
+            },
+        },
         2 | 11 => RecordRef::Del { key: r.bytes()? },
         3 | 12 => RecordRef::Expire {
             key: r.bytes()?,
@@ -1192,6 +1264,18 @@ mod tests {
                 value: vec![0; 300],
                 expire_at_ms: Some(u64::MAX),
             },
+            Record::SetStr {
+                key: b"k".to_vec(),
+                value: b"1000".to_vec(),
+                expire_at_ms: Some(9),
+                enc: StrEnc::Float,
+            },
+            Record::SetStr {
+                key: b"k".to_vec(),
+                value: vec![],
+                expire_at_ms: None,
+                enc: StrEnc::Raw,
+            },
             Record::Del {
                 key: b"gone".to_vec(),
             },
@@ -1314,6 +1398,27 @@ mod tests {
                 bad[i] ^= 0x40;
                 assert_eq!(decode(&bad), Err(DecodeError::BadChecksum), "flip at {i}");
             }
+        }
+    }
+
+    /// A `SetStr` whose encoding byte names no encoding is not a record.
+    #[test]
+    fn set_str_of_an_unknown_encoding_is_malformed() {
+        let mut buf = Vec::new();
+        let rec = RecordRef::SetStr {
+            key: b"k",
+            value: b"v",
+            expire_at_ms: None,
+            enc: StrEnc::Raw,
+        };
+        encode_in(0, &rec, &mut buf);
+        for bad in [0u8, 3, 255] {
+            let mut payload = buf[FRAME_HEADER..].to_vec();
+            *payload.last_mut().unwrap() = bad;
+            let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+            frame.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+            frame.extend_from_slice(&payload);
+            assert_eq!(decode(&frame), Err(DecodeError::Malformed), "enc {bad}");
         }
     }
 

@@ -146,6 +146,18 @@ pub fn dump(ks: &Keyspace, now: u64) -> Vec<(Vec<u8>, Vec<u8>, Option<u64>)> {
                 value,
                 expire_at_ms,
             } => strings.push((key.to_vec(), value.to_vec(), expire_at_ms)),
+            // A string whose making decides its encoding: written with it, so that a
+            // replay that lost it differs.
+            RecordRef::SetStr {
+                key,
+                value,
+                expire_at_ms,
+                enc,
+            } => strings.push((
+                key.to_vec(),
+                [format!("str{}:", enc as u8).into_bytes(), value.to_vec()].concat(),
+                expire_at_ms,
+            )),
             RecordRef::Hash {
                 key,
                 expire_at_ms,
