@@ -203,8 +203,12 @@ impl SelfKind {
 
 /// The method line of the table header.
 pub fn method_line(opts: &Options) -> String {
+    let first = match first_fsync() {
+        Ok("always") => "fsync always",
+        _ => "fsync every second",
+    };
     format!(
-        "method: both servers started by the suite (append-only log, fsync every second; \
+        "method: both servers started by the suite (append-only log, {first}; \
          a second pair with fsync always for the last table); \
          client-processes table: one run per cell, {} operations, servers alternating cell \
          by cell; \
