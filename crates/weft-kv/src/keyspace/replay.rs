@@ -140,7 +140,7 @@ mod tests {
             .iter_from(0)
             .map(|(_, e)| {
                 let content = match e.kind() {
-                    Type::String => vec![b"s".to_vec(), e.value().to_vec()],
+                    Type::String => vec![vec![b's', e.tag()], e.value().to_vec()],
                     Type::Hash => {
                         let mut pairs: Vec<Vec<u8>> =
                             hash::iter(e).map(|(f, v)| [f, b"=", v].concat()).collect();
@@ -265,6 +265,16 @@ mod tests {
                         26 => Record::SRem {
                             key,
                             items: fields(&mut rnd, false),
+                        },
+                        27 => Record::SetStr {
+                            key,
+                            value: b"1000".to_vec(),
+                            expire_at_ms: at,
+                            enc: if rnd(2) == 0 {
+                                crate::log::StrEnc::Raw
+                            } else {
+                                crate::log::StrEnc::Float
+                            },
                         },
                         30 => Record::List {
                             key,
