@@ -535,6 +535,16 @@ mod tests {
                             value.to_vec(),
                             format!("{expire_at_ms:?}").into(),
                         ],
+                        RecordRef::SetStr {
+                            value,
+                            expire_at_ms,
+                            enc,
+                            ..
+                        } => vec![
+                            b"s".to_vec(),
+                            value.to_vec(),
+                            format!("{expire_at_ms:?} {enc:?}").into(),
+                        ],
                         RecordRef::Hash {
                             items,
                             expire_at_ms,
