@@ -674,12 +674,8 @@ struct Vg {
 /// Those checks take SIGSEGVs on the main thread, and valgrind 3.19 cannot deliver them
 /// ("Can't extend stack ... during signal delivery") when the process starts with an
 /// environment as large as cargo's, with any libweft: it runs with a small one.
-/// `overflow` dies by SIGSEGV on purpose, as it does outside valgrind. `runtime_ipc` is
-/// not run under valgrind: one of its checks (an IPC send right after a join finds the
-/// partner unknown) races with the runtime's release of the ended green thread's IPC
-/// identity, which comes after the join completes, and valgrind's one-thread-at-a-time
-/// scheduling on a busy machine makes it lose; its AddressSanitizer run checks its
-/// memory accesses.
+/// `overflow` dies by SIGSEGV on purpose, as it does outside valgrind. `runtime_ipc`
+/// runs with the thread backend (valgrind does not understand io_uring's shared rings).
 const VALGRIND_TESTS: &[Vg] = &[
     Vg::plain("convert"),
     Vg::plain("create_switch"),
@@ -697,6 +693,13 @@ const VALGRIND_TESTS: &[Vg] = &[
     Vg::plain("runtime_ipc_header"),
     Vg::plain("syslet_header"),
     Vg::plain("introspect"),
+    Vg {
+        name: "runtime_ipc",
+        args: &[],
+        env: &[("WEFT_IO_BACKEND", "threads")],
+        clean_env: false,
+        supp: None,
+    },
     Vg {
         name: "syslet",
         args: &[],
@@ -815,6 +818,7 @@ valgrind_tests! {
     c_runtime_ipc_header_valgrind: "runtime_ipc_header",
     c_syslet_header_valgrind: "syslet_header",
     c_introspect_valgrind: "introspect",
+    c_runtime_ipc_valgrind: "runtime_ipc",
     c_syslet_valgrind: "syslet",
 }
 
