@@ -47,6 +47,16 @@ fn bench_kv_quick_json_has_both_impls_on_every_row() {
         rows.insert((s("name"), s("impl"), s("unit")));
     }
     let mut expected = BTreeSet::new();
+    // weft-kv's clients over shared memory: the client-processes table only.
+    for op in ["read", "write", "mixed"] {
+        for procs in [1, 2, 4, 6, 8, 10] {
+            expected.insert((
+                format!("clients/{op}/{procs}proc"),
+                "weft-shm".into(),
+                "ms".into(),
+            ));
+        }
+    }
     for imp in ["weft", "redis-server"] {
         for op in ["read", "write", "mixed"] {
             for procs in [1, 2, 4, 6, 8, 10] {
@@ -206,7 +216,7 @@ fn bench_kv_clients_table_under_fsync_always() {
         ));
     }
     let mut expected = BTreeSet::new();
-    for imp in ["weft", "redis-server"] {
+    for imp in ["weft", "weft-shm", "redis-server"] {
         for op in ["read", "write", "mixed"] {
             for procs in [1, 2, 4, 6, 8, 10] {
                 expected.insert((format!("clients/{op}/{procs}proc"), imp.to_string()));

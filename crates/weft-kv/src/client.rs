@@ -63,6 +63,8 @@ impl fmt::Display for Addr {
 enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
+    /// Shared memory with a server on this machine (`crate::shm`).
+    Shm(crate::shm::ClientEnd),
 }
 
 impl Stream {
@@ -70,6 +72,7 @@ impl Stream {
         match self {
             Stream::Unix(s) => s.read(buf),
             Stream::Tcp(s) => s.read(buf),
+            Stream::Shm(s) => s.read(buf),
         }
     }
 
@@ -77,6 +80,7 @@ impl Stream {
         match self {
             Stream::Unix(s) => s.write_all(buf),
             Stream::Tcp(s) => s.write_all(buf),
+            Stream::Shm(s) => s.write_all(buf),
         }
     }
 
@@ -89,6 +93,10 @@ impl Stream {
             Stream::Tcp(s) => {
                 s.set_read_timeout(t)?;
                 s.set_write_timeout(t)
+            }
+            Stream::Shm(s) => {
+                s.set_timeout(t);
+                Ok(())
             }
         }
     }
@@ -119,6 +127,32 @@ impl Client {
     /// see [`Client::set_timeout`].
     pub fn connect_timeout(addr: &Addr, timeout: Duration) -> io::Result<Client> {
         Client::open(addr, Some(timeout))
+    }
+
+    /// Connects over shared memory to the server whose Unix socket is `socket` (it
+    /// listens for such clients on `<socket>.shm`): requests and replies go through
+    /// a segment the two processes share, with no socket call on a busy server's
+    /// side. Same machine only; otherwise the client is the same.
+    pub fn connect_shm(socket: &std::path::Path) -> io::Result<Client> {
+        let path = crate::shm::socket_path(socket);
+        let end = crate::shm::ClientEnd::connect(&path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot connect to weft-kv over shared memory at {}: {} (is `weft kv \
+                     serve` running with this socket?)",
+                    path.display(),
+                    os_message(&e)
+                ),
+            )
+        })?;
+        Ok(Client {
+            stream: Stream::Shm(end),
+            addr: Addr::Unix(socket.to_path_buf()),
+            rbuf: Vec::with_capacity(READ_CHUNK),
+            rpos: 0,
+            wbuf: Vec::new(),
+        })
     }
 
     fn open(addr: &Addr, timeout: Option<Duration>) -> io::Result<Client> {

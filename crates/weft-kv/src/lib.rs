@@ -70,6 +70,7 @@ pub mod resp;
 pub(crate) mod route;
 pub mod server;
 pub(crate) mod shard;
+pub mod shm;
 pub mod store;
 pub(crate) mod watch;
 

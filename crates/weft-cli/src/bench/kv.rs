@@ -140,6 +140,9 @@ const RB_REQUESTS: u64 = 200_000;
 const RB_REQUESTS_QUICK: u64 = 20_000;
 const RB_CLIENTS: u32 = 50;
 const RB_PIPELINE: u32 = 16;
+/// The client-processes table's name for weft-kv with its clients over shared memory.
+const SHM_IMPL: &str = "weft-shm";
+
 /// The target: weft-kv's throughput at least this multiple of redis-server's.
 const TARGET_RATIO: f64 = 1.5;
 /// How long a server may take to answer its first PING.
@@ -528,34 +531,52 @@ fn clients_table(
          100,000 round trips in 0.9 ms (9 ns each) cannot be, so they are most likely \
          seconds: indicative only",
     );
-    let names: Vec<&str> = servers.iter().map(|s| s.impl_name).collect();
+    // The columns: each server over its Unix socket, and weft-kv over shared memory
+    // too (its clients on `<socket>.shm`), beside its socket column.
+    let mut columns: Vec<(&Server, bool, String)> = Vec::new();
+    for s in servers {
+        columns.push((s, false, s.impl_name.to_string()));
+        if s.impl_name == SelfKind::WeftKv.impl_name() {
+            columns.push((s, true, SHM_IMPL.to_string()));
+        }
+    }
+    let shm_col = columns.iter().position(|c| c.1);
+    if shm_col.is_some() {
+        rep.line(format!(
+            "  {SHM_IMPL} = weft-kv with its clients over shared memory (Client::connect_shm: \
+             request and reply rings in a segment per connection) instead of the Unix socket"
+        ));
+    }
     let mut head = format!("  {:>5} {:<6}", "procs", "op");
-    for n in &names {
+    for (_, _, n) in &columns {
         head.push_str(&format!(" {:>16}", format!("{n} ms")));
     }
-    head.push_str(&format!(" {:>12} {:>10}", "redis / weft", "published"));
+    head.push_str(&format!(" {:>12}", "redis / weft"));
+    if shm_col.is_some() {
+        head.push_str(&format!(" {:>12}", "redis / shm"));
+    }
+    head.push_str(&format!(" {:>10}", "published"));
     rep.line(head);
     for (oi, op) in [Op::Read, Op::Write, Op::Mixed].into_iter().enumerate() {
         for (pi, &procs) in PROCS.iter().enumerate() {
-            let mut cells: Vec<f64> = Vec::with_capacity(servers.len());
-            for (si, s) in servers.iter().enumerate() {
+            let mut cells: Vec<f64> = Vec::with_capacity(columns.len());
+            for (ci, (s, shm, name)) in columns.iter().enumerate() {
                 progress::step(
-                    format_args!("{}, {procs} processes, {}", op.name(), s.impl_name),
-                    (oi * PROCS.len() + pi) * servers.len() + si,
-                    3 * PROCS.len() * servers.len(),
+                    format_args!("{}, {procs} processes, {name}", op.name()),
+                    (oi * PROCS.len() + pi) * columns.len() + ci,
+                    3 * PROCS.len() * columns.len(),
                 );
-                let took = run_cell(exe, &s.socket, op, ops, procs).map_err(|e| {
+                let took = run_cell(exe, &s.socket, *shm, op, ops, procs).map_err(|e| {
                     format!(
-                        "client-processes table, {} with {procs} processes on {}: {e}",
+                        "client-processes table, {} with {procs} processes on {name}: {e}",
                         op.name(),
-                        s.impl_name
                     )
                 })?;
                 let ms = took.as_secs_f64() * 1e3;
                 rep.emit(&Measurement {
                     suite: SUITE,
                     name: format!("clients/{}/{procs}proc", op.name()),
-                    impl_name: s.impl_name.to_string(),
+                    impl_name: name.clone(),
                     value: Some(ms),
                     unit: "ms",
                     note: None,
@@ -566,11 +587,20 @@ fn clients_table(
             for ms in &cells {
                 line.push_str(&format!(" {ms:>16.1}"));
             }
-            let ratio = match cells.as_slice() {
-                [w, r] if *w > 0.0 => format!("{:.2}", r / w),
+            // redis-server's time over weft's (socket, then shared memory).
+            let redis = columns
+                .iter()
+                .position(|c| c.0.impl_name == "redis-server")
+                .map(|i| cells[i]);
+            let ratio = |col: Option<usize>| match (redis, col.map(|i| cells[i])) {
+                (Some(r), Some(w)) if w > 0.0 => format!("{:.2}", r / w),
                 _ => "-".to_string(),
             };
-            line.push_str(&format!(" {ratio:>12} {:>10.3}", PUBLISHED_TABLE_1[pi][oi]));
+            line.push_str(&format!(" {:>12}", ratio(Some(0))));
+            if shm_col.is_some() {
+                line.push_str(&format!(" {:>12}", ratio(shm_col)));
+            }
+            line.push_str(&format!(" {:>10.3}", PUBLISHED_TABLE_1[pi][oi]));
             rep.line(line);
         }
     }
@@ -586,7 +616,14 @@ struct Worker {
 
 /// Runs one table cell: `procs` workers sharing `ops` operations (mixed: `ops` reads and
 /// `ops` writes), and returns the wall time from the go signal until the last report.
-fn run_cell(exe: &Path, socket: &Path, op: Op, ops: u64, procs: usize) -> Result<Duration, String> {
+fn run_cell(
+    exe: &Path,
+    socket: &Path,
+    shm: bool,
+    op: Op,
+    ops: u64,
+    procs: usize,
+) -> Result<Duration, String> {
     let per_proc = |i: usize| {
         let n = ops / procs as u64 + u64::from((i as u64) < ops % procs as u64);
         if op == Op::Mixed {
@@ -610,6 +647,7 @@ fn run_cell(exe: &Path, socket: &Path, op: Op, ops: u64, procs: usize) -> Result
             .arg(per_proc(i).to_string())
             .arg("--seed")
             .arg((0x9e37_79b9_7f4a_7c15u64 ^ ((i as u64 + 1) * 0x1000_0001)).to_string())
+            .args(shm.then_some("--shm"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -688,8 +726,18 @@ fn run_cell(exe: &Path, socket: &Path, op: Op, ops: u64, procs: usize) -> Result
 /// `weft bench-worker kv-client`: connects to `socket`, prints "ready", waits for a byte
 /// on stdin, runs `ops` commands (`op`, random keys from `seed`) one at a time, checking
 /// each reply, and prints `{"ops":N,"elapsed_s":S}`.
-pub fn client_worker_main(socket: &Path, op: Op, ops: u64, seed: u64) -> Result<(), String> {
-    let mut conn = Conn::connect(socket)?;
+pub fn client_worker_main(
+    socket: &Path,
+    op: Op,
+    ops: u64,
+    seed: u64,
+    shm: bool,
+) -> Result<(), String> {
+    let mut conn = if shm {
+        Conn::connect_shm(socket)?
+    } else {
+        Conn::connect(socket)?
+    };
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready")
         .and_then(|()| out.flush())
@@ -1933,8 +1981,16 @@ impl Conn {
         Conn::connect_to(&Addr::Unix(socket.to_path_buf()))
     }
 
+    /// One connection over shared memory to the server of Unix socket `socket`.
+    fn connect_shm(socket: &Path) -> Result<Conn, String> {
+        Conn::timed(Client::connect_shm(socket).map_err(|e| e.to_string())?)
+    }
+
     fn connect_to(addr: &Addr) -> Result<Conn, String> {
-        let c = Client::connect(addr).map_err(|e| e.to_string())?;
+        Conn::timed(Client::connect(addr).map_err(|e| e.to_string())?)
+    }
+
+    fn timed(c: Client) -> Result<Conn, String> {
         c.set_timeout(Some(CLIENT_TIMEOUT))
             .map_err(|e| format!("cannot set a read timeout: {e}"))?;
         Ok(Conn(c))

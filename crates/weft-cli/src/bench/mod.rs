@@ -227,6 +227,9 @@ pub enum WorkerJob {
         /// The seed of the random key sequence.
         #[arg(long)]
         seed: u64,
+        /// Connect over shared memory (`<socket>.shm`) instead of the Unix socket.
+        #[arg(long)]
+        shm: bool,
     },
     /// `bench kv`'s load generator: CONNS connections on green threads (one worker per
     /// CPU), GET or SET of keys drawn uniformly or Zipf, PIPELINE commands at a time,
@@ -348,7 +351,8 @@ pub fn run_worker(job: WorkerJob) -> Result<(), String> {
             op,
             ops,
             seed,
-        } => kv::client_worker_main(&socket, op, ops, seed),
+            shm,
+        } => kv::client_worker_main(&socket, op, ops, seed, shm),
         WorkerJob::KvLoad {
             addr,
             tcp,

@@ -32,6 +32,7 @@ pub(crate) mod multi;
 pub(crate) mod poll;
 pub(crate) mod pubsub;
 pub(crate) mod shards;
+pub(crate) mod shm;
 pub(crate) mod slowlog;
 pub(crate) mod stats;
 pub(crate) mod tracking;
@@ -410,6 +411,7 @@ impl Server {
         self.exiting.store(true, SeqCst);
         if let Some(p) = &self.config.unix_socket {
             let _ = std::fs::remove_file(p);
+            let _ = std::fs::remove_file(crate::shm::socket_path(p));
         }
         eprintln!("weft-kv: logs written and fsynced; exiting");
         std::process::exit(0)
@@ -553,6 +555,7 @@ pub fn serve(config: Config) -> io::Result<()> {
         let mut listeners = Vec::new();
         if let Some(path) = s.config.unix_socket.clone() {
             listeners.push(bind_unix(&path, s.clone())?);
+            listeners.push(shm::bind(&crate::shm::socket_path(&path), s.clone())?);
         }
         if s.config.port != 0 {
             let addr = tcp_addr(&s.config.bind, s.config.port);
