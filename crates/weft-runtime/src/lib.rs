@@ -98,4 +98,4 @@ pub use task::JoinHandle;
 #[cfg(not(feature = "loom"))]
 pub use worker::{current_worker, preemption_point, yield_now, Shutdown};
 #[cfg(not(feature = "loom"))]
-pub use {blocking::blocking, io::io_backend, io::IoBackend};
+pub use {blocking::blocking, io::io_backend, io::ring_enters, io::IoBackend};

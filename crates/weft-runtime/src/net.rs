@@ -298,7 +298,9 @@ macro_rules! stream_impls {
             /// Writes all of `buf`, then takes `discard` bytes that a
             /// [`peek`](Self::peek) saw off the socket, never waiting for them (they must
             /// be queued, and nobody else may read the socket). On an io_uring worker
-            /// both are one system call: nothing runs in between, not even a peer the
+            /// both go to the kernel in one system call, with the other green threads'
+            /// operations of the worker's turn (the caller parks until the worker has
+            /// nothing left to run): nothing runs in between, not even a peer the
             /// write woke (a server answering a request it peeked frees the client's
             /// send-buffer space, which wakes the client, only while it is awake
             /// anyway). Waits at most the write timeout for the write (`TimedOut`).

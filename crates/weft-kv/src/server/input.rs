@@ -20,7 +20,9 @@
 //!
 //! The removal goes with the read's last reply ([`Input::send_and_consume`]): on an
 //! io_uring worker the send and the removal are one linked pair of operations in one
-//! system call. As two calls, the client that the reply wakes is often run on the
+//! system call, which also carries the replies of the other connections the worker
+//! served in the same turn (the connection parks until the worker has nothing left to
+//! run and submits them all: one call a turn, not one a reply). As two calls, the client that the reply wakes is often run on the
 //! server's CPU at the return of the send, before the removal: it reads its reply,
 //! sends its next command and sleeps reading again, and the removal then wakes it for
 //! nothing, the very wake-up the peek is there to avoid.

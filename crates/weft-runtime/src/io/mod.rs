@@ -246,6 +246,15 @@ pub(crate) fn with_ring<R>(f: impl FnOnce(&uring::Ring) -> R) -> Option<R> {
     io.ring.as_ref().map(f)
 }
 
+/// How many `io_uring_enter` calls the calling green thread's worker has made to
+/// submit operations or run their task work (its sleeps not counted); `None` off an
+/// io_uring worker. For tests and measurements: a worker that sends the replies of
+/// a turn's connections in one call shows it here.
+#[doc(hidden)]
+pub fn ring_enters() -> Option<u64> {
+    with_ring(|r| r.enters())
+}
+
 /// Where the caller runs, for I/O purposes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Ctx {
@@ -1176,10 +1185,16 @@ const DISCARD_CHAINED: usize = 64 << 10;
 /// Sends all of `buf`, then takes `discard` bytes off the socket's receive queue
 /// without waiting (they must be queued already: the caller peeked them, and nobody
 /// else reads the socket). On an io_uring worker both go to the kernel as one linked
-/// pair in one `io_uring_enter`, which also runs the second before it returns: nothing
-/// runs between the two, not even a peer that the send woke and that the scheduler
-/// would run here at the return of a separate send. Elsewhere (another backend, a
-/// write timeout, a long reply or discard): a send loop, then the discard.
+/// pair, and the calling green thread parks until they complete: the pair is submitted
+/// with whatever the worker's other green threads queued meanwhile, in the
+/// `io_uring_enter` the worker makes once it has nothing left to run (its poll), which
+/// also runs the second of each pair before it returns. So the replies of all the
+/// connections a worker served in one turn go out in one system call, and nothing runs
+/// between a send and its discard, not even a peer that the send woke and that the
+/// scheduler would run here at the return of a separate send (nor, with the replies
+/// batched, between one reply and the next: a woken peer preempts the worker once a
+/// turn, not once a reply). Elsewhere (another backend, a write timeout, a long reply
+/// or discard): a send loop, then the discard.
 pub(crate) fn send_then_discard(
     fd: &Fd,
     buf: &[u8],
@@ -1237,39 +1252,35 @@ pub(crate) fn send_then_discard(
         ];
         // SAFETY: everything the entries point to is owned by the slots, which the ring
         // keeps (through `su` and `ru`) until their completions are reaped.
-        let pushed = with_ring(|r| unsafe {
-            r.push(&entries, 2)?;
-            r.submit_and_run();
-            // Both usually completed within that call: reaped now, this thread goes
-            // on without a park (its own wake-up is then one spurious return of a
-            // later park, which every waiter tolerates).
-            let reaped = r.poll();
-            // Other sockets' completions came with them, and their threads may run
-            // before this one submits its next receive: its own next bytes, sent before
-            // theirs, would then come after (the peer that got this reply may have sent
-            // them already). The next receive tries the call at once (past the hint of
-            // `recv`), which finds them: requests stay in the order they arrived.
-            let ours = usize::from(send.is_done()) + usize::from(recv.is_done());
-            if reaped > ours {
-                fd.0.recv_waits.store(0, Relaxed);
+        let pushed = with_ring(|r| unsafe { r.push(&entries, 2).map(|()| r.reaped()) })
+            .expect("a uring context");
+        let reaped_before = match pushed {
+            Ok(n) => n,
+            Err(e) => {
+                // SAFETY: the counts taken for the ring, which never got the entries.
+                unsafe {
+                    drop(Arc::from_raw(su as *const Slot));
+                    drop(Arc::from_raw(ru as *const Slot));
+                }
+                return Err(e);
             }
-            Ok::<(), io::Error>(())
-        })
-        .expect("a uring context");
-        if let Err(e) = pushed {
-            // SAFETY: the counts taken for the ring, which never got the entries.
-            unsafe {
-                drop(Arc::from_raw(su as *const Slot));
-                drop(Arc::from_raw(ru as *const Slot));
-            }
-            return Err(e);
-        }
+        };
+        // Parked until the worker's next poll submits the pair (with the other
+        // connections' replies) and reaps it.
         wait(&send, || {
             with_ring(|r| r.cancel(su));
         });
         wait(&recv, || {
             with_ring(|r| r.cancel(ru));
         });
+        // Other sockets' completions came with these two, and their threads may run
+        // before this one submits its next receive: its own next bytes, sent before
+        // theirs, would then come after (the peer that got this reply may have sent
+        // them already). The next receive tries the call at once (past the hint of
+        // `recv`), which finds them: requests stay in the order they arrived.
+        if with_ring(|r| r.reaped()).unwrap_or(0) > reaped_before + 2 {
+            fd.0.recv_waits.store(0, Relaxed);
+        }
         // SAFETY: done was seen on both: their data is ours now.
         let (sd, rd) = unsafe { (core::mem::take(send.data()), core::mem::take(recv.data())) };
         bufs::give_copy(sd.buf);

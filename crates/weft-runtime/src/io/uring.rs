@@ -86,6 +86,11 @@ pub(crate) struct Ring {
     ring: ManuallyDrop<RefCell<IoUring>>,
     /// Operations pushed with a slot whose completion has not been reaped.
     inflight: Cell<usize>,
+    /// Completions reaped so far (a green thread compares it before and after it
+    /// parks: did others' completions come with its own?).
+    reaped: Cell<u64>,
+    /// `io_uring_enter` calls made to submit (for tests: replies batched per turn).
+    enters: Cell<u64>,
 }
 
 fn is_busy(e: &io::Error) -> bool {
@@ -132,6 +137,8 @@ impl Ring {
         Ok(Ring {
             ring: ManuallyDrop::new(RefCell::new(ring)),
             inflight: Cell::new(0),
+            reaped: Cell::new(0),
+            enters: Cell::new(0),
         })
     }
 
@@ -210,15 +217,27 @@ impl Ring {
         if ring.submission().is_empty() && !ring.submission().taskrun() {
             return;
         }
-        // An error (EBUSY: completions to reap first) leaves the entries queued for the
-        // next call, which comes after a reap.
-        let _ = ring.submit();
+        // With GETEVENTS (and no completion waited for): the call also runs the task
+        // work its submissions made, so a linked entry after one that completed inline
+        // (a reply's send and its request's removal, `io::send_then_discard`) runs in
+        // this same call, and what completed is in the CQ when it returns. An error
+        // (EBUSY: completions to reap first) leaves the entries queued for the next
+        // call, which comes after a reap.
+        let n = ring.submission().len() as u32;
+        self.enters.set(self.enters.get() + 1);
+        // SAFETY: the submission queue's entries were pushed under `push`'s contract; the
+        // call waits for no completion (0) and passes no argument.
+        let _ = unsafe {
+            ring.submitter()
+                .enter::<libc::sigset_t>(n, 0, ENTER_GETEVENTS, None)
+        };
     }
 
     /// Submits what is queued now, and runs the ring's task work before returning (a
     /// linked entry after one that completed inline is issued from task work): one
     /// `io_uring_enter` with `IORING_ENTER_GETEVENTS` and no completion waited for.
     pub(crate) fn submit_and_run(&self) {
+        self.enters.set(self.enters.get() + 1);
         let mut ring = self.ring.borrow_mut();
         let n = ring.submission().len() as u32;
         // SAFETY: the submission queue's entries were pushed under `push`'s contract; the
@@ -241,6 +260,7 @@ impl Ring {
     /// Completes reaped operations (no borrow held: this wakes and drops).
     fn complete(&self, done: Vec<(u64, i32)>) -> usize {
         let n = done.len();
+        self.reaped.set(self.reaped.get() + n as u64);
         for (ud, res) in done {
             self.inflight.set(self.inflight.get() - 1);
             // SAFETY: `ud` is the count `io::run` gave the ring with this entry, and
@@ -266,6 +286,17 @@ impl Ring {
     /// submitted write its eventfd).
     pub(crate) fn submit(&self) {
         self.submit_pending();
+    }
+
+    /// Completions reaped on this ring so far.
+    pub(crate) fn reaped(&self) -> u64 {
+        self.reaped.get()
+    }
+
+    /// `io_uring_enter` calls made to submit or run task work so far (not the
+    /// sleeps'): what batching saves shows here.
+    pub(crate) fn enters(&self) -> u64 {
+        self.enters.get()
     }
 
     /// Whether a poll would do nothing: no submission queued, no completion to reap.
