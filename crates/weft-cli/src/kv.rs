@@ -139,10 +139,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "POLICY")]
     fsync: Option<Fsync>,
     /// The memory limit (e.g. 100mb, 2gb, or bytes; k/m/g are powers of 1000, kb/mb/gb
-    /// of 1024); over it, writes that grow memory fail with an OOM error [default:
-    /// none].
+    /// of 1024): the keys' memory the server keeps under, by --maxmemory-policy
+    /// [default: none].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     maxmemory: Option<u64>,
+    /// What happens over --maxmemory: noeviction (writes that grow memory fail with
+    /// an OOM error), or keys are evicted to make room: allkeys-lru (the least
+    /// recently used), allkeys-lfu (the least frequently used), allkeys-random, or
+    /// the same among keys with an expiry time only: volatile-lru, volatile-lfu,
+    /// volatile-random, volatile-ttl (the nearest expiry first) [default: noeviction].
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    maxmemory_policy: Option<weft_kv::keyspace::access::Policy>,
     /// The password clients must give with AUTH [default: none].
     #[arg(
         long,
@@ -250,6 +257,9 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
     if let Some(m) = a.maxmemory {
         config.maxmemory = m;
     }
+    if let Some(p) = a.maxmemory_policy {
+        config.maxmemory_policy = p;
+    }
     config.password = a.requirepass.filter(|p| !p.is_empty());
     if let Some(n) = a.max_clients {
         config.max_clients = n;
@@ -310,6 +320,15 @@ fn parse_yes_no(s: &str) -> Result<bool, String> {
         "no" => Ok(false),
         _ => Err(format!("invalid value '{s}': use yes or no")),
     }
+}
+
+/// A `maxmemory-policy` by its name.
+fn parse_policy(s: &str) -> Result<weft_kv::keyspace::access::Policy, String> {
+    weft_kv::keyspace::access::Policy::parse(s).ok_or_else(|| {
+        "one of noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru, \
+         volatile-lfu, volatile-random, volatile-ttl"
+            .to_string()
+    })
 }
 
 /// A size as Redis's configuration takes them: bytes, or a number followed by k, m, g

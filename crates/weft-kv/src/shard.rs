@@ -150,6 +150,7 @@ impl Shard {
         out: Option<&mut Vec<u8>>,
     ) -> (Reply, u64) {
         let before = self.log.len();
+        crate::keyspace::access::set_now(now_ms);
         let (over_memory, room) = self.memory_room(now_ms);
         self.dirty_dbs |= 1 << db;
         let ks = &mut self.dbs[db as usize];
@@ -230,7 +231,8 @@ impl Shard {
 
     /// Whether the server is over its memory limit, and how many bytes a command may
     /// add (`u64::MAX`: no limit). Over the limit, expired keys of this shard are
-    /// reclaimed first, so that keys whose time has passed never cause a refusal.
+    /// reclaimed first, so that keys whose time has passed never cause a refusal;
+    /// then, under an evicting `maxmemory-policy`, keys are evicted (`evict.rs`).
     fn memory_room(&mut self, now_ms: u64) -> (bool, u64) {
         let limit = self.mem_limit;
         if limit == 0 {
@@ -240,6 +242,9 @@ impl Shard {
         if used > limit && self.next_expiry().is_some_and(|at| at <= now_ms) {
             self.reclaim(now_ms, used - limit, RECLAIM_OVER_LIMIT);
             used = self.mem_others + self.used_memory();
+        }
+        if crate::evict::evicting() {
+            return self.evict_for_room(now_ms);
         }
         (used > limit, limit.saturating_sub(used))
     }

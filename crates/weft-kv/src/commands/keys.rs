@@ -7,7 +7,7 @@
 //! when nothing changed.
 
 use super::{arg_i64, invalid_expire, Ctx};
-use crate::keyspace::Keyspace;
+use crate::keyspace::{access, Keyspace};
 use crate::log::RecordRef;
 use crate::pubsub::{notify, GENERIC};
 use crate::resp::Reply;
@@ -27,12 +27,20 @@ pub fn del(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 }
 
 /// EXISTS key... (and TOUCH): the number of keys that exist; a key named twice is
-/// counted twice (as Redis does).
+/// counted twice (as Redis does). TOUCH counts as an access of each key (its idle
+/// time starts again, its LFU counter may grow); EXISTS does not.
 pub fn exists(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
+    let touch = args[0].eq_ignore_ascii_case(b"touch");
     Reply::Int(
         args[1..]
             .iter()
-            .filter(|k| ks.contains(k, ctx.now_ms))
+            .filter(|k| {
+                if touch {
+                    ks.contains(k, ctx.now_ms)
+                } else {
+                    ks.contains_quiet(k, ctx.now_ms)
+                }
+            })
             .count() as i64,
     )
 }
@@ -219,7 +227,7 @@ pub fn persist(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 /// TYPE key: the value's type (`string`, `hash`), or `none` for a missing key.
 pub fn type_(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     Reply::Simple(
-        ks.get(args[1], ctx.now_ms)
+        ks.get_quiet(args[1], ctx.now_ms)
             .map_or("none", |e| e.kind().name())
             .into(),
     )
@@ -230,9 +238,10 @@ pub fn type_(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 ///
 /// - ENCODING key: the value's encoding (`int`, `embstr`, `raw`, `listpack`,
 ///   `hashtable`, `quicklist`, `intset`); nil for a missing key.
-/// - REFCOUNT key: 1 (values are never shared); IDLETIME key: 0 (access times are not
-///   kept); FREQ key: Redis's error when no LFU policy is set (weft-kv has none). Each
-///   nil for a missing key.
+/// - REFCOUNT key: 1 (values are never shared). IDLETIME key: the seconds since the
+///   key's last access, under a policy other than an LFU one (else Redis's error);
+///   FREQ key: its access counter, decayed to now, under an LFU policy (else Redis's
+///   error). Each nil for a missing key. OBJECT itself is not an access.
 /// - Any other subcommand, or the wrong number of arguments: Redis's `ERR unknown
 ///   subcommand or wrong number of arguments for '...'. Try OBJECT HELP.`
 pub fn object(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
@@ -246,9 +255,10 @@ pub fn object(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
                 "    hashtable for a hash; listpack or quicklist for a list; intset, listpack",
                 "    or hashtable for a set.",
                 "FREQ <key>",
-                "    Not kept: weft-kv has no LFU eviction policy.",
+                "    The key's logarithmic access counter (under an LFU maxmemory-policy).",
                 "IDLETIME <key>",
-                "    0: weft-kv does not keep access times.",
+                "    The seconds since the key was last read or written (under a",
+                "    maxmemory-policy other than an LFU one).",
                 "REFCOUNT <key>",
                 "    1: values are never shared.",
                 "HELP",
@@ -262,9 +272,10 @@ pub fn object(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if args.len() != 3 || !matches!(&sub[..], b"encoding" | b"freq" | b"idletime" | b"refcount") {
         return super::sub_syntax_error(args);
     }
-    let Some(e) = ks.get(args[2], ctx.now_ms) else {
+    let Some(e) = ks.get_quiet(args[2], ctx.now_ms) else {
         return Reply::Nil;
     };
+    let lfu = crate::keyspace::access::policy().lfu();
     match &sub[..] {
         b"encoding" => Reply::Bulk(
             crate::keyspace::value::encoding_name(e.tag(), e.value())
@@ -272,7 +283,11 @@ pub fn object(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
                 .to_vec(),
         ),
         b"refcount" => Reply::Int(1),
-        b"idletime" => Reply::Int(0),
+        b"idletime" if !lfu => Reply::Int((access::idle_ms(e.access()) / 1000) as i64),
+        b"idletime" => Reply::err(
+            "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
+        ),
+        b"freq" if lfu => Reply::Int(access::frequency(e.access()) as i64),
         _ => Reply::err(
             "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
         ),

@@ -1,17 +1,29 @@
 //! A key's entry: one allocation holding its metadata, its key and its value.
 //!
 //! ```text
-//! [ e:1 tag:7 stamp:56 | key_len u32 | value_len u32 | (expire u64, if e) | key | value ... ]
-//!   16 bytes of head                                                              capacity(value_len)
+//! [ e:1 tag:7 access:24 stamp:32 | key_len u32 | value_len u32 | (expire u64, if e) | key | value ... ]
+//!   16 bytes of head                                                                       capacity(value_len)
 //! ```
 //!
-//! The tag (the stamp word's top byte but one bit: stamps are LSNs, below 2^56) is the
-//! value's type and encoding (`value.rs`): a string's bytes, a small collection packed,
+//! The tag (the head word's top byte but one bit) is the value's type and encoding (`value.rs`): a string's bytes, a small collection packed,
 //! or a pointer to a big collection's boxed structure, which the entry owns and frees.
 //! The top bit `e` says whether the key has an expiry time, which then follows the head:
 //! a key without one (most) spends no bytes on it. Giving a key an expiry, or taking it
 //! away, moves the entry to a block of the other layout (EXPIRE and PERSIST are rare
 //! next to reads).
+//!
+//! The next 24 bits are the key's access information (`access.rs`: an LRU clock or an
+//! LFU counter, as Redis keeps in its objects' `lru` field), which every command's
+//! lookup updates, through `&Entry` too (the word is atomic; a shard's entries are
+//! only ever used by its worker, so the updates are plain loads and stores).
+//!
+//! The low 32 bits are the low bits of the key's durability stamp (the LSN of the
+//! command that last changed it: keyspace doc). The keyspace gives it back whole from
+//! the stamp of the command running now ([`Entry::stamp_at`]): the latest LSN at or
+//! before that with those low bits. That is the true stamp unless the key was last
+//! changed more than 4 GiB of records ago, and then a later LSN, already passed, that
+//! a read waits for in vain but without harm (a stamp only ever tells a read what to
+//! wait for, and waiting for more is safe).
 //!
 //! One allocation per key (a 14-byte key with a 14-byte value takes 46 bytes, a 48-byte
 //! malloc chunk), so a lookup that found the key's slot in the index costs one more
@@ -25,12 +37,14 @@ use super::value::{self, tag, Type};
 use std::alloc::{alloc, dealloc, handle_alloc_error, realloc, Layout};
 use std::num::NonZeroU64;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 #[repr(C)]
 struct Head {
-    /// Whether an expiry follows (top bit), the value's tag (the next 7 bits) and the
-    /// stamp of the command that last changed the key (keyspace doc).
-    stamp: u64,
+    /// Whether an expiry follows (top bit), the value's tag (the next 7 bits), the
+    /// access bits (24) and the low 32 bits of the stamp of the command that last
+    /// changed the key (keyspace doc).
+    word: AtomicU64,
     key_len: u32,
     value_len: u32,
 }
@@ -42,9 +56,14 @@ const _: () = assert!(HEAD == 16);
 /// passed, is kept as 1).
 const EXPIRE: usize = 8;
 
-/// Stamps are below 2^56: the stamp word's top byte is the expiry bit and the tag.
-pub const STAMP_BITS: u32 = 56;
+/// The stamp's bits kept (its low ones).
+const STAMP_BITS: u32 = 32;
 const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
+/// Where the access bits start.
+const ACCESS_SHIFT: u32 = STAMP_BITS;
+const ACCESS_MASK: u64 = ((1 << super::access::BITS) - 1) << ACCESS_SHIFT;
+/// Where the tag starts.
+const TAG_SHIFT: u32 = 56;
 /// The stamp word's bit saying that an expiry follows the head.
 const EXPIRES: u64 = 1 << 63;
 /// The tag's bits, once shifted down.
@@ -80,10 +99,11 @@ fn layout(key_len: usize, value_len: usize, expires: bool) -> Layout {
 #[repr(transparent)]
 pub struct Entry(NonNull<Head>);
 
-// SAFETY: an Entry owns its allocation alone (as a Box does) and has no interior
-// mutability, so it may move to or be read from another thread.
+// SAFETY: an Entry owns its allocation alone (as a Box does), and its only interior
+// mutability is the head word, an atomic, so it may move to another thread.
 unsafe impl Send for Entry {}
-// SAFETY: as above; `&Entry` only reads.
+// SAFETY: as above; `&Entry` only reads, but for the head word's access bits, which
+// it changes with atomic operations (no data race whatever the threads).
 unsafe impl Sync for Entry {}
 
 impl Entry {
@@ -101,9 +121,11 @@ impl Entry {
         expire: Option<NonZeroU64>,
         stamp: u64,
     ) -> Entry {
-        debug_assert!(stamp <= STAMP_MASK, "a stamp past 2^56");
         debug_assert!(tag as u64 <= TAG_MASK, "a tag of 7 bits");
-        let stamp = stamp | (tag as u64) << STAMP_BITS | if expire.is_some() { EXPIRES } else { 0 };
+        let word = (stamp & STAMP_MASK)
+            | (super::access::initial() as u64) << ACCESS_SHIFT
+            | (tag as u64) << TAG_SHIFT
+            | if expire.is_some() { EXPIRES } else { 0 };
         let (key_len, value_len) = (
             u32::try_from(key.len()).expect("key under 4 GiB"),
             u32::try_from(value.len()).expect("value under 4 GiB"),
@@ -120,7 +142,7 @@ impl Entry {
         // overlap it.
         unsafe {
             p.as_ptr().write(Head {
-                stamp,
+                word: AtomicU64::new(word),
                 key_len,
                 value_len,
             });
@@ -138,7 +160,19 @@ impl Entry {
     /// Whether an expiry follows the head.
     #[inline]
     fn expires(&self) -> bool {
-        self.head().stamp & EXPIRES != 0
+        self.word() & EXPIRES != 0
+    }
+
+    /// The head word.
+    #[inline]
+    fn word(&self) -> u64 {
+        self.head().word.load(Relaxed)
+    }
+
+    /// Sets the head word (only the entry's worker ever uses it: see the module doc).
+    #[inline]
+    fn set_word(&self, w: u64) {
+        self.head().word.store(w, Relaxed);
     }
 
     #[inline]
@@ -237,9 +271,9 @@ impl Entry {
         // and not used again (`self` now points to the new one).
         unsafe {
             let (src, dst) = (self.0.as_ptr() as *mut u8, p.as_ptr() as *mut u8);
-            let stamp = (self.head().stamp & !EXPIRES) | if expire.is_some() { EXPIRES } else { 0 };
+            let word = (self.word() & !EXPIRES) | if expire.is_some() { EXPIRES } else { 0 };
             p.as_ptr().write(Head {
-                stamp,
+                word: AtomicU64::new(word),
                 key_len: key_len as u32,
                 value_len: value_len as u32,
             });
@@ -257,23 +291,44 @@ impl Entry {
         old
     }
 
-    /// The stamp of the command that last changed the key.
+    /// The low 32 bits of the stamp of the command that last changed the key.
     #[inline]
     pub fn stamp(&self) -> u64 {
-        self.head().stamp & STAMP_MASK
+        self.word() & STAMP_MASK
+    }
+
+    /// The stamp of the command that last changed the key, or a later one no later
+    /// than `now` (the stamp of the command running now; module doc).
+    #[inline]
+    pub fn stamp_at(&self, now: u64) -> u64 {
+        let back = now.wrapping_sub(self.stamp()) & STAMP_MASK;
+        // A stamp is never past `now`; were it, `now` is the safe answer.
+        now.checked_sub(back).unwrap_or(now)
     }
 
     #[inline]
     pub(super) fn set_stamp(&mut self, stamp: u64) {
-        debug_assert!(stamp <= STAMP_MASK, "a stamp past 2^56");
-        let h = self.head_mut();
-        h.stamp = (h.stamp & !STAMP_MASK) | stamp;
+        let w = self.word();
+        self.set_word((w & !STAMP_MASK) | (stamp & STAMP_MASK));
+    }
+
+    /// The access bits (`access.rs`).
+    #[inline]
+    pub fn access(&self) -> u32 {
+        ((self.word() & ACCESS_MASK) >> ACCESS_SHIFT) as u32
+    }
+
+    /// Sets the access bits (a lookup through `&Entry` may: module doc).
+    #[inline]
+    pub fn set_access(&self, bits: u32) {
+        let w = self.word();
+        self.set_word((w & !ACCESS_MASK) | ((bits as u64) << ACCESS_SHIFT & ACCESS_MASK));
     }
 
     /// The value's tag: its type and encoding ([`value::tag`]).
     #[inline]
     pub fn tag(&self) -> u8 {
-        ((self.head().stamp >> STAMP_BITS) & TAG_MASK) as u8
+        ((self.word() >> TAG_SHIFT) & TAG_MASK) as u8
     }
 
     /// The value's type.
@@ -300,8 +355,8 @@ impl Entry {
     /// made in the bytes, or a string marked raw).
     #[inline]
     pub(super) fn set_tag(&mut self, tag: u8) {
-        let h = self.head_mut();
-        h.stamp = (h.stamp & (STAMP_MASK | EXPIRES)) | (tag as u64) << STAMP_BITS;
+        let w = self.word();
+        self.set_word((w & !(TAG_MASK << TAG_SHIFT)) | (tag as u64) << TAG_SHIFT);
     }
 
     /// The bytes the value counts in the keyspace's memory (`value.rs`).

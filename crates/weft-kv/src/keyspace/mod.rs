@@ -69,7 +69,9 @@
 //! [`Replay::finish`] then drops the keys whose time has passed; [`Keyspace::walk`]
 //! produces a key's full state for compaction.
 
+pub mod access;
 mod entry;
+pub mod evict;
 pub mod glob;
 pub mod hash;
 mod index;
@@ -106,6 +108,12 @@ pub const PER_EXPIRE_OVERHEAD: u64 = 32;
 pub use entry::Entry;
 use index::{Index, Pos};
 use key::Key;
+
+/// Notes an access of `e` by a command (`access.rs`).
+#[inline]
+fn touch(e: &Entry) {
+    e.set_access(access::touched(e.access()));
+}
 
 impl Entry {
     /// Whether the entry has expired at `now_ms` (an expiry at `now_ms` has passed,
@@ -499,7 +507,7 @@ impl Keyspace {
     /// Notes what a lookup of a key found: the entry, or a missing key.
     #[inline]
     fn saw_entry(&self, e: Option<&Entry>) {
-        self.saw(e.map_or(self.removed, Entry::stamp));
+        self.saw(e.map_or(self.removed, |e| e.stamp_at(self.stamp)));
     }
 
     /// The 56-bit hash that orders `key` (and is its cursor position).
@@ -576,7 +584,15 @@ impl Keyspace {
     }
 
     /// The live entry of `key` without removing an expired one (for `&self` readers).
+    /// Counts as an access of the key (`access.rs`).
     pub fn peek(&self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        let e = self.peek_quiet(key, now_ms)?;
+        touch(e);
+        Some(e)
+    }
+
+    /// [`Keyspace::peek`] that does not count as an access (OBJECT, TYPE, DEBUG).
+    pub fn peek_quiet(&self, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let e = self
             .index
             .find(self.hash(key), key)
@@ -587,20 +603,40 @@ impl Keyspace {
     }
 
     /// Where the live `key` (hash `h`) is; an expired one is removed (not logged).
-    /// Notes the stamp of what it found.
+    /// Notes the stamp of what it found, and the access.
+    #[inline]
     fn find_live(&mut self, h: u64, key: &[u8], now_ms: u64) -> Option<Pos> {
+        let p = self.find_live_quiet(h, key, now_ms)?;
+        touch(self.index.at(p));
+        Some(p)
+    }
+
+    /// [`Keyspace::find_live`] that does not count as an access.
+    fn find_live_quiet(&mut self, h: u64, key: &[u8], now_ms: u64) -> Option<Pos> {
         let Some(p) = self.index.find(h, key) else {
             self.saw(self.removed);
             return None;
         };
         let e = self.index.at(p);
-        self.saw(e.stamp());
+        self.saw(e.stamp_at(self.stamp));
         if e.expired(now_ms) {
             let e = self.remove_at(h, p);
             self.note_expired(&e);
             return None;
         }
         Some(p)
+    }
+
+    /// [`Keyspace::get`] that does not count as an access (OBJECT, TYPE).
+    pub fn get_quiet(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        let p = self.find_live_quiet(self.hash(key), key, now_ms)?;
+        Some(self.index.at(p))
+    }
+
+    /// Whether `key` exists (live) at `now_ms`, without counting as an access (EXISTS);
+    /// removes it if expired.
+    pub fn contains_quiet(&mut self, key: &[u8], now_ms: u64) -> bool {
+        self.find_live_quiet(self.hash(key), key, now_ms).is_some()
     }
 
     /// The live entry of `key`; an expired one is removed (not logged) and `None`
@@ -643,6 +679,7 @@ impl Keyspace {
                 e.set_payload(t, value);
                 let old = e.replace_expire(expire);
                 e.set_stamp(self.stamp);
+                touch(e);
                 let after = slot_memory(e);
                 self.memory = self.memory - before + after;
                 self.saw(self.stamp);
@@ -829,8 +866,9 @@ impl Keyspace {
         self.memory -= slot_memory(&e);
         // The key is gone: its absence shows the state its last change made (an expiry
         // time, for a key dropped as expired; a logged removal also notes its own).
-        self.removed = self.removed.max(e.stamp());
-        self.saw(e.stamp());
+        let stamp = e.stamp_at(self.stamp);
+        self.removed = self.removed.max(stamp);
+        self.saw(stamp);
         if let Some(at) = e.expire_at_ms() {
             self.expires_count -= 1;
             self.unindex(h, at);

@@ -207,11 +207,22 @@ fn config(server: &Arc<Server>, args: &[Vec<u8>]) -> Reply {
                     return Reply::error(e);
                 }
             }
+            // A lower limit or an evicting policy takes effect now, as in Redis: on a
+            // thread of its own (this connection may be in EXEC, holding shards).
+            if server.settings.maxmemory() != 0 && crate::evict::evicting() {
+                let shards = server.shards.clone();
+                let all: Vec<usize> = (0..shards.list().len()).collect();
+                let _ = weft_runtime::ThreadBuilder::new()
+                    .name("kv-evict")
+                    .preemptible(false)
+                    .spawn(move || shards.evict(&all));
+            }
             Reply::OK
         }
         b"resetstat" => {
             server.commands.store(0, Relaxed);
             server.stats.reset();
+            crate::evict::reset_count();
             Reply::OK
         }
         b"rewrite" => Reply::err("ERR weft-kv takes its configuration from the command line: give the option to `weft kv serve`"),

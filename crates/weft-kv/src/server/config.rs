@@ -58,8 +58,11 @@ pub struct Config {
     pub port: u16,
     /// When the log is fsynced.
     pub fsync: Fsync,
-    /// The memory limit in bytes (0: none); over it, commands that grow memory fail.
+    /// The memory limit in bytes (0: none); over it, keys are evicted by
+    /// `maxmemory_policy`, or commands that grow memory fail.
     pub maxmemory: u64,
+    /// What happens over the memory limit (`maxmemory-policy`; docs/kv.md).
+    pub maxmemory_policy: crate::keyspace::access::Policy,
     /// The password AUTH must give (`None`: no password).
     pub password: Option<String>,
     /// The most connections at once; one more is told `ERR max number of clients
@@ -106,6 +109,7 @@ impl Config {
             port: DEFAULT_PORT,
             fsync: Fsync::EverySec,
             maxmemory: 0,
+            maxmemory_policy: crate::keyspace::access::Policy::NoEviction,
             password: None,
             max_clients: 10_000,
             max_bulk: 512 << 20,

@@ -307,7 +307,8 @@ fn section(server: &Server, name: &str) -> String {
             }
             field("maxmemory", &max);
             field("maxmemory_human", &human(max));
-            field("maxmemory_policy", &"noeviction");
+            let policy = crate::keyspace::access::policy();
+            field("maxmemory_policy", &policy.name());
             // The allocator (libc malloc) does not say how it uses the memory it holds:
             // all of it is counted as fragmentation below.
             for k in ["allocator_frag", "allocator_rss", "rss_overhead"] {
@@ -433,8 +434,8 @@ fn section(server: &Server, name: &str) -> String {
                 "expire_cycle_cpu_milliseconds",
                 &(server.shards.expire_us.load(Relaxed) / 1000),
             );
+            field("evicted_keys", &crate::evict::evicted_count());
             for k in [
-                "evicted_keys",
                 "evicted_clients",
                 "total_eviction_exceeded_time",
                 "current_eviction_exceeded_time",

@@ -39,7 +39,7 @@ pub(crate) mod tracking;
 
 pub use config::{Config, Fsync};
 
-use crate::keyspace::{Keyspace, Replay};
+use crate::keyspace::{access, Keyspace, Replay};
 use crate::log::{self, DataDir, LogWriter};
 use shards::Shards;
 use std::io;
@@ -68,6 +68,7 @@ impl Settings {
     fn new(c: &Config) -> Settings {
         // Checked by `weft kv serve`; a bad value here leaves notifications off.
         let _ = crate::pubsub::notify::set(&c.notify_keyspace_events);
+        crate::keyspace::access::set_policy(c.maxmemory_policy);
         Settings {
             fsync: AtomicU8::new(c.fsync as u8),
             maxmemory: AtomicU64::new(c.maxmemory),
@@ -137,7 +138,10 @@ impl Settings {
             ("appendfsync", self.fsync().name().into()),
             ("save", String::new()),
             ("maxmemory", self.maxmemory().to_string()),
-            ("maxmemory-policy", "noeviction".into()),
+            ("maxmemory-policy", access::policy().name().into()),
+            ("maxmemory-samples", access::samples().to_string()),
+            ("lfu-log-factor", access::log_factor().to_string()),
+            ("lfu-decay-time", access::decay_time().to_string()),
             ("maxclients", self.maxclients().to_string()),
             ("requirepass", self.password().unwrap_or_default()),
             ("port", c.port.to_string()),
@@ -271,6 +275,18 @@ impl Settings {
                 self.fsync.store(f as u8, Relaxed);
             }
             "maxmemory" => self.maxmemory.store(num(value)?, Relaxed),
+            // Over the memory limit: which keys are evicted, if any (`evict.rs`).
+            "maxmemory-policy" => access::set_policy(access::Policy::parse(value).ok_or_else(|| {
+                format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction")
+            })?),
+            "maxmemory-samples" => match value.trim().parse::<u32>() {
+                Ok(n @ 1..=64) => access::set_samples(n),
+                _ => {
+                    return Err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 1 and 64 inclusive"))
+                }
+            },
+            "lfu-log-factor" => access::set_log_factor(signed(value, 0)? as u32),
+            "lfu-decay-time" => access::set_decay_time(signed(value, 0)? as u32),
             "maxclients" => self.maxclients.store(num(value)? as usize, Relaxed),
             "requirepass" => {
                 *self.password.lock().unwrap() = (!value.is_empty()).then(|| value.to_string())

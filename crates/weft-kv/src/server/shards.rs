@@ -398,7 +398,8 @@ impl Shards {
                     blocked_ready: AtomicBool::new(false),
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
+        crate::evict::set_shards(list.len());
         Shards {
             list,
             dir,
@@ -915,6 +916,30 @@ impl Shards {
         any
     }
 
+    /// Under a memory limit and an evicting policy, evicts keys of shards `mine` that
+    /// are over their share while the server is over its limit (`evict.rs`): the
+    /// housekeeping's part, and CONFIG SET's when it lowers the limit or changes the
+    /// policy.
+    pub fn evict(&self, mine: &[usize]) {
+        let max = self.settings.maxmemory();
+        if max == 0 || !crate::evict::evicting() {
+            return;
+        }
+        for &s in mine {
+            let used: u64 = self.list.iter().map(|s| s.memory.load(Relaxed)).sum();
+            if used <= max {
+                return;
+            }
+            // Slices of a bounded number of keys, the connections' turn between them.
+            while self.run_on(s, 0, |st| {
+                st.evict_over_limit(now_ms(), crate::evict::EVICT_PER_COMMAND)
+                    == crate::evict::EVICT_PER_COMMAND
+            }) {
+                weft_runtime::sleep(EXPIRE_GAP);
+            }
+        }
+    }
+
     /// Whether any shard is compacting.
     pub fn rewriting(&self) -> bool {
         self.list.iter().any(|s| s.rewriting.load(Relaxed))
@@ -1080,6 +1105,7 @@ impl Shards {
                 Some(worked) => worked.max(EXPIRE_SLICE),
             };
             weft_runtime::sleep(pause);
+            self.evict(&mine);
             for &s in &mine {
                 let sh = &self.list[s];
                 let len = sh.log_len.load(Relaxed);
@@ -1180,6 +1206,8 @@ impl ShardSet for Shards {
     fn room(&self) -> u64 {
         match self.settings.maxmemory() {
             0 => u64::MAX,
+            // Each part evicts what it needs as it runs (`evict.rs`).
+            _ if crate::evict::evicting() => u64::MAX,
             max => max.saturating_sub(self.list.iter().map(|s| s.memory.load(Relaxed)).sum()),
         }
     }

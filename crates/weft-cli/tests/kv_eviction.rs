@@ -1,0 +1,370 @@
+//! Eviction (`maxmemory` with a `maxmemory-policy`), tried against the built
+//! `weft kv serve`:
+//!
+//! - the settings: CONFIG GET/SET of `maxmemory-policy` (all eight), `maxmemory-samples`,
+//!   `lfu-log-factor`, `lfu-decay-time`, their errors, `--maxmemory-policy`, INFO's
+//!   `maxmemory_policy`; OBJECT IDLETIME and OBJECT FREQ by the policy;
+//! - each policy evicts the keys it should: allkeys-lru the keys not read lately,
+//!   allkeys-lfu the keys read least, volatile-ttl the nearest expiry first, and the
+//!   `volatile-*` policies never a key without an expiry (counts with generous
+//!   margins where the choice is sampled);
+//! - memory stays at the limit while ten times as much is written, and INFO's
+//!   `evicted_keys` counts every key evicted;
+//! - with nothing it may evict, a write is refused (OOM) and deletions still run;
+//! - an eviction fires the `evicted` event, invalidates client-side caches, fails a
+//!   WATCHing transaction, and is logged: after a restart the key is still gone.
+//!
+//! Memory here is what INFO's `used_memory` counts: each key's key and value bytes plus
+//! 64 bytes (docs/kv.md).
+
+mod common;
+#[path = "common/kv.rs"]
+mod kv;
+#[path = "common/resp.rs"]
+mod resp;
+
+use kv::{eventually, KvServer};
+use resp::{bulk, int, ok, Val, Wire};
+use std::path::Path;
+use std::time::Duration;
+
+fn start(dir: &Path, workers: &str, extra: &[&str]) -> KvServer {
+    let mut args = vec!["--workers", workers];
+    args.extend_from_slice(extra);
+    KvServer::weft(&dir.join("data"), &dir.join("kv.sock"), &args)
+        .unwrap_or_else(|e| panic!("weft kv serve: {e}"))
+}
+
+fn err(text: &str) -> Val {
+    Val::Line(b'-', text.into())
+}
+
+/// Sets `n` keys `prefix:i` to `size`-byte values (pipelined), with `EX ttl(i)` if
+/// given.
+fn fill(w: &mut Wire, prefix: &str, n: usize, size: usize, ttl: Option<&dyn Fn(usize) -> u64>) {
+    let value = vec![b'x'; size];
+    for i in 0..n {
+        let mut args = vec![
+            b"SET".to_vec(),
+            format!("{prefix}:{i}").into_bytes(),
+            value.clone(),
+        ];
+        if let Some(t) = ttl {
+            args.push(b"EX".to_vec());
+            args.push(t(i).to_string().into_bytes());
+        }
+        w.send(&args);
+    }
+    for _ in 0..n {
+        assert_eq!(w.read(), ok());
+    }
+}
+
+/// How many of `prefix:0..n` exist.
+fn present(w: &mut Wire, prefix: &str, n: usize) -> usize {
+    (0..n)
+        .filter(|i| w.call(&["EXISTS", &format!("{prefix}:{i}")]) == int(1))
+        .count()
+}
+
+/// Reads each of `prefix:0..n` `times` times.
+fn read(w: &mut Wire, prefix: &str, n: usize, times: usize) {
+    for _ in 0..times {
+        for i in 0..n {
+            w.send(&[b"GET".to_vec(), format!("{prefix}:{i}").into_bytes()]);
+        }
+        for _ in 0..n {
+            w.read();
+        }
+    }
+}
+
+/// The memory one test key takes: key, value and the per-key 64 bytes.
+fn key_memory(prefix: &str, size: usize) -> u64 {
+    (prefix.len() + 4 + size + 64) as u64
+}
+
+#[test]
+fn settings_and_object_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = start(tmp.path(), "1", &["--maxmemory-policy", "volatile-lfu"]);
+    let mut w = Wire::connect(&s.socket);
+    let get = |w: &mut Wire, name: &str| w.call(&["CONFIG", "GET", name]).items()[1].text();
+    assert_eq!(get(&mut w, "maxmemory-policy"), "volatile-lfu");
+    assert_eq!(w.info("memory", "maxmemory_policy"), "volatile-lfu");
+    for p in [
+        "noeviction",
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    ] {
+        assert_eq!(
+            w.call(&["CONFIG", "SET", "maxmemory-policy", &p.to_uppercase()]),
+            ok()
+        );
+        assert_eq!(get(&mut w, "maxmemory-policy"), p);
+        assert_eq!(w.info("memory", "maxmemory_policy"), p);
+    }
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory-policy", "lru"]),
+        err("ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction")
+    );
+    assert_eq!(get(&mut w, "maxmemory-policy"), "volatile-ttl");
+    assert_eq!(get(&mut w, "maxmemory-samples"), "5");
+    assert_eq!(w.call(&["CONFIG", "SET", "maxmemory-samples", "10"]), ok());
+    assert_eq!(get(&mut w, "maxmemory-samples"), "10");
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory-samples", "0"]),
+        err("ERR CONFIG SET failed (possibly related to argument 'maxmemory-samples') - argument must be between 1 and 64 inclusive")
+    );
+    assert_eq!(get(&mut w, "lfu-log-factor"), "10");
+    assert_eq!(get(&mut w, "lfu-decay-time"), "1");
+    assert_eq!(
+        w.call(&[
+            "CONFIG",
+            "SET",
+            "lfu-log-factor",
+            "0",
+            "lfu-decay-time",
+            "0"
+        ]),
+        ok()
+    );
+    assert_eq!(get(&mut w, "lfu-log-factor"), "0");
+    assert_eq!(get(&mut w, "lfu-decay-time"), "0");
+    assert!(w
+        .call(&["CONFIG", "SET", "lfu-log-factor", "-1"])
+        .text()
+        .starts_with("ERR"));
+
+    // OBJECT FREQ under an LFU policy: a new key starts at 5; with a log factor of 0
+    // each access adds one. OBJECT, TYPE and EXISTS are not accesses; TOUCH is.
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]),
+        ok()
+    );
+    assert_eq!(w.call(&["SET", "k", "v"]), ok());
+    assert_eq!(w.call(&["OBJECT", "FREQ", "k"]), int(5));
+    assert_eq!(w.call(&["GET", "k"]), bulk("v"));
+    assert_eq!(w.call(&["GET", "k"]), bulk("v"));
+    assert_eq!(w.call(&["OBJECT", "FREQ", "k"]), int(7));
+    w.call(&["TYPE", "k"]);
+    w.call(&["EXISTS", "k"]);
+    assert_eq!(w.call(&["OBJECT", "FREQ", "k"]), int(7));
+    assert_eq!(w.call(&["TOUCH", "k"]), int(1));
+    assert_eq!(w.call(&["OBJECT", "FREQ", "k"]), int(8));
+    assert_eq!(w.call(&["OBJECT", "FREQ", "nokey"]), Val::Blob(b'$', None));
+    assert!(w
+        .call(&["OBJECT", "IDLETIME", "k"])
+        .text()
+        .starts_with("ERR An LFU maxmemory policy is selected"));
+    // Under any other policy: IDLETIME, and FREQ refused.
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
+        ok()
+    );
+    assert!(w
+        .call(&["OBJECT", "FREQ", "k"])
+        .text()
+        .starts_with("ERR An LFU maxmemory policy is not selected"));
+    assert_eq!(w.call(&["SET", "k", "v"]), ok());
+    assert!(w.call(&["OBJECT", "IDLETIME", "k"]).int().unwrap() <= 1);
+}
+
+#[test]
+fn allkeys_lru_evicts_the_keys_not_read_lately() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = start(tmp.path(), "2", &["--maxmemory-policy", "allkeys-lru"]);
+    let mut w = Wire::connect(&s.socket);
+    let size = 1000;
+    // Room for 500 keys: 100 hot and 380 cold fit.
+    let limit = 500 * key_memory("cold", size);
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory", &limit.to_string()]),
+        ok()
+    );
+    fill(&mut w, "hot", 100, size, None);
+    fill(&mut w, "cold", 380, size, None);
+    assert_eq!(w.info_field("stats", "evicted_keys"), 0);
+    // The clock counts seconds: the cold keys' last access falls behind.
+    std::thread::sleep(Duration::from_millis(2100));
+    read(&mut w, "hot", 100, 1);
+    fill(&mut w, "new", 200, size, None);
+    let evicted = w.info_field("stats", "evicted_keys");
+    assert!(evicted >= 150, "{evicted}");
+    let hot = present(&mut w, "hot", 100);
+    // Random choice would keep about 70 of them; sampling the least recently used
+    // keeps nearly all.
+    assert!(hot >= 90, "hot keys kept: {hot}");
+    assert!(present(&mut w, "cold", 380) <= 380 - 100);
+}
+
+#[test]
+fn allkeys_lfu_evicts_the_keys_read_least() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = start(tmp.path(), "2", &["--maxmemory-policy", "allkeys-lfu"]);
+    let mut w = Wire::connect(&s.socket);
+    let size = 1000;
+    let limit = 500 * key_memory("cold", size);
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory", &limit.to_string()]),
+        ok()
+    );
+    fill(&mut w, "hot", 100, size, None);
+    fill(&mut w, "cold", 380, size, None);
+    read(&mut w, "hot", 100, 30);
+    fill(&mut w, "new", 300, size, None);
+    let hot = present(&mut w, "hot", 100);
+    assert!(hot >= 95, "hot keys kept: {hot}");
+    assert!(w.info_field("stats", "evicted_keys") >= 250);
+}
+
+#[test]
+fn volatile_ttl_evicts_the_nearest_expiry_first_then_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One shard: the order is exact.
+    let s = start(tmp.path(), "1", &["--maxmemory-policy", "volatile-ttl"]);
+    let mut w = Wire::connect(&s.socket);
+    let size = 100;
+    fill(&mut w, "keep", 50, size, None);
+    fill(&mut w, "vol", 50, size, Some(&|i| 10_000 - 100 * i as u64));
+    let used = w.info_field("memory", "used_memory") as u64;
+    // 20 keys too many: the 20 nearest expiries go (vol:49 down to vol:30). A key
+    // with an expiry counts 32 bytes more; `vol:30`..`vol:49` are 6 bytes long.
+    let vol = (6 + size + 64 + 32) as u64;
+    let limit = used - 20 * vol + vol / 2;
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory", &limit.to_string()]),
+        ok()
+    );
+    eventually("evictions", || w.info_field("stats", "evicted_keys") == 20);
+    assert_eq!(present(&mut w, "keep", 50), 50);
+    for i in 0..50 {
+        let want = int((i < 30) as i64);
+        assert_eq!(w.call(&["EXISTS", &format!("vol:{i}")]), want, "vol:{i}");
+    }
+    // Nothing but persistent keys left to evict: writes are refused, deletions run.
+    assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", "1000"]), ok());
+    eventually("no volatile key left", || present(&mut w, "vol", 50) == 0);
+    assert_eq!(
+        w.call(&["SET", "more", "x"]),
+        err("OOM command not allowed when used memory > 'maxmemory'.")
+    );
+    assert_eq!(present(&mut w, "keep", 50), 50);
+    assert_eq!(w.call(&["DEL", "keep:0"]), int(1));
+    assert_eq!(w.info_field("stats", "evicted_keys"), 50);
+}
+
+#[test]
+fn volatile_policies_never_evict_persistent_keys() {
+    for policy in ["volatile-lru", "volatile-lfu", "volatile-random"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = start(tmp.path(), "2", &["--maxmemory-policy", policy]);
+        let mut w = Wire::connect(&s.socket);
+        let size = 200;
+        fill(&mut w, "keep", 100, size, None);
+        fill(&mut w, "vol", 100, size, Some(&|_| 10_000));
+        let used = w.info_field("memory", "used_memory") as u64;
+        let limit = used / 2 + used / 4;
+        assert_eq!(
+            w.call(&["CONFIG", "SET", "maxmemory", &limit.to_string()]),
+            ok()
+        );
+        fill(&mut w, "more", 20, size, Some(&|_| 10_000));
+        assert_eq!(present(&mut w, "keep", 100), 100, "{policy}");
+        let vol = present(&mut w, "vol", 100) + present(&mut w, "more", 20);
+        assert!(vol < 120 - 40, "{policy}: {vol} volatile keys left");
+        let used = w.info_field("memory", "used_memory") as u64;
+        assert!(
+            used <= limit + 2 * (size as u64 + 100),
+            "{policy}: {used} over {limit}"
+        );
+    }
+}
+
+#[test]
+fn memory_stays_at_the_limit_while_writing_ten_times_more() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = start(
+        tmp.path(),
+        "2",
+        &[
+            "--maxmemory",
+            "500kb",
+            "--maxmemory-policy",
+            "allkeys-random",
+        ],
+    );
+    let mut w = Wire::connect(&s.socket);
+    let (n, size) = (5000, 1000);
+    for round in 0..10 {
+        fill(&mut w, &format!("r{round}"), n / 10, size, None);
+        let used = w.info_field("memory", "used_memory") as u64;
+        // At most one key over each shard's share.
+        assert!(used <= 500 * 1024 + 2 * key_memory("r0", size), "{used}");
+    }
+    let keys = w.call(&["DBSIZE"]).int().unwrap();
+    assert!(keys > 300, "{keys}");
+    assert_eq!(w.info_field("stats", "evicted_keys"), n as i64 - keys);
+    assert_eq!(w.call(&["CONFIG", "RESETSTAT"]), ok());
+    assert_eq!(w.info_field("stats", "evicted_keys"), 0);
+}
+
+#[test]
+fn an_eviction_is_announced_invalidated_and_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = start(tmp.path(), "2", &["--maxmemory-policy", "allkeys-lru"]);
+    let mut w = Wire::connect(&s.socket);
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "notify-keyspace-events", "Ee"]),
+        ok()
+    );
+    assert_eq!(w.call(&["SET", "foo", "bar"]), ok());
+    assert_eq!(w.call(&["SET", "watched", "1"]), ok());
+    let mut sub = Wire::connect(&s.socket);
+    assert_eq!(
+        sub.call(&["SUBSCRIBE", "__keyevent@0__:evicted"])
+            .items()
+            .len(),
+        3
+    );
+    let mut cache = Wire::connect(&s.socket);
+    assert_eq!(cache.call(&["HELLO", "3"]).kind(), b'%');
+    assert_eq!(cache.call(&["CLIENT", "TRACKING", "on"]), ok());
+    assert_eq!(cache.call(&["GET", "foo"]), bulk("bar"));
+    let mut tx = Wire::connect(&s.socket);
+    assert_eq!(tx.call(&["WATCH", "watched"]), ok());
+
+    assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", "1"]), ok());
+    let mut events: Vec<String> = (0..2).map(|_| sub.read().items()[2].text()).collect();
+    events.sort();
+    assert_eq!(events, ["foo", "watched"]);
+    let push = cache.read();
+    assert_eq!(
+        (push.kind(), push.items()[0].text()),
+        (b'>', "invalidate".into())
+    );
+    assert_eq!(push.items()[1].items(), [bulk("foo")]);
+    assert_eq!(tx.call(&["MULTI"]), ok());
+    assert_eq!(tx.call(&["SET", "other", "x"]).text(), "QUEUED");
+    assert_eq!(tx.call(&["EXEC"]), Val::Agg(b'*', None));
+    assert_eq!(w.call(&["DBSIZE"]), int(0));
+    assert_eq!(w.info_field("stats", "evicted_keys"), 2);
+
+    // The evictions were logged: after a restart the keys are still gone.
+    assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", "0"]), ok());
+    assert_eq!(w.call(&["SET", "after", "1"]), ok());
+    drop((w, sub, cache, tx));
+    s.signal(libc::SIGTERM);
+    assert!(s.wait_exit().success());
+    let s = start(tmp.path(), "2", &[]);
+    let mut w = Wire::connect(&s.socket);
+    assert_eq!(
+        w.call(&["KEYS", "*"]),
+        Val::Agg(b'*', Some(vec![bulk("after")]))
+    );
+}
