@@ -69,6 +69,17 @@ pub struct Shard {
     pub blocked: crate::server::blocking::Blocked,
 }
 
+/// Whether `payload` is a record that changes only a string's encoding
+/// ([`log::RecordRef::only_encoding`]: a `SetRange`, kind 17, of nothing at offset 0).
+fn only_encoding(payload: &[u8]) -> bool {
+    // kind:u8 db:u8 key_len:u32le key offset:u64le piece_len:u32le
+    let Some(key_len) = payload.get(2..6) else {
+        return false;
+    };
+    let key_len = u32::from_le_bytes(key_len.try_into().unwrap()) as usize;
+    payload[0] == 17 && payload.get(6 + key_len..) == Some(&[0u8; 12][..])
+}
+
 /// The changes in whole frames `frames`, the records one command logged: each key it
 /// changed counts one (a key's records follow one another: SETBIT of a new key logs
 /// its creation, then its byte), and so does a record without a key (FLUSHDB). A `Tx`
@@ -82,7 +93,7 @@ fn count_changes(frames: &[u8]) -> u64 {
         let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
         let payload = &frames[at + FRAME_HEADER..at + FRAME_HEADER + len];
         at += FRAME_HEADER + len;
-        if payload.first() == Some(&log::tx::TX_KIND) {
+        if payload.first() == Some(&log::tx::TX_KIND) || only_encoding(payload) {
             continue;
         }
         // kind:u8 db:u8 key_len:u32le key

@@ -125,7 +125,7 @@ impl Shard {
         while at < self.log.len() {
             let (db, rec, n) =
                 crate::log::decode_frame(&self.log[at..]).expect("a command logs whole records");
-            if let Some(key) = rec.key() {
+            if let Some(key) = rec.key().filter(|_| !rec.only_encoding()) {
                 ws.touch(db, key);
             }
             at += n;

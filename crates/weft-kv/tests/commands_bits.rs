@@ -446,3 +446,60 @@ fn bitop_over_several_shards() {
     assert_eq!(get(&k[3]), Reply::Bulk(vec![0xfc, 0xff]));
     assert_eq!(get(&k[2]), Reply::Nil);
 }
+
+/// OBJECT ENCODING of `key` in a keyspace made by replaying `t`'s whole log.
+fn replayed_encoding(t: &T, key: &str) -> String {
+    let mut fresh = weft_kv::keyspace::Keyspace::new();
+    for r in records(&t.log) {
+        fresh.apply(r.as_ref(), t.now);
+    }
+    let e = fresh.peek(key.as_bytes(), t.now).expect("the key replayed");
+    weft_kv::keyspace::value::encoding_name(e.tag(), e.value()).to_string()
+}
+
+/// A SETBIT or BITFIELD that changes no bit of an `int` or `embstr` string leaves it
+/// `raw`, as Redis does: logged as a `SetRange` of nothing at offset 0 (replayed as
+/// `raw`, the bytes unchanged); a string already `raw` logs nothing. BITFIELD with
+/// GET alone, or a failed command, changes nothing.
+#[test]
+fn a_bit_write_that_changes_nothing_leaves_the_string_raw() {
+    let mut t = T::new();
+    let enc = |t: &mut T, k: &str| t.run(&["object", "encoding", k]);
+    t.run(&["set", "n", "1"]);
+    t.run(&["set", "s", "hello"]);
+    t.run(&["set", "b", "2"]);
+    t.run(&["set", "g", "3"]);
+    assert_eq!(enc(&mut t, "n"), bulk("int"));
+    // '1' is 0x31: bit 2 is 1 already, bit 0 is 0.
+    assert_eq!(t.run(&["setbit", "n", "2", "1"]), Reply::Int(1));
+    assert_eq!(t.logged(), vec![range_rec("n", 0, b"")]);
+    assert_eq!(t.run(&["setbit", "s", "0", "0"]), Reply::Int(0));
+    assert_eq!(t.logged(), vec![range_rec("s", 0, b"")]);
+    assert_eq!(
+        t.run(&["bitfield", "b", "set", "u8", "0", "50"]),
+        ints(&[50])
+    );
+    assert_eq!(t.logged(), vec![range_rec("b", 0, b"")]);
+    for k in ["n", "s", "b"] {
+        assert_eq!(enc(&mut t, k), bulk("raw"), "{k}");
+        assert_eq!(replayed_encoding(&t, k), "raw", "{k}");
+    }
+    assert_eq!(t.run(&["get", "n"]), bulk("1"));
+    assert_eq!(t.run(&["get", "s"]), bulk("hello"));
+    assert_eq!(t.run(&["get", "b"]), bulk("2"));
+    // Raw already: nothing more is logged.
+    assert_eq!(t.run(&["setbit", "n", "2", "1"]), Reply::Int(1));
+    assert!(t.logged().is_empty());
+    // Reads and errors leave the encoding.
+    assert_eq!(t.run(&["bitfield", "g", "get", "u8", "0"]), ints(&[51]));
+    assert_eq!(t.run(&["bitfield_ro", "g", "get", "u8", "0"]), ints(&[51]));
+    assert_eq!(t.run(&["getbit", "g", "0"]), Reply::Int(0));
+    assert_eq!(
+        t.run(&["setbit", "g", "0", "2"]),
+        err("ERR bit is not an integer or out of range")
+    );
+    assert!(t.logged().is_empty());
+    assert_eq!(enc(&mut t, "g"), bulk("int"));
+    // The record is the encoding's only: its bytes replay unchanged.
+    t.check_replay();
+}

@@ -23,6 +23,7 @@
 
 use super::strings::{clamp_range, fit, make_room, store, string};
 use super::{arg_i64, parse_i64, Ctx, MAX_STRING, OOM, SYNTAX_ERR, WRONGTYPE};
+use crate::keyspace::value::encoding_name;
 use crate::keyspace::Keyspace;
 use crate::log::RecordRef;
 use crate::pubsub::notify::notify;
@@ -98,6 +99,7 @@ pub fn setbit(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let shift = 7 - (offset & 7);
     let old = (was.unwrap_or(0) >> shift) & 1;
     if was.is_some() && old == on {
+        unshare(ks, key, ctx);
         return Reply::Int(old as i64);
     }
     let mut w = Writer::new(key, cur, byte + 1);
@@ -108,6 +110,27 @@ pub fn setbit(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         .insert(byte, was.unwrap_or(0) & !(1 << shift) | (on << shift));
     w.finish(ks, ctx);
     Reply::Int(old as i64)
+}
+
+/// A SETBIT or BITFIELD that writes an existing string and changes none of its bytes
+/// leaves it `raw`, as Redis does (it makes the string its own, changeable copy before
+/// looking at the bits): an `int` or `embstr` string is turned `raw` and that is logged
+/// as a `SetRange` of nothing at offset 0, which replays as that encoding and changes
+/// no byte (so it is no change of the key for WATCH, client-side caching or the count
+/// of changes, `Shard::note_logged`). A string `raw` already logs nothing.
+fn unshare(ks: &mut Keyspace, key: &[u8], ctx: &mut Ctx<'_>) {
+    let Some(e) = ks.peek(key, ctx.now_ms) else {
+        return;
+    };
+    if encoding_name(e.tag(), e.value()) == "raw" {
+        return;
+    }
+    ks.update(key, ctx.now_ms, |len| len, |_| {});
+    ctx.record(&RecordRef::SetRange {
+        key,
+        offset: 0,
+        piece: &[],
+    });
 }
 
 /// A write of some bytes of a string (SETBIT, BITFIELD): creates or grows the string
@@ -159,6 +182,7 @@ impl<'k> Writer<'k> {
         if !grows {
             let v = ks.peek(key, ctx.now_ms).map_or(&[][..], |e| e.value());
             if self.bytes.iter().all(|(&at, &b)| v[at] == b) {
+                unshare(ks, key, ctx);
                 return;
             }
         }

@@ -513,6 +513,14 @@ impl<'a> RecordRef<'a> {
         }
     }
 
+    /// Whether the record changes no byte of any value, only a string's encoding: a
+    /// `SetRange` of nothing at offset 0 makes the string `raw` (SETBIT or BITFIELD
+    /// that changed no bit). It is then no change of its key for WATCH, client-side
+    /// caching or the count of changes.
+    pub fn only_encoding(&self) -> bool {
+        matches!(self, RecordRef::SetRange { offset: 0, piece, .. } if piece.is_empty())
+    }
+
     /// The key the record is about (`None` for the records about whole databases).
     pub fn key(&self) -> Option<&'a [u8]> {
         match *self {

@@ -32,7 +32,8 @@
 //!
 //! # Where it hooks in
 //! The shards call [`written`] for the key of each record a command logs (every change
-//! is logged, invariant 5 of docs/kv-types.md) and for each key that expires, only
+//! is logged, invariant 5 of docs/kv-types.md; a record of a string's encoding only,
+//! `RecordRef::only_encoding`, is no change) and for each key that expires, only
 //! while some connection tracks (one load otherwise). A connection remembers a
 //! command's keys *before* running it: a change that comes between is then told
 //! (the client reads the new value anyway), and none can be missed.
@@ -140,7 +141,7 @@ pub(crate) fn written_records(records: &[u8]) {
     while at < records.len() {
         let (_, rec, n) =
             crate::log::decode_frame(&records[at..]).expect("a command logs whole records");
-        if let Some(key) = rec.key() {
+        if let Some(key) = rec.key().filter(|_| !rec.only_encoding()) {
             if !keys.contains(&key) {
                 keys.push(key);
             }
