@@ -324,3 +324,163 @@ fn options_errors_and_info_match_redis() {
         }
     }
 }
+
+/// Runs `f` against weft-kv, then against redis-server when it is installed (the
+/// behaviour asserted is Redis's).
+fn on_weft_and_redis(f: impl Fn(&KvServer)) {
+    let dir = tempfile::tempdir().unwrap();
+    f(&server(dir.path()));
+    std::fs::create_dir(dir.path().join("r")).unwrap();
+    if let Some(redis) = KvServer::redis(&dir.path().join("r"), &dir.path().join("r.sock"), false) {
+        f(&redis);
+    }
+}
+
+/// `["tracking-redir-broken", id]` as a RESP3 push.
+fn redir_broken(id: &str) -> Val {
+    Val::Agg(
+        b'>',
+        Some(vec![
+            bulk("tracking-redir-broken"),
+            Val::Line(b':', id.into()),
+        ]),
+    )
+}
+
+/// A REDIRECT target that sent QUIT is gone from its reply on: the next write of a
+/// remembered key finds it gone at once (a push to the tracker, and TRACKINGINFO's
+/// `broken_redirect`), not only once its socket has closed. Messages published to it
+/// before come before its QUIT reply. Many rounds: the target's end races the write.
+#[test]
+fn a_redirect_target_that_quit_is_gone_from_its_reply_on() {
+    on_weft_and_redis(|s| {
+        let mut t = resp3(s);
+        let mut w = Wire::connect(&s.socket);
+        for round in 0..20 {
+            let mut target = Wire::connect(&s.socket);
+            let id = target.call(&["CLIENT", "ID"]).int().unwrap().to_string();
+            target.call(&["SUBSCRIBE", "__redis__:invalidate", "news"]);
+            target.read();
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "ON", "REDIRECT", &id]), ok());
+            let key = format!("k{round}");
+            assert_eq!(w.call(&["SET", &key, "1"]), ok());
+            assert_eq!(t.call(&["GET", &key]), bulk("1"));
+            assert_eq!(w.call(&["PUBLISH", "news", "hello"]).int(), Some(1));
+            target.send(&[b"QUIT".to_vec()]);
+            let message = Val::Agg(
+                b'*',
+                Some(vec![bulk("message"), bulk("news"), bulk("hello")]),
+            );
+            assert_eq!(target.read(), message);
+            assert_eq!(target.read(), ok());
+            assert_eq!(w.call(&["SET", &key, "2"]), ok());
+            assert_eq!(t.read(), redir_broken(&id), "round {round}");
+            let info = t.call(&["CLIENT", "TRACKINGINFO"]);
+            assert_eq!(
+                info.items()[1],
+                Val::Agg(b'~', Some(vec![bulk("on"), bulk("broken_redirect")]))
+            );
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "OFF"]), ok());
+        }
+    });
+}
+
+/// FLUSHALL (and FLUSHDB) forget every remembered key: a key read before it, by a
+/// connection that turned tracking off and on again meanwhile, is not told when it is
+/// written after it (Redis clears its whole table).
+#[test]
+fn a_flush_forgets_the_keys_read_before_it() {
+    on_weft_and_redis(|s| {
+        let mut sub = Wire::connect(&s.socket);
+        let id = sub.call(&["CLIENT", "ID"]).int().unwrap().to_string();
+        sub.call(&["SUBSCRIBE", "__redis__:invalidate"]);
+        let mut t = Wire::connect(&s.socket);
+        let mut w = Wire::connect(&s.socket);
+        for flush in ["FLUSHALL", "FLUSHDB"] {
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "ON", "REDIRECT", &id]), ok());
+            assert_eq!(t.call(&["MGET", "a", "b", "c", "d"]).items().len(), 4);
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "OFF"]), ok());
+            assert_eq!(w.info_field("stats", "tracking_total_keys"), 4);
+            assert_eq!(t.call(&[flush]), ok());
+            assert_eq!(w.info_field("stats", "tracking_total_keys"), 0);
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "ON", "REDIRECT", &id]), ok());
+            for k in ["a", "b", "c", "d"] {
+                assert_eq!(w.call(&["SET", k, "1"]), ok());
+            }
+            // Nothing came before the PING's answer.
+            assert_eq!(
+                sub.call(&["PING"]),
+                Val::Agg(b'*', Some(vec![bulk("pong"), bulk("")]))
+            );
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "OFF"]), ok());
+            assert_eq!(w.call(&["DEL", "a", "b", "c", "d"]).int(), Some(4));
+        }
+    });
+}
+
+/// A blocking command's own change is told after its reply, as Redis sends it: when
+/// it is served later (BLMOVE woken by a push) and when it is served at once.
+#[test]
+fn a_blocking_commands_own_change_is_told_after_its_reply() {
+    on_weft_and_redis(|s| {
+        let mut t = resp3(s);
+        let mut w = Wire::connect(&s.socket);
+        assert_eq!(t.call(&["CLIENT", "TRACKING", "ON"]), ok());
+        for round in 0..10 {
+            assert_eq!(w.call(&["RPUSH", "dst", "a"]).int(), Some(1));
+            assert_eq!(t.call(&["LRANGE", "dst", "0", "-1"]).items().len(), 1);
+            assert_eq!(t.call(&["GET", "other"]), Val::Line(b'_', String::new()));
+            let blmove = ["BLMOVE", "src", "dst", "LEFT", "LEFT", "0"];
+            t.send(&blmove.map(|a| a.as_bytes().to_vec()));
+            kv::eventually("the BLMOVE blocks", || {
+                w.info_field("clients", "blocked_clients") == 1
+            });
+            // Meanwhile a change of another remembered key is told at once.
+            assert_eq!(w.call(&["SET", "other", "1"]), ok());
+            assert_eq!(t.read(), push("other"));
+            assert_eq!(w.call(&["RPUSH", "src", "foo"]).int(), Some(1));
+            assert_eq!(t.read(), bulk("foo"), "round {round}");
+            assert_eq!(t.read(), push("dst"));
+            // Served at once: the same order.
+            assert_eq!(t.call(&["LRANGE", "dst", "0", "-1"]).items().len(), 2);
+            assert_eq!(w.call(&["RPUSH", "src", "bar"]).int(), Some(1));
+            t.send(&blmove.map(|a| a.as_bytes().to_vec()));
+            assert_eq!(t.read(), bulk("bar"));
+            assert_eq!(t.read(), push("dst"));
+            assert_eq!(w.call(&["DEL", "dst", "other"]).int(), Some(2));
+        }
+    });
+}
+
+/// A SETBIT that changes no bit makes an `int` string `raw` and is no change of the
+/// key: a tracker is not told, a WATCH of it still lets EXEC run, INFO's count of
+/// changes does not move (as in Redis).
+#[test]
+fn a_setbit_that_changes_no_bit_is_no_change() {
+    on_weft_and_redis(|s| {
+        let mut t = resp3(s);
+        let mut w = Wire::connect(&s.socket);
+        assert_eq!(w.call(&["SET", "n", "1"]), ok());
+        assert_eq!(t.call(&["CLIENT", "TRACKING", "ON"]), ok());
+        assert_eq!(t.call(&["GET", "n"]), bulk("1"));
+        assert_eq!(w.call(&["WATCH", "n"]), ok());
+        let changes = w.info_field("persistence", "rdb_changes_since_last_save");
+        // '1' is 0x31: bit 2 is set already.
+        assert_eq!(w.call(&["SETBIT", "n", "2", "1"]).int(), Some(1));
+        assert_eq!(w.call(&["OBJECT", "ENCODING", "n"]), bulk("raw"));
+        assert_eq!(
+            w.info_field("persistence", "rdb_changes_since_last_save"),
+            changes
+        );
+        assert_eq!(w.call(&["MULTI"]), ok());
+        assert_eq!(w.call(&["PING"]), Val::Line(b'+', "QUEUED".into()));
+        assert_eq!(
+            w.call(&["EXEC"]),
+            Val::Agg(b'*', Some(vec![Val::Line(b'+', "PONG".into())]))
+        );
+        // Nothing came before PING's answer; a real change is told.
+        assert_eq!(t.call(&["PING"]), Val::Line(b'+', "PONG".into()));
+        assert_eq!(w.call(&["SETBIT", "n", "2", "0"]).int(), Some(1));
+        assert_eq!(t.read(), push("n"));
+    });
+}

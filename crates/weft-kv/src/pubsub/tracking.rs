@@ -427,16 +427,16 @@ impl Tracking {
     /// CLIENT subcommand, which changes nothing here): remembers the
     /// command's keys (`keys`, called only if needed) if it reads and the mode says
     /// so, and ends CLIENT CACHING's effect after the command it was given for
-    /// (`in_exec`: the command runs inside EXEC, which keeps it). Unless the command
-    /// may block (`blocking`), the messages the connection is sent meanwhile are held
-    /// until its reply is sent, as Redis sends them after the reply.
+    /// (`in_exec`: the command runs inside EXEC, which keeps it). The messages the
+    /// connection is sent meanwhile are held until its reply is sent, as Redis sends
+    /// them after the reply (a command that blocks lets them go while it waits, and
+    /// holds them again once served: `server/blocking.rs`).
     pub fn before_command<'a, K: IntoIterator<Item = &'a [u8]>>(
         &self,
         name: &str,
         client_cmd: bool,
         readonly: bool,
         in_exec: bool,
-        blocking: bool,
         keys: impl FnOnce() -> K,
     ) {
         if client_cmd {
@@ -450,7 +450,7 @@ impl Tracking {
         let st = lock(&self.state);
         let (on, flags, redirect) = (st.on, st.flags, st.redirect);
         drop(st);
-        if on && redirect == 0 && !blocking {
+        if on && redirect == 0 {
             // What the command makes it send itself comes after its reply.
             self.own.hold_back();
         }
@@ -631,7 +631,7 @@ mod tests {
         let own = Subscriber::new(2_000_001, 3);
         let t = Tracking::new(2_000_001, own.clone());
         t.on(0, 0, None, &[]);
-        t.before_command("get", false, true, false, false, || [&b"unit.tk"[..]]);
+        t.before_command("get", false, true, false, || [&b"unit.tk"[..]]);
         assert!(KEYS.load(Relaxed) >= 1);
         written(b"unit.tk");
         assert_eq!(
@@ -642,10 +642,10 @@ mod tests {
         nothing(&own);
         // NOLOOP: its own change is not told, another's is.
         t.on(NOLOOP, 0, None, &[]);
-        t.before_command("get", false, true, false, false, || [&b"unit.tk"[..]]);
+        t.before_command("get", false, true, false, || [&b"unit.tk"[..]]);
         as_writer(2_000_001, || written(b"unit.tk"));
         nothing(&own);
-        t.before_command("get", false, true, false, false, || [&b"unit.tk"[..]]);
+        t.before_command("get", false, true, false, || [&b"unit.tk"[..]]);
         as_writer(7, || written(b"unit.tk"));
         assert_eq!(
             taken(&own),

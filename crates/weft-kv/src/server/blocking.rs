@@ -177,6 +177,10 @@ pub struct Waiter {
     outcome: std::sync::Mutex<Option<Outcome>>,
     park: Mutex<()>,
     cv: Condvar,
+    /// The connection's own outbox when it tracks keys without REDIRECT: the
+    /// invalidations its served command causes are held in it until its reply is sent
+    /// (as Redis sends them after the reply).
+    hold: std::sync::OnceLock<Arc<crate::pubsub::Subscriber>>,
 }
 
 impl Waiter {
@@ -189,7 +193,30 @@ impl Waiter {
             outcome: std::sync::Mutex::new(None),
             park: Mutex::new(()),
             cv: Condvar::new(),
+            hold: std::sync::OnceLock::new(),
         })
+    }
+
+    /// While it waits, the messages of its connection's outbox flow (they were held
+    /// when the command started, `server/tracking.rs`); once a shard claimed it, they
+    /// stay held until the reply is sent. Under the outbox's lock of the outcome, so
+    /// that a shard claiming it at the same moment ([`Waiter::held`]) is ordered with
+    /// this.
+    fn let_go(&self) {
+        let Some(own) = self.hold.get() else { return };
+        let _g = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        if self.waiting() {
+            own.release();
+        }
+    }
+
+    /// A shard claimed it and is about to run its pop: its connection's outbox holds
+    /// the messages the pop causes until the reply is sent.
+    fn held(&self) {
+        if let Some(own) = self.hold.get() {
+            let _g = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+            own.hold_back();
+        }
     }
 
     fn waiting(&self) -> bool {
@@ -533,6 +560,7 @@ pub fn serve_ready(sh: &mut Shard, s: usize, shards: usize, now: u64) -> Vec<Arc
             if !w.claim() {
                 continue;
             }
+            w.held();
             match pop(sh, db, &key, &w.op, now, shards) {
                 Some((reply, lsn)) => {
                     w.set(Outcome::Served(reply, s, lsn));
@@ -1057,7 +1085,11 @@ fn wait(
     if let Some(sock) = conn.sock {
         conn.ahead.watch(sock, Some(w));
     }
+    if let Some(own) = super::tracking::own_outbox(conn) {
+        let _ = w.hold.set(own);
+    }
     let reply = loop {
+        w.let_go();
         let o = w.wait(deadline);
         match o {
             Outcome::Served(r, s, lsn) => {

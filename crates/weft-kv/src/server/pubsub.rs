@@ -66,7 +66,16 @@ pub(super) fn run(
             }
             return None;
         }
-        "quit" => return None,
+        "quit" => {
+            // Gone for everyone from its reply on, as in Redis (which frees a client
+            // that sent QUIT once its reply is written): what was published to it
+            // comes before the reply, and a REDIRECT to it finds it gone at once.
+            if let Some(s) = conn.client.pubsub.get() {
+                s.hold(wbuf);
+                s.close();
+            }
+            return None;
+        }
         _ if subscribed && conn.proto == 2 => Reply::error(format!(
             "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
              RESET are allowed in this context",

@@ -254,12 +254,19 @@ pub fn before_command(t: &Tracking, cmd: &Command, args: &[&[u8]], in_exec: bool
     // Any CLIENT subcommand keeps CLIENT CACHING's effect for the next command.
     let client_cmd = cmd.name == "client";
     let readonly = cmd.flags & flags::READONLY != 0;
-    let blocking = cmd.flags & flags::BLOCKING != 0;
-    t.before_command(cmd.name, client_cmd, readonly, in_exec, blocking, || {
+    t.before_command(cmd.name, client_cmd, readonly, in_exec, || {
         super::command::key_indexes(cmd, args)
             .into_iter()
             .map(|i| args[i])
     });
+}
+
+/// The connection's own outbox if it tracks keys without REDIRECT (its invalidations
+/// are pushed on it): a blocked command holds it from the moment it is served until
+/// its reply is sent (`server/blocking.rs`).
+pub fn own_outbox(conn: &Conn) -> Option<Arc<Subscriber>> {
+    state(conn).filter(|s| s.redirect == 0)?;
+    conn.client.pubsub.get().cloned()
 }
 
 /// The connection ends (or RESET): tracking off.
