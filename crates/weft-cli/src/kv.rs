@@ -182,6 +182,11 @@ pub struct ServeArgs {
     /// streams, m key misses, n new keys, A all but m and n [default: none].
     #[arg(long, value_name = "LETTERS")]
     notify_keyspace_events: Option<String>,
+    /// Who may run DEBUG (commands for tools and test suites; some hold the store
+    /// for a while): yes (every client), local (clients on this machine: the Unix
+    /// socket and loopback addresses) or no [default: local].
+    #[arg(long, value_name = "yes|local|no")]
+    enable_debug_command: Option<weft_kv::server::DebugCommand>,
 }
 
 /// Where the client subcommands connect, and with which password.
@@ -291,6 +296,9 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
             ));
         }
         config.notify_keyspace_events = letters;
+    }
+    if let Some(d) = a.enable_debug_command {
+        config.enable_debug_command = d;
     }
     if config.port != 0 && !is_loopback(&config.bind) {
         let why = match (&config.password, config.protected_mode) {

@@ -2,7 +2,8 @@
 //! for byte in RESP2 and RESP3 (beside redis-server, when installed), SET-ACTIVE-EXPIRE (expired keys stay until a command
 //! finds them, and that removal is logged), SLEEP, OBJECT, RELOAD and LOADAOF (the
 //! keyspaces rebuilt from the log are what a restart loads, inside EXEC too), HELP
-//! and the error for a subcommand weft-kv does not have.
+//! and the error for a subcommand weft-kv does not have; `enable-debug-command`
+//! (who may run DEBUG: the Unix socket, loopback TCP, a client from the network).
 
 mod common;
 #[path = "common/kv.rs"]
@@ -231,6 +232,7 @@ fn help_and_unknown_subcommands() {
     for sub in [
         "PROTOCOL",
         "SET-ACTIVE-EXPIRE",
+        "PAUSE-CRON",
         "SLEEP",
         "OBJECT",
         "RELOAD",
@@ -425,4 +427,115 @@ fn reload_gives_what_a_restart_loads() {
     let _server = start(tmp.path());
     let mut c = Wire::connect(&tmp.path().join("s"));
     assert_eq!(state(&mut c), before);
+}
+
+/// The machine's address on its network (not a loopback one), if it has one: the
+/// local address a UDP socket would send from (nothing is sent).
+fn network_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind(("0.0.0.0", 0)).ok()?;
+    s.connect(("192.0.2.1", 9)).ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// `enable-debug-command`: `local` by default (the Unix socket and loopback TCP may
+/// run DEBUG; a client from the network may not), `no` refuses everyone, `yes`
+/// allows everyone; CONFIG GET shows it and CONFIG SET cannot change it.
+#[test]
+fn enable_debug_command_says_who_may_run_debug() {
+    let refused = |c: &mut Wire| {
+        let r = show(&c.call(&["DEBUG", "SLEEP", "0"]));
+        assert!(r.starts_with("-\"ERR DEBUG command not allowed."), "{r}");
+    };
+    let allowed = |c: &mut Wire| assert_eq!(show(&c.call(&["DEBUG", "SLEEP", "0"])), "+\"OK\"");
+    let network = network_address();
+    for (option, unix_ok, network_ok) in [
+        (None, true, false),
+        (Some("local"), true, false),
+        (Some("no"), false, false),
+        (Some("yes"), true, true),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind(("0.0.0.0", 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut extra = vec!["--bind", "0.0.0.0", "--protected-mode", "no"];
+        if let Some(o) = option {
+            extra.extend(["--enable-debug-command", o]);
+        }
+        let _server = KvServer::weft_tcp(
+            &tmp.path().join("data"),
+            &tmp.path().join("s"),
+            port,
+            &extra,
+        )
+        .unwrap();
+        let mut c = Wire::connect(&tmp.path().join("s"));
+        let name = option.unwrap_or("local");
+        assert_eq!(
+            show(&c.call(&["CONFIG", "GET", "enable-debug-command"])),
+            format!("*[$\"enable-debug-command\", $\"{name}\"]")
+        );
+        let set = show(&c.call(&["CONFIG", "SET", "enable-debug-command", "yes"]));
+        assert!(set.starts_with("-\"ERR CONFIG SET failed"), "{set}");
+        if unix_ok {
+            allowed(&mut c);
+        } else {
+            refused(&mut c);
+        }
+        // Loopback TCP is on this machine, as the Unix socket.
+        let on_tcp = |ip, ok: bool| {
+            let line = debug_over_tcp(ip, port);
+            if ok {
+                assert_eq!(line, "+OK\r\n", "{name} from {ip}");
+            } else {
+                assert!(
+                    line.starts_with("-ERR DEBUG command not allowed."),
+                    "{name} from {ip}: {line}"
+                );
+            }
+        };
+        on_tcp(std::net::Ipv4Addr::LOCALHOST.into(), unix_ok);
+        if let Some(ip) = network {
+            on_tcp(ip, network_ok);
+        }
+    }
+}
+
+/// The first line of the reply to DEBUG SLEEP 0 sent over TCP to `ip`:`port`.
+fn debug_over_tcp(ip: std::net::IpAddr, port: u16) -> String {
+    let mut tcp = std::net::TcpStream::connect((ip, port)).unwrap();
+    tcp.set_read_timeout(Some(resp::EVENTUALLY)).unwrap();
+    tcp.write_all(b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$1\r\n0\r\n")
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(tcp), &mut line).unwrap();
+    line
+}
+
+/// PAUSE-CRON 1 pauses the workers' periodic work: keys whose time has passed stay
+/// (DBSIZE counts them) until a command finds them; PAUSE-CRON 0 resumes it and they
+/// go by themselves.
+#[test]
+fn pause_cron_pauses_the_background_expiry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let mut c = Wire::connect(&tmp.path().join("s"));
+    assert_eq!(show(&c.call(&["DEBUG", "PAUSE-CRON", "1"])), "+\"OK\"");
+    for k in ["a", "b"] {
+        c.call(&["SET", k, "v", "PX", "1"]);
+    }
+    // Several of the background expiry's periods (100 ms each) pass: nothing goes.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(dbsize(&mut c), 2);
+    assert_eq!(show(&c.call(&["GET", "a"])), "$nil");
+    assert_eq!(dbsize(&mut c), 1);
+    assert_eq!(show(&c.call(&["DEBUG", "PAUSE-CRON", "0"])), "+\"OK\"");
+    kv::eventually("the expired key goes", || dbsize(&mut c) == 0);
+    assert_eq!(
+        show(&c.call(&["DEBUG", "PAUSE-CRON", "x"])),
+        "-\"ERR value is not an integer or out of range\""
+    );
 }

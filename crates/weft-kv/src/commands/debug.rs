@@ -1,5 +1,8 @@
 //! DEBUG: the subcommands of Redis's DEBUG that mean something for weft-kv, for the
-//! tools and test suites that use them. Each answers as Redis 7.0 does where weft-kv
+//! tools and test suites that use them. Who may run it is `enable-debug-command`
+//! (`weft kv serve --enable-debug-command`, shown by CONFIG GET, set only at the
+//! start): `local` by default (clients on this machine), `yes` (every client) or `no`
+//! (none, as Redis's default); a client it does not allow is refused with an error. Each answers as Redis 7.0 does where weft-kv
 //! can do the same thing truthfully; the others (Redis's allocator, hash tables,
 //! list nodes, replication) are unknown subcommands, answered with Redis's error.
 //!
@@ -10,6 +13,10 @@
 //! - `DEBUG SET-ACTIVE-EXPIRE 0|1`: turns the background removal of expired keys
 //!   off or on (for every shard). Off, a key whose time has passed stays until a
 //!   command finds it (and removes it): DBSIZE still counts it.
+//! - `DEBUG PAUSE-CRON 0|1`: pauses (1) or resumes (0) each worker's periodic work,
+//!   as Redis's pauses its `serverCron`: the background removal of expired keys and
+//!   the start of automatic compactions (weft-kv's other limits, such as
+//!   `tracking-table-max-keys`, apply at once, not periodically).
 //! - `DEBUG SLEEP <seconds>`: the connection waits that long, then answers OK. Redis
 //!   stops its one thread; weft-kv serves the other clients meanwhile.
 //! - `DEBUG OBJECT <key>`: a line about the key's value: its address, reference
@@ -41,6 +48,20 @@ fn bulk(s: &str) -> Reply {
 /// DEBUG subcommand [arguments]: runs it (arity checked by the table: at least one
 /// argument).
 pub(crate) fn debug(server: &Arc<Server>, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
+    let allowed = server.config.enable_debug_command;
+    if !allowed.allows(conn.client.is_local()) {
+        return Reply::error(format!(
+            "ERR DEBUG command not allowed. This server lets {} run it (its \
+             enable-debug-command is '{}'): start it with --enable-debug-command yes, or \
+             local to allow clients on its machine.",
+            if allowed == crate::server::DebugCommand::No {
+                "no client"
+            } else {
+                "only clients on its machine"
+            },
+            allowed.name()
+        ));
+    }
     let sub = &args[1];
     match args.len() {
         2 if eq(sub, "help") => help(),
@@ -48,6 +69,13 @@ pub(crate) fn debug(server: &Arc<Server>, conn: &mut Conn, args: &[Vec<u8>]) -> 
         3 if eq(sub, "set-active-expire") => match parse_int(&args[2]) {
             Some(n) => {
                 server.settings.set_active_expire(n != 0);
+                Reply::OK
+            }
+            None => Reply::err("ERR value is not an integer or out of range"),
+        },
+        3 if eq(sub, "pause-cron") => match parse_int(&args[2]) {
+            Some(n) => {
+                server.settings.set_cron_paused(n != 0);
                 Reply::OK
             }
             None => Reply::err("ERR value is not an integer or out of range"),
@@ -75,6 +103,9 @@ fn help() -> Reply {
             "SET-ACTIVE-EXPIRE <0|1>",
             "    Turns the background removal of expired keys off (0) or on (1). Off, an",
             "    expired key stays until a command finds it.",
+            "PAUSE-CRON <0|1>",
+            "    Pauses (1) or resumes (0) each worker's periodic work: the background",
+            "    removal of expired keys and the start of automatic compactions.",
             "SLEEP <seconds>",
             "    Waits that long before answering (other clients are served meanwhile).",
             "OBJECT <key>",

@@ -100,6 +100,15 @@ pub struct Client {
 }
 
 impl Client {
+    /// Whether the client is on this machine: the Unix socket, or a loopback address.
+    pub fn is_local(&self) -> bool {
+        self.unix
+            || self
+                .addr
+                .parse::<SocketAddr>()
+                .is_ok_and(|a| super::conn::is_loopback(a.ip()))
+    }
+
     /// The client of a connection `id` on `stream`, whose descriptor is `fd`.
     pub fn new<S: Peer>(server: &Server, id: u64, stream: &S, fd: RawFd) -> Arc<Client> {
         let (addr, laddr, unix) = match stream.tcp_addrs() {

@@ -45,6 +45,51 @@ impl Fsync {
     }
 }
 
+/// Who may run DEBUG (Redis's `enable-debug-command`): its subcommands are for tools
+/// and test suites, and some (DEBUG SLEEP, DEBUG RELOAD) hold a connection or the
+/// whole store for a while.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DebugCommand {
+    /// Nobody.
+    No,
+    /// Every client.
+    Yes,
+    /// Clients on this machine only: the Unix socket and loopback addresses.
+    Local,
+}
+
+impl std::str::FromStr for DebugCommand {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DebugCommand, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "no" => Ok(DebugCommand::No),
+            "yes" => Ok(DebugCommand::Yes),
+            "local" => Ok(DebugCommand::Local),
+            _ => Err(format!("unknown value '{s}': use yes, no or local")),
+        }
+    }
+}
+
+impl DebugCommand {
+    /// The value's name, as CONFIG GET enable-debug-command answers it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DebugCommand::No => "no",
+            DebugCommand::Yes => "yes",
+            DebugCommand::Local => "local",
+        }
+    }
+
+    /// Whether a client (`local`: on this machine) may run DEBUG.
+    pub fn allows(self, local: bool) -> bool {
+        match self {
+            DebugCommand::No => false,
+            DebugCommand::Yes => true,
+            DebugCommand::Local => local,
+        }
+    }
+}
+
 /// Everything `weft kv serve` can be told.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -83,6 +128,8 @@ pub struct Config {
     /// The keyspace notifications published, as Redis's `notify-keyspace-events`
     /// letters (empty: none).
     pub notify_keyspace_events: String,
+    /// Who may run DEBUG.
+    pub enable_debug_command: DebugCommand,
 }
 
 impl Config {
@@ -100,7 +147,8 @@ impl Config {
 
     /// The defaults for data directory `dir`: the Unix socket `dir/weft-kv.sock`,
     /// TCP on 127.0.0.1:7379, fsync every second, no memory limit, no password,
-    /// replies held per connection up to 32 MiB, protected mode on.
+    /// replies held per connection up to 32 MiB, protected mode on, DEBUG from this
+    /// machine only.
     pub fn with_dir(dir: PathBuf) -> Config {
         Config {
             unix_socket: Some(dir.join("weft-kv.sock")),
@@ -117,6 +165,7 @@ impl Config {
             protected_mode: true,
             workers: 0,
             notify_keyspace_events: String::new(),
+            enable_debug_command: DebugCommand::Local,
         }
     }
 }

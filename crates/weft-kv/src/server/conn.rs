@@ -151,13 +151,18 @@ reach this port may read and write the store, turn protected mode off (weft kv s
 /// as an IPv4-mapped IPv6 address, as a dual-stack listener sees IPv4 clients). Unix
 /// socket clients are on this machine: never refused.
 pub fn protected_mode_refuses(server: &Server, peer: IpAddr) -> bool {
-    let loopback = match peer {
+    !is_loopback(peer) && server.settings.protected_mode() && server.settings.password().is_none()
+}
+
+/// Whether `peer` is a loopback address (127.0.0.0/8, ::1, or 127.0.0.0/8 written as
+/// an IPv4-mapped IPv6 address): a client on this machine.
+pub fn is_loopback(peer: IpAddr) -> bool {
+    match peer {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {
             v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
         }
-    };
-    !loopback && server.settings.protected_mode() && server.settings.password().is_none()
+    }
 }
 
 /// The connection's socket, and what the connection's buffers count in the server's

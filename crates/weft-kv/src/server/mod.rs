@@ -37,7 +37,7 @@ pub(crate) mod slowlog;
 pub(crate) mod stats;
 pub(crate) mod tracking;
 
-pub use config::{Config, Fsync};
+pub use config::{Config, DebugCommand, Fsync};
 
 use crate::keyspace::{access, Keyspace, Replay};
 use crate::log::{self, DataDir, LogWriter};
@@ -62,6 +62,9 @@ pub(crate) struct Settings {
     /// SET-ACTIVE-EXPIRE turns it off: they are then removed only when a command
     /// finds them).
     active_expire: AtomicBool,
+    /// DEBUG PAUSE-CRON 1: each worker's periodic work (active expiry, automatic
+    /// compaction) waits until PAUSE-CRON 0.
+    cron_paused: AtomicBool,
 }
 
 impl Settings {
@@ -79,6 +82,7 @@ impl Settings {
             client_output_limit: AtomicUsize::new(c.client_output_limit),
             protected_mode: AtomicBool::new(c.protected_mode),
             active_expire: AtomicBool::new(true),
+            cron_paused: AtomicBool::new(false),
         }
     }
     /// The fsync policy.
@@ -117,6 +121,14 @@ impl Settings {
     /// Turns the background removal of expired keys on or off (DEBUG).
     pub fn set_active_expire(&self, on: bool) {
         self.active_expire.store(on, Relaxed);
+    }
+    /// Whether each worker's periodic work is paused (DEBUG PAUSE-CRON).
+    pub fn cron_paused(&self) -> bool {
+        self.cron_paused.load(Relaxed)
+    }
+    /// Pauses or resumes each worker's periodic work (DEBUG PAUSE-CRON).
+    pub fn set_cron_paused(&self, paused: bool) {
+        self.cron_paused.store(paused, Relaxed);
     }
     /// Automatic compaction: (minimum log size, growth percentage; 0 = off).
     pub fn auto_rewrite(&self) -> (u64, u64) {
@@ -241,6 +253,7 @@ impl Settings {
                 if self.protected_mode() { "yes" } else { "no" }.into(),
             ),
             ("notify-keyspace-events", crate::pubsub::notify::get()),
+            ("enable-debug-command", c.enable_debug_command.name().into()),
             (
                 "client-output-buffer-limit",
                 self::pubsub::output_buffer_limit(),
@@ -351,6 +364,14 @@ impl Settings {
                     return Err("ERR CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'".into())
                 }
             },
+            // Who may run DEBUG is the server's start's to say, as in Redis.
+            "enable-debug-command" => {
+                return Err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set \
+                     protected config: give it when starting the server (weft kv serve \
+                     --enable-debug-command)"
+                ))
+            }
             "notify-keyspace-events" => crate::pubsub::notify::set(value).map_err(|e| {
                 format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
             })?,

@@ -1095,6 +1095,11 @@ impl Shards {
             .step_by(weft_runtime::workers().unwrap_or(1))
             .collect();
         loop {
+            // (DEBUG PAUSE-CRON 1: nothing periodic until PAUSE-CRON 0.)
+            if self.settings.cron_paused() {
+                weft_runtime::sleep(EXPIRE_PERIOD);
+                continue;
+            }
             // (DEBUG SET-ACTIVE-EXPIRE 0: expired keys stay until a command finds them.)
             let cycle = match self.settings.active_expire() {
                 true => self.expire_cycle(&mine),
