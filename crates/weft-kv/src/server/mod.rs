@@ -592,7 +592,12 @@ pub fn serve(config: Config) -> io::Result<()> {
         let mut listeners = Vec::new();
         if let Some(path) = s.config.unix_socket.clone() {
             listeners.push(bind_unix(&path, s.clone())?);
-            listeners.push(shm::bind(&crate::shm::socket_path(&path), s.clone())?);
+            // Shared memory for local clients, beside the socket (`shm.rs`); without
+            // it (a path too long for one more socket, say) the socket still serves.
+            match shm::bind(&crate::shm::socket_path(&path), s.clone()) {
+                Ok(l) => listeners.push(l),
+                Err(e) => eprintln!("weft-kv: no shared-memory clients: {e}"),
+            }
         }
         if s.config.port != 0 {
             let addr = tcp_addr(&s.config.bind, s.config.port);
