@@ -233,21 +233,6 @@ impl Ring {
         };
     }
 
-    /// Submits what is queued now, and runs the ring's task work before returning (a
-    /// linked entry after one that completed inline is issued from task work): one
-    /// `io_uring_enter` with `IORING_ENTER_GETEVENTS` and no completion waited for.
-    pub(crate) fn submit_and_run(&self) {
-        self.enters.set(self.enters.get() + 1);
-        let mut ring = self.ring.borrow_mut();
-        let n = ring.submission().len() as u32;
-        // SAFETY: the submission queue's entries were pushed under `push`'s contract; the
-        // call waits for no completion (0) and passes no argument.
-        let _ = unsafe {
-            ring.submitter()
-                .enter::<libc::sigset_t>(n, 0, ENTER_GETEVENTS, None)
-        };
-    }
-
     /// Copies the waiting completions out (under the borrow only).
     fn reap(&self) -> Vec<(u64, i32)> {
         let mut ring = self.ring.borrow_mut();
