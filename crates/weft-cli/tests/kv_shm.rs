@@ -353,3 +353,71 @@ fn client_kill_and_a_server_that_goes_end_the_wait() {
         "the server went"
     );
 }
+
+/// The server's CPU time so far (every thread), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf reads a constant.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn a_connected_idle_client_lets_the_server_sleep() {
+    let s = TempKv::start(0, &[]);
+    let mut c = shm_client(&s);
+    for i in 0..2000 {
+        assert_eq!(run(&mut c, &["SET", "k", &i.to_string()]), ok());
+    }
+    // Still connected, sending nothing: the connection stops looking at its ring and
+    // sleeps (one that went on would take most of two CPU seconds).
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_seconds(s.child.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_seconds(s.child.id()) - before;
+    assert!(used < 0.5, "an idle server used {used} s of CPU in 2 s");
+    // And it wakes for the next request.
+    assert_eq!(run(&mut c, &["GET", "k"]), bulk("1999"));
+}
+
+/// Clients on threads at once, each with its own keys and values of every size up to
+/// a few rings, each checking every reply. `WEFT_KV_STRESS=1` makes it longer.
+#[test]
+fn many_clients_at_once_each_get_their_own_replies() {
+    let s = TempKv::start(0, &[]);
+    let rounds = if std::env::var_os("WEFT_KV_STRESS").is_some() {
+        20_000
+    } else {
+        200
+    };
+    let seed = kv::Rng::from_time();
+    let threads: Vec<_> = (0..6u64)
+        .map(|t| {
+            let mut c = shm_client(&s);
+            std::thread::spawn(move || {
+                let mut rng = kv::Rng(seed ^ (t + 1) * 0x9e37_79b9);
+                for i in 0..rounds {
+                    let key = format!("t{t}:{}", rng.below(50));
+                    let len = match rng.below(20) {
+                        0 => rng.below(3 * weft_kv::shm::RING as u64) as usize,
+                        _ => rng.below(200) as usize,
+                    };
+                    let v: Vec<u8> = (0..len).map(|j| (j as u64 + i) as u8).collect();
+                    let set = c.command(&[b"SET", key.as_bytes(), &v]).unwrap();
+                    assert_eq!(set, ok(), "seed {seed}");
+                    let got = c.command(&[b"GET", key.as_bytes()]).unwrap();
+                    assert_eq!(got, Reply::Bulk(v), "seed {seed}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
