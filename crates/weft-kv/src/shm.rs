@@ -387,8 +387,9 @@ pub struct ClientEnd {
     /// Our positions: the request ring's head, the reply ring's tail.
     req_head: u64,
     rep_tail: u64,
-    /// How long a read or write waits at most (`None`: forever).
-    timeout: std::cell::Cell<Option<Duration>>,
+    /// How long a read or write waits at most, in nanoseconds (`u64::MAX`: forever;
+    /// an atomic so that the client stays `Sync`, as a socket's is).
+    timeout_ns: AtomicU64,
 }
 
 impl ClientEnd {
@@ -402,13 +403,14 @@ impl ClientEnd {
             seg,
             req_head: 0,
             rep_tail: 0,
-            timeout: std::cell::Cell::new(None),
+            timeout_ns: AtomicU64::new(u64::MAX),
         })
     }
 
     /// Sets how long a read or write waits at most.
     pub fn set_timeout(&self, t: Option<Duration>) {
-        self.timeout.set(t);
+        let ns = t.map_or(u64::MAX, |t| t.as_nanos().min(u64::MAX as u128 - 1) as u64);
+        self.timeout_ns.store(ns, Relaxed);
     }
 
     /// Writes all of `buf` into the request ring, waiting for room as needed.
@@ -496,7 +498,9 @@ impl ClientEnd {
                 return Ok(());
             }
             let mut slice = CHECK_EVERY;
-            if let Some(t) = self.timeout.get() {
+            let ns = self.timeout_ns.load(Relaxed);
+            if ns != u64::MAX {
+                let t = Duration::from_nanos(ns);
                 let left = t.saturating_sub(started.elapsed());
                 if left.is_zero() {
                     waiting.store(0, SeqCst);
@@ -530,5 +534,70 @@ impl ClientEnd {
             )
         };
         n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_end_is_send_and_sync_as_a_socket_is() {
+        fn both<T: Send + Sync>() {}
+        both::<ClientEnd>();
+        both::<ServerSide>();
+    }
+
+    #[test]
+    fn a_ring_holds_at_most_its_size() {
+        assert_eq!(held(10, 10).unwrap(), 0);
+        assert_eq!(held(RING as u64 + 5, 5).unwrap(), RING);
+        assert!(held(RING as u64 + 6, 5).is_err());
+        // A head behind the tail is garbage too.
+        assert!(held(4, 5).is_err());
+        // Positions that wrapped around u64 are fine.
+        assert_eq!(held(3, u64::MAX - 1).unwrap(), 5);
+    }
+
+    #[test]
+    fn bytes_wrap_around_the_ring_end_whole() {
+        let (seg, _fd) = Segment::create().unwrap();
+        let side = ServerSide::new(seg);
+        let msg: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        // A reply that starts 300 bytes before the ring's end: 700 bytes wrap.
+        let at = 5 * RING as u64 - 300;
+        side.seg.u64_at(REP_TAIL).store(at, SeqCst);
+        assert_eq!(side.reply_room(at).unwrap(), RING);
+        let head = side.put(at, &msg);
+        assert_eq!(head, at + 1000);
+        assert_eq!(side.reply_room(head).unwrap(), RING - 1000);
+        let mut back = vec![0u8; 1000];
+        side.seg.copy_out(true, at, &mut back);
+        assert_eq!(back, msg);
+        // The same on the request side, through `take`.
+        side.seg.copy_in(false, at, &msg);
+        side.seg.u64_at(REQ_HEAD).store(at + 1000, SeqCst);
+        assert_eq!(side.requests(at).unwrap(), 1000);
+        let mut got = vec![0u8; 1000];
+        assert_eq!(side.take(at, &mut got), at + 1000);
+        assert_eq!(got, msg);
+        assert_eq!(side.seg.u64_at(REQ_TAIL).load(SeqCst), at + 1000);
+    }
+
+    #[test]
+    fn a_segment_of_another_size_is_refused() {
+        let (_seg, fd) = Segment::create().unwrap();
+        assert!(Segment::map(&fd).is_ok());
+        // SAFETY: a fresh memfd of our own, resized.
+        let other = unsafe {
+            let f = libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC);
+            assert!(f >= 0);
+            assert_eq!(libc::ftruncate(f, 4096), 0);
+            OwnedFd::from_raw_fd(f)
+        };
+        assert_eq!(
+            Segment::map(&other).err().map(|e| e.kind()),
+            Some(io::ErrorKind::InvalidData)
+        );
     }
 }
