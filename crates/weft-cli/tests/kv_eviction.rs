@@ -173,6 +173,27 @@ fn settings_and_object_answers() {
         .starts_with("ERR An LFU maxmemory policy is not selected"));
     assert_eq!(w.call(&["SET", "k", "v"]), ok());
     assert!(w.call(&["OBJECT", "IDLETIME", "k"]).int().unwrap() <= 1);
+
+    // RESTORE's IDLETIME and FREQ set them, each under its kind of policy.
+    let Val::Blob(b'$', Some(payload)) = w.call(&["DUMP", "k"]) else {
+        panic!("DUMP");
+    };
+    let restore = |w: &mut Wire, key: &str, opt: &str, n: &str| {
+        let args = ["RESTORE", key, "0"].map(|a| a.as_bytes().to_vec());
+        let mut args = args.to_vec();
+        args.extend([payload.clone(), opt.into(), n.into()]);
+        w.send(&args);
+        w.read()
+    };
+    assert_eq!(restore(&mut w, "idle", "IDLETIME", "1000"), ok());
+    let idle = w.call(&["OBJECT", "IDLETIME", "idle"]).int().unwrap();
+    assert!((1000..=1002).contains(&idle), "{idle}");
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory-policy", "volatile-lfu"]),
+        ok()
+    );
+    assert_eq!(restore(&mut w, "freq", "FREQ", "100"), ok());
+    assert_eq!(w.call(&["OBJECT", "FREQ", "freq"]), int(100));
 }
 
 #[test]

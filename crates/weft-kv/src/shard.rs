@@ -162,7 +162,16 @@ impl Shard {
     ) -> (Reply, u64) {
         let before = self.log.len();
         crate::keyspace::access::set_now(now_ms);
+        let evicted = crate::evict::evicted_count();
         let (over_memory, room) = self.memory_room(now_ms);
+        let mut out = out;
+        if let Some(out) = out.as_deref_mut() {
+            if crate::evict::evicted_count() != evicted {
+                // Evicted before the command: the connection's invalidations come
+                // before its reply, as in Redis.
+                crate::pubsub::tracking::flush_writer_into(out);
+            }
+        }
         self.dirty_dbs |= 1 << db;
         let ks = &mut self.dbs[db as usize];
         ks.begin(self.appended + 1);

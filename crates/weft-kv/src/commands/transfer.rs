@@ -154,8 +154,10 @@ pub fn dump(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
 
 /// `RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]`:
 /// creates `key` with the value DUMP gave (of any type), expiring in `ttl` ms (0:
-/// never; with ABSTTL, `ttl` is a Unix time in ms). IDLETIME and FREQ are checked and
-/// otherwise ignored (weft-kv keeps no access times or counts).
+/// never; with ABSTTL, `ttl` is a Unix time in ms). IDLETIME (seconds) sets the key's
+/// last access that long ago, under a policy other than an LFU one; FREQ sets its
+/// access counter, under an LFU policy (`keyspace/access.rs`); else they are checked
+/// and ignored, as in Redis.
 ///
 /// Errors, in Redis's order, each changing nothing: a wrong option (`ERR syntax
 /// error`; IDLETIME with FREQ is one), `ERR Invalid IDLETIME value, must be >= 0`,
@@ -169,7 +171,8 @@ pub fn restore(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if ctx.over_memory {
         return OOM;
     }
-    let (mut replace, mut abs, mut idle, mut freq) = (false, false, false, false);
+    let (mut replace, mut abs) = (false, false);
+    let (mut idle, mut freq) = (None, None);
     let mut j = 4;
     while j < args.len() {
         let more = j + 1 < args.len();
@@ -177,22 +180,22 @@ pub fn restore(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
         match opt.as_slice() {
             b"replace" => replace = true,
             b"absttl" => abs = true,
-            b"idletime" if more && !freq => {
+            b"idletime" if more && freq.is_none() => {
                 match arg_i64(args[j + 1]) {
                     Ok(n) if n < 0 => {
                         return Reply::err("ERR Invalid IDLETIME value, must be >= 0")
                     }
-                    Ok(_) => idle = true,
+                    Ok(n) => idle = Some(n as u64),
                     Err(e) => return e,
                 }
                 j += 1;
             }
-            b"freq" if more && !idle => {
+            b"freq" if more && idle.is_none() => {
                 match arg_i64(args[j + 1]) {
                     Ok(n) if !(0..=255).contains(&n) => {
                         return Reply::err("ERR Invalid FREQ value, must be >= 0 and <= 255")
                     }
-                    Ok(_) => freq = true,
+                    Ok(n) => freq = Some(n as u32),
                     Err(e) => return e,
                 }
                 j += 1;
@@ -222,6 +225,9 @@ pub fn restore(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     // Redis encodes a restored string by its bytes alone ("1000" is `int` again);
     // RENAME, COPY and MOVE keep how it was made.
     e.forget_string_origin();
+    if let Some(bits) = crate::keyspace::access::restored(idle, freq) {
+        e.set_access(bits);
+    }
     if at.is_some_and(|t| t <= ctx.now_ms) {
         if replace && ks.remove(key, ctx.now_ms) {
             ctx.record(&RecordRef::Del { key });

@@ -195,6 +195,19 @@ pub fn touched(old: u32) -> u32 {
     }
 }
 
+/// The bits of a key RESTOREd with IDLETIME `idle_secs` or FREQ `freq`, if the
+/// policy reads the one given: FREQ under an LFU policy, IDLETIME under another.
+pub fn restored(idle_secs: Option<u64>, freq: Option<u32>) -> Option<u32> {
+    match (policy().lfu(), idle_secs, freq) {
+        (true, _, Some(f)) => Some(lfu_minutes() << 8 | f.min(255)),
+        (false, Some(idle), _) => {
+            let back = (idle % (MASK as u64 + 1)) as u32;
+            Some(lru_clock().wrapping_sub(back) & MASK)
+        }
+        _ => None,
+    }
+}
+
 /// The milliseconds since the access that left `bits` (read as an LRU clock).
 pub fn idle_ms(bits: u32) -> u64 {
     let now = lru_clock();

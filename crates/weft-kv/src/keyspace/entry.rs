@@ -21,9 +21,9 @@
 //! command that last changed it: keyspace doc). The keyspace gives it back whole from
 //! the stamp of the command running now ([`Entry::stamp_at`]): the latest LSN at or
 //! before that with those low bits. That is the true stamp unless the key was last
-//! changed more than 4 GiB of records ago, and then a later LSN, already passed, that
-//! a read waits for in vain but without harm (a stamp only ever tells a read what to
-//! wait for, and waiting for more is safe).
+//! changed more than 4 GiB of records ago, and then a later LSN, no later than the
+//! running command's: a read may then wait for other keys' records too, which is safe
+//! (a stamp only ever tells a read what to wait for).
 //!
 //! One allocation per key (a 14-byte key with a 14-byte value takes 46 bytes, a 48-byte
 //! malloc chunk), so a lookup that found the key's slot in the index costs one more

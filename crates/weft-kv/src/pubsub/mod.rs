@@ -381,6 +381,20 @@ impl Subscriber {
         lock(&self.out).hold = true;
     }
 
+    /// While the writer holds the messages back ([`Subscriber::hold_back`]): moves
+    /// those queued so far to `wbuf`, the connection's output (before the reply it is
+    /// about to add there).
+    pub fn flush_held(&self, wbuf: &mut Vec<u8>) {
+        let mut o = lock(&self.out);
+        if o.hold && !o.buf.is_empty() && !o.overflow {
+            let n = o.buf.len();
+            wbuf.extend_from_slice(&o.buf);
+            o.buf.clear();
+            self.queued.fetch_sub(n, Relaxed);
+            QUEUED.fetch_sub(n, Relaxed);
+        }
+    }
+
     /// The connection sent its replies: the writer may write the messages queued
     /// after them.
     pub fn release(&self) {

@@ -115,6 +115,24 @@ pub fn as_writer<R>(id: u64, f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Moves the messages held for the connection whose command runs on this thread now
+/// (see [`as_writer`]) into `out`, its output ahead of the command's reply: what keys
+/// evicted before the command runs tell it comes before its reply, as in Redis.
+pub fn flush_writer_into(out: &mut Vec<u8>) {
+    let id = WRITER.get();
+    if ON.load(Relaxed) == 0 || id == 0 {
+        return;
+    }
+    let t = CLIENTS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .cloned();
+    if let Some(t) = t {
+        t.own.flush_held(out);
+    }
+}
+
 /// Whether a change must be looked at: some key is remembered or some connection is
 /// in BCAST mode.
 #[inline]
