@@ -23,8 +23,12 @@ use kv::KvServer;
 use resp::{show, Val, Wire};
 
 fn server(dir: &std::path::Path) -> KvServer {
-    KvServer::weft(&dir.join("data"), &dir.join("kv.sock"), &["--workers", "2"])
-        .expect("weft kv serve starts")
+    server_with(dir, &["--workers", "2"])
+}
+
+/// `weft kv serve` in `dir` with options `extra`.
+fn server_with(dir: &std::path::Path, extra: &[&str]) -> KvServer {
+    KvServer::weft(&dir.join("data"), &dir.join("kv.sock"), extra).expect("weft kv serve starts")
 }
 
 fn bulk(s: &str) -> Val {
@@ -328,8 +332,13 @@ fn options_errors_and_info_match_redis() {
 /// Runs `f` against weft-kv, then against redis-server when it is installed (the
 /// behaviour asserted is Redis's).
 fn on_weft_and_redis(f: impl Fn(&KvServer)) {
+    on_weft_with_and_redis(&["--workers", "2"], f)
+}
+
+/// [`on_weft_and_redis`], weft-kv started with `extra`.
+fn on_weft_with_and_redis(extra: &[&str], f: impl Fn(&KvServer)) {
     let dir = tempfile::tempdir().unwrap();
-    f(&server(dir.path()));
+    f(&server_with(dir.path(), extra));
     std::fs::create_dir(dir.path().join("r")).unwrap();
     if let Some(redis) = KvServer::redis(&dir.path().join("r"), &dir.path().join("r.sock"), false) {
         f(&redis);
@@ -483,4 +492,68 @@ fn a_setbit_that_changes_no_bit_is_no_change() {
         assert_eq!(w.call(&["SETBIT", "n", "2", "0"]).int(), Some(1));
         assert_eq!(t.read(), push("n"));
     });
+}
+
+/// A key evicted to make room for a command is told before that command's reply (the
+/// eviction comes first, as in Redis), to the tracker that runs the command. (One
+/// shard: a command evicts keys of its own shard.)
+#[test]
+fn an_eviction_for_a_command_is_told_before_its_reply() {
+    on_weft_with_and_redis(&["--workers", "1"], |s| {
+        let mut t = resp3(s);
+        let mut w = Wire::connect(&s.socket);
+        // Only the command evicts (weft-kv's workers evict periodically too; a
+        // redis-server without DEBUG evicts only for commands).
+        w.call(&["DEBUG", "PAUSE-CRON", "1"]);
+        let used = w.info_field("memory", "used_memory");
+        // Room to spare: what a server counts moves a little with its clients' buffers.
+        let limit = (used + 400 * 1024).to_string();
+        assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", &limit]), ok());
+        assert_eq!(
+            w.call(&["CONFIG", "SET", "maxmemory-policy", "volatile-random"]),
+            ok()
+        );
+        assert_eq!(t.call(&["CLIENT", "TRACKING", "ON"]), ok());
+        assert_eq!(t.call(&["SETEX", "volatile-key", "10000", "x"]), ok());
+        assert_eq!(t.call(&["GET", "volatile-key"]), bulk("x"));
+        // 800 KB: over the limit after it.
+        assert_eq!(
+            t.call(&["SETBIT", "big-key", "6400000", "0"]),
+            Val::Line(b':', "0".into())
+        );
+        t.send(&[b"GETBIT".to_vec(), b"big-key".to_vec(), b"0".to_vec()]);
+        assert_eq!(t.read(), push("volatile-key"));
+        assert_eq!(t.read().int(), Some(0));
+        assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", "0"]), ok());
+        w.call(&["DEBUG", "PAUSE-CRON", "0"]);
+    });
+}
+
+/// The keys a command evicts before it runs are noted once each: INFO's count of
+/// changes grows by the keys evicted, and a read that evicts changes nothing more.
+#[test]
+fn an_eviction_is_noted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_with(dir.path(), &["--workers", "1"]);
+    let mut w = Wire::connect(&s.socket);
+    // Only the command evicts (not the workers' periodic work).
+    assert_eq!(w.call(&["DEBUG", "PAUSE-CRON", "1"]), ok());
+    let used = w.info_field("memory", "used_memory");
+    let limit = (used + 100 * 1024).to_string();
+    assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", &limit]), ok());
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory-policy", "volatile-random"]),
+        ok()
+    );
+    for i in 0..5 {
+        assert_eq!(w.call(&["SETEX", &format!("v{i}"), "10000", "x"]), ok());
+    }
+    assert_eq!(w.call(&["SETBIT", "big", "1600000", "0"]).int(), Some(0));
+    let changes = |w: &mut Wire| w.info_field("persistence", "rdb_changes_since_last_save");
+    let evicted = |w: &mut Wire| w.info_field("stats", "evicted_keys");
+    let (c0, e0) = (changes(&mut w), evicted(&mut w));
+    assert_eq!(w.call(&["GETBIT", "big", "0"]).int(), Some(0));
+    let (c1, e1) = (changes(&mut w), evicted(&mut w));
+    assert!(e1 > e0, "the read evicted keys");
+    assert_eq!(c1 - c0, e1 - e0);
 }

@@ -160,10 +160,12 @@ impl Shard {
         now_ms: u64,
         out: Option<&mut Vec<u8>>,
     ) -> (Reply, u64) {
-        let before = self.log.len();
         crate::keyspace::access::set_now(now_ms);
         let evicted = crate::evict::evicted_count();
         let (over_memory, room) = self.memory_room(now_ms);
+        // (An eviction to make room logged and noted its records itself: the
+        // command's own start after them.)
+        let before = self.log.len();
         let mut out = out;
         if let Some(out) = out.as_deref_mut() {
             if crate::evict::evicted_count() != evicted {
