@@ -85,6 +85,7 @@ impl Shard {
             return 0;
         }
         let samples = access::samples() as usize;
+        access::set_now(now_ms);
         let mut n = 0;
         while n < max_keys && self.should_evict() {
             let mut best: Option<(u64, u8, Vec<u8>)> = None;

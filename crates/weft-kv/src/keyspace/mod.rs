@@ -109,10 +109,14 @@ pub use entry::Entry;
 use index::{Index, Pos};
 use key::Key;
 
-/// Notes an access of `e` by a command (`access.rs`).
+/// Notes an access of `e` by a command (`access.rs`); the entry is written only when
+/// its bits change (an LRU clock counts seconds: most reads under load change nothing).
 #[inline]
 fn touch(e: &Entry) {
-    e.set_access(access::touched(e.access()));
+    let (old, new) = (e.access(), access::touched(e.access()));
+    if new != old {
+        e.set_access(new);
+    }
 }
 
 impl Entry {
