@@ -795,6 +795,41 @@ fn writer_syncing_on_a_green_thread_writes_on_the_worker_without_the_syslet() {
     assert_eq!(got, recs);
     assert_eq!(r.torn_bytes, 0);
     assert_eq!(stats.direct, 20, "{stats:?}");
+    assert_eq!((stats.synced_ring, stats.synced_here), (20, 0), "{stats:?}");
+}
+
+/// With `set_sync_on_worker` (what the server's flusher sets when its worker owns one
+/// shard), a write with fsync on a green thread runs its fdatasync on the worker: every
+/// such write counted there, none through the ring; writes without fsync and a group
+/// of many records as usual; every record recovered, in order; switched off again, the
+/// ring's fsync is back.
+#[test]
+fn writer_syncing_on_the_worker_fdatasyncs_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("shard-000.log");
+    fs::write(&log, weft_kv::log::header::header(&ID)).unwrap();
+    let rt = weft_runtime::Runtime::builder().workers(1).build().unwrap();
+    let log2 = log.clone();
+    let (recs, on, off) = rt.block_on(move || {
+        let mut w = LogWriter::open(&log2).unwrap();
+        w.set_sync_on_worker(true);
+        let mut recs = write_records(&mut w, 0, 20, true);
+        recs.extend(write_records(&mut w, 20, 5, false));
+        let group: Vec<Record> = (25..125).map(|i| set(&format!("g{i}"), b"x")).collect();
+        w.write(&frames(&group), true).unwrap();
+        recs.extend(group);
+        let on = w.stats();
+        w.set_sync_on_worker(false);
+        recs.extend(write_records(&mut w, 125, 3, true));
+        (recs, on, w.stats())
+    });
+    let mut got = Vec::new();
+    let r = recover(&log, |rec| got.push(rec)).unwrap();
+    assert_eq!(got, recs);
+    assert_eq!(r.torn_bytes, 0);
+    assert_eq!((on.synced_here, on.synced_ring), (21, 0), "{on:?}");
+    assert_eq!(on.direct + on.deferred, 26, "{on:?}");
+    assert_eq!((off.synced_here, off.synced_ring), (21, 3), "{off:?}");
 }
 
 /// A tmpfs mounted for one test, unmounted on drop.
@@ -830,12 +865,13 @@ impl Drop for Tmpfs {
 
 /// Fills the file system with the writer until ENOSPC, checks the log holds only whole
 /// buffers, frees space, and checks writing resumes.
-fn enospc_round(mnt: &Path, sync: bool) {
+fn enospc_round(mnt: &Path, sync: bool, sync_on_worker: bool) {
     let filler = mnt.join("filler");
     fs::write(&filler, vec![1u8; 24 * 1024]).unwrap();
     let log = mnt.join("shard-000.log");
     fs::write(&log, weft_kv::log::header::header(&ID)).unwrap();
     let mut w = LogWriter::open(&log).unwrap();
+    w.set_sync_on_worker(sync_on_worker);
     let mut written = Vec::new();
     let mut i = 0;
     let err = loop {
@@ -876,6 +912,7 @@ fn enospc_round(mnt: &Path, sync: bool) {
     // Space returns: the next write goes through.
     fs::remove_file(&filler).unwrap();
     let mut w = LogWriter::open(&log).unwrap();
+    w.set_sync_on_worker(sync_on_worker);
     let more = vec![set("after", b"space returned")];
     w.write(&frames(&more), sync).unwrap();
     written.extend(more);
@@ -891,14 +928,17 @@ fn enospc_leaves_only_whole_frames_and_writing_resumes() {
     let Some(m) = Tmpfs::mount(&tmp.path().join("mnt"), "64k") else {
         return;
     };
-    enospc_round(&m.0, false);
-    enospc_round(&m.0, true);
-    // And on a green thread (the write+fsync syslet; pwrite on the worker).
+    enospc_round(&m.0, false, false);
+    enospc_round(&m.0, true, false);
+    // And on a green thread (pwrite on the worker; the fdatasync through the ring, or
+    // on the worker itself).
     let rt = weft_runtime::Runtime::new().unwrap();
     let dir = m.0.clone();
-    rt.block_on(move || enospc_round(&dir, true));
+    rt.block_on(move || enospc_round(&dir, true, false));
     let dir = m.0.clone();
-    rt.block_on(move || enospc_round(&dir, false));
+    rt.block_on(move || enospc_round(&dir, true, true));
+    let dir = m.0.clone();
+    rt.block_on(move || enospc_round(&dir, false, false));
     drop(rt);
 }
 

@@ -16,6 +16,16 @@
 //! `--fsync always` that redis-server spends (docs/benchmarks.md, "The write path
 //! under fsync always").
 //!
+//! With [`LogWriter::set_sync_on_worker`] (the server's flusher sets it when its worker
+//! owns no other shard) the `fdatasync` is a plain system call on the worker too, which
+//! sleeps in it as redis-server's main thread does: no helper thread to wake, no
+//! completion to wake the worker, no idle spin while the disk flushes, about half the
+//! server's CPU time a write of the ring's fsync (docs/benchmarks.md, "Writes under
+//! fsync always"). The worker's other green threads wait for the fsync meanwhile, as
+//! redis-server's clients wait for its fsync; the requests they would have served are
+//! served right after it, and the writes among them go into the next fsync together
+//! (group commit), which could not have started earlier anyway.
+//!
 //! A write without sync on a green thread is a plain `pwrite` on the worker, as Redis
 //! writes its log from its main thread: a write to the page cache takes microseconds,
 //! while an io_uring write to a file whose filesystem cannot write to the page cache
@@ -63,6 +73,8 @@ pub struct LogWriter {
     dirty: bool,
     /// Whether a write with sync on a green thread uses the write+fsync syslet.
     use_syslet: bool,
+    /// Whether a write with sync on a green thread fdatasyncs on the worker itself.
+    sync_here: bool,
     ctx: Option<syslet::Context>,
     /// Until when writes without sync on a green thread go through io_uring (a write
     /// on the worker slept).
@@ -80,6 +92,11 @@ pub struct WriteStats {
     pub slept: u64,
     /// Written through io_uring, as a write that slept asked.
     pub deferred: u64,
+    /// Writes with sync whose fdatasync ran on the worker itself
+    /// ([`LogWriter::set_sync_on_worker`]).
+    pub synced_here: u64,
+    /// Writes with sync whose fdatasync went through the worker's ring.
+    pub synced_ring: u64,
 }
 
 /// The log file, shared with an fsync running beside the writer
@@ -147,6 +164,7 @@ impl LogWriter {
             len: end as u64,
             dirty: false,
             use_syslet: false,
+            sync_here: false,
             ctx: None,
             async_until: None,
             stats: WriteStats::default(),
@@ -176,7 +194,16 @@ impl LogWriter {
         self.use_syslet = on;
     }
 
-    /// How the writes without sync on a green thread went so far.
+    /// Whether a write with sync on a green thread runs its `fdatasync` on the worker
+    /// itself, which then sleeps in it as redis-server's main thread does (on), or
+    /// through the worker's ring, which parks only the calling green thread (off, the
+    /// default). On costs the worker's other green threads the fsync's wait; off costs
+    /// two thread wake-ups and the worker's idle spin per fsync (the module doc).
+    pub fn set_sync_on_worker(&mut self, on: bool) {
+        self.sync_here = on;
+    }
+
+    /// How the writes on a green thread went so far.
     #[doc(hidden)]
     pub fn stats(&self) -> WriteStats {
         self.stats
@@ -206,8 +233,14 @@ impl LogWriter {
         let green = weft_runtime::current_worker().is_some();
         let res = if sync && self.use_syslet && green {
             self.write_sync_syslet(buf, start)
+        } else if sync && green && self.sync_here {
+            // Both on the worker, which sleeps in the fdatasync (see the module doc).
+            self.stats.synced_here += 1;
+            self.write_on_worker(buf, start)
+                .and_then(|()| fdatasync_here(self.file.as_raw_fd()))
         } else if sync && green {
             // The write on the worker, the fsync through the worker's own ring.
+            self.stats.synced_ring += 1;
             self.write_on_worker(buf, start)
                 .and_then(|()| self.file.sync_data())
         } else if !sync && green && self.async_until.is_some_and(|t| Instant::now() < t) {
@@ -352,4 +385,18 @@ fn voluntary_switches() -> i64 {
         return 0;
     }
     ru.ru_nvcsw as i64
+}
+
+/// fdatasync on the calling thread, which sleeps in it.
+fn fdatasync_here(fd: i32) -> io::Result<()> {
+    loop {
+        // SAFETY: fdatasync on a descriptor the caller keeps open; no memory is passed.
+        if unsafe { libc::fdatasync(fd) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }

@@ -36,7 +36,8 @@
 //! records to the shard's buffer and *kick* the flusher; it takes the whole buffer
 //! (every record since its last write: group commit), writes it (a plain `pwrite` on
 //! the worker, or through io_uring after one that slept: `log/writer.rs`), fsyncs
-//! under `always` (write and fsync as one linked io_uring chain), then publishes the
+//! under `always` (on the worker itself when the worker owns no other shard, else
+//! through the worker's ring: `log/writer.rs`), then publishes the
 //! LSN it reached as `durable` and wakes the connections waiting for it. Under
 //! `everysec` an fsync of what was written runs once a second, when something was, on
 //! a green thread of its own: the flusher goes on writing (and connections on being
@@ -591,6 +592,14 @@ impl Shards {
         // The buffer of the last write, cleared: handed back to the shard for the next
         // records, so appending does not regrow a fresh vector after every write.
         let mut spare: Vec<u8> = Vec::new();
+        // A worker owning this shard alone fsyncs on itself (`log/writer.rs`): it has
+        // no other shard's flusher to keep going while the disk flushes.
+        let alone = self
+            .list
+            .iter()
+            .filter(|o| o.cell.owner == sh.cell.owner)
+            .count()
+            == 1;
         loop {
             {
                 let mut g = sh.kick_m.lock();
@@ -633,6 +642,7 @@ impl Shards {
             });
             let must_sync = close == CLOSING || asked > sh.fsync_done.load(Relaxed) || sync_failed;
             if !buf.is_empty() {
+                writer.set_sync_on_worker(alone);
                 match writer.write(&buf, policy() == Fsync::Always || must_sync) {
                     Ok(()) => {
                         sh.log_len.store(writer.len(), Relaxed);
