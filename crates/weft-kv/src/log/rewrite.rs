@@ -4,6 +4,7 @@
 //! ```text
 //! create   shard-NNN.log.rewrite   header written (any old leftover replaced)
 //! append   frames ...              buffered, 1 MiB writes
+//! sync     write what is buffered, fsync the temporary file (optional, repeatable)
 //! finish   write the rest, fsync the temporary file,
 //!          rename it over shard-NNN.log, fsync the directory,
 //!          open a LogWriter at the new end
@@ -112,6 +113,16 @@ impl Rewriter {
         self.written += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
+    }
+
+    /// Writes what is buffered and fsyncs the temporary file, which stays open for more
+    /// appends: done before [`Rewriter::finish`], the fsync there only has what was
+    /// appended since to write out.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.flush()?;
+        let f = self.file.as_ref().expect("open until finish or abort");
+        f.sync_data()
+            .map_err(|e| with(e, "cannot fsync", &self.tmp))
     }
 
     /// Publishes the new log: flush, fsync, rename over the shard's log, fsync of the

@@ -48,9 +48,13 @@
 //!
 //! # Compaction
 //! A compaction walks the keys in chunks (yielding between them, so service goes on)
-//! into a temporary file while the shard keeps every new record in a *tail* too; the
-//! flusher then appends the tail, publishes the file (fsync, rename, fsync of the
-//! directory) and writes on in the new file.
+//! into a temporary file while the shard keeps every new record in a *tail* too. The
+//! compaction's thread then writes and fsyncs the file, and the tail kept so far (a
+//! few rounds, until what is left is small), while the flusher goes on writing the
+//! old log; the flusher then appends the rest of the tail, publishes the file (fsync,
+//! rename, fsync of the directory) and writes on in the new file. Writers wait for the
+//! flusher during its part only, so that part is kept short: an fsync of the whole
+//! image there held every write back for as long as the disk took.
 //!
 //! # Shut-down
 //! [`Shards::close`] stops compaction (abandoning one under way, which removes its
@@ -283,6 +287,11 @@ const EXPIRE_BATCH: usize = 32;
 const EXPIRE_BUDGET: Duration = Duration::from_millis(25);
 /// From one cycle to the next when no key was left due.
 const EXPIRE_PERIOD: Duration = Duration::from_millis(100);
+
+/// Compaction (module doc): the most times the image's tail is written and fsynced
+/// before the flusher's part, and the tail small enough to leave to it.
+const CATCH_UP_ROUNDS: usize = 4;
+const CATCH_UP_SMALL: usize = 256 << 10;
 
 /// A flusher writes as usual.
 const OPEN: u8 = 0;
@@ -1059,6 +1068,24 @@ impl Shards {
             if self.closing.load(SeqCst) {
                 rw.abort(); // removes the temporary file
                 return stop();
+            }
+        }
+        // The image is whole. Write it out and fsync it here, then the tail kept
+        // meanwhile, while the flusher goes on writing the old log: the flusher's part
+        // (the last of the tail, an fsync, the rename) holds the shard's writes back,
+        // and a whole image to fsync there would stall every writer for as long.
+        for _ in 0..CATCH_UP_ROUNDS {
+            let tail = sh.cell.run(|st| st.take_rewrite_tail());
+            if let Err(e) = rw.append(&tail).and_then(|()| rw.sync()) {
+                rw.abort();
+                return fail("writing the temporary file", e);
+            }
+            if self.closing.load(SeqCst) {
+                rw.abort();
+                return stop();
+            }
+            if tail.len() <= CATCH_UP_SMALL {
+                break;
             }
         }
         *sh.switch.lock().unwrap() = Some(rw);
