@@ -43,7 +43,9 @@
 //!    are told to go, and stops when the last one has reported: the cell is that wall
 //!    time (process start-up and connection excluded). One run per cell, the servers
 //!    alternating cell by cell; the report's published figures (its Table 1) are
-//!    printed beside.
+//!    printed beside. weft-kv's cells are run twice: over the Unix socket (`weft`) and
+//!    with its clients over shared memory (`weft-shm`: `kv-client --shm`,
+//!    `Client::connect_shm`), each with its ratio to redis-server.
 //! 2. **redis-benchmark** (Debian's redis-tools; skipped with a note when absent):
 //!    `-t set,get -n N -c 50 -r 100000 --csv`, without and with `-P 16`, over TCP and
 //!    over the Unix socket, N = 200,000 (20,000 with `--quick`). The servers take turns
