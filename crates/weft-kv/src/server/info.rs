@@ -4,8 +4,9 @@
 //! Fields have weft-kv's real values where it has them (clients, memory, the logs,
 //! command and error counts, processor time); where weft-kv has no such thing
 //! (replication, forks, Lua, modules) they have the value Redis shows when it is not
-//! in use. weft-kv's own fields (`weft_kv_version`, `shards`, `workers`, `appendfsync`)
-//! come after Redis's in their sections.
+//! in use. weft-kv's own fields (`weft_kv_version`, `shards`, `workers`, `appendfsync`,
+//! `aof_fsynced_size`: how much of the logs a finished fsync covers, `aof_fsyncs`: the
+//! logs' fsyncs finished) come after Redis's in their sections.
 
 use super::Server;
 use crate::commands;
@@ -385,6 +386,10 @@ fn section(server: &Server, name: &str) -> String {
             field("aof_pending_bio_fsync", &0);
             field("aof_delayed_fsync", &0);
             field("appendfsync", &server.settings.fsync().name());
+            let synced: u64 = shards.iter().map(|s| s.synced_len.load(Relaxed)).sum();
+            field("aof_fsynced_size", &synced);
+            let fsyncs: u64 = shards.iter().map(|s| s.fsyncs.load(Relaxed)).sum();
+            field("aof_fsyncs", &fsyncs);
         }
         "stats" => {
             let (net_in, net_out, reads, writes) = server.stats.net();

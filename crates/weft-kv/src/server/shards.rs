@@ -260,6 +260,13 @@ pub struct ServerShard {
     /// The log file's size, and its size after the last compaction.
     pub log_len: AtomicU64,
     pub log_base: AtomicU64,
+    /// How much of the log file a finished fsync covers (it never exceeds `log_len`),
+    /// and the fsyncs of the log finished (INFO's `aof_fsynced_size`, `aof_fsyncs`).
+    pub synced_len: AtomicU64,
+    pub fsyncs: AtomicU64,
+    /// Which log file the flusher writes: one more at each compaction it publishes (an
+    /// fsync of the file before covers nothing of the new one).
+    log_file: AtomicU64,
     /// Memory used by the keys, as last seen.
     pub memory: AtomicU64,
     /// The keys, and those with an expiry, of each database, as last seen.
@@ -307,15 +314,24 @@ const CLOSED: u8 = 2;
 struct BackgroundSync {
     /// Set from [`BackgroundSync::start`] until the fsync is done.
     running: AtomicBool,
-    /// The last fsync's outcome, until the flusher takes it: the flusher's count of
-    /// writes without fsync when it started (it covers those), and its error if any.
-    done: std::sync::Mutex<Option<(u64, Result<(), String>)>>,
+    /// The last fsync's outcome, until the flusher takes it: what it covers (see
+    /// [`Covers`]), and its error if any.
+    done: std::sync::Mutex<Option<(Covers, Result<(), String>)>>,
+}
+
+/// What a background fsync covers: the flusher's count of writes without fsync when it
+/// started, the log's length then, and which log file it was (`ServerShard::log_file`).
+#[derive(Clone, Copy)]
+struct Covers {
+    writes: u64,
+    len: u64,
+    file: u64,
 }
 
 impl BackgroundSync {
-    /// Starts an fsync of `file`, covering the first `covers` writes, on `worker`;
-    /// `false` if no green thread could be made for it.
-    fn start(self: &Arc<Self>, s: usize, worker: usize, file: SyncHandle, covers: u64) -> bool {
+    /// Starts an fsync of `file`, covering what `covers` says, on `worker`; `false` if
+    /// no green thread could be made for it.
+    fn start(self: &Arc<Self>, s: usize, worker: usize, file: SyncHandle, covers: Covers) -> bool {
         self.running.store(true, Release);
         let me = self.clone();
         let spawned = ThreadBuilder::new()
@@ -337,9 +353,15 @@ impl BackgroundSync {
     }
 
     /// The outcome of the last fsync, once (None while one runs or after it was taken).
-    fn finished(&self) -> Option<(u64, Result<(), String>)> {
+    fn finished(&self) -> Option<(Covers, Result<(), String>)> {
         self.done.lock().unwrap().take()
     }
+}
+
+/// Notes a finished fsync of shard `sh`'s log, which covers its first `len` bytes.
+fn synced(sh: &ServerShard, len: u64) {
+    sh.fsyncs.fetch_add(1, Relaxed);
+    sh.synced_len.store(len, Relaxed);
 }
 
 /// Every shard of the server.
@@ -399,6 +421,9 @@ impl Shards {
                     close: AtomicU8::new(OPEN),
                     log_len: AtomicU64::new(log_len),
                     log_base: AtomicU64::new(log_len),
+                    synced_len: AtomicU64::new(log_len),
+                    fsyncs: AtomicU64::new(0),
+                    log_file: AtomicU64::new(0),
                     memory: AtomicU64::new(memory),
                     keys,
                     expires,
@@ -626,7 +651,15 @@ impl Shards {
                 continue; // The process is exiting: nothing more is written.
             }
             match background.finished() {
-                Some((covers, Ok(()))) if covers == writes => unsynced = false,
+                Some((covers, Ok(()))) => {
+                    sh.fsyncs.fetch_add(1, Relaxed);
+                    if covers.file == sh.log_file.load(Relaxed) {
+                        sh.synced_len.fetch_max(covers.len, Relaxed);
+                    }
+                    if covers.writes == writes {
+                        unsynced = false;
+                    }
+                }
                 Some((_, Err(e))) => {
                     unsynced = true;
                     sync_failed = true;
@@ -656,6 +689,8 @@ impl Shards {
                     Ok(()) => {
                         sh.log_len.store(writer.len(), Relaxed);
                         if policy() == Fsync::Always || must_sync {
+                            // Before `durable`: a reply this write allows finds it.
+                            synced(sh, writer.len());
                             last_sync = Instant::now();
                             unsynced = false;
                             sync_failed = false;
@@ -684,6 +719,7 @@ impl Shards {
             } else if must_sync && unsynced {
                 match writer.sync() {
                     Ok(()) => {
+                        synced(sh, writer.len());
                         last_sync = Instant::now();
                         unsynced = false;
                         sync_failed = false;
@@ -706,9 +742,15 @@ impl Shards {
                 && !background.running()
             {
                 last_sync = Instant::now();
-                if !background.start(s, sh.cell.owner, writer.sync_handle(), writes) {
+                let covers = Covers {
+                    writes,
+                    len: writer.len(),
+                    file: sh.log_file.load(Relaxed),
+                };
+                if !background.start(s, sh.cell.owner, writer.sync_handle(), covers) {
                     // No green thread for it: the flusher's own fsync.
                     if writer.sync().is_ok() {
+                        synced(sh, writer.len());
                         unsynced = false;
                     }
                 }
@@ -1105,8 +1147,12 @@ impl Shards {
             Ok(w) => {
                 *writer = w;
                 let len = writer.len();
+                // The new file is fsynced whole (`Rewriter::finish`).
+                sh.log_file.fetch_add(1, Relaxed);
                 sh.log_len.store(len, Relaxed);
                 sh.log_base.store(len, Relaxed);
+                sh.synced_len.store(len, Relaxed);
+                sh.fsyncs.fetch_add(1, Relaxed);
                 sh.saved_changes.fetch_max(saves, Relaxed);
                 sh.durable.store(end, Release);
                 eprintln!("weft-kv: shard {s}: log compacted to {len} bytes");

@@ -1,0 +1,146 @@
+//! The log's fsyncs, seen from a client: INFO persistence's `aof_fsyncs` (the logs'
+//! fsyncs finished) and `aof_fsynced_size` (how much of the logs a finished fsync
+//! covers) beside `aof_current_size`.
+//!
+//! Under `--fsync always` a write is acknowledged only once an fsync covering it has
+//! finished: after every reply to a SET (one client, nothing else writing) the fsynced
+//! size is the log's whole size and one more fsync has finished; with several clients
+//! writing at once, one fsync covers the writes that arrived while the previous one ran
+//! (group commit), so there are never more fsyncs than writes. Under `everysec` the
+//! fsync comes within about a second, without the write waiting for it; after a
+//! compaction the new log is fsynced whole.
+
+mod common;
+#[path = "common/kv.rs"]
+mod kv;
+
+use kv::{eventually, ok, run, KvServer};
+use std::collections::HashMap;
+use weft_kv::client::Client;
+use weft_kv::resp::Reply;
+
+/// INFO persistence's fields.
+fn persistence(c: &mut Client) -> HashMap<String, String> {
+    let Reply::Bulk(b) = run(c, &["INFO", "persistence"]) else {
+        panic!("INFO answered no bulk string");
+    };
+    String::from_utf8(b)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn num(f: &HashMap<String, String>, k: &str) -> u64 {
+    f.get(k)
+        .unwrap_or_else(|| panic!("INFO persistence has no {k}: {f:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// (fsyncs finished, fsynced size, the logs' size).
+fn sizes(c: &mut Client) -> (u64, u64, u64) {
+    let f = persistence(c);
+    (
+        num(&f, "aof_fsyncs"),
+        num(&f, "aof_fsynced_size"),
+        num(&f, "aof_current_size"),
+    )
+}
+
+/// A fresh server with `args`, and a client of it.
+fn start(args: &[&str]) -> (tempfile::TempDir, KvServer, Client) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, socket) = (tmp.path().join("d"), tmp.path().join("s"));
+    let s = KvServer::weft(&dir, &socket, args).unwrap();
+    let c = s.client().unwrap();
+    (tmp, s, c)
+}
+
+#[test]
+fn under_always_every_reply_to_a_write_follows_its_fsync() {
+    let (_tmp, _s, mut c) = start(&["--fsync", "always", "--workers", "1"]);
+    let (mut fsyncs, synced, len) = sizes(&mut c);
+    assert_eq!(synced, len, "a fresh log is all on disk");
+    for i in 0..50 {
+        assert_eq!(run(&mut c, &["SET", &format!("k{i}"), "v"]), ok());
+        let (f, synced, len) = sizes(&mut c);
+        assert_eq!(
+            synced, len,
+            "after the reply to SET number {i}, all is fsynced"
+        );
+        assert!(
+            f > fsyncs,
+            "SET number {i} was acknowledged without an fsync"
+        );
+        fsyncs = f;
+    }
+    // A command that fails changes nothing: no record, no fsync.
+    assert!(matches!(
+        run(&mut c, &["INCR", "k0"]),
+        Reply::Error(e) if e.contains("not an integer")
+    ));
+    assert_eq!(sizes(&mut c).0, fsyncs);
+}
+
+#[test]
+fn under_always_one_fsync_covers_the_writes_that_arrive_meanwhile() {
+    let (_tmp, s, mut c) = start(&["--fsync", "always", "--workers", "1"]);
+    let (before, _, _) = sizes(&mut c);
+    const CLIENTS: usize = 8;
+    const WRITES: usize = 100;
+    std::thread::scope(|sc| {
+        for t in 0..CLIENTS {
+            let s = &s;
+            sc.spawn(move || {
+                let mut c = s.client().unwrap();
+                for i in 0..WRITES {
+                    assert_eq!(run(&mut c, &["SET", &format!("k{t}.{i}"), "v"]), ok());
+                }
+            });
+        }
+    });
+    let (after, synced, len) = sizes(&mut c);
+    assert_eq!(synced, len);
+    let fsyncs = after - before;
+    assert!(fsyncs >= 1);
+    assert!(
+        fsyncs <= (CLIENTS * WRITES) as u64,
+        "{fsyncs} fsyncs for {} writes",
+        CLIENTS * WRITES
+    );
+    assert_eq!(
+        run(&mut c, &["DBSIZE"]),
+        Reply::Int((CLIENTS * WRITES) as i64)
+    );
+}
+
+#[test]
+fn under_everysec_the_fsync_follows_within_a_while() {
+    let (_tmp, _s, mut c) = start(&["--fsync", "everysec"]);
+    let (before, _, _) = sizes(&mut c);
+    assert_eq!(run(&mut c, &["SET", "k", "v"]), ok());
+    let (_, _, len) = sizes(&mut c);
+    eventually("the everysec fsync covers the SET", || {
+        let (f, synced, _) = sizes(&mut c);
+        f > before && synced >= len
+    });
+    // A compaction publishes a new, shorter log, fsynced whole: the fsynced size
+    // follows it down (an fsync of the old file counts for nothing in the new one).
+    for i in 0..200 {
+        assert_eq!(run(&mut c, &["SET", "k", &format!("v{i}")]), ok());
+    }
+    assert!(matches!(run(&mut c, &["BGREWRITEAOF"]), Reply::Simple(_)));
+    eventually("the compaction is published", || {
+        let f = persistence(&mut c);
+        num(&f, "aof_rewrite_in_progress") == 0 && num(&f, "aof_rewrites") >= 1
+    });
+    eventually("the compacted log is all fsynced", || {
+        let (_, synced, len) = sizes(&mut c);
+        assert!(synced <= len, "{synced} fsynced of a log of {len}");
+        synced == len
+    });
+    let (_, _, len) = sizes(&mut c);
+    assert!(len < 200 * 20, "the log was compacted: {len} bytes");
+}
