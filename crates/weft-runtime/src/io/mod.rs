@@ -1219,7 +1219,10 @@ pub(crate) fn send_then_discard(
         });
         let recv = Slot::new(OpData {
             fd: fd.raw(),
-            buf: bufs::take(discard),
+            // From the copy buffers, not the fill ones: a request's few bytes would
+            // cut a 16 KiB receive buffer's length, and the next receive that took
+            // it would zero 16 KiB again. Zeroed here are only the `discard` bytes.
+            buf: bufs::zeroed_copy(discard),
             keep: Some(fd.clone()),
             ..Default::default()
         });
@@ -1284,7 +1287,7 @@ pub(crate) fn send_then_discard(
         // SAFETY: done was seen on both: their data is ours now.
         let (sd, rd) = unsafe { (core::mem::take(send.data()), core::mem::take(recv.data())) };
         bufs::give_copy(sd.buf);
-        bufs::give(rd.buf);
+        bufs::give_copy(rd.buf);
         let (s, r) = (send.res.load(Relaxed), recv.res.load(Relaxed));
         if s < 0 && s != -(libc::EAGAIN as i64) {
             return Err(io::Error::from_raw_os_error(-s as i32));
@@ -1513,6 +1516,15 @@ pub(crate) mod bufs {
         }
     }
 
+    /// A buffer of `len` zeroed bytes from the copy buffers (for an operation that
+    /// fills a few bytes nobody reads: it leaves the fill buffers' lengths alone).
+    /// Give it back with [`give_copy`].
+    pub(crate) fn zeroed_copy(len: usize) -> Vec<u8> {
+        let mut v = copy(&[]);
+        v.resize(len, 0);
+        v
+    }
+
     /// Kept buffers and their total capacity.
     struct Cache {
         list: Vec<Vec<u8>>,
@@ -1554,5 +1566,30 @@ pub(crate) mod bufs {
     /// Gives a buffer from [`copy`] back for reuse.
     pub(crate) fn give_copy(v: Vec<u8>) {
         keep(&COPY, v);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A receive buffer given back keeps its length through a request's removal
+        /// (`send_then_discard`'s few bytes come from the copy buffers), so the next
+        /// receive of that size gets the same allocation at its full length: nothing
+        /// to zero.
+        #[test]
+        fn a_removal_leaves_the_receive_buffers_whole() {
+            let recv = take(16 << 10);
+            let at = recv.as_ptr();
+            give(recv);
+            let discard = zeroed_copy(30);
+            assert_eq!(discard, vec![0u8; 30]);
+            give_copy(discard);
+            FILL.with(|c| {
+                let c = c.borrow();
+                let top = c.list.last().expect("the receive buffer kept");
+                assert_eq!((top.as_ptr(), top.len()), (at, 16 << 10));
+            });
+            assert_eq!(take(16 << 10).as_ptr(), at);
+        }
     }
 }
