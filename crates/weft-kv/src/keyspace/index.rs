@@ -177,6 +177,9 @@ impl Table {
     }
 }
 
+/// How far ahead of its visits [`Index::visit`] starts loading entries.
+const VISIT_AHEAD: usize = 8;
+
 /// Where an entry is: valid until the next insert or removal.
 #[derive(Clone, Copy, Debug)]
 pub struct Pos {
@@ -382,10 +385,21 @@ impl Index {
     /// Calls `f` with the entries of `n` hashes from hash `cursor` on (all entries of a
     /// hash together), in hash order; answers the next hash, or 0 when there is none.
     /// (The keyspace's SCAN and compaction steps.)
+    ///
+    /// The entries are spread over the heap: a second iterator runs
+    /// [`VISIT_AHEAD`] entries ahead and starts loading each, so a long walk does not
+    /// wait for a cache miss on every key.
     pub fn visit(&self, cursor: u64, n: usize, mut f: impl FnMut(&Entry)) -> u64 {
         let mut it = self.iter_from(cursor).peekable();
+        let mut ahead = self.iter_from(cursor);
+        for (_, e) in ahead.by_ref().take(VISIT_AHEAD.min(n)) {
+            super::prefetch(e.as_ptr());
+        }
         let mut hashes = 0;
         while let Some((h, e)) = it.next() {
+            if let Some((_, a)) = ahead.next() {
+                super::prefetch(a.as_ptr());
+            }
             f(e);
             match it.peek() {
                 Some(&(g, _)) if g == h => {}
