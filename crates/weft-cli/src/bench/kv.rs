@@ -323,8 +323,9 @@ fn rb_requests(opts: &Options) -> u64 {
 pub fn parts(opts: &Options) -> Vec<Part> {
     let ops = table_ops(opts) as f64;
     // A command one at a time over a Unix socket: ~20 us; read, write, mixed (twice the
-    // commands), 6 process counts, 2 servers.
-    let table = 4.0 * ops * PROCS.len() as f64 * 2.0 * 20e-6;
+    // commands), 6 process counts, 3 columns (weft-kv over its socket and over shared
+    // memory, redis-server).
+    let table = 4.0 * ops * PROCS.len() as f64 * 3.0 * 20e-6;
     // SET and GET at ~60,000 requests/s without pipelining, ~400,000 with.
     let n = rb_requests(opts) as f64;
     let rb = 2.0 * rb_runs(opts) as f64 * 2.0 * (2.0 * n / 60e3 + 2.0 * n / 400e3);
