@@ -21,8 +21,10 @@
 //!   stops its one thread; weft-kv serves the other clients meanwhile.
 //! - `DEBUG OBJECT <key>`: a line about the key's value: its address, reference
 //!   count (1: values are never shared), encoding, the bytes its value takes
-//!   (`serializedlength`: as held, not as an RDB file would), and its idle time (0:
-//!   weft-kv keeps no access times). `ERR no such key` when it is missing.
+//!   (`serializedlength`: as held, not as an RDB file would), its access bits (`lru`:
+//!   `keyspace/access.rs`) and its idle time in seconds (`lru_seconds_idle`, read as
+//!   Redis reads it whatever the policy). Not an access of the key. `ERR no such key`
+//!   when it is missing.
 //! - `DEBUG RELOAD` and `DEBUG LOADAOF`: every shard's keyspaces rebuilt from its log
 //!   on disk, as a restart would load them (`server/reload.rs`).
 
@@ -191,15 +193,17 @@ fn object(server: &Arc<Server>, db: u8, key: &[u8]) -> Reply {
 
 /// The line DEBUG OBJECT answers for `args[2]`, or `ERR no such key`.
 fn object_on_shard(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    let Some(e) = ks.get(args[2], ctx.now_ms) else {
+    let Some(e) = ks.get_quiet(args[2], ctx.now_ms) else {
         return Reply::err("ERR no such key");
     };
     let encoding = crate::keyspace::value::encoding_name(e.tag(), e.value());
+    let bits = e.access();
     Reply::Simple(
         format!(
-            "Value at:{:p} refcount:1 encoding:{encoding} serializedlength:{} lru:0 lru_seconds_idle:0",
+            "Value at:{:p} refcount:1 encoding:{encoding} serializedlength:{} lru:{bits} lru_seconds_idle:{}",
             e.value().as_ptr(),
-            e.value_memory()
+            e.value_memory(),
+            crate::keyspace::access::idle_ms(bits) / 1000
         )
         .into(),
     )
