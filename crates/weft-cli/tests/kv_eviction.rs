@@ -87,7 +87,16 @@ fn key_memory(prefix: &str, size: usize) -> u64 {
 #[test]
 fn settings_and_object_answers() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = start(tmp.path(), "1", &["--maxmemory-policy", "volatile-lfu"]);
+    let s = start(
+        tmp.path(),
+        "1",
+        &[
+            "--maxmemory-policy",
+            "volatile-lfu",
+            "--enable-debug-command",
+            "local",
+        ],
+    );
     let mut w = Wire::connect(&s.socket);
     let get = |w: &mut Wire, name: &str| w.call(&["CONFIG", "GET", name]).items()[1].text();
     assert_eq!(get(&mut w, "maxmemory-policy"), "volatile-lfu");
@@ -142,7 +151,8 @@ fn settings_and_object_answers() {
         .starts_with("ERR"));
 
     // OBJECT FREQ under an LFU policy: a new key starts at 5; with a log factor of 0
-    // each access adds one. OBJECT, TYPE and EXISTS are not accesses; TOUCH is.
+    // each access adds one. OBJECT, DEBUG OBJECT, TYPE, EXISTS and the TTL family
+    // are not accesses; TOUCH is.
     assert_eq!(
         w.call(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]),
         ok()
@@ -152,8 +162,10 @@ fn settings_and_object_answers() {
     assert_eq!(w.call(&["GET", "k"]), bulk("v"));
     assert_eq!(w.call(&["GET", "k"]), bulk("v"));
     assert_eq!(w.call(&["OBJECT", "FREQ", "k"]), int(7));
-    w.call(&["TYPE", "k"]);
-    w.call(&["EXISTS", "k"]);
+    for cmd in ["TYPE", "EXISTS", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"] {
+        w.call(&[cmd, "k"]);
+    }
+    assert!(w.call(&["DEBUG", "OBJECT", "k"]).text().contains(" lru:"));
     assert_eq!(w.call(&["OBJECT", "FREQ", "k"]), int(7));
     assert_eq!(w.call(&["TOUCH", "k"]), int(1));
     assert_eq!(w.call(&["OBJECT", "FREQ", "k"]), int(8));

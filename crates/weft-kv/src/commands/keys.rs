@@ -170,7 +170,8 @@ pub fn pexpireat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply 
 /// left (`abs` false, never below 0) or the absolute time (`abs` true), in ms or in
 /// seconds rounded to the nearest (Redis's `(ms + 500) / 1000`).
 fn ttl_generic(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>, ms: bool, abs: bool) -> Reply {
-    let Some(e) = ks.get(args[1], ctx.now_ms) else {
+    // Not an access of the key (as in Redis).
+    let Some(e) = ks.get_quiet(args[1], ctx.now_ms) else {
         return Reply::Int(-2);
     };
     let Some(at) = e.expire_at_ms() else {

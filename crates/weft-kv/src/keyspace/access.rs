@@ -16,7 +16,8 @@
 //! read the new way, and settle as keys are accessed again (as in Redis).
 //!
 //! Every lookup of a key by a command updates the bits (reads and writes alike), but
-//! not the lookups that only look: OBJECT, TYPE, EXISTS (Redis's "no touch" lookups).
+//! not the lookups that only look: OBJECT, DEBUG OBJECT, TYPE, EXISTS, TTL, PTTL,
+//! EXPIRETIME and PEXPIRETIME (Redis's "no touch" lookups).
 //! The settings are the process's (the server's: the embedded store never evicts).
 
 use std::cell::Cell;

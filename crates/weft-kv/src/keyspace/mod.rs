@@ -631,7 +631,7 @@ impl Keyspace {
         Some(p)
     }
 
-    /// [`Keyspace::get`] that does not count as an access (OBJECT, TYPE).
+    /// [`Keyspace::get`] that does not count as an access (OBJECT, TYPE, TTL, ...).
     pub fn get_quiet(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let p = self.find_live_quiet(self.hash(key), key, now_ms)?;
         Some(self.index.at(p))
