@@ -236,18 +236,18 @@ impl LogWriter {
         } else if sync && green && self.sync_here {
             // Both on the worker, which sleeps in the fdatasync (see the module doc).
             self.stats.synced_here += 1;
-            self.write_on_worker(buf, start)
+            self.write_on_worker(buf, start, false)
                 .and_then(|()| fdatasync_here(self.file.as_raw_fd()))
         } else if sync && green {
             // The write on the worker, the fsync through the worker's own ring.
             self.stats.synced_ring += 1;
-            self.write_on_worker(buf, start)
+            self.write_on_worker(buf, start, true)
                 .and_then(|()| self.file.sync_data())
         } else if !sync && green && self.async_until.is_some_and(|t| Instant::now() < t) {
             self.stats.deferred += 1;
             self.write_plain(buf, start, false)
         } else if !sync && green {
-            self.write_on_worker(buf, start)
+            self.write_on_worker(buf, start, true)
         } else {
             self.write_plain(buf, start, sync)
         };
@@ -265,11 +265,15 @@ impl LogWriter {
         }
     }
 
-    /// fdatasyncs the log (for `fsync everysec`).
+    /// fdatasyncs the log (for `fsync everysec`; on the worker itself with
+    /// [`LogWriter::set_sync_on_worker`]).
     pub fn sync(&mut self) -> io::Result<()> {
-        self.file
-            .sync_data()
-            .map_err(|e| ctx_err(e, "cannot fsync", &self.path, self.len))
+        let res = if self.sync_here && weft_runtime::current_worker().is_some() {
+            fdatasync_here(self.file.as_raw_fd())
+        } else {
+            self.file.sync_data()
+        };
+        res.map_err(|e| ctx_err(e, "cannot fsync", &self.path, self.len))
     }
 
     fn write_plain(&self, buf: &[u8], start: u64, sync: bool) -> io::Result<()> {
@@ -280,11 +284,12 @@ impl LogWriter {
         Ok(())
     }
 
-    /// `pwrite` on the calling thread (a worker: see the module doc); a write during
-    /// which the thread slept sends the next [`ASYNC_AFTER_SLEEP`] of writes through
-    /// io_uring.
-    fn write_on_worker(&mut self, buf: &[u8], start: u64) -> io::Result<()> {
-        let before = voluntary_switches();
+    /// `pwrite` on the calling thread (a worker: see the module doc); if `watch`, a
+    /// write during which the thread slept sends the next [`ASYNC_AFTER_SLEEP`] of
+    /// writes through io_uring. (Not watched: a write the worker's own fdatasync
+    /// follows, as the worker sleeps in that anyway; two system calls fewer a write.)
+    fn write_on_worker(&mut self, buf: &[u8], start: u64, watch: bool) -> io::Result<()> {
+        let before = if watch { voluntary_switches() } else { 0 };
         let fd = self.file.as_raw_fd();
         let mut done = 0;
         let res = loop {
@@ -315,7 +320,7 @@ impl LogWriter {
             done += r as usize;
         };
         self.stats.direct += 1;
-        if voluntary_switches() > before {
+        if watch && voluntary_switches() > before {
             self.stats.slept += 1;
             self.async_until = Some(Instant::now() + ASYNC_AFTER_SLEEP);
         }
