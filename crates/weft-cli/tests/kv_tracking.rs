@@ -557,3 +557,37 @@ fn an_eviction_is_noted_once() {
     assert!(e1 > e0, "the read evicted keys");
     assert_eq!(c1 - c0, e1 - e0);
 }
+
+/// A connection closed by CLIENT KILL is gone from the kill's reply on: a REDIRECT to
+/// it finds it gone at the next write, a PUBLISH to its channel reaches nobody, and it
+/// no longer counts as tracking.
+#[test]
+fn a_killed_connection_is_gone_from_the_kills_reply_on() {
+    on_weft_and_redis(|s| {
+        let mut t = resp3(s);
+        let mut w = Wire::connect(&s.socket);
+        for round in 0..10 {
+            let mut target = Wire::connect(&s.socket);
+            let id = target.call(&["CLIENT", "ID"]).int().unwrap().to_string();
+            target.call(&["SUBSCRIBE", "__redis__:invalidate"]);
+            let mut other = Wire::connect(&s.socket);
+            assert_eq!(other.call(&["CLIENT", "TRACKING", "ON", "BCAST"]), ok());
+            let other_id = other.call(&["CLIENT", "ID"]).int().unwrap().to_string();
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "ON", "REDIRECT", &id]), ok());
+            let key = format!("k{round}");
+            assert_eq!(t.call(&["GET", &key]), Val::Line(b'_', String::new()));
+            assert_eq!(w.info_field("clients", "tracking_clients"), 2);
+            assert_eq!(w.call(&["CLIENT", "KILL", "ID", &id]).int(), Some(1));
+            assert_eq!(w.call(&["CLIENT", "KILL", "ID", &other_id]).int(), Some(1));
+            assert_eq!(
+                w.call(&["PUBLISH", "__redis__:invalidate", "x"]).int(),
+                Some(0),
+                "round {round}"
+            );
+            assert_eq!(w.info_field("clients", "tracking_clients"), 1);
+            assert_eq!(w.call(&["SET", &key, "1"]), ok());
+            assert_eq!(t.read(), redir_broken(&id), "round {round}");
+            assert_eq!(t.call(&["CLIENT", "TRACKING", "OFF"]), ok());
+        }
+    });
+}

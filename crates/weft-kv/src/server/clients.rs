@@ -499,6 +499,14 @@ impl Registry {
                 // connection's open socket: it leaves the registry before closing it.
                 // shutdown(2) only wakes its reads and writes; the connection closes it.
                 unsafe { libc::shutdown(c.fd, libc::SHUT_RDWR) };
+                // Gone for everyone at once, as Redis frees it: no more subscriptions
+                // or messages (a REDIRECT to it finds it gone), no more tracking.
+                if let Some(sub) = c.pubsub.get() {
+                    sub.close();
+                }
+                if let Some(t) = c.tracking.get() {
+                    t.off();
+                }
             }
         }
         (n, myself)
