@@ -120,6 +120,10 @@ pub struct ServeArgs {
     /// Serve no Unix socket.
     #[arg(long)]
     no_socket: bool,
+    /// Do not serve clients over shared memory (by default, weft-kv's own client on
+    /// this machine may connect through SOCKET.shm, beside the Unix socket).
+    #[arg(long)]
+    no_shm: bool,
     /// The address TCP listens on [default: 127.0.0.1]. Anything but a loopback
     /// address makes the store reachable from the network: set a password (until
     /// then, protected mode refuses clients from other machines).
@@ -250,6 +254,7 @@ fn serve(a: ServeArgs) -> Result<Answer, String> {
     } else if let Some(s) = a.socket {
         config.unix_socket = Some(s);
     }
+    config.shm = !a.no_shm;
     if let Some(b) = a.bind {
         config.bind = b;
     }

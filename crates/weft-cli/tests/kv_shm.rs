@@ -421,3 +421,15 @@ fn many_clients_at_once_each_get_their_own_replies() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn no_shm_serves_the_socket_only() {
+    let s = TempKv::start(0, &["--no-shm"]);
+    assert!(!weft_kv::shm::socket_path(&s.socket).exists());
+    let e = Client::connect_shm(&s.socket)
+        .err()
+        .expect("no shared memory");
+    assert!(e.to_string().contains(".shm"), "{e}");
+    let mut c = s.client().unwrap();
+    assert_eq!(run(&mut c, &["PING"]), Reply::Simple("PONG".into()));
+}

@@ -130,6 +130,9 @@ pub struct Config {
     pub notify_keyspace_events: String,
     /// Who may run DEBUG.
     pub enable_debug_command: DebugCommand,
+    /// Serve clients of this machine over shared memory too, on the Unix socket's
+    /// path with `.shm` after it (`server/shm.rs`).
+    pub shm: bool,
 }
 
 impl Config {
@@ -166,6 +169,7 @@ impl Config {
             workers: 0,
             notify_keyspace_events: String::new(),
             enable_debug_command: DebugCommand::Local,
+            shm: true,
         }
     }
 }

@@ -594,9 +594,11 @@ pub fn serve(config: Config) -> io::Result<()> {
             listeners.push(bind_unix(&path, s.clone())?);
             // Shared memory for local clients, beside the socket (`shm.rs`); without
             // it (a path too long for one more socket, say) the socket still serves.
-            match shm::bind(&crate::shm::socket_path(&path), s.clone()) {
-                Ok(l) => listeners.push(l),
-                Err(e) => eprintln!("weft-kv: no shared-memory clients: {e}"),
+            if s.config.shm {
+                match shm::bind(&crate::shm::socket_path(&path), s.clone()) {
+                    Ok(l) => listeners.push(l),
+                    Err(e) => eprintln!("weft-kv: no shared-memory clients: {e}"),
+                }
             }
         }
         if s.config.port != 0 {
