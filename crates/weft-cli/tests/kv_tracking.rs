@@ -591,3 +591,37 @@ fn a_killed_connection_is_gone_from_the_kills_reply_on() {
         }
     });
 }
+
+/// NOLOOP: a blocking command's own change is its own, also when another connection's
+/// write serves it (Redis serves it as the blocked connection): its tracker is not
+/// told, another tracker is.
+#[test]
+fn noloop_spares_a_served_blocking_commands_own_change() {
+    on_weft_and_redis(|s| {
+        let mut t = resp3(s);
+        let mut other = resp3(s);
+        let mut w = Wire::connect(&s.socket);
+        assert_eq!(t.call(&["CLIENT", "TRACKING", "ON", "NOLOOP"]), ok());
+        assert_eq!(other.call(&["CLIENT", "TRACKING", "ON"]), ok());
+        assert_eq!(w.call(&["RPUSH", "dst", "a"]).int(), Some(1));
+        for c in [&mut t, &mut other] {
+            assert_eq!(c.call(&["LRANGE", "dst", "0", "-1"]).items().len(), 1);
+        }
+        let blmove = ["BLMOVE", "src", "dst", "LEFT", "LEFT", "0"];
+        t.send(&blmove.map(|a| a.as_bytes().to_vec()));
+        kv::eventually("the BLMOVE blocks", || {
+            w.info_field("clients", "blocked_clients") == 1
+        });
+        assert_eq!(w.call(&["RPUSH", "src", "foo"]).int(), Some(1));
+        assert_eq!(t.read(), bulk("foo"));
+        assert_eq!(other.read(), push("dst"));
+        // Nothing for the NOLOOP tracker before PING's answer.
+        assert_eq!(t.call(&["PING"]), Val::Line(b'+', "PONG".into()));
+        // Served at once: the same.
+        assert_eq!(t.call(&["LRANGE", "dst", "0", "-1"]).items().len(), 2);
+        assert_eq!(w.call(&["RPUSH", "src", "bar"]).int(), Some(1));
+        t.send(&blmove.map(|a| a.as_bytes().to_vec()));
+        assert_eq!(t.read(), bulk("bar"));
+        assert_eq!(t.call(&["PING"]), Val::Line(b'+', "PONG".into()));
+    });
+}

@@ -181,6 +181,9 @@ pub struct Waiter {
     /// invalidations its served command causes are held in it until its reply is sent
     /// (as Redis sends them after the reply).
     hold: std::sync::OnceLock<Arc<crate::pubsub::Subscriber>>,
+    /// The blocked connection's id (0: not known): a shard serving it makes the pop
+    /// as that connection (NOLOOP: it is not told of its own change, as in Redis).
+    conn: std::sync::atomic::AtomicU64,
 }
 
 impl Waiter {
@@ -194,6 +197,7 @@ impl Waiter {
             park: Mutex::new(()),
             cv: Condvar::new(),
             hold: std::sync::OnceLock::new(),
+            conn: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -561,7 +565,8 @@ pub fn serve_ready(sh: &mut Shard, s: usize, shards: usize, now: u64) -> Vec<Arc
                 continue;
             }
             w.held();
-            match pop(sh, db, &key, &w.op, now, shards) {
+            let me = w.conn.load(Relaxed);
+            match crate::pubsub::tracking::as_writer(me, || pop(sh, db, &key, &w.op, now, shards)) {
                 Some((reply, lsn)) => {
                     w.set(Outcome::Served(reply, s, lsn));
                     woken.push(w);
@@ -813,7 +818,9 @@ fn look(
             if !w.claim() {
                 return Look::Decided;
             }
-            match pop(sh, w.db, key, &w.op, now, shards) {
+            let me = w.conn.load(Relaxed);
+            match crate::pubsub::tracking::as_writer(me, || pop(sh, w.db, key, &w.op, now, shards))
+            {
                 Some((r, lsn)) => Look::Served(r, lsn),
                 None => unreachable!("a local pop"),
             }
@@ -899,6 +906,7 @@ fn stream_block(
         count: read.count,
     }));
     let w = Waiter::new(db, op);
+    w.conn.store(conn.id, Relaxed);
     let names: Vec<Vec<u8>> = keys.into_iter().map(|(k, _)| k).collect();
     for key in &names {
         let s = route::shard_of(key, count);
@@ -930,6 +938,7 @@ fn at_once(
     let count = server.shards.count();
     let now = now_ms();
     let w = Waiter::new(conn.db, req.op.clone());
+    w.conn.store(conn.id, Relaxed);
     for key in &req.keys {
         let s = route::shard_of(key, count);
         match server
@@ -969,6 +978,7 @@ fn block(server: &Arc<Server>, conn: &mut Conn, req: Request, acks: &mut Acks) -
         ms => Instant::now().checked_add(Duration::from_millis(ms)),
     };
     let w = Waiter::new(conn.db, req.op.clone());
+    w.conn.store(conn.id, Relaxed);
     let mut keys: Vec<Vec<u8>> = Vec::with_capacity(req.keys.len());
     for k in req.keys {
         if !keys.contains(&k) {
