@@ -11,7 +11,12 @@
 //!   OPTIN with CLIENT CACHING yes, OPTOUT with CLIENT CACHING no, and expiry;
 //! - `tracking-table-max-keys` bounds the remembered keys (the others are told);
 //! - the option errors, GETREDIR and TRACKINGINFO, compared with redis-server's
-//!   replies when it is installed.
+//!   replies when it is installed;
+//! - against weft-kv and redis-server alike: a REDIRECT target gone from its QUIT's
+//!   reply or CLIENT KILL's on, FLUSHALL and FLUSHDB forgetting the keys read before
+//!   them, a blocking command's own change told after its reply (and spared by
+//!   NOLOOP), a SETBIT that changes no bit being no change, and a key evicted for a
+//!   command told before its reply; an eviction noted once (weft-kv).
 
 mod common;
 #[path = "common/kv.rs"]
