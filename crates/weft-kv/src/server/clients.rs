@@ -36,6 +36,10 @@ pub trait Peer {
     /// (the client's address, the server's address) of a TCP socket; `None` for a
     /// Unix socket.
     fn tcp_addrs(&self) -> Option<(SocketAddr, SocketAddr)>;
+
+    /// Given the connection's entry once it is made: a stream that must see CLIENT
+    /// KILL itself (one that is not a socket the kill shuts down, `shm.rs`) keeps it.
+    fn attach(&self, _client: &Arc<Client>) {}
 }
 
 impl Peer for weft_runtime::net::TcpStream {

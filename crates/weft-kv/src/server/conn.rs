@@ -255,6 +255,7 @@ where
     let stream = Arc::new(stream);
     let mut writer = None;
     let client = clients::Client::new(&server, id, &*stream, stream.as_raw_fd());
+    clients::Peer::attach(&*stream, &client);
     // Listed until it ends; removed before the socket is closed.
     let registered = server.registry.add(client.clone());
     let limits = Limits {

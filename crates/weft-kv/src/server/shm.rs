@@ -12,7 +12,9 @@
 //! waits the same way for the client to free room.
 //!
 //! The stream's descriptor (CLIENT LIST's `fd`, what CLIENT KILL and a blocked
-//! command's read-ahead shut down) is the socket's.
+//! command's read-ahead shut down) is the socket's. As a connection that polls its
+//! ring does not read that socket, it also looks at its entry's kill flag each time
+//! it looks for a request: a killed connection runs nothing more.
 
 use super::{clients, input::Input, Server};
 use crate::shm::{self, Segment, ServerSide};
@@ -37,6 +39,9 @@ pub struct ShmStream {
     tail: AtomicU64,
     /// The reply ring's head, under the lock that keeps writers one at a time.
     head: weft_runtime::sync::Mutex<u64>,
+    /// The connection's entry, for CLIENT KILL: a connection that polls its ring does
+    /// not read the socket that the kill shuts down.
+    client: std::sync::OnceLock<Arc<clients::Client>>,
 }
 
 impl ShmStream {
@@ -50,6 +55,7 @@ impl ShmStream {
             side: ServerSide::new(seg),
             tail: AtomicU64::new(0),
             head: weft_runtime::sync::Mutex::new(0),
+            client: std::sync::OnceLock::new(),
         })
     }
 
@@ -63,6 +69,9 @@ impl ShmStream {
         let mut since = None::<Instant>;
         let mut looks = 0u32;
         loop {
+            if self.killed() {
+                return Ok(false);
+            }
             if ready()? {
                 return Ok(true);
             }
@@ -93,6 +102,11 @@ impl ShmStream {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Whether CLIENT KILL closed this connection.
+    fn killed(&self) -> bool {
+        self.client.get().is_some_and(|c| c.killed())
     }
 
     /// Whether the socket has ended: the client closed it, or it was shut down here.
@@ -176,6 +190,10 @@ impl Input for ShmStream {
 impl clients::Peer for ShmStream {
     fn tcp_addrs(&self) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
         None
+    }
+
+    fn attach(&self, client: &Arc<clients::Client>) {
+        let _ = self.client.set(client.clone());
     }
 }
 
