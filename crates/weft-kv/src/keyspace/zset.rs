@@ -342,23 +342,7 @@ impl ZTree {
                 (self.nodes.len() - 1) as u32
             }
         };
-        // Down from the root while the nodes stay above the new one (a higher
-        // priority), each gaining it below; then the subtree found is split around it
-        // and hangs below it, in its place: one walk from the root to a leaf.
-        let prio = self.n(t).prio;
-        let (mut parent, mut went_left, mut cur) = (NIL, false, self.root);
-        while cur != NIL && self.n(cur).prio > prio {
-            let n = self.n(cur);
-            went_left = cmp((score, member), (n.score, &n.member)).is_lt();
-            let next = if went_left { n.left } else { n.right };
-            self.nodes[cur as usize].size += 1;
-            (parent, cur) = (cur, next);
-        }
-        let (a, b) = self.split(cur, &|s, m| cmp((s, m), (score, member)).is_lt());
-        let node = &mut self.nodes[t as usize];
-        (node.left, node.right) = (a, b);
-        self.pull(t);
-        self.link(parent, went_left, t);
+        self.place(t, member, score);
         match self.index.entry(super::hash::field_hash(member)) {
             std::collections::btree_map::Entry::Vacant(v) => {
                 v.insert(Slot::One(t));
@@ -392,10 +376,58 @@ impl ZTree {
         deepest
     }
 
+    /// Puts node `t` (of `member` with `score`, out of the tree, no child) in the
+    /// tree.
+    fn place(&mut self, t: u32, member: &[u8], score: f64) {
+        // Down from the root while the nodes stay above the new one (a higher
+        // priority), each gaining it below; then the subtree found is split around it
+        // and hangs below it, in its place: one walk from the root to a leaf.
+        let prio = self.n(t).prio;
+        let (mut parent, mut went_left, mut cur) = (NIL, false, self.root);
+        while cur != NIL && self.n(cur).prio > prio {
+            let n = self.n(cur);
+            went_left = cmp((score, member), (n.score, &n.member)).is_lt();
+            let next = if went_left { n.left } else { n.right };
+            self.nodes[cur as usize].size += 1;
+            (parent, cur) = (cur, next);
+        }
+        let (a, b) = self.split(cur, &|s, m| cmp((s, m), (score, member)).is_lt());
+        let node = &mut self.nodes[t as usize];
+        (node.left, node.right) = (a, b);
+        self.pull(t);
+        self.link(parent, went_left, t);
+    }
+
+    /// Sets `member`'s score (adding it if new): its score before, if it was there.
+    /// A member already there keeps its node, member bytes and index entry: the node
+    /// is only taken out of the tree and put back where its new score goes.
+    fn set(&mut self, member: &[u8], score: f64) -> Option<f64> {
+        let Some(t) = self.node_of(member) else {
+            self.insert(member, score);
+            return None;
+        };
+        let before = self.n(t).score;
+        if before.to_bits() == score.to_bits() {
+            return Some(before);
+        }
+        self.detach(t, member, before);
+        let node = &mut self.nodes[t as usize];
+        (node.score, node.left, node.right, node.size) = (score, NIL, NIL, 1);
+        self.place(t, member, score);
+        Some(before)
+    }
+
     /// Removes `member`: its score, if it was there.
     fn remove(&mut self, member: &[u8]) -> Option<f64> {
         let t = self.node_of(member)?;
         let score = self.n(t).score;
+        self.detach(t, member, score);
+        self.forget(t, member);
+        Some(score)
+    }
+
+    /// Takes node `t` (of `member` with `score`) out of the tree.
+    fn detach(&mut self, t: u32, member: &[u8], score: f64) {
         // Down from the root to the node, each node on the way losing one below it;
         // the node's two subtrees merged take its place.
         let (mut parent, mut went_left, mut cur) = (NIL, false, self.root);
@@ -408,8 +440,6 @@ impl ZTree {
         }
         let merged = self.merge(self.n(t).left, self.n(t).right);
         self.link(parent, went_left, merged);
-        self.forget(t, member);
-        Some(score)
     }
 
     /// Removes the lowest element (the highest with `last`): its member and score.
@@ -700,10 +730,7 @@ pub fn set(e: &mut Entry, member: &[u8], score: f64) -> Option<f64> {
         }
         return before;
     }
-    let t = tree_mut(e);
-    let before = t.remove(member);
-    t.insert(member, score);
-    before
+    tree_mut(e).set(member, score)
 }
 
 /// Removes `member` from a sorted set entry: its score, if it was there. (The caller
@@ -1024,6 +1051,51 @@ mod tests {
             assert!(is_empty(&e));
             assert_eq!(e.tag() == tag::ZSET_SKIP, members > 128);
         }
+    }
+
+    /// A new score for a member of a tree moves its node (no node, member copy or
+    /// index entry made or dropped): order, ranks, ranges and SCAN agree with a map
+    /// after many moves, the memory count and the nodes stay as they were, the tree
+    /// stays shallow, and a score equal to the old one (or -0 for 0, kept as given)
+    /// answers the old score.
+    #[test]
+    fn a_new_score_moves_the_node_and_agrees_with_a_map() {
+        let mut x: u64 = 11;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let first = [&b"m0"[..], &score_bytes(0.0)];
+        let mut e = new_entry(b"z", Items::Slices(&first), None, 1);
+        let mut model = Model::new();
+        model.insert(b"m0".to_vec(), 0.0);
+        for i in 1..2000 {
+            let m = format!("m{i}").into_bytes();
+            let s = rnd(100) as f64;
+            assert_eq!(set(&mut e, &m, s), None);
+            model.insert(m, s);
+        }
+        assert_eq!(e.tag(), tag::ZSET_SKIP);
+        let (memory, nodes) = (tree(&e).memory(), tree(&e).nodes.len());
+        for _ in 0..20_000 {
+            let m = format!("m{}", rnd(2000)).into_bytes();
+            let s = rnd(100) as f64 - 0.5 * rnd(2) as f64;
+            assert_eq!(set(&mut e, &m, s), model.insert(m, s));
+        }
+        check(&e, &model);
+        assert_eq!(tree(&e).memory(), memory);
+        assert_eq!(tree(&e).nodes.len(), nodes);
+        assert!(tree(&e).free.is_empty());
+        assert!(tree(&e).depth() <= 100, "depth {}", tree(&e).depth());
+        assert_eq!(set(&mut e, b"m0", 7.0), model.insert(b"m0".to_vec(), 7.0));
+        assert_eq!(set(&mut e, b"m0", 7.0), Some(7.0));
+        set(&mut e, b"m0", 0.0);
+        assert_eq!(set(&mut e, b"m0", -0.0), Some(0.0));
+        assert!(score(&e, b"m0").unwrap().is_sign_negative());
+        model.insert(b"m0".to_vec(), -0.0);
+        check(&e, &model);
     }
 
     /// Members added in score order (the worst order for a plain search tree) leave a
