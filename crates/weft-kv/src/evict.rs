@@ -13,6 +13,10 @@
 //! server is over the limit and its shard, over its share, has nothing left it may
 //! evict (a `volatile-*` policy and no key with an expiry time).
 //!
+//! Under an LRU or LFU policy, the key is the best of a pool of candidates from every
+//! sample so far ([`Pool`]; `keyspace/evict.rs` samples); under a random one, the
+//! first key of a sample; under `volatile-ttl`, the nearest expiry.
+//!
 //! Each eviction is a deletion like DEL's: logged as a `Del` record (so recovery and
 //! compaction never bring the key back), seen by WATCH and client-side caching, and
 //! announced with the `evicted` keyspace event. INFO's `evicted_keys` counts them.
@@ -44,6 +48,46 @@ pub fn reset_count() {
 /// Says how many shards share the memory limit.
 pub fn set_shards(n: usize) {
     SHARDS.store(n.max(1), Relaxed);
+}
+
+/// The most candidates a shard's pool keeps (Redis's `EVPOOL_SIZE`).
+pub const POOL: usize = 16;
+
+/// A shard's best candidates for eviction under an LRU or LFU policy, from every
+/// sample so far, the best last: (score, database, key). A candidate may be gone or
+/// changed since it was sampled: it is looked up again before it is evicted, and its
+/// score is as it was (as in Redis). Emptied when the policy changes.
+#[derive(Default)]
+pub struct Pool(Vec<(u64, u8, Box<[u8]>)>, Option<Policy>);
+
+impl Pool {
+    /// Offers key `key` of database `db`, of score `score`: kept if the pool has room
+    /// or it beats the worst kept (a key already kept takes the new score).
+    fn offer(&mut self, score: u64, db: u8, key: &[u8]) {
+        if let Some(i) = self.0.iter().position(|(_, d, k)| *d == db && **k == *key) {
+            self.0.remove(i);
+        } else if self.0.len() == POOL {
+            if score <= self.0[0].0 {
+                return;
+            }
+            self.0.remove(0);
+        }
+        let at = self.0.partition_point(|&(s, _, _)| s <= score);
+        self.0.insert(at, (score, db, key.into()));
+    }
+
+    /// Takes the best candidate out.
+    fn pop(&mut self) -> Option<(u8, Box<[u8]>)> {
+        self.0.pop().map(|(_, d, k)| (d, k))
+    }
+
+    /// Forgets every candidate if they were scored by another policy than `policy`.
+    fn keep_for(&mut self, policy: Policy) {
+        if self.1 != Some(policy) {
+            self.0.clear();
+            self.1 = Some(policy);
+        }
+    }
 }
 
 /// Whether the policy evicts keys (any policy but `noeviction`).
@@ -86,8 +130,19 @@ impl Shard {
         }
         let samples = access::samples() as usize;
         access::set_now(now_ms);
+        let pooled = !matches!(
+            policy,
+            Policy::AllKeysRandom | Policy::VolatileRandom | Policy::VolatileTtl
+        );
         let mut n = 0;
         while n < max_keys && self.should_evict() {
+            if pooled {
+                if !self.evict_from_pool(policy, samples, now_ms) {
+                    break;
+                }
+                n += 1;
+                continue;
+            }
             let mut best: Option<(u64, u8, Vec<u8>)> = None;
             for (d, ks) in self.dbs.iter().enumerate() {
                 if let Some(c) = ks.eviction_candidate(policy, samples, now_ms) {
@@ -105,18 +160,70 @@ impl Shard {
         n
     }
 
-    /// Removes `key` of database `db`, logged as a deletion, and announces it.
-    fn evict_key(&mut self, db: u8, key: &[u8], now_ms: u64) {
+    /// Under an LRU or LFU policy: samples every database into the pool, then evicts
+    /// its best candidate that is still there (and still evictable); whether one was.
+    fn evict_from_pool(&mut self, policy: Policy, samples: usize, now_ms: u64) -> bool {
+        let (dbs, pool) = (&self.dbs, &mut self.evict_pool);
+        pool.keep_for(policy);
+        for (d, ks) in dbs.iter().enumerate() {
+            ks.eviction_sample(policy, samples, now_ms, |score, key| {
+                pool.offer(score, d as u8, key)
+            });
+        }
+        while let Some((db, key)) = self.evict_pool.pop() {
+            let evictable = self.dbs[db as usize]
+                .peek_quiet(&key, now_ms)
+                .is_some_and(|e| !policy.volatile() || e.expire_at_ms().is_some());
+            if evictable && self.evict_key(db, &key, now_ms) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Removes `key` of database `db`, logged as a deletion, and announces it; whether
+    /// it was there.
+    fn evict_key(&mut self, db: u8, key: &[u8], now_ms: u64) -> bool {
         let before = self.log.len();
         let ks = &mut self.dbs[db as usize];
         ks.begin(self.appended + 1);
         if !ks.remove(key, now_ms) {
-            return;
+            return false;
         }
         crate::log::encode_in(db, &RecordRef::Del { key }, &mut self.log);
         self.dirty_dbs |= 1 << db;
         self.note_logged(before);
         EVICTED.fetch_add(1, Relaxed);
         crate::pubsub::notify::notify_db(db, crate::pubsub::EVICTED, "evicted", key);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_keeps_the_best_candidates_best_last() {
+        let mut p = Pool::default();
+        for i in 0..40u64 {
+            // Scores 0, 7, 14, ... in a scrambled order.
+            let s = (i * 17) % 40 * 7;
+            p.offer(s, 0, format!("k{s}").as_bytes());
+        }
+        assert_eq!(p.0.len(), POOL);
+        // A key offered again takes its new score, and is not kept twice.
+        p.offer(1000, 0, b"k273");
+        assert_eq!(p.0.len(), POOL);
+        let popped: Vec<Box<[u8]>> = std::iter::from_fn(|| p.pop().map(|(_, k)| k)).collect();
+        let want: Vec<Box<[u8]>> = std::iter::once("k273".to_string())
+            .chain((24..39).rev().map(|i| format!("k{}", i * 7)))
+            .map(|k| k.into_bytes().into())
+            .collect();
+        assert_eq!(popped, want);
+        // A policy change forgets the candidates.
+        p.offer(5, 1, b"x");
+        p.keep_for(Policy::AllKeysLfu);
+        assert!(p.pop().is_none());
     }
 }

@@ -62,6 +62,8 @@ pub struct Shard {
     pub in_tx: bool,
     /// The highest transaction id whose part this shard logged (or recovered).
     pub last_tx: u64,
+    /// The best candidates for eviction seen in earlier samples (`evict.rs`).
+    pub evict_pool: crate::evict::Pool,
     /// The keys connections watch here (WATCH; `watch.rs`), if any.
     pub watches: Option<Box<crate::watch::Watches>>,
     /// The connections blocked on this shard's keys (BLPOP, BZPOPMIN, ...), and the
@@ -139,6 +141,7 @@ impl Shard {
             last_tx: 0,
             watches: None,
             blocked: Default::default(),
+            evict_pool: Default::default(),
         }
     }
 

@@ -1,12 +1,12 @@
 //! Choosing a key to evict from one keyspace, by a `maxmemory-policy` (the shard's
 //! `evict.rs` removes and logs it).
 //!
-//! Like Redis, the choice is approximate: a sample of `maxmemory-samples` keys, the
-//! one the policy likes least evicted. The sample is the keys that follow a random
+//! Like Redis, the choice is approximate: a sample of `maxmemory-samples` keys, each
+//! scored ([`Keyspace::eviction_sample`]), goes into the shard's pool of the best
+//! candidates seen so far (the shard's `evict.rs`, as Redis's `evictionPoolPopulate`),
+//! and the best of the pool is evicted. The sample is the keys that follow a random
 //! hash in hash order (the index is in hash order and hashes are random, so they are
-//! a random sample, as Redis's `dictGetSomeKeys` takes neighbouring buckets). Redis
-//! also keeps a pool of the best candidates of earlier samples; weft-kv does not, so
-//! with the same number of samples its choice is a little less exact.
+//! a random sample, as Redis's `dictGetSomeKeys` takes neighbouring buckets).
 //!
 //! - `volatile-ttl` needs no sample: the expiry index is in time order, so the key
 //!   whose expiry time is nearest is known exactly.
@@ -16,7 +16,7 @@
 //! - `allkeys-random` and `volatile-random` take the first key they find.
 
 use super::access::{self, Policy};
-use super::{Entry, Keyspace, HASH_LIMIT};
+use super::{Keyspace, HASH_LIMIT};
 
 /// The most keys a volatile policy's sample looks at, per key it samples.
 pub const VOLATILE_WALK: usize = 16;
@@ -31,53 +31,74 @@ pub struct Candidate {
 }
 
 impl Keyspace {
-    /// The key of this keyspace that `policy` evicts first among a sample of `samples`
-    /// keys (module doc), if it has any it may evict. Keys whose time has passed at
-    /// `now_ms` are not candidates (they are reclaimed before eviction).
-    pub fn eviction_candidate(
+    /// Calls `f` with the score and key of each of a sample of `samples` keys this
+    /// keyspace may evict under `policy` (an LRU or LFU one; module doc); answers
+    /// whether it found any.
+    pub fn eviction_sample(
         &self,
         policy: Policy,
         samples: usize,
         now_ms: u64,
-    ) -> Option<Candidate> {
-        if self.is_empty() || policy == Policy::NoEviction {
-            return None;
-        }
-        if policy.volatile() && self.expires_count == 0 {
-            return None;
-        }
-        if policy == Policy::VolatileTtl {
-            return self.nearest_expiry();
+        mut f: impl FnMut(u64, &[u8]),
+    ) -> bool {
+        if self.is_empty() || (policy.volatile() && self.expires_count == 0) {
+            return false;
         }
         let lfu = policy.lfu();
-        let random = matches!(policy, Policy::AllKeysRandom | Policy::VolatileRandom);
-        let samples = if random { 1 } else { samples.max(1) };
-        let walk = samples * if policy.volatile() { VOLATILE_WALK } else { 2 };
+        let walk = samples.max(1) * if policy.volatile() { VOLATILE_WALK } else { 2 };
         let start = access::random() & (HASH_LIMIT - 1);
-        let mut best: Option<(u64, &Entry)> = None;
         let mut found = 0;
         let keys = self.index.iter_from(start).chain(self.index.iter_from(0));
         for (_, e) in keys.take(walk) {
             if e.expired(now_ms) || (policy.volatile() && e.expire_at_ms().is_none()) {
                 continue;
             }
-            let score = access::eviction_score(e.access(), lfu);
-            if best.is_none_or(|(s, _)| score > s) {
-                best = Some((score, e));
-            }
+            f(access::eviction_score(e.access(), lfu), e.key());
             found += 1;
             if found == samples {
                 break;
             }
         }
-        match best {
-            Some((score, e)) => Some(Candidate {
-                score,
-                key: e.key().to_vec(),
-            }),
-            None if policy.volatile() => self.nearest_expiry(),
-            None => None,
+        if found == 0 && policy.volatile() {
+            if let Some(c) = self.nearest_expiry() {
+                f(u64::MAX, &c.key);
+                found = 1;
+            }
         }
+        found > 0
+    }
+
+    /// The key of this keyspace that `policy` evicts first among a sample of `samples`
+    /// keys (one for a random policy; none for `volatile-ttl`, whose choice is exact),
+    /// if it has any it may evict.
+    pub fn eviction_candidate(
+        &self,
+        policy: Policy,
+        samples: usize,
+        now_ms: u64,
+    ) -> Option<Candidate> {
+        if policy == Policy::NoEviction || (policy.volatile() && self.expires_count == 0) {
+            return None;
+        }
+        if policy == Policy::VolatileTtl {
+            return self.nearest_expiry();
+        }
+        let random = matches!(policy, Policy::AllKeysRandom | Policy::VolatileRandom);
+        let mut best: Option<Candidate> = None;
+        self.eviction_sample(
+            policy,
+            if random { 1 } else { samples },
+            now_ms,
+            |score, key| {
+                if best.as_ref().is_none_or(|b| score > b.score) {
+                    best = Some(Candidate {
+                        score,
+                        key: key.to_vec(),
+                    });
+                }
+            },
+        );
+        best
     }
 
     /// The key whose expiry time is nearest (scored so that nearer is larger).
