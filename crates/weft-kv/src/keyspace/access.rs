@@ -125,7 +125,7 @@ pub fn samples() -> u32 {
     SAMPLES.load(Relaxed)
 }
 
-/// Sets `maxmemory-samples` (at least 1).
+/// Sets `maxmemory-samples` (at least 1; a shard looks at no more keys than it has).
 pub fn set_samples(n: u32) {
     SAMPLES.store(n.max(1), Relaxed);
 }

@@ -292,12 +292,7 @@ impl Settings {
             "maxmemory-policy" => access::set_policy(access::Policy::parse(value).ok_or_else(|| {
                 format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction")
             })?),
-            "maxmemory-samples" => match value.trim().parse::<u32>() {
-                Ok(n @ 1..=64) => access::set_samples(n),
-                _ => {
-                    return Err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 1 and 64 inclusive"))
-                }
-            },
+            "maxmemory-samples" => access::set_samples(signed(value, 1)? as u32),
             "lfu-log-factor" => access::set_log_factor(signed(value, 0)? as u32),
             "lfu-decay-time" => access::set_decay_time(signed(value, 0)? as u32),
             "maxclients" => self.maxclients.store(num(value)? as usize, Relaxed),
