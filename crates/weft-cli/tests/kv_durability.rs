@@ -2,7 +2,8 @@
 //!
 //! - every value it accepts is one the next start reads back: `--max-bulk` stops at
 //!   the longest value the log holds (a larger one was acknowledged, then the next
-//!   start refused the log), and a value at the configured limit comes back;
+//!   start refused the log), and a value at the configured limit comes back; APPEND,
+//!   SETRANGE, SETBIT and RESTORE make no string longer than the configured limit;
 //! - a clean stop (SHUTDOWN, SIGTERM, SIGINT) under heavy pipelined load leaves every
 //!   log clean and no compaction file behind, every time (it used to leave torn tails
 //!   now and then with two workers, and `.rewrite` files); `WEFT_KV_STOP_ROUNDS=N`
@@ -19,7 +20,7 @@ mod common;
 #[path = "common/kv.rs"]
 mod kv;
 
-use kv::{weft_check, KvServer, Rng, CEILING, WEFT};
+use kv::{crc32c, weft_check, KvServer, Rng, CEILING, WEFT};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -130,6 +131,77 @@ fn append_and_setrange_stop_at_the_configured_max_bulk() {
     let mut run = |args: &[&[u8]]| c.command(args).unwrap();
     assert_eq!(run(&[b"STRLEN", b"s"]), Reply::Int(most as i64));
     assert_eq!(run(&[b"STRLEN", b"r"]), Reply::Int(most as i64));
+    assert_eq!(
+        run(&[b"GETRANGE", b"r", b"-2", b"-1"]),
+        Reply::Bulk(b"\0y".to_vec())
+    );
+    assert_eq!(run(&[b"EXISTS", b"new"]), Reply::Int(0));
+}
+
+/// SETBIT, GETBIT and BITFIELD take bit offsets whose byte is below `--max-bulk`
+/// (Redis's proto-max-bulk-len), and RESTORE no payload that would make a longer
+/// string: with `--max-bulk 1mb` bit 8388607 is set, bit 8388608 is refused with
+/// Redis's error (as redis-server started with `--proto-max-bulk-len 1mb` answers), and
+/// a refused command changes nothing, as a restart shows.
+#[test]
+fn bit_offsets_and_restore_stop_at_the_configured_max_bulk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, socket) = (tmp.path().join("d"), tmp.path().join("s"));
+    let args = ["--max-bulk", "1mb", "--fsync", "always"];
+    let bad_offset = || Reply::Error("ERR bit offset is not an integer or out of range".into());
+    // A RESTORE payload (weft-kv's format) of an empty string, then `piece` written at
+    // `offset`.
+    let payload = |offset: u64, piece: &[u8]| {
+        use weft_kv::log::{encode, RecordRef};
+        let mut p = vec![b'W', 1];
+        let (key, expire_at_ms) = (&b""[..], None);
+        encode(
+            &RecordRef::Set {
+                key,
+                value: b"",
+                expire_at_ms,
+            },
+            &mut p,
+        );
+        encode(&RecordRef::SetRange { key, offset, piece }, &mut p);
+        let crc = crc32c(&p);
+        p.extend_from_slice(&crc.to_le_bytes());
+        p
+    };
+    {
+        let s = KvServer::weft(&dir, &socket, &args).unwrap();
+        let mut c = s.client().unwrap();
+        let mut run = |args: &[&[u8]]| c.command(args).unwrap();
+        assert_eq!(run(&[b"SETBIT", b"s", b"8388607", b"1"]), Reply::Int(0));
+        assert_eq!(run(&[b"STRLEN", b"s"]), Reply::Int(1 << 20));
+        assert_eq!(run(&[b"SETBIT", b"s", b"8388608", b"1"]), bad_offset());
+        assert_eq!(run(&[b"SETBIT", b"new", b"8388608", b"1"]), bad_offset());
+        assert_eq!(run(&[b"GETBIT", b"s", b"8388608"]), bad_offset());
+        assert_eq!(
+            run(&[b"BITFIELD", b"s", b"SET", b"u8", b"8388608", b"1"]),
+            bad_offset()
+        );
+        assert_eq!(
+            run(&[b"BITFIELD", b"s", b"GET", b"u8", b"#1048576"]),
+            bad_offset()
+        );
+        assert_eq!(
+            run(&[b"BITFIELD", b"s", b"GET", b"u8", b"#1048575"]),
+            Reply::Array(vec![Reply::Int(1)])
+        );
+        let most = payload((1 << 20) - 1, b"y");
+        assert_eq!(run(&[b"RESTORE", b"r", b"0", &most]), Reply::OK);
+        let past = payload(1 << 20, b"y");
+        let bad_data = Reply::Error("ERR Bad data format".into());
+        assert_eq!(run(&[b"RESTORE", b"new", b"0", &past]), bad_data);
+    }
+    let s = KvServer::weft(&dir, &socket, &args).unwrap();
+    let mut c = s.client().unwrap();
+    let mut run = |args: &[&[u8]]| c.command(args).unwrap();
+    assert_eq!(run(&[b"STRLEN", b"s"]), Reply::Int(1 << 20));
+    assert_eq!(run(&[b"GETBIT", b"s", b"8388607"]), Reply::Int(1));
+    assert_eq!(run(&[b"BITCOUNT", b"s"]), Reply::Int(1));
+    assert_eq!(run(&[b"STRLEN", b"r"]), Reply::Int(1 << 20));
     assert_eq!(
         run(&[b"GETRANGE", b"r", b"-2", b"-1"]),
         Reply::Bulk(b"\0y".to_vec())

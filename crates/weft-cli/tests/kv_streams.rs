@@ -11,21 +11,9 @@ mod kv;
 #[path = "common/resp.rs"]
 mod resp;
 
-use kv::{KvServer, TempKv, CEILING};
+use kv::{crc32c, KvServer, TempKv, CEILING};
 use resp::{Val, Wire};
 use std::time::{Duration, Instant};
-
-/// CRC32C, as weft-kv places keys (its shard: this modulo the shard count).
-fn crc32c(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = (crc >> 1) ^ (0x82f6_3b78 & (crc & 1).wrapping_neg());
-        }
-    }
-    !crc
-}
 
 /// A key named after `base` on shard `s` of 2.
 fn key_on(base: &str, s: usize) -> String {

@@ -16,6 +16,19 @@ use weft_kv::resp::Reply;
 
 pub const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
+/// CRC32C (Castagnoli), bit by bit, as weft-kv computes it: where it places keys (the
+/// shard is this modulo the shard count), and the checksum ending a DUMP payload.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0x82f6_3b78 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
 /// The generous ceiling for anything that should happen: a server starting, exiting.
 pub const CEILING: Duration = Duration::from_secs(60);
 

@@ -13,16 +13,17 @@
 //! Keyspace events, as Redis's: `setbit` for a SETBIT or BITFIELD that changed the
 //! string (and `new` for a key it created), `set` or `del` for BITOP's destination.
 //!
-//! Limits: a bit offset is at most 2^32 - 1 (the string's 512 MB,
-//! [`super::MAX_STRING`]), so no command makes a string longer than that; the growth
-//! a write asks for is checked against the memory limit before anything changes.
+//! Limits: a bit offset's byte is below the server's `proto-max-bulk-len`
+//! (`--max-bulk`, [`max_string`]: 512 MB, so bits up to 2^32 - 1, by default), as in
+//! Redis, so no command makes a string longer than that; the growth a write asks for
+//! is checked against the memory limit before anything changes.
 //!
 //! BITOP's source keys may be on other shards than its destination: the server runs it
 //! as a transaction (`commands/across.rs`); [`bitop`] is the whole command on one
 //! keyspace, and [`bitop_compute`] the operation both use.
 
-use super::strings::{clamp_range, fit, make_room, store, string};
-use super::{arg_i64, parse_i64, Ctx, MAX_STRING, OOM, SYNTAX_ERR, WRONGTYPE};
+use super::strings::{clamp_range, fit, make_room, max_string, store, string};
+use super::{arg_i64, parse_i64, Ctx, OOM, SYNTAX_ERR, WRONGTYPE};
 use crate::keyspace::value::encoding_name;
 use crate::keyspace::Keyspace;
 use crate::log::RecordRef;
@@ -44,8 +45,9 @@ fn eq(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
 }
 
-/// A bit offset as Redis reads it: an integer from 0 to 2^32 - 1 (its byte within
-/// [`MAX_STRING`]); with `unit` > 0 (BITFIELD), `#n` means n × `unit`.
+/// A bit offset as Redis reads it: an integer from 0 whose byte is below the server's
+/// `proto-max-bulk-len` ([`max_string`]; bits up to 2^32 - 1 by default); with
+/// `unit` > 0 (BITFIELD), `#n` means n × `unit`.
 fn bit_offset(arg: &[u8], unit: u32) -> Result<u64, Reply> {
     let (by_unit, digits) = match arg.first() {
         Some(b'#') if unit > 0 => (true, &arg[1..]),
@@ -55,7 +57,7 @@ fn bit_offset(arg: &[u8], unit: u32) -> Result<u64, Reply> {
     if by_unit {
         n = n.checked_mul(unit as i64).ok_or(BAD_OFFSET)?;
     }
-    if n < 0 || (n as u64 >> 3) >= MAX_STRING {
+    if n < 0 || (n as u64 >> 3) >= max_string() {
         return Err(BAD_OFFSET);
     }
     Ok(n as u64)

@@ -31,17 +31,18 @@ use crate::pubsub::{notify, GENERIC, NEW, STRING};
 use crate::resp::Reply;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// The longest string APPEND and SETRANGE make ([`max_string`]).
+/// The longest string APPEND, SETRANGE, SETBIT and RESTORE make ([`max_string`]).
 static MAX_BULK: AtomicU64 = AtomicU64::new(MAX_STRING);
 
-/// The longest string APPEND and SETRANGE make: the server's `proto-max-bulk-len`
-/// (`--max-bulk`), as in Redis; [`MAX_STRING`] (512 MB) until a server sets another.
+/// The longest string APPEND, SETRANGE, SETBIT (and BITFIELD) and RESTORE make: the
+/// server's `proto-max-bulk-len` (`--max-bulk`), as in Redis; [`MAX_STRING`] (512 MB)
+/// until a server sets another.
 #[inline]
 pub fn max_string() -> u64 {
     MAX_BULK.load(Relaxed)
 }
 
-/// Sets the longest string APPEND and SETRANGE make (the server at start, from
+/// Sets the longest string [`max_string`] names (the server at start, from
 /// `--max-bulk`), at most [`super::MAX_ARG`] (what the log holds).
 pub fn set_max_string(n: u64) {
     MAX_BULK.store(n.min(super::MAX_ARG as u64), Relaxed);

@@ -24,8 +24,8 @@
 //! runs [`dump`] on the source, [`put_value`] on the destination, and for RENAME
 //! [`rename_source`] on the source, as one transaction (`commands/across.rs`).
 
-use super::strings::make_room;
-use super::{arg_i64, Ctx, MAX_STRING, OOM, SYNTAX_ERR};
+use super::strings::{make_room, max_string};
+use super::{arg_i64, Ctx, OOM, SYNTAX_ERR};
 use crate::keyspace::{Entry, Keyspace};
 use crate::log::{self, RecordRef};
 use crate::pubsub::{notify, GENERIC, NEW};
@@ -107,10 +107,11 @@ pub fn value_of(
         if rec.key() != Some(b"") {
             return Err(BAD_DATA);
         }
-        // A change that would grow a string past its limit (a payload weft-kv never
-        // makes, but one a client could send): refused before anything is allocated.
+        // A change that would grow a string past the server's `proto-max-bulk-len` (a
+        // payload weft-kv never makes, but one a client could send): refused before
+        // anything is allocated.
         if let RecordRef::SetRange { offset, piece, .. } = rec {
-            if offset.saturating_add(piece.len() as u64) > MAX_STRING {
+            if offset.saturating_add(piece.len() as u64) > max_string() {
                 return Err(BAD_DATA);
             }
         }
