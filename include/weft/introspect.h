@@ -28,7 +28,9 @@ extern "C" {
 
 /* One fiber as weft_introspect() sees it (80 bytes; same layout as the Rust
  * struct weft::WeftFiberInfo).  A fiber's name, spawn site and function are
- * not in this record: `weft ps PID --json` shows them. */
+ * not in this record: `weft ps PID --json` shows them.  `flags` was a reserved
+ * field, always 0, before it carried WEFT_FIBER_INFO_INCONSISTENT: the record's
+ * size and layout are unchanged. */
 struct weft_fiber_info {
     uint64_t id;                 /* unique in its process, never reused */
     uint32_t state;              /* WEFT_FIBER_READY/RUNNING/FINISHED */
@@ -37,13 +39,21 @@ struct weft_fiber_info {
     int32_t creator_tid;         /* gettid() of the thread that created it */
     int32_t running_on;          /* gettid() of the thread running it now; 0 if not running */
     int32_t last_tid;            /* gettid() of the thread that ran it last; 0 if never */
-    int32_t reserved;            /* 0 */
+    uint32_t flags;              /* WEFT_FIBER_INFO_* bits below; 0 for most fibers */
     uint64_t activations;        /* successful switches into it */
     uint64_t failed_activations; /* switches into it refused (ERROR_BUSY) */
     uint64_t run_time_ns;        /* total time it has run */
     uint64_t stack_base;         /* lowest usable stack address (0 for a converted thread) */
     uint64_t stack_size;         /* usable stack bytes (0 for a converted thread) */
 };
+
+/* In `flags`: the process kept this fiber's record busy for the whole time the
+ * reader waited (a thread stopped in the middle of a switch, by a debugger say),
+ * so the fields were copied one by one rather than as one: each is a value the
+ * fiber had while the reader looked, but the state may be a switch behind or
+ * ahead of the counts, and the run time leaves out a current slice.  The id and
+ * stack are the fiber's.  `weft ps` shows such a fiber's state with a `?`. */
+#define WEFT_FIBER_INFO_INCONSISTENT 1u
 
 /* Reads the fibers of process `pid` (0 = this process): writes up to `cap`
  * entries to `out`, sorted by fiber id, and returns the number of fibers

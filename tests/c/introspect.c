@@ -27,7 +27,7 @@ STATIC_CHECK(entry, offsetof(struct weft_fiber_info, entry) == 16);
 STATIC_CHECK(creator, offsetof(struct weft_fiber_info, creator_tid) == 24);
 STATIC_CHECK(running_on, offsetof(struct weft_fiber_info, running_on) == 28);
 STATIC_CHECK(last, offsetof(struct weft_fiber_info, last_tid) == 32);
-STATIC_CHECK(reserved, offsetof(struct weft_fiber_info, reserved) == 36);
+STATIC_CHECK(flags, offsetof(struct weft_fiber_info, flags) == 36);
 STATIC_CHECK(act, offsetof(struct weft_fiber_info, activations) == 40);
 STATIC_CHECK(failed, offsetof(struct weft_fiber_info, failed_activations) == 48);
 STATIC_CHECK(time, offsetof(struct weft_fiber_info, run_time_ns) == 56);
@@ -149,7 +149,7 @@ static void check_fields(void) {
     CHECK_EQ(m->creator_tid, g_tid);
     CHECK_EQ(m->running_on, g_tid);
     CHECK_EQ(m->last_tid, g_tid);
-    CHECK_EQ(m->reserved, 0);
+    CHECK_EQ(m->flags, 0); /* read consistently */
     CHECK_EQ(m->activations, 5); /* back from a 3 times and from b 2 times */
     CHECK_EQ(m->activations, sm.activations);
     CHECK_EQ(m->failed_activations, 1); /* the contender */
@@ -164,7 +164,7 @@ static void check_fields(void) {
     CHECK_EQ(a->creator_tid, g_tid);
     CHECK_EQ(a->running_on, 0);
     CHECK_EQ(a->last_tid, g_tid);
-    CHECK_EQ(a->reserved, 0);
+    CHECK_EQ(a->flags, 0);
     CHECK_EQ(a->activations, 3);
     CHECK_EQ(a->failed_activations, 0);
     /* Its 20 ms spin. Run time is wall time while the fiber is current, so a machine

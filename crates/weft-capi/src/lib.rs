@@ -394,8 +394,9 @@ pub struct WeftFiberInfo {
     pub running_on: i32,
     /// Kernel thread id of the thread it last ran on (0 if it never ran).
     pub last_tid: i32,
-    /// Always 0.
-    pub reserved: i32,
+    /// [`WEFT_FIBER_INFO_INCONSISTENT`] if the record was not copied as one; else 0.
+    /// (A reserved field, always 0, before: the layout is unchanged.)
+    pub flags: u32,
     /// Successful switches into it.
     pub activations: u64,
     /// Switches into it that were refused (running on another thread, or finished).
@@ -407,6 +408,11 @@ pub struct WeftFiberInfo {
     /// Usable stack bytes (0 for a converted thread).
     pub stack_size: u64,
 }
+
+/// In [`WeftFiberInfo::flags`]: the fiber's record was kept busy by its process for the
+/// reader's whole patience, so its fields were copied one by one, not as one
+/// (`FiberInfo::consistent` is false; `weft ps` shows its state with a `?`).
+pub const WEFT_FIBER_INFO_INCONSISTENT: u32 = 1;
 
 impl From<&weft_fiber::introspect::FiberInfo> for WeftFiberInfo {
     fn from(f: &weft_fiber::introspect::FiberInfo) -> Self {
@@ -423,7 +429,11 @@ impl From<&weft_fiber::introspect::FiberInfo> for WeftFiberInfo {
             creator_tid: f.creator_tid,
             running_on: f.running_on.unwrap_or(0),
             last_tid: f.last_tid,
-            reserved: 0,
+            flags: if f.consistent {
+                0
+            } else {
+                WEFT_FIBER_INFO_INCONSISTENT
+            },
             activations: f.activations,
             failed_activations: f.failed_activations,
             run_time_ns: u64::try_from(f.run_time.as_nanos()).unwrap_or(u64::MAX),

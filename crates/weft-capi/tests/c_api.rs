@@ -582,12 +582,61 @@ fn fiber_info_layout_matches_header() {
     assert_eq!(offset_of!(I, creator_tid), 24);
     assert_eq!(offset_of!(I, running_on), 28);
     assert_eq!(offset_of!(I, last_tid), 32);
-    assert_eq!(offset_of!(I, reserved), 36);
+    assert_eq!(offset_of!(I, flags), 36);
     assert_eq!(offset_of!(I, activations), 40);
     assert_eq!(offset_of!(I, failed_activations), 48);
     assert_eq!(offset_of!(I, run_time_ns), 56);
     assert_eq!(offset_of!(I, stack_base), 64);
     assert_eq!(offset_of!(I, stack_size), 72);
+}
+
+/// A fiber the reader could not copy as one (`FiberInfo::consistent` false, `?` in
+/// `weft ps`) carries `WEFT_FIBER_INFO_INCONSISTENT` in the C record's `flags` (the
+/// field that was reserved); a consistent one has `flags` 0, as before.
+#[test]
+fn fiber_info_flags_mark_a_fiber_not_read_consistently() {
+    use weft_capi::{WeftFiberInfo, WEFT_FIBER_INFO_INCONSISTENT};
+    use weft_fiber::introspect::FiberInfo;
+    let fiber = |consistent| FiberInfo {
+        id: 42,
+        state: weft_fiber::FiberState::Running,
+        is_thread_fiber: false,
+        entry: 0x1000,
+        creator_tid: 7,
+        running_on: Some(8),
+        last_tid: 8,
+        activations: 5,
+        failed_activations: 1,
+        deactivations: 4,
+        run_time: Duration::from_nanos(1234),
+        stack_base: 0x7000_0000,
+        stack_size: 65536,
+        name: None,
+        function: None,
+        spawned_at: None,
+        consistent,
+    };
+    let expected = |flags| WeftFiberInfo {
+        id: 42,
+        state: 1,
+        is_thread_fiber: 0,
+        entry: 0x1000,
+        creator_tid: 7,
+        running_on: 8,
+        last_tid: 8,
+        flags,
+        activations: 5,
+        failed_activations: 1,
+        run_time_ns: 1234,
+        stack_base: 0x7000_0000,
+        stack_size: 65536,
+    };
+    assert_eq!(WEFT_FIBER_INFO_INCONSISTENT, 1);
+    assert_eq!(WeftFiberInfo::from(&fiber(true)), expected(0));
+    assert_eq!(
+        WeftFiberInfo::from(&fiber(false)),
+        expected(WEFT_FIBER_INFO_INCONSISTENT)
+    );
 }
 
 // ---- stack overflow --------------------------------------------------------

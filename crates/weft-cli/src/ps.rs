@@ -17,7 +17,9 @@
 //! and `--calls` shows them alone (see `hookcalls.rs`).
 //!
 //! `--json`: one JSON object per line (per process, per fiber, or with `--calls` per
-//! call) and nothing else on stdout.
+//! call) and nothing else on stdout. A fiber's object has `"inconsistent": true` when
+//! its record could not be copied as one (the table's `?` after its state; see
+//! `FiberInfo::consistent`), else `false`.
 
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
@@ -311,7 +313,7 @@ fn write_json(
              \"activations\":{},\"failed_activations\":{},\"run_time_ns\":{},\
              \"deactivations\":{},\"stack_base\":\"{:#x}\",\"stack_size\":{},\
              \"stack_high_water\":{},\"name\":{},\"function\":{},\"spawn_file\":{},\
-             \"spawn_line\":{},\"spawn_column\":{}}}",
+             \"spawn_line\":{},\"spawn_column\":{},\"inconsistent\":{}}}",
             f.id,
             intro::state_name(f.state),
             f.is_thread_fiber,
@@ -330,6 +332,7 @@ fn write_json(
             serde_json::to_string(&site.map(|s| &s.file)).unwrap(),
             opt(site.map(|s| u64::from(s.line))),
             opt(site.map(|s| u64::from(s.column))),
+            !f.consistent,
         )?;
     }
     Ok(())

@@ -183,6 +183,70 @@ fn ps_json_shows_every_field_exactly() {
     assert!(!reg_file.exists(), "registry not removed at normal exit");
 }
 
+/// A fiber whose record its process keeps busy (as a writer stopped in the middle of a
+/// switch leaves it: an odd sequence word) is listed from a copy of each field, and
+/// marked: `"inconsistent": true` in `--json`, its state with a `?` in the table; a
+/// stable one is `"inconsistent": false`. The registry is written by hand for a live
+/// process (`sleep`), in the layout docs/introspection.md gives.
+#[test]
+fn ps_marks_a_fiber_not_read_consistently() {
+    let reg = RegDir::new("inconsistent");
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = sleeper.id() as i32;
+    let (slot_size, slots) = (384, 2);
+    let mut file = vec![0u8; 4096 + slots * slot_size];
+    let mut put = |at: usize, v: &[u8]| file[at..at + v.len()].copy_from_slice(v);
+    put(0, b"WEFTREG1");
+    put(8, &2u32.to_ne_bytes()); // version
+    put(12, &(slot_size as u32).to_ne_bytes());
+    put(16, &pid.to_ne_bytes());
+    put(48, &(slots as u64).to_ne_bytes()); // capacity
+    put(56, &(slots as u64).to_ne_bytes()); // used
+    put(64, &1e9f64.to_ne_bytes()); // ticks per second
+                                    // Slot 0: fiber 42, kept busy (odd seq); slot 1: fiber 45, stable. Both running,
+                                    // each label naming its fiber.
+    for (i, (seq, id)) in [(7u32, 42u64), (2, 45)].into_iter().enumerate() {
+        let slot = 4096 + i * slot_size;
+        put(slot, &seq.to_ne_bytes());
+        put(slot + 4, &2u32.to_ne_bytes()); // running
+        put(slot + 8, &id.to_ne_bytes());
+        put(slot + 16, &5u64.to_ne_bytes()); // activations
+        put(slot + 24, &4u64.to_ne_bytes()); // deactivations
+        put(slot + 136, &id.to_ne_bytes()); // the label's fiber
+        put(slot + 168, format!("f{id}").as_bytes()); // name
+    }
+    std::fs::write(reg.registry(pid), &file).unwrap();
+    let json = weft(&reg.0, &["ps", &pid.to_string(), "--json"]);
+    let table = weft(&reg.0, &["ps", &pid.to_string()]);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    let rows = json_lines(&json);
+    let listed: Vec<(u64, &str, bool)> = rows
+        .iter()
+        .map(|r| {
+            let id = r["id"].as_u64().unwrap();
+            (
+                id,
+                r["name"].as_str().unwrap(),
+                r["inconsistent"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [(42, "f42", true), (45, "f45", false)], "{rows:#?}");
+    assert_eq!(rows[0]["activations"], 5, "{rows:#?}");
+    assert!(table.status.success(), "{}", text(&table));
+    let out = String::from_utf8_lossy(&table.stdout);
+    let states: Vec<(&str, &str)> = out
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next().unwrap(), w.next().unwrap())
+        })
+        .collect();
+    assert_eq!(states, [("42", "running?"), ("45", "running")], "{out}");
+}
+
 // ---- (b) the list of processes -----------------------------------------------------
 
 #[test]
