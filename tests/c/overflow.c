@@ -4,8 +4,11 @@
  * The harness runs this program and checks both; it prints the fiber's id
  * on stdout ("overflow fiber id N stack S") for the harness to look for.
  *
- * Usage: overflow [main|thread]  (overflow on the main thread or in a
- * fiber on a second thread) */
+ * Usage: overflow [main|thread|start]  (overflow on the main thread or in a
+ * fiber on a second thread; `start`: a thread with a 256 KiB stack converts
+ * and its start routine recurses on the start stack weft gave it, so the line
+ * must name the thread ("overflow thread tid T stack S" on stdout), its start
+ * stack and the size) */
 #include "check.h"
 
 #include <pthread.h>
@@ -53,6 +56,18 @@ static void run(void) {
     _exit(4);
 }
 
+/* The start routine of `start`: converted, so weft watches its stack. */
+static void *start_main(void *arg) {
+    (void)arg;
+    CHECK(ConvertThreadToFiber(NULL) != NULL);
+    printf("overflow thread tid %d stack %d\n", test_gettid(), 256 * 1024);
+    fflush(stdout);
+    int r = recurse(0);
+    printf("recursion ended?! %d\n", r);
+    fflush(stdout);
+    _exit(3);
+}
+
 static void *thread_main(void *arg) {
     (void)arg;
     run();
@@ -64,6 +79,16 @@ int main(int argc, char **argv) {
     struct rlimit rl = {0, 0};
     setrlimit(RLIMIT_CORE, &rl);
 
+    if (argc > 1 && strcmp(argv[1], "start") == 0) {
+        pthread_attr_t a;
+        pthread_t t;
+        CHECK_EQ(pthread_attr_init(&a), 0);
+        CHECK_EQ(pthread_attr_setstacksize(&a, 256 * 1024), 0);
+        CHECK_EQ(pthread_create(&t, &a, start_main, NULL), 0);
+        pthread_join(t, NULL);
+        printf("thread ended?!\n");
+        return 5;
+    }
     if (argc > 1 && strcmp(argv[1], "thread") == 0) {
         pthread_t t;
         CHECK_EQ(pthread_create(&t, NULL, thread_main, NULL), 0);

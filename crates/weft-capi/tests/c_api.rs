@@ -702,6 +702,40 @@ fn c_overflow_other_thread() {
     overflow("thread");
 }
 
+/// A converted thread whose start routine runs off the start stack weft gave it (the
+/// interposed `pthread_create`, `thread_stack.rs`): the line names the thread, its
+/// start stack and that stack's size (the fiber's, 0, is not shown), and advises the
+/// thread's stack size, not CreateFiber's.
+#[test]
+fn c_overflow_thread_start_stack() {
+    let bin = build_with("cc", "overflow", &[], "overflow_start");
+    let mut cmd = Command::new(&bin);
+    cmd.arg("start").env("WEFT_REGISTRY", "off");
+    let r = run_with_timeout(cmd, TIMEOUT);
+    let (tid, size) = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("overflow thread tid "))
+        .and_then(|rest| {
+            let mut w = rest.split_whitespace();
+            Some((w.next()?.to_string(), w.nth(1)?.to_string()))
+        })
+        .unwrap_or_else(|| panic!("overflow start: no thread id\n{}", r.describe()));
+    assert_eq!(r.status.signal(), Some(libc::SIGSEGV), "{}", r.describe());
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("stack overflow"))
+        .unwrap_or_else(|| panic!("no \"stack overflow\" line on stderr\n{}", r.describe()));
+    let head = format!("weft: stack overflow in thread {tid}'s start routine (on the start stack weft gave the thread, {size} bytes; its converted fiber ");
+    assert!(line.starts_with(&head), "{line:?}\n{}", r.describe());
+    assert!(
+        line.contains("give the thread a larger stack: pthread_attr_setstacksize"),
+        "{line:?}"
+    );
+    assert!(!line.contains("CreateFiber"), "{line:?}");
+}
+
 // ---- valgrind ------------------------------------------------------------------
 
 /// How a C test runs under valgrind: its arguments and environment (`clean_env`: only

@@ -1,5 +1,7 @@
 //! Stack-overflow detection: a fiber that runs off its stack gets a clear message naming
-//! it and its stack size, never silent corruption.
+//! it and its stack size, never silent corruption. A converted thread whose start
+//! routine runs off the start stack weft gave it (`thread_stack.rs`) gets one naming the
+//! thread and that stack, and how to give a thread a larger one.
 //!
 //! Every fiber stack has a `PROT_NONE` guard below it (`stack.rs`). Touching it raises
 //! SIGSEGV on the overflowing thread, whose stack is exhausted, so the handler runs on
@@ -107,7 +109,7 @@ extern "C" fn on_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
                 if let Some(stack) = &(*cur).stack {
                     let g = stack.guard();
                     if addr < g.end && addr >= g.start.saturating_sub(BELOW_GUARD_SLACK) {
-                        report(&*cur, addr);
+                        report(&*cur, stack.usable_size(), addr);
                         reset_default();
                         return;
                     }
@@ -139,17 +141,42 @@ unsafe fn reset_default() {
     }
 }
 
-/// Writes "weft: stack overflow in fiber N ..." to stderr without allocating.
-fn report(f: &crate::fiber::FiberRecord, addr: usize) {
+/// Writes "weft: stack overflow in fiber N ..." to stderr without allocating; for a
+/// thread's own record (its frames on the start stack weft gave the thread,
+/// `thread_stack.rs`), "weft: stack overflow in thread T's start routine ...", with
+/// what gives a thread a larger stack (the fiber's advice, CreateFiber's size, does
+/// not apply). `stack_size` is the usable size of the stack.
+fn report(f: &crate::fiber::FiberRecord, stack_size: usize, addr: usize) {
     let mut buf = [0u8; 512];
     let mut w = Writer {
         buf: &mut buf,
         len: 0,
     };
+    let sl = f.slot();
+    // A thread's own record from its start (no entry; not a created fiber the thread
+    // went on in after ConvertFiberToThread, which keeps its entry and its stack): its
+    // stack is the start stack. Its slot shows no stack: the size is the stack's own.
+    if sl.flags.load(Relaxed) & crate::registry::FLAG_THREAD != 0 && sl.entry.load(Relaxed) == 0 {
+        w.s("weft: stack overflow in thread ");
+        w.dec(sl.creator_tid.load(Relaxed) as u64);
+        w.s("'s start routine (on the start stack weft gave the thread, ");
+        w.dec(stack_size as u64);
+        w.s(" bytes; its converted fiber ");
+        w.dec(f.id);
+        w.s(", fault at 0x");
+        w.hex(addr as u64);
+        w.s(
+            "); give the thread a larger stack: pthread_attr_setstacksize before \
+             pthread_create, or a larger default (ulimit -s); WEFT_THREAD_STACKS=off runs \
+             start routines on glibc's stacks instead, of the same size\n",
+        );
+        // SAFETY: write(2) of our own buffer to stderr is async-signal-safe.
+        unsafe { libc::write(2, w.buf.as_ptr().cast(), w.len) };
+        return;
+    }
     w.s("weft: stack overflow in fiber ");
     w.dec(f.id);
     w.s(" (entry 0x");
-    let sl = f.slot();
     w.hex(sl.entry.load(Relaxed));
     w.s(", stack size ");
     w.dec(sl.stack_size.load(Relaxed));
