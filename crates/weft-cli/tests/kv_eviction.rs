@@ -535,3 +535,53 @@ fn eviction_replies_are_redis_servers() {
         }
     }
 }
+
+/// The pool of candidates keeps keys from earlier samples: when all of them are gone
+/// (deleted since), evictions go on with fresh samples. (LFU with a log factor of 0
+/// and no decay: each access adds one, so the scores are exact.)
+#[test]
+fn a_pool_of_deleted_candidates_does_not_stop_eviction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = start(tmp.path(), "1", &["--maxmemory-policy", "allkeys-lfu"]);
+    let mut w = Wire::connect(&s.socket);
+    let factors = [
+        "CONFIG",
+        "SET",
+        "lfu-log-factor",
+        "0",
+        "lfu-decay-time",
+        "0",
+    ];
+    assert_eq!(w.call(&factors), ok());
+    let size = 100;
+    fill(&mut w, "old", 200, size, None);
+    fill(&mut w, "hot", 20, size, None);
+    read(&mut w, "hot", 20, 20);
+    // 40 old keys too many: evictions fill the pool with old keys (read least).
+    let used = w.info_field("memory", "used_memory") as u64;
+    let limit = used - 40 * key_memory("old", size);
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory", &limit.to_string()]),
+        ok()
+    );
+    eventually("evictions", || w.info_field("stats", "evicted_keys") >= 40);
+    assert_eq!(present(&mut w, "hot", 20), 20);
+    // Every old key gone: the pool holds only keys that are not there, and new keys
+    // (never read) are no better than them.
+    for i in 0..200 {
+        w.call(&["DEL", &format!("old:{i}")]);
+    }
+    let used = w.info_field("memory", "used_memory") as u64;
+    let limit = used + 3 * key_memory("new", size);
+    assert_eq!(
+        w.call(&["CONFIG", "SET", "maxmemory", &limit.to_string()]),
+        ok()
+    );
+    for i in 0..10 {
+        let key = format!("new:{i}");
+        let value = "x".repeat(size);
+        assert_eq!(w.call(&["SET", &key, &value]), ok(), "{key}");
+    }
+    let used = w.info_field("memory", "used_memory") as u64;
+    assert!(used <= limit + key_memory("new", size), "{used}");
+}

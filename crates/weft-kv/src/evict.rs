@@ -162,6 +162,8 @@ impl Shard {
 
     /// Under an LRU or LFU policy: samples every database into the pool, then evicts
     /// its best candidate that is still there (and still evictable); whether one was.
+    /// Candidates gone since they were sampled never stop an eviction: each round
+    /// takes at least one candidate out, so the next finds room for a fresh sample.
     fn evict_from_pool(&mut self, policy: Policy, samples: usize, now_ms: u64) -> bool {
         let (dbs, pool) = (&self.dbs, &mut self.evict_pool);
         pool.keep_for(policy);
