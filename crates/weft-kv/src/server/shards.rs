@@ -36,8 +36,9 @@
 //! records to the shard's buffer and *kick* the flusher; it takes the whole buffer
 //! (every record since its last write: group commit), writes it (a plain `pwrite` on
 //! the worker, or through io_uring after one that slept: `log/writer.rs`), fsyncs
-//! under `always` (on the worker itself when the worker owns no other shard, else
-//! through the worker's ring: `log/writer.rs`), then publishes the
+//! under `always` (on the worker itself when the worker owns no other shard and no
+//! read ran on the shard since the last write, else through the worker's ring, which
+//! lets reads be served during the fsync: `log/writer.rs`), then publishes the
 //! LSN it reached as `durable` and wakes the connections waiting for it. Under
 //! `everysec` an fsync of what was written runs once a second, when something was, on
 //! a green thread of its own: the flusher goes on writing (and connections on being
@@ -267,6 +268,12 @@ pub struct ServerShard {
     /// Which log file the flusher writes: one more at each compaction it publishes (an
     /// fsync of the file before covers nothing of the new one).
     log_file: AtomicU64,
+    /// Commands run on the shard that logged nothing (reads, mostly), and the log
+    /// position the last command left: the flusher fsyncs on the worker only while no
+    /// such command runs between its fsyncs (`Shards::flusher`). Written by the owning
+    /// worker only.
+    quiet_runs: AtomicU64,
+    seen_lsn: AtomicU64,
     /// Memory used by the keys, as last seen.
     pub memory: AtomicU64,
     /// The keys, and those with an expiry, of each database, as last seen.
@@ -424,6 +431,8 @@ impl Shards {
                     synced_len: AtomicU64::new(log_len),
                     fsyncs: AtomicU64::new(0),
                     log_file: AtomicU64::new(0),
+                    quiet_runs: AtomicU64::new(0),
+                    seen_lsn: AtomicU64::new(0),
                     memory: AtomicU64::new(memory),
                     keys,
                     expires,
@@ -592,6 +601,12 @@ impl Shards {
             }
             publish(&sh.expired, st.expired_count());
             publish(&sh.changes, st.changes);
+            if sh.seen_lsn.load(Relaxed) == st.appended {
+                sh.quiet_runs
+                    .store(sh.quiet_runs.load(Relaxed) + 1, Relaxed);
+            } else {
+                sh.seen_lsn.store(st.appended, Relaxed);
+            }
             let kick = !st.log.is_empty() && !st.kicked;
             st.kicked |= kick;
             (kick, woken)
@@ -626,8 +641,12 @@ impl Shards {
         // The buffer of the last write, cleared: handed back to the shard for the next
         // records, so appending does not regrow a fresh vector after every write.
         let mut spare: Vec<u8> = Vec::new();
-        // A worker owning this shard alone fsyncs on itself (`log/writer.rs`): it has
-        // no other shard's flusher to keep going while the disk flushes.
+        // A worker owning this shard alone fsyncs on itself (`log/writer.rs`), as it has
+        // no other shard's flusher to keep going while the disk flushes, unless commands
+        // that log nothing (reads) ran since its last write: those are served during
+        // the fsync when it goes through the worker's ring, where on the worker they
+        // would wait for it.
+        let mut quiet_runs = 0;
         let alone = self
             .list
             .iter()
@@ -684,7 +703,9 @@ impl Shards {
             });
             let must_sync = close == CLOSING || asked > sh.fsync_done.load(Relaxed) || sync_failed;
             if !buf.is_empty() {
-                writer.set_sync_on_worker(alone);
+                let reads = sh.quiet_runs.load(Relaxed);
+                writer.set_sync_on_worker(alone && reads == quiet_runs);
+                quiet_runs = reads;
                 match writer.write(&buf, policy() == Fsync::Always || must_sync) {
                     Ok(()) => {
                         sh.log_len.store(writer.len(), Relaxed);
