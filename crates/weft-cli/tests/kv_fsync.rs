@@ -116,6 +116,33 @@ fn under_always_one_fsync_covers_the_writes_that_arrive_meanwhile() {
     );
 }
 
+/// Under `always`, a worker owning its shard alone runs the fdatasync itself while only
+/// writes come, and through io_uring once reads come between the writes (they are then
+/// served while the disk flushes).
+#[test]
+fn under_always_writes_alone_fsync_on_the_worker_and_reads_between_send_it_to_the_ring() {
+    let (_tmp, _s, mut c) = start(&["--fsync", "always", "--workers", "1"]);
+    let on_worker = |c: &mut Client| num(&persistence(c), "aof_fsyncs_on_worker");
+    let (f0, w0) = (sizes(&mut c).0, on_worker(&mut c));
+    for i in 0..20 {
+        assert_eq!(run(&mut c, &["SET", &format!("k{i}"), "v"]), ok());
+    }
+    let (f1, w1) = (sizes(&mut c).0, on_worker(&mut c));
+    assert!(f1 - f0 >= 20, "{} fsyncs for 20 lone SETs", f1 - f0);
+    assert!(
+        w1 - w0 >= 19,
+        "{} of 20 lone SETs fsynced on the worker",
+        w1 - w0
+    );
+    for i in 0..20 {
+        assert_eq!(run(&mut c, &["GET", &format!("k{i}")]), kv::bulk("v"));
+        assert_eq!(run(&mut c, &["SET", &format!("k{i}"), "w"]), ok());
+    }
+    let (f2, w2) = (sizes(&mut c).0, on_worker(&mut c));
+    assert!(f2 - f1 >= 20, "{} fsyncs for 20 SETs after GETs", f2 - f1);
+    assert_eq!(w2, w1, "a SET after a GET fsynced on the worker");
+}
+
 #[test]
 fn under_everysec_the_fsync_follows_within_a_while() {
     let (_tmp, _s, mut c) = start(&["--fsync", "everysec"]);

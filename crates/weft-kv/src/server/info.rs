@@ -6,7 +6,8 @@
 //! (replication, forks, Lua, modules) they have the value Redis shows when it is not
 //! in use. weft-kv's own fields (`weft_kv_version`, `shards`, `workers`, `appendfsync`,
 //! `aof_fsynced_size`: how much of the logs a finished fsync covers, `aof_fsyncs`: the
-//! logs' fsyncs finished) come after Redis's in their sections.
+//! logs' fsyncs finished, `aof_fsyncs_on_worker`: those a worker ran itself) come after
+//! Redis's in their sections.
 
 use super::Server;
 use crate::commands;
@@ -390,6 +391,11 @@ fn section(server: &Server, name: &str) -> String {
             field("aof_fsynced_size", &synced);
             let fsyncs: u64 = shards.iter().map(|s| s.fsyncs.load(Relaxed)).sum();
             field("aof_fsyncs", &fsyncs);
+            let here: u64 = shards
+                .iter()
+                .map(|s| s.fsyncs_on_worker.load(Relaxed))
+                .sum();
+            field("aof_fsyncs_on_worker", &here);
         }
         "stats" => {
             let (net_in, net_out, reads, writes) = server.stats.net();

@@ -265,6 +265,9 @@ pub struct ServerShard {
     /// and the fsyncs of the log finished (INFO's `aof_fsynced_size`, `aof_fsyncs`).
     pub synced_len: AtomicU64,
     pub fsyncs: AtomicU64,
+    /// Of those, the fsyncs the flusher ran on the worker itself (`log/writer.rs`;
+    /// INFO's `aof_fsyncs_on_worker`).
+    pub fsyncs_on_worker: AtomicU64,
     /// Which log file the flusher writes: one more at each compaction it publishes (an
     /// fsync of the file before covers nothing of the new one).
     log_file: AtomicU64,
@@ -430,6 +433,7 @@ impl Shards {
                     log_base: AtomicU64::new(log_len),
                     synced_len: AtomicU64::new(log_len),
                     fsyncs: AtomicU64::new(0),
+                    fsyncs_on_worker: AtomicU64::new(0),
                     log_file: AtomicU64::new(0),
                     quiet_runs: AtomicU64::new(0),
                     seen_lsn: AtomicU64::new(0),
@@ -533,7 +537,7 @@ impl Shards {
                     // else uses it.
                     unsafe { (*f)(st) }
                 });
-                self.after_run(s);
+                self.after_run(s, true);
             }
             let answer = Message::word(if ran { 0 } else { 1 });
             match ipc::reply_and_wait(&client, answer, Timeout::Never) {
@@ -567,9 +571,10 @@ impl Shards {
     }
 
     /// After a closure ran on shard `s` (on its worker): kick the flusher if it has
-    /// records to write and was not kicked yet; publish the memory figures.
+    /// records to write and was not kicked yet; publish the memory figures. A
+    /// `command`'s closure that logged nothing is counted (`ServerShard::quiet_runs`).
     #[inline]
-    fn after_run(&self, s: usize) {
+    fn after_run(&self, s: usize, command: bool) {
         let sh = &self.list[s];
         // Stored only when changed: other workers read these (the memory limit's
         // check), and an unchanged line stays in their caches.
@@ -601,7 +606,9 @@ impl Shards {
             }
             publish(&sh.expired, st.expired_count());
             publish(&sh.changes, st.changes);
-            if sh.seen_lsn.load(Relaxed) == st.appended {
+            if !command {
+                sh.seen_lsn.store(st.appended, Relaxed);
+            } else if sh.seen_lsn.load(Relaxed) == st.appended {
                 sh.quiet_runs
                     .store(sh.quiet_runs.load(Relaxed) + 1, Relaxed);
             } else {
@@ -706,8 +713,12 @@ impl Shards {
                 let reads = sh.quiet_runs.load(Relaxed);
                 writer.set_sync_on_worker(alone && reads == quiet_runs);
                 quiet_runs = reads;
+                let here = writer.stats().synced_here;
                 match writer.write(&buf, policy() == Fsync::Always || must_sync) {
                     Ok(()) => {
+                        if writer.stats().synced_here > here {
+                            sh.fsyncs_on_worker.fetch_add(1, Relaxed);
+                        }
                         sh.log_len.store(writer.len(), Relaxed);
                         if policy() == Fsync::Always || must_sync {
                             // Before `durable`: a reply this write allows finds it.
@@ -944,7 +955,7 @@ impl Shards {
                     part(tx, st, Box::new(f))
                 }
             });
-            self.after_run(s);
+            self.after_run(s, true);
             return r;
         }
         // The transaction the closure runs in, as the shard's server lets it in.
@@ -1045,7 +1056,7 @@ impl Shards {
                     }
                     false
                 });
-                self.after_run(s);
+                self.after_run(s, false);
                 worked += start.elapsed();
                 if more {
                     // The slice ended on time: the connections' turn.
