@@ -71,15 +71,19 @@ pub struct Shard {
     pub blocked: crate::server::blocking::Blocked,
 }
 
-/// Whether `payload` is a record that changes only a string's encoding
-/// ([`log::RecordRef::only_encoding`]: a `SetRange`, kind 17, of nothing at offset 0).
+/// Whether `payload` is a record that changes only an encoding
+/// ([`log::RecordRef::only_encoding`]: a `SetRange`, kind 17, of nothing at offset 0;
+/// a `ZAdd`, kind 51, of no members).
 fn only_encoding(payload: &[u8]) -> bool {
-    // kind:u8 db:u8 key_len:u32le key offset:u64le piece_len:u32le
+    // kind:u8 db:u8 key_len:u32le key, then for kind 17 offset:u64le piece_len:u32le,
+    // for kind 51 n:u32le and the items
     let Some(key_len) = payload.get(2..6) else {
         return false;
     };
     let key_len = u32::from_le_bytes(key_len.try_into().unwrap()) as usize;
-    payload[0] == 17 && payload.get(6 + key_len..) == Some(&[0u8; 12][..])
+    let rest = payload.get(6 + key_len..);
+    (payload[0] == 17 && rest == Some(&[0u8; 12][..]))
+        || (payload[0] == 51 && rest == Some(&[0u8; 4][..]))
 }
 
 /// The changes in whole frames `frames`, the records one command logged: each key it

@@ -1944,7 +1944,8 @@ fn hll_replies_match_redis_server() {
 /// redis-server for a script of edge cases (numeric and ALPHA order, equal weights,
 /// DESC, LIMIT's corners, `*` and `->field` patterns, `#`, missing and wrong-typed
 /// keys, BY nosort over lists and sorted sets, scores that are not numbers, syntax
-/// errors, WRONGTYPE), with each stored list compared after it is written.
+/// errors, WRONGTYPE), with each stored list compared after it is written, and the
+/// encoding SORT leaves a small sorted set in (`skiplist`).
 #[test]
 fn sort_replies_match_redis_server() {
     let Some(mut redis) = Redis::start() else {
@@ -2031,7 +2032,14 @@ fn sort_replies_match_redis_server() {
         vec!["sort", "ids", "by", "w_*"],
         vec!["sort", "ids", "by", "w_*", "alpha"],
         vec!["zadd", "z", "1", "c", "2", "b", "3", "a", "4", "d"],
+        vec!["object", "encoding", "z"],
         vec!["sort", "z", "alpha"],
+        vec!["object", "encoding", "z"],
+        vec!["zadd", "zw", "1", "x"],
+        vec!["sort_ro", "zw", "nonsense"],
+        vec!["object", "encoding", "zw"],
+        vec!["sort_ro", "zw"],
+        vec!["object", "encoding", "zw"],
         vec!["sort", "z", "by", "nosort"],
         vec!["sort", "z", "by", "nosort", "desc"],
         vec!["sort", "z", "by", "nosort", "limit", "1", "2"],

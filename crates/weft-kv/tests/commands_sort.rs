@@ -288,3 +288,126 @@ fn store_logs_a_new_list_and_checks_the_memory_first() {
     assert_eq!(t.run(&["get", "d"]), bulk("x"));
     t.check_replay();
 }
+
+/// Runs SORT's read of its key (`commands::sort::read_source`) on `t`'s keyspace, as
+/// the transaction runs it on the key's shard.
+fn read_step(t: &mut T, key: &str) -> Reply {
+    let argv: Vec<&[u8]> = vec![b"sortread", key.as_bytes()];
+    let mut buf = Vec::new();
+    let mut ctx = Ctx::new(t.now, &mut buf);
+    let r = weft_kv::commands::sort::read_source(&mut t.ks, &argv, &mut ctx);
+    t.log.extend_from_slice(&buf);
+    t.last = buf;
+    r
+}
+
+/// A keyspace rebuilt from `t`'s log (a restart), and one rebuilt from the records
+/// compaction writes for `t`'s keys.
+fn replayed_and_compacted(t: &T) -> (T, T) {
+    let mut replayed = T::new();
+    for r in common::records(&t.log) {
+        replayed.ks.apply(r.as_ref(), t.now);
+    }
+    let mut compacted = T::new();
+    let mut cur = 0;
+    loop {
+        cur = t.ks.walk(cur, 16, t.now, |r| compacted.ks.apply(r, t.now));
+        if cur == 0 {
+            break;
+        }
+    }
+    (replayed, compacted)
+}
+
+#[test]
+fn sort_makes_a_sorted_set_a_skiplist_as_redis_does() {
+    let mut t = T::new();
+    t.run(&["zadd", "z", "1", "a", "2", "b"]);
+    assert_eq!(t.run(&["object", "encoding", "z"]), bulk("listpack"));
+    // SORT's read converts it, logged as a ZAdd of no members: an encoding change.
+    assert_eq!(
+        read_step(&mut t, "z"),
+        Reply::Array(vec![bulk("z"), bulk("a"), bulk("b")])
+    );
+    assert_eq!(
+        t.logged(),
+        vec![Record::ZAdd {
+            key: b"z".to_vec(),
+            items: vec![],
+        }]
+    );
+    assert!(common::records(&t.last)[0].as_ref().only_encoding());
+    assert_eq!(t.run(&["object", "encoding", "z"]), bulk("skiplist"));
+    // A tree stays a tree: nothing more is logged.
+    read_step(&mut t, "z");
+    assert_eq!(t.logged(), vec![]);
+    // Other types and missing keys: nothing logged.
+    t.run(&["rpush", "l", "1"]);
+    read_step(&mut t, "l");
+    read_step(&mut t, "missing");
+    assert_eq!(t.logged(), vec![]);
+    // A small tree keeps its encoding and its elements through new members,
+    // a restart and compaction (which ends its records with the ZAdd of nothing).
+    t.run(&["zadd", "z", "3", "c"]);
+    assert_eq!(t.run(&["object", "encoding", "z"]), bulk("skiplist"));
+    t.check_replay();
+    let (mut replayed, mut compacted) = replayed_and_compacted(&t);
+    for u in [&mut replayed, &mut compacted] {
+        assert_eq!(u.run(&["object", "encoding", "z"]), bulk("skiplist"));
+        assert_eq!(u.run(&["zrange", "z", "0", "-1"]), bulks(&["a", "b", "c"]));
+        assert_eq!(u.run(&["lrange", "l", "0", "-1"]), bulks(&["1"]));
+    }
+}
+
+#[test]
+fn a_shrunk_sorted_set_stays_a_skiplist_through_compaction() {
+    let mut t = T::new();
+    let mut add = vec!["zadd".to_string(), "z".to_string()];
+    for i in 0..200 {
+        add.push(i.to_string());
+        add.push(format!("m{i:03}"));
+    }
+    t.run(&add.iter().map(String::as_str).collect::<Vec<_>>());
+    t.run(&["zremrangebyrank", "z", "2", "-1"]);
+    assert_eq!(t.run(&["zcard", "z"]), Reply::Int(2));
+    assert_eq!(t.run(&["object", "encoding", "z"]), bulk("skiplist"));
+    // A packed one stays one record, without the ZAdd of nothing.
+    t.run(&["zadd", "p", "1", "a"]);
+    t.check_replay();
+    let (mut replayed, mut compacted) = replayed_and_compacted(&t);
+    for u in [&mut replayed, &mut compacted] {
+        assert_eq!(u.run(&["object", "encoding", "z"]), bulk("skiplist"));
+        assert_eq!(u.run(&["object", "encoding", "p"]), bulk("listpack"));
+        assert_eq!(u.run(&["zrange", "z", "0", "-1"]), bulks(&["m000", "m001"]));
+    }
+}
+
+/// SORT and SORT_RO through the store: the sorted set is a skiplist after either,
+/// even when the sort fails (members that are not numbers), and after a restart.
+#[test]
+fn sort_and_sort_ro_convert_through_the_store() {
+    let (dir, s) = four_shards();
+    run(&s, &["zadd", "z1", "1", "x", "2", "y"]);
+    run(&s, &["zadd", "z2", "1", "3", "2", "4"]);
+    run(&s, &["zadd", "z3", "1", "5"]);
+    assert_eq!(run(&s, &["object", "encoding", "z1"]), bulk("listpack"));
+    assert_eq!(
+        run(&s, &["sort_ro", "z1"]),
+        err("ERR One or more scores can't be converted into double")
+    );
+    assert_eq!(
+        run(&s, &["sort", "z2", "by", "nosort", "limit", "0", "0"]),
+        bulks(&[])
+    );
+    // A syntax error comes before: nothing changes.
+    assert_eq!(run(&s, &["sort", "z3", "bogus"]), err("ERR syntax error"));
+    for (k, enc) in [("z1", "skiplist"), ("z2", "skiplist"), ("z3", "listpack")] {
+        assert_eq!(run(&s, &["object", "encoding", k]), bulk(enc), "{k}");
+    }
+    drop(s);
+    let s = weft_kv::Store::open(dir.path()).unwrap();
+    for (k, enc) in [("z1", "skiplist"), ("z2", "skiplist"), ("z3", "listpack")] {
+        assert_eq!(run(&s, &["object", "encoding", k]), bulk(enc), "{k}");
+    }
+    assert_eq!(run(&s, &["zrange", "z2", "0", "-1"]), bulks(&["3", "4"]));
+}

@@ -21,6 +21,10 @@
 //! stamp and count as commands do. STORE logs the destination's whole state as a new
 //! list (as an LPUSH onto a new key does), or `Del` when the result is empty: replay
 //! and compaction need nothing of their own.
+//!
+//! As Redis 7.0's, SORT and SORT_RO of a sorted set make it a tree (OBJECT ENCODING
+//! `skiplist`) if it was packed, however small: logged as a `ZAdd` of no members (a
+//! record of the encoding only), and kept by compaction (`zset::state_records`).
 
 use super::lists::{growth, packed_len};
 use super::steps::Steps;
@@ -139,9 +143,21 @@ fn weight(b: &[u8]) -> Option<f64> {
 
 /// SORT's read of its key (not a command of the table): `[type, elements...]` with
 /// type `l`, `s` or `z` (a sorted set's members in score order), nil for a missing
-/// key, WRONGTYPE for a string or a hash.
+/// key, WRONGTYPE for a string or a hash. A packed sorted set becomes a tree
+/// (`skiplist`), as Redis's SORT and SORT_RO leave it, whatever follows (an error
+/// of the sort included): logged as a `ZAdd` of no members, a change of its encoding
+/// only.
 pub fn read_source(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
-    let Some(e) = ks.get(args[1], ctx.now_ms) else {
+    let key = args[1];
+    if ks.get(key, ctx.now_ms).map(|e| e.kind()) == Some(Type::ZSet)
+        && ks.modify(key, ctx.now_ms, zset::make_tree_now) == Some(true)
+    {
+        ctx.record(&RecordRef::ZAdd {
+            key,
+            items: Items::Slices(&[]),
+        });
+    }
+    let Some(e) = ks.get(key, ctx.now_ms) else {
         return Reply::Nil;
     };
     let (kind, items): (&[u8], Vec<Reply>) = match e.kind() {

@@ -996,6 +996,10 @@ impl Keyspace {
             Op::ZAdd { key, items } => {
                 if let Some(p) = self.find_typed(h, key.as_ref(), Type::ZSet) {
                     self.change_at(h, p, |e| {
+                        // No members: the sorted set becomes a tree (SORT, compaction).
+                        if items.is_empty() {
+                            zset::make_tree_now(e);
+                        }
                         let mut it = crate::packed::Iter::new(&items);
                         while let (Some(m), Some(s)) = (it.next(), it.next()) {
                             zset::set(e, m, zset::read_score(s));

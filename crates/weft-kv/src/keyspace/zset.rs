@@ -11,7 +11,9 @@
 //! write decodes the at most 128 pairs, changes them and writes them back. A sorted
 //! set stays packed while it has at most [`max_packed_entries`] members and every
 //! member is at most [`max_packed_value`] bytes; past either it becomes a tree, never
-//! to go back.
+//! to go back. SORT makes a packed one a tree too, as Redis's does ([`make_tree_now`]);
+//! a tree that fits the thresholds keeps its encoding through replay and compaction
+//! ([`state_records`]).
 //!
 //! **Tree** (tag `ZSET_SKIP`, `skiplist`): a treap (a binary search tree kept balanced
 //! by random priorities) over (score, member), each node counting the nodes below it,
@@ -701,6 +703,23 @@ fn make_tree<'a>(e: &mut Entry, pairs: impl Iterator<Item = (&'a [u8], f64)>) {
     e.set_payload(tag::ZSET_SKIP, &value::ptr_bytes(p));
 }
 
+/// Makes a packed sorted set entry a tree holding the same elements, as Redis's SORT
+/// does to the sorted set it reads: whether it was packed (a tree stays as it is).
+pub fn make_tree_now(e: &mut Entry) -> bool {
+    if e.tag() != tag::ZSET_PACKED {
+        return false;
+    }
+    let pairs = unpack(e.value());
+    let owned = owned_pairs(&pairs);
+    make_tree(e, owned.iter().map(|(m, s)| (m.as_slice(), *s)));
+    true
+}
+
+/// `pairs` copied, so that an entry whose bytes they borrow can be rewritten.
+fn owned_pairs(pairs: &[(&[u8], f64)]) -> Vec<(Vec<u8>, f64)> {
+    pairs.iter().map(|&(m, s)| (m.to_vec(), s)).collect()
+}
+
 /// Sets `member`'s score to `score` in a sorted set entry (adding it if new,
 /// converting a packed one to a tree past the thresholds): its previous score, if it
 /// had one.
@@ -723,8 +742,7 @@ pub fn set(e: &mut Entry, member: &[u8], score: f64) -> Option<f64> {
         match bytes {
             Some(b) => e.set_payload(tag::ZSET_PACKED, &b),
             None => {
-                let owned: Vec<(Vec<u8>, f64)> =
-                    pairs.iter().map(|&(m, s)| (m.to_vec(), s)).collect();
+                let owned = owned_pairs(&pairs);
                 make_tree(e, owned.iter().map(|(m, s)| (m.as_slice(), *s)));
             }
         }
@@ -835,8 +853,10 @@ pub fn pack_pairs<'a>(pairs: impl Iterator<Item = (&'a [u8], f64)>) -> Vec<u8> {
 /// Logs a sorted set entry's whole state as records, through `f`: one `ZSet` record
 /// (for a tree, of its first members), then `ZAdd` records of the rest, each of at
 /// most [`crate::log::ITEMS_PER_RECORD`] bytes of members and scores unless one pair
-/// alone is larger (compaction, a creation, a STORE's destination).
-pub fn state_records(e: &Entry, f: impl FnMut(crate::log::RecordRef<'_>)) {
+/// alone is larger (compaction, a creation, a STORE's destination). A tree small
+/// enough to be packed (one that shrank, or that SORT made a tree) ends with a `ZAdd`
+/// of no members, which makes it a tree again on replay.
+pub fn state_records(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
     use crate::log::RecordRef;
     const KINDS: state::Kinds = state::Kinds {
         packed: tag::ZSET_PACKED,
@@ -847,11 +867,21 @@ pub fn state_records(e: &Entry, f: impl FnMut(crate::log::RecordRef<'_>)) {
         },
         add: |key, items| RecordRef::ZAdd { key, items },
     };
-    state::records(e, &KINDS, f, |runs| {
+    state::records(e, &KINDS, &mut f, |runs| {
         for (m, s) in tree(e).range(0, usize::MAX, false) {
             runs.push(&[m, &score_bytes(s)]);
         }
     });
+    if e.tag() == tag::ZSET_SKIP && len(e) <= max_packed_entries() {
+        let t = tree(e);
+        let longest = t.range(0, usize::MAX, false).map(|(m, _)| m.len()).max();
+        if longest.unwrap_or(0) <= max_packed_value() {
+            f(RecordRef::ZAdd {
+                key: e.key(),
+                items: Items::Slices(&[]),
+            });
+        }
+    }
 }
 
 /// One ZSCAN step over a sorted set entry: calls `f` with the members and scores of

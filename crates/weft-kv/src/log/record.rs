@@ -513,12 +513,14 @@ impl<'a> RecordRef<'a> {
         }
     }
 
-    /// Whether the record changes no byte of any value, only a string's encoding: a
+    /// Whether the record changes no byte of any value, only an encoding: a
     /// `SetRange` of nothing at offset 0 makes the string `raw` (SETBIT or BITFIELD
-    /// that changed no bit). It is then no change of its key for WATCH, client-side
-    /// caching or the count of changes.
+    /// that changed no bit); a `ZAdd` of no members makes the sorted set a tree
+    /// (`skiplist`: SORT of a sorted set). It is then no change of its key for WATCH,
+    /// client-side caching or the count of changes.
     pub fn only_encoding(&self) -> bool {
         matches!(self, RecordRef::SetRange { offset: 0, piece, .. } if piece.is_empty())
+            || matches!(self, RecordRef::ZAdd { items, .. } if items.is_empty())
     }
 
     /// The key the record is about (`None` for the records about whole databases).
