@@ -21,7 +21,12 @@ use weft_kv::resp::Reply;
 
 /// INFO persistence's fields.
 fn persistence(c: &mut Client) -> HashMap<String, String> {
-    let Reply::Bulk(b) = run(c, &["INFO", "persistence"]) else {
+    info(c, "persistence")
+}
+
+/// The fields of INFO's `section`.
+fn info(c: &mut Client, section: &str) -> HashMap<String, String> {
+    let Reply::Bulk(b) = run(c, &["INFO", section]) else {
         panic!("INFO answered no bulk string");
     };
     String::from_utf8(b)
@@ -118,10 +123,12 @@ fn under_always_one_fsync_covers_the_writes_that_arrive_meanwhile() {
 
 /// Under `always`, a worker owning its shard alone runs the fdatasync itself while only
 /// writes come, and through io_uring once reads come between the writes (they are then
-/// served while the disk flushes).
+/// served while the disk flushes), unless every connection waits for that fsync.
 #[test]
 fn under_always_writes_alone_fsync_on_the_worker_and_reads_between_send_it_to_the_ring() {
-    let (_tmp, _s, mut c) = start(&["--fsync", "always", "--workers", "1"]);
+    let (_tmp, s, mut c) = start(&["--fsync", "always", "--workers", "1"]);
+    // Another connection, idle: it could send a read during any fsync.
+    let idle = s.client().unwrap();
     let on_worker = |c: &mut Client| num(&persistence(c), "aof_fsyncs_on_worker");
     let (f0, w0) = (sizes(&mut c).0, on_worker(&mut c));
     for i in 0..20 {
@@ -141,6 +148,22 @@ fn under_always_writes_alone_fsync_on_the_worker_and_reads_between_send_it_to_th
     let (f2, w2) = (sizes(&mut c).0, on_worker(&mut c));
     assert!(f2 - f1 >= 20, "{} fsyncs for 20 SETs after GETs", f2 - f1);
     assert_eq!(w2, w1, "a SET after a GET fsynced on the worker");
+    // The idle connection gone, the one left waits for each fsync itself: nobody can be
+    // served meanwhile, so its SETs after GETs fsync on the worker.
+    drop(idle);
+    eventually("the idle connection is gone", || {
+        num(&info(&mut c, "clients"), "connected_clients") == 1
+    });
+    for i in 0..20 {
+        assert_eq!(run(&mut c, &["GET", &format!("k{i}")]), kv::bulk("w"));
+        assert_eq!(run(&mut c, &["SET", &format!("k{i}"), "x"]), ok());
+    }
+    let w3 = on_worker(&mut c);
+    assert!(
+        w3 - w2 >= 18,
+        "{} of 20 SETs of the only connection fsynced on the worker",
+        w3 - w2
+    );
 }
 
 #[test]

@@ -17,8 +17,9 @@
 //! under fsync always").
 //!
 //! With [`LogWriter::set_sync_on_worker`] (the server's flusher sets it when its worker
-//! owns no other shard and no command that logged nothing, a read, ran on the shard
-//! since its last write) the `fdatasync` is a plain system call on the worker too, which
+//! owns no other shard and either no command that logged nothing, a read, ran on the
+//! shard since its last write, or every connection waits for this fsync) the
+//! `fdatasync` is a plain system call on the worker too, which
 //! sleeps in it as redis-server's main thread does: no helper thread to wake, no
 //! completion to wake the worker, no idle spin while the disk flushes, about half the
 //! server's CPU time a write of the ring's fsync (docs/benchmarks.md, "Writes under
@@ -27,7 +28,8 @@
 //! served right after it, and the writes among them go into the next fsync together
 //! (group commit), which could not have started earlier anyway. A read would wait for
 //! the fsync too (p99 of a lone reader beside four writers: 4 ms on a busy disk against
-//! 0.1 ms), which is why the flusher keeps the ring's fsync while reads come.
+//! 0.1 ms), which is why the flusher keeps the ring's fsync while reads come and some
+//! connection could send one.
 //!
 //! A write without sync on a green thread is a plain `pwrite` on the worker, as Redis
 //! writes its log from its main thread: a write to the page cache takes microseconds,

@@ -414,8 +414,9 @@ pub(crate) struct Server {
     pub shards: Arc<Shards>,
     /// Worker threads.
     pub workers: usize,
-    /// Connections open now, and ever.
-    pub clients: AtomicUsize,
+    /// Connections open now, and ever (the flushers read the first:
+    /// `Shards::count_clients`).
+    pub clients: Arc<AtomicUsize>,
     /// The bytes the connections' buffers hold (input and output; INFO's
     /// mem_clients_normal).
     pub client_memory: AtomicUsize,
@@ -539,12 +540,14 @@ pub fn serve(config: Config) -> io::Result<()> {
         Shards::new(spaces, workers, dir.clone(), settings.clone())
             .with_tx_ids(&last_tx, highest_tx),
     );
+    let clients = Arc::new(AtomicUsize::new(0));
+    shards.count_clients(clients.clone());
     let server = Arc::new(Server {
         config,
         settings,
         shards,
         workers,
-        clients: AtomicUsize::new(0),
+        clients,
         client_memory: AtomicUsize::new(0),
         connections: AtomicU64::new(0),
         commands: AtomicU64::new(0),

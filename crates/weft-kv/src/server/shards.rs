@@ -105,7 +105,7 @@ use crate::resp::Reply;
 use crate::server::Fsync;
 use crate::shard::{now_ms, Shard};
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_runtime::ipc::{self, Message, Tid, Timeout};
@@ -277,6 +277,8 @@ pub struct ServerShard {
     /// worker only.
     quiet_runs: AtomicU64,
     seen_lsn: AtomicU64,
+    /// Connections waiting in [`Shards::wait_durable`] for this shard's log.
+    waiting: AtomicUsize,
     /// Memory used by the keys, as last seen.
     pub memory: AtomicU64,
     /// The keys, and those with an expiry, of each database, as last seen.
@@ -385,6 +387,8 @@ pub struct Shards {
     next_tx: AtomicU64,
     /// The last id a transaction's parts were logged with (`log/tx.rs`).
     next_log_tx: AtomicU64,
+    /// The server's count of open connections ([`Shards::count_clients`]).
+    clients: std::sync::OnceLock<Arc<AtomicUsize>>,
     /// Active expiry cycles that ended on their time budget with keys still due.
     pub expire_capped: AtomicU64,
     /// Time spent in active expiry slices, in microseconds.
@@ -437,6 +441,7 @@ impl Shards {
                     log_file: AtomicU64::new(0),
                     quiet_runs: AtomicU64::new(0),
                     seen_lsn: AtomicU64::new(0),
+                    waiting: AtomicUsize::new(0),
                     memory: AtomicU64::new(memory),
                     keys,
                     expires,
@@ -455,6 +460,7 @@ impl Shards {
             closing: AtomicBool::new(false),
             next_tx: AtomicU64::new(0),
             next_log_tx: AtomicU64::new(0),
+            clients: std::sync::OnceLock::new(),
             expire_capped: AtomicU64::new(0),
             expire_us: AtomicU64::new(0),
         }
@@ -652,7 +658,8 @@ impl Shards {
         // no other shard's flusher to keep going while the disk flushes, unless commands
         // that log nothing (reads) ran since its last write: those are served during
         // the fsync when it goes through the worker's ring, where on the worker they
-        // would wait for it.
+        // would wait for it. When every connection waits for this fsync, none could be
+        // served meanwhile: on the worker then, reads or not.
         let mut quiet_runs = 0;
         let alone = self
             .list
@@ -711,7 +718,11 @@ impl Shards {
             let must_sync = close == CLOSING || asked > sh.fsync_done.load(Relaxed) || sync_failed;
             if !buf.is_empty() {
                 let reads = sh.quiet_runs.load(Relaxed);
-                writer.set_sync_on_worker(alone && reads == quiet_runs);
+                let everyone_waits = self.clients.get().is_some_and(|c| {
+                    let open = c.load(Relaxed);
+                    open > 0 && sh.waiting.load(Relaxed) >= open
+                });
+                writer.set_sync_on_worker(alone && (reads == quiet_runs || everyone_waits));
                 quiet_runs = reads;
                 let here = writer.stats().synced_here;
                 match writer.write(&buf, policy() == Fsync::Always || must_sync) {
@@ -826,6 +837,14 @@ impl Shards {
         if sh.durable.load(Acquire) >= lsn {
             return Ok(());
         }
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Relaxed);
+            }
+        }
+        sh.waiting.fetch_add(1, Relaxed);
+        let _waiting = Waiting(&sh.waiting);
         let mut g = sh.wait_m.lock();
         loop {
             if sh.durable.load(Acquire) >= lsn {
@@ -836,6 +855,12 @@ impl Shards {
             }
             g = sh.wait_cv.wait(g);
         }
+    }
+
+    /// Gives the flushers the count of open connections (the server's), for their
+    /// choice of where to fsync (`Shards::flusher`).
+    pub fn count_clients(&self, clients: Arc<AtomicUsize>) {
+        let _ = self.clients.set(clients);
     }
 
     /// Writes and fsyncs every shard's log (SAVE, SHUTDOWN); the changes logged
