@@ -21,7 +21,6 @@ use crate::keyspace::{glob_match, Entry, Keyspace, Type};
 use crate::log::{encode_split, Items, RecordRef};
 use crate::pubsub::{notify, GENERIC, HASH, NEW};
 use crate::resp::Reply;
-use std::cell::Cell;
 
 /// The live hash in `key` (`None` if there is none), or `WRONGTYPE` if the key holds
 /// another type.
@@ -333,24 +332,8 @@ pub fn hincrbyfloat(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Rep
     }
 }
 
-thread_local! {
-    static RNG: Cell<u64> = Cell::new({
-        use std::hash::BuildHasher;
-        std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id()) | 1
-    });
-}
-
-/// A random number (xorshift64*, seeded per thread from the process's random keys).
-pub(super) fn random() -> u64 {
-    RNG.with(|r| {
-        let mut x = r.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        r.set(x);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    })
-}
+/// A random number: the keyspace's per-thread generator.
+pub(super) use crate::keyspace::access::random;
 
 /// A random field and value of a hash entry of `len` fields, each field equally likely.
 fn random_pair(e: &Entry, len: usize) -> (&[u8], &[u8]) {

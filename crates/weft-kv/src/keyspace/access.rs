@@ -260,15 +260,13 @@ pub fn eviction_score(bits: u32, lfu: bool) -> u64 {
 
 thread_local! {
     static RNG: Cell<u64> = Cell::new({
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let here = &t as *const u64 as u64;
-        (t ^ here.rotate_left(32)) | 1
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id()) | 1
     });
 }
 
-/// A pseudo-random number (xorshift64*, per thread; not for secrets).
+/// A pseudo-random number (xorshift64*, seeded per thread from the process's random
+/// keys; not for secrets): eviction's samples and the commands' random picks.
 pub fn random() -> u64 {
     RNG.with(|r| {
         let mut x = r.get();
