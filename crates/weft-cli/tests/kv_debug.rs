@@ -23,9 +23,8 @@ fn start(tmp: &Path) -> KvServer {
     KvServer::weft(&dir, &socket, &["--workers", "2"]).unwrap()
 }
 
-/// Sends `cmd` (words) on a raw connection and reads exactly `want.len()` bytes: they
-/// must be `want`; then PING must answer PONG (nothing else followed the reply).
-fn raw(s: &mut UnixStream, cmd: &str, want: &[u8]) {
+/// Sends `cmd` (words split at spaces) and then PING, in one write.
+fn send_then_ping(s: &mut UnixStream, cmd: &str) {
     let words: Vec<&str> = cmd.split(' ').collect();
     let mut req = format!("*{}\r\n", words.len());
     for w in &words {
@@ -33,6 +32,12 @@ fn raw(s: &mut UnixStream, cmd: &str, want: &[u8]) {
     }
     req.push_str("*1\r\n$4\r\nPING\r\n");
     s.write_all(req.as_bytes()).unwrap();
+}
+
+/// Sends `cmd` (words) on a raw connection and reads exactly `want.len()` bytes: they
+/// must be `want`; then PING must answer PONG (nothing else followed the reply).
+fn raw(s: &mut UnixStream, cmd: &str, want: &[u8]) {
+    send_then_ping(s, cmd);
     let mut got = vec![0; want.len()];
     s.read_exact(&mut got).unwrap();
     assert_eq!(
@@ -169,13 +174,7 @@ fn redis_with_debug(dir: &Path) -> Option<(RedisWithDebug, UnixStream)> {
 
 /// Sends `cmd` (words) and then PING; answers the bytes before PING's PONG.
 fn reply_bytes(s: &mut UnixStream, cmd: &str) -> Vec<u8> {
-    let words: Vec<&str> = cmd.split(' ').collect();
-    let mut req = format!("*{}\r\n", words.len());
-    for w in &words {
-        req.push_str(&format!("${}\r\n{w}\r\n", w.len()));
-    }
-    req.push_str("*1\r\n$4\r\nPING\r\n");
-    s.write_all(req.as_bytes()).unwrap();
+    send_then_ping(s, cmd);
     let mut got = Vec::new();
     while !got.ends_with(b"+PONG\r\n") {
         let mut b = [0u8; 1];

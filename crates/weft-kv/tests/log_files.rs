@@ -72,6 +72,30 @@ fn recover_all(path: &Path) -> Result<(Vec<Record>, weft_kv::log::Recovered), Re
     Ok((got, r))
 }
 
+/// Writes `recs` as a log cut at every byte offset past its header; for each cut,
+/// checks that recovery gives back exactly the records whole before it, replays them
+/// into a fresh keyspace and hands `check` the cut, how many records were whole, and
+/// that keyspace.
+fn for_each_torn_replay(
+    recs: &[Record],
+    mut check: impl FnMut(usize, usize, &weft_kv::keyspace::Keyspace),
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shard-000.log");
+    let (bytes, ends) = log_bytes(recs);
+    for cut in HEADER_LEN..=bytes.len() {
+        fs::write(&path, &bytes[..cut]).unwrap();
+        let (got, _) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let whole = ends.iter().filter(|&&e| e <= cut).count();
+        assert_eq!(got, &recs[..whole], "cut at {cut}");
+        let mut ks = weft_kv::keyspace::Keyspace::new();
+        for r in &got {
+            ks.apply(r.as_ref(), 0);
+        }
+        check(cut, whole, &ks);
+    }
+}
+
 #[test]
 fn torn_at_every_byte_offset() {
     let dir = tempfile::tempdir().unwrap();
@@ -1519,25 +1543,14 @@ fn list_records_recover_and_replay() {
         &[],
         &[],
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shard-000.log");
-    let (bytes, ends) = log_bytes(&recs);
-    for cut in HEADER_LEN..=bytes.len() {
-        fs::write(&path, &bytes[..cut]).unwrap();
-        let (got, _) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
-        let whole = ends.iter().filter(|&&e| e <= cut).count();
-        assert_eq!(got, &recs[..whole], "cut at {cut}");
-        let mut ks = weft_kv::keyspace::Keyspace::new();
-        for r in &got {
-            ks.apply(r.as_ref(), 0);
-        }
+    for_each_torn_replay(&recs, |cut, whole, ks| {
         let elements: Vec<Vec<u8>> = ks.peek(b"l", 0).map_or(vec![], |e| {
             weft_kv::keyspace::list::iter_from(e, 0)
                 .map(<[u8]>::to_vec)
                 .collect()
         });
         assert_eq!(elements, strs(want[whole]), "cut at {cut}");
-    }
+    });
 }
 
 /// The set records (40 Members, 41 SAdd, 42 SRem) recover like any other: torn at
@@ -1585,18 +1598,7 @@ fn set_records_recover_and_replay() {
         &["2", "a", "b"],
     ];
     let want_t = [false, false, false, false, true, false, false];
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shard-000.log");
-    let (bytes, ends) = log_bytes(&recs);
-    for cut in HEADER_LEN..=bytes.len() {
-        fs::write(&path, &bytes[..cut]).unwrap();
-        let (got, _) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
-        let whole = ends.iter().filter(|&&e| e <= cut).count();
-        assert_eq!(got, &recs[..whole], "cut at {cut}");
-        let mut ks = weft_kv::keyspace::Keyspace::new();
-        for r in &got {
-            ks.apply(r.as_ref(), 0);
-        }
+    for_each_torn_replay(&recs, |cut, whole, ks| {
         let members = |key: &[u8]| -> Vec<Vec<u8>> {
             let Some(e) = ks.peek(key, 0) else {
                 return vec![];
@@ -1609,7 +1611,7 @@ fn set_records_recover_and_replay() {
         };
         assert_eq!(members(b"s"), strs(want_s[whole]), "cut at {cut}");
         assert_eq!(ks.peek(b"t", 0).is_some(), want_t[whole], "cut at {cut}");
-    }
+    });
 }
 
 /// The sorted-set records (50 ZSet, 51 ZAdd, 52 ZRem) recover like any other: torn at
@@ -1662,18 +1664,7 @@ fn zset_records_recover_and_replay() {
         &[("c", f64::NEG_INFINITY), ("a", 3.5)],
     ];
     let want_t = [false, false, false, false, true, false, false];
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shard-000.log");
-    let (bytes, ends) = log_bytes(&recs);
-    for cut in HEADER_LEN..=bytes.len() {
-        fs::write(&path, &bytes[..cut]).unwrap();
-        let (got, _) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
-        let whole = ends.iter().filter(|&&e| e <= cut).count();
-        assert_eq!(got, &recs[..whole], "cut at {cut}");
-        let mut ks = weft_kv::keyspace::Keyspace::new();
-        for r in &got {
-            ks.apply(r.as_ref(), 0);
-        }
+    for_each_torn_replay(&recs, |cut, whole, ks| {
         let elements = |key: &[u8]| -> Vec<(Vec<u8>, f64)> {
             let Some(e) = ks.peek(key, 0) else {
                 return vec![];
@@ -1689,7 +1680,7 @@ fn zset_records_recover_and_replay() {
             .collect();
         assert_eq!(elements(b"z"), want, "cut at {cut}");
         assert_eq!(ks.peek(b"t", 0).is_some(), want_t[whole], "cut at {cut}");
-    }
+    });
 }
 
 #[test]
@@ -1769,25 +1760,14 @@ fn stream_records_recover_and_replay() {
         (1, 1),
         (1, 1),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shard-000.log");
-    let (bytes, ends) = log_bytes(&recs);
-    for cut in HEADER_LEN..=bytes.len() {
-        fs::write(&path, &bytes[..cut]).unwrap();
-        let (got, _) = recover_all(&path).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
-        let whole = ends.iter().filter(|&&e| e <= cut).count();
-        assert_eq!(got, &recs[..whole], "cut at {cut}");
-        let mut ks = weft_kv::keyspace::Keyspace::new();
-        for r in &got {
-            ks.apply(r.as_ref(), 0);
-        }
+    for_each_torn_replay(&recs, |cut, whole, ks| {
         let state = ks.peek(b"s", 0).map_or((0, 0), |e| {
             let s = stream::of(e);
             (s.len(), s.groups.get(&g()).map_or(0, |g| g.pel.len()))
         });
         assert_eq!(state, want[whole], "cut at {cut}");
         assert!(ks.peek(b"t", 0).is_none(), "cut at {cut}");
-    }
+    });
 }
 
 // ---- transactions over several shards: the Tx record (log/tx.rs) ------------------
