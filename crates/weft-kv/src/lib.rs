@@ -58,6 +58,7 @@ pub mod client;
 // Internals: public only for weft's own tests and the `weft` command, not part of the API.
 #[doc(hidden)]
 pub mod commands;
+pub(crate) mod compact;
 pub(crate) mod evict;
 pub(crate) mod exec;
 #[doc(hidden)]

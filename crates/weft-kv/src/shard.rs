@@ -44,6 +44,9 @@ pub struct Shard {
     /// A record about whole databases was logged while a compaction ran: it must
     /// start again.
     pub rewrite_restart: bool,
+    /// While a compaction runs: the big keys its walk passed but has not yet written
+    /// whole, whose records stay out of its tail (`compact.rs`).
+    pub rewrite_held: crate::compact::Held,
     /// The databases commands changed since the server last published their counts
     /// (a bit per database).
     pub dirty_dbs: u16,
@@ -136,6 +139,7 @@ impl Shard {
             rewrite_tail: None,
             frontier: (0, 0),
             rewrite_restart: false,
+            rewrite_held: Default::default(),
             dirty_dbs: u16::MAX,
             kicked: false,
             mem_limit: 0,
@@ -360,6 +364,7 @@ impl Shard {
                 &self.dbs,
                 self.frontier,
                 &mut self.rewrite_restart,
+                &mut self.rewrite_held,
                 db,
                 &rec,
             ) {
@@ -377,19 +382,22 @@ impl Shard {
     }
 
     /// Whether record `rec` of database `db` goes to the running compaction's tail:
-    /// its key is behind the frontier (already walked). A record without a key makes
-    /// the compaction start again, unless every database is walked.
+    /// its key is behind the frontier (already walked) and not held (a big key not yet
+    /// written whole: `compact.rs`). A record without a key makes the compaction start
+    /// again, unless every database is walked and no key is held.
     fn behind_frontier(
         dbs: &[Keyspace],
         frontier: (u8, u64),
         restart: &mut bool,
+        held: &mut crate::compact::Held,
         db: u8,
         rec: &RecordRef<'_>,
     ) -> bool {
         match rec.key() {
+            Some(key) if held.holds(db, key) => false,
             Some(key) => (db, dbs[db as usize].hash(key)) < frontier,
             // Every database walked: the image is whole, anything may follow it.
-            None if frontier.0 as usize == dbs.len() => true,
+            None if frontier.0 as usize == dbs.len() && held.is_empty() => true,
             None => {
                 *restart = true;
                 false
@@ -414,6 +422,7 @@ impl Shard {
                 &self.dbs,
                 self.frontier,
                 &mut self.rewrite_restart,
+                &mut self.rewrite_held,
                 db,
                 &rec,
             ) {
@@ -440,6 +449,7 @@ impl Shard {
         self.rewrite_tail = Some(tail);
         self.frontier = (0, 0);
         self.rewrite_restart = false;
+        self.rewrite_held.clear();
         self.changes_at_rewrite = self.changes;
     }
 
@@ -455,6 +465,7 @@ impl Shard {
     /// Ends keeping a compaction's tail: the tail.
     pub fn end_rewrite(&mut self) -> Option<Vec<u8>> {
         self.rewrite_restart = false;
+        self.rewrite_held.clear();
         self.rewrite_tail.take()
     }
 
@@ -554,7 +565,7 @@ pub fn now_ms() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::commands::{lookup, Exec};
     use crate::keyspace::Replay;
@@ -621,7 +632,8 @@ mod tests {
         out
     }
 
-    fn replay(log: &[u8], now: u64) -> Vec<Keyspace> {
+    /// The databases `log` replays to at `now`.
+    pub(crate) fn replay(log: &[u8], now: u64) -> Vec<Keyspace> {
         let mut dbs: Vec<Keyspace> = (0..DATABASES).map(|_| Keyspace::new()).collect();
         let mut rp = Replay::new(&mut dbs, now);
         let mut at = 0;
@@ -634,9 +646,10 @@ mod tests {
         dbs
     }
 
-    struct Rnd(u64);
+    /// A small random generator (xorshift) for the tests.
+    pub(crate) struct Rnd(pub u64);
     impl Rnd {
-        fn below(&mut self, n: u64) -> u64 {
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;

@@ -452,21 +452,37 @@ pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp
 /// [`crate::log::ITEMS_PER_RECORD`] bytes of fields and values unless one pair alone
 /// is larger (compaction, and a hash's creation).
 pub fn state_records(e: &Entry, f: impl FnMut(crate::log::RecordRef<'_>)) {
-    use crate::log::RecordRef;
-    const KINDS: state::Kinds = state::Kinds {
-        packed: tag::HASH_PACKED,
-        create: |key, expire_at_ms, items| RecordRef::Hash {
-            key,
-            expire_at_ms,
-            items,
-        },
-        add: |key, items| RecordRef::HSet { key, items },
-    };
     state::records(e, &KINDS, f, |runs| {
         for (k, v) in table(e).iter() {
             runs.push(&[k, v]);
         }
     });
+}
+
+/// The records a hash's state is logged as ([`state::Kinds`]).
+const KINDS: state::Kinds = state::Kinds {
+    packed: tag::HASH_PACKED,
+    create: |key, expire_at_ms, items| crate::log::RecordRef::Hash {
+        key,
+        expire_at_ms,
+        items,
+    },
+    add: |key, items| crate::log::RecordRef::HSet { key, items },
+};
+
+/// A piece of a big hash's state ([`state::piece`]): the fields of about `most`
+/// hashes from scan cursor `from` (0: the first piece, which creates the key); the
+/// cursor of the next piece, or `None` after the last.
+pub fn state_piece(
+    e: &Entry,
+    from: u64,
+    most: usize,
+    f: impl FnMut(crate::log::RecordRef<'_>),
+) -> Option<u64> {
+    state::piece(e, &KINDS, from == 0, f, |runs| {
+        let next = table(e).scan(from, most, |k, v| runs.push(&[k, v]));
+        (next != 0).then_some(next)
+    })
 }
 
 #[cfg(test)]

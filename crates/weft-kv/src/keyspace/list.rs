@@ -642,20 +642,38 @@ pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp
 /// [`crate::log::ITEMS_PER_RECORD`] bytes of elements unless one node alone is larger
 /// (compaction, and a list's creation).
 pub fn state_records(e: &Entry, f: impl FnMut(RecordRef<'_>)) {
-    const KINDS: state::Kinds = state::Kinds {
-        packed: tag::LIST_PACKED,
-        create: |key, expire_at_ms, items| RecordRef::List {
-            key,
-            expire_at_ms,
-            items,
-        },
-        add: |key, items| RecordRef::RPush { key, items },
-    };
     state::records(e, &KINDS, f, |runs| {
         for node in &quick(e).nodes {
             runs.push_packed(node.count, &node.bytes);
         }
     });
+}
+
+/// The records a list's state is logged as ([`state::Kinds`]).
+const KINDS: state::Kinds = state::Kinds {
+    packed: tag::LIST_PACKED,
+    create: |key, expire_at_ms, items| RecordRef::List {
+        key,
+        expire_at_ms,
+        items,
+    },
+    add: |key, items| RecordRef::RPush { key, items },
+};
+
+/// A piece of a big list's state ([`state::piece`]): whole nodes from node `from`
+/// (0: the first piece, which creates the key) until at least `most` elements; the
+/// node of the next piece, or `None` after the last.
+pub fn state_piece(e: &Entry, from: u64, most: usize, f: impl FnMut(RecordRef<'_>)) -> Option<u64> {
+    let nodes = &quick(e).nodes;
+    state::piece(e, &KINDS, from == 0, f, |runs| {
+        let (mut at, mut n) = (from as usize, 0);
+        while at < nodes.len() && n < most.max(1) {
+            runs.push_packed(nodes[at].count, &nodes[at].bytes);
+            n += nodes[at].count;
+            at += 1;
+        }
+        (at < nodes.len()).then_some(at as u64)
+    })
 }
 
 /// A change record of a list, owned for replay.

@@ -77,6 +77,7 @@ pub mod hash;
 mod index;
 mod key;
 pub mod list;
+pub mod pieces;
 mod replay;
 pub mod set;
 pub mod state;

@@ -349,20 +349,33 @@ pub fn new_entry(key: &[u8], items: Items<'_>, expire: Option<NonZeroU64>, stamp
 /// [`crate::log::ITEMS_PER_RECORD`] bytes of members unless one member alone is
 /// larger (compaction, a set's creation, the STORE commands).
 pub fn state_records(e: &Entry, f: impl FnMut(RecordRef<'_>)) {
-    const KINDS: state::Kinds = state::Kinds {
-        packed: tag::SET_PACKED,
-        create: |key, expire_at_ms, items| RecordRef::Members {
-            key,
-            expire_at_ms,
-            items,
-        },
-        add: |key, items| RecordRef::SAdd { key, items },
-    };
     state::records(e, &KINDS, f, |runs| {
         for m in iter(e) {
             runs.push(&[&m]);
         }
     });
+}
+
+/// The records a set's state is logged as ([`state::Kinds`]).
+const KINDS: state::Kinds = state::Kinds {
+    packed: tag::SET_PACKED,
+    create: |key, expire_at_ms, items| RecordRef::Members {
+        key,
+        expire_at_ms,
+        items,
+    },
+    add: |key, items| RecordRef::SAdd { key, items },
+};
+
+/// A piece of a big set's state ([`state::piece`]): the members of about `most`
+/// hashes from scan cursor `from` (0: the first piece, which creates the key; a set
+/// that is not a table: all of it); the cursor of the next piece, or `None` after
+/// the last.
+pub fn state_piece(e: &Entry, from: u64, most: usize, f: impl FnMut(RecordRef<'_>)) -> Option<u64> {
+    state::piece(e, &KINDS, from == 0, f, |runs| {
+        let next = scan(e, from, most, |m| runs.push(&[m]));
+        (next != 0).then_some(next)
+    })
 }
 
 #[cfg(test)]

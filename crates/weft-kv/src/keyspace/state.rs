@@ -56,7 +56,27 @@ pub fn records(
         };
         return f((kinds.create)(key, expire_at_ms, items));
     }
-    let mut first = true;
+    piece(e, kinds, true, f, |runs| {
+        big(runs);
+        None
+    });
+}
+
+/// Logs a piece of big entry `e`'s state through `f`: the runs of the items `big`
+/// pushes, as a `create` record then `add` records if `first` (the piece that starts
+/// the key), else as `add` records only. Answers what `big` answers: where the next
+/// piece starts, or `None` after the last (a compaction writes a big key a piece at a
+/// time: `crate::compact`).
+pub fn piece(
+    e: &Entry,
+    kinds: &Kinds,
+    first: bool,
+    mut f: impl FnMut(RecordRef<'_>),
+    big: impl FnOnce(&mut Runs<'_>) -> Option<u64>,
+) -> Option<u64> {
+    let key = e.key();
+    let expire_at_ms = e.expire_at_ms();
+    let mut first = first;
     let mut emit = |n: usize, bytes: &[u8]| {
         let items = Items::Packed { n, bytes };
         f(if std::mem::take(&mut first) {
@@ -69,8 +89,9 @@ pub fn records(
         chunks: Chunks::new(ITEMS_PER_RECORD),
         emit: &mut emit,
     };
-    big(&mut runs);
+    let next = big(&mut runs);
     runs.chunks.finish(runs.emit);
+    next
 }
 
 /// The items of a big collection being packed into records ([`records`]).

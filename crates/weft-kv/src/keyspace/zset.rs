@@ -857,21 +857,51 @@ pub fn pack_pairs<'a>(pairs: impl Iterator<Item = (&'a [u8], f64)>) -> Vec<u8> {
 /// enough to be packed (one that shrank, or that SORT made a tree) ends with a `ZAdd`
 /// of no members, which makes it a tree again on replay.
 pub fn state_records(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
-    use crate::log::RecordRef;
-    const KINDS: state::Kinds = state::Kinds {
-        packed: tag::ZSET_PACKED,
-        create: |key, expire_at_ms, items| RecordRef::ZSet {
-            key,
-            expire_at_ms,
-            items,
-        },
-        add: |key, items| RecordRef::ZAdd { key, items },
-    };
     state::records(e, &KINDS, &mut f, |runs| {
         for (m, s) in tree(e).range(0, usize::MAX, false) {
             runs.push(&[m, &score_bytes(s)]);
         }
     });
+    stays_tree(e, f);
+}
+
+/// The records a sorted set's state is logged as ([`state::Kinds`]).
+const KINDS: state::Kinds = state::Kinds {
+    packed: tag::ZSET_PACKED,
+    create: |key, expire_at_ms, items| crate::log::RecordRef::ZSet {
+        key,
+        expire_at_ms,
+        items,
+    },
+    add: |key, items| crate::log::RecordRef::ZAdd { key, items },
+};
+
+/// A piece of a big sorted set's state ([`state::piece`]): the members of ranks
+/// `from..from + most` (0: the first piece, which creates the key); the rank of the
+/// next piece, or `None` after the last (which ends as [`state_records`] does).
+pub fn state_piece(
+    e: &Entry,
+    from: u64,
+    most: usize,
+    mut f: impl FnMut(crate::log::RecordRef<'_>),
+) -> Option<u64> {
+    let to = from as usize + most.max(1);
+    let next = state::piece(e, &KINDS, from == 0, &mut f, |runs| {
+        for (m, s) in tree(e).range(from as usize, to, false) {
+            runs.push(&[m, &score_bytes(s)]);
+        }
+        (to < len(e)).then_some(to as u64)
+    });
+    if next.is_none() {
+        stays_tree(e, f);
+    }
+    next
+}
+
+/// The record that keeps a tree small enough to be packed a tree on replay, after
+/// its state's records (a `ZAdd` of no members).
+fn stays_tree(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
+    use crate::log::RecordRef;
     if e.tag() == tag::ZSET_SKIP && len(e) <= max_packed_entries() {
         let t = tree(e);
         let longest = t.range(0, usize::MAX, false).map(|(m, _)| m.len()).max();

@@ -94,6 +94,7 @@
 mod reload;
 
 use super::{blocking, Settings};
+use crate::compact::Walk;
 use crate::exec::{Held, ShardSet};
 use crate::keyspace::Keyspace;
 use crate::log::writer::SyncHandle;
@@ -1123,10 +1124,11 @@ impl Shards {
             Err(e) => return fail("creating the temporary file", e),
         };
         sh.cell.run(|st| st.start_rewrite());
-        // The walk's position: every key before (db, cursor) is written.
-        let (mut db, mut cursor) = (0u8, 0u64);
+        // The walk, a step at a time (a big key a piece a step: `compact.rs`).
+        let mut walk = Walk::default();
         let mut chunk = Vec::with_capacity(64 << 10);
-        while (db as usize) < DATABASES {
+        let mut done = false;
+        while !done {
             let now = now_ms();
             // Not inside a transaction's parts: the image never holds part of one
             // that a crash could still cut (`log/tx.rs`).
@@ -1140,12 +1142,7 @@ impl Shards {
                     st.start_rewrite();
                     return true;
                 }
-                cursor = st.dbs[db as usize]
-                    .walk(cursor, 1024, now, |r| log::encode_in(db, &r, &mut chunk));
-                if cursor == 0 {
-                    db += 1;
-                }
-                st.frontier = (db, cursor);
+                done = walk.step(st, now, &mut chunk);
                 false
             });
             if restart {
@@ -1155,7 +1152,7 @@ impl Shards {
                     Ok(rw) => rw,
                     Err(e) => return fail("creating the temporary file", e),
                 };
-                (db, cursor) = (0, 0);
+                walk = Walk::default();
                 continue;
             }
             if let Err(e) = rw.append(&chunk) {
