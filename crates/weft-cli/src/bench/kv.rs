@@ -82,9 +82,9 @@
 //!
 //! Between parts 2 and 3 (`kv/rows.rs`, the load generator in `kvload.rs`):
 //!
-//! - **load generator**: `weft bench-worker kv-load`, 50 connections on weft green
-//!   threads over one worker per CPU, GET and SET one command at a time (uniform keys;
-//!   GET also Zipf) and pipelined by 16, closed loop, p50/p99/p99.9 from a latency
+//! - **load generator**: `weft bench-worker kv-load`, 50 connections on one
+//!   event-loop thread per CPU (an io_uring each), GET and SET one command at a time
+//!   (uniform keys; GET also Zipf) and pipelined by 16, closed loop, p50/p99/p99.9 from a latency
 //!   histogram; the pipelined rows print redis-benchmark's figure for the same load
 //!   beside (a cross-check of both clients). Target on the one-at-a-time uniform rows:
 //!   1.5x redis-server's requests/s with a p99 no higher. JSON

@@ -1,12 +1,23 @@
 //! `weft bench kv`'s own RESP load generator: `weft bench-worker kv-load`.
 //!
-//! Many connections, each a green thread of a weft runtime with one worker per CPU
-//! (the connections spread over the workers round-robin; the workers do not spin when
-//! idle, so the generator leaves the server the CPU time it does not use), each
-//! sending GET or SET commands on keys `key:000000`.. of a populated key space,
-//! `pipeline` commands at a time, and reading their replies. Every GET's value is checked (a key's value is a
-//! function of the key, as in the client-processes table: [`super::kv`]'s
-//! `key_value`), so a wrong reply is an error, not a figure.
+//! Many connections, each sending GET or SET commands on keys `key:000000`.. of a
+//! populated key space, `pipeline` commands at a time, and reading their replies.
+//! Every GET's value is checked (a key's value is a function of the key, as in the
+//! client-processes table: [`super::kv`]'s `key_value`), so a wrong reply is an error,
+//! not a figure.
+//!
+//! Two drivers run the connections; both measure the same thing:
+//!
+//! - **event loop** (`ring.rs`, the default): one OS thread per CPU, each owning its
+//!   share of the connections and one io_uring, every connection's send and receive
+//!   of a turn submitted in one `io_uring_enter` that also waits. It leaves the
+//!   server the most CPU time (docs/benchmarks.md, 2026-11-29: about half the
+//!   green-thread driver's CPU time a request, nearly all of it the kernel's socket
+//!   work). `WEFT_KV_LOAD_THREADS=N` runs N threads instead of one per CPU.
+//! - **green threads** (`WEFT_KV_LOAD_DRIVER=green`, or when the kernel gives the
+//!   process no io_uring): a green thread a connection on a weft runtime of one worker
+//!   per CPU (the connections spread over the workers round-robin; the workers do not
+//!   spin when idle, so the generator leaves the server the CPU time it does not use).
 //!
 //! Two ways to drive the load:
 //!
@@ -15,11 +26,11 @@
 //!   the most the server answers with that many connections (as redis-benchmark).
 //! - **Open loop** (`--rate R`): commands are due at a fixed total rate R, one command
 //!   at a time per connection, connection `i`'s `k`-th command at
-//!   `start + (k + i / C) * C / R`. A command's latency counts from when it was due whenever the
-//!   connection was still waiting for the previous reply at that time (so a server
+//!   `start + (k + i / C) * C / R`. A command's latency counts from when it was due
+//!   whenever the connection was still waiting for the previous reply at that time (so a server
 //!   that falls behind is charged the queueing it causes: no coordinated omission),
-//!   and from its send otherwise (a green thread's timer that wakes late is the
-//!   generator's delay, not the server's).
+//!   and from its send otherwise (a timer that wakes late is the generator's delay,
+//!   not the server's).
 //!
 //! Keys are drawn uniformly or from a Zipf distribution (exponent 0.99, the most
 //! popular key first: a few keys take most of the traffic), from a seed per
@@ -30,6 +41,8 @@
 //! The result is one JSON line: `{"requests":N,"secs":S,"rps":R,"p50_us":..,
 //! "p99_us":..,"p999_us":..,"max_us":..,"late":L}` (`late`: open loop only, the
 //! commands sent after their due time because the previous reply had not come).
+
+mod ring;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -287,16 +300,22 @@ impl Stream {
     }
 }
 
-/// One connection's state: its buffers and key draws.
-struct Conn {
-    s: Stream,
+/// One connection's commands: its key draws, the commands queued and not yet sent,
+/// and the keys of those in flight (both drivers use it).
+struct Cmds {
     keys: Keys,
     wbuf: Vec<u8>,
-    rbuf: Vec<u8>,
     /// The key index of each command in flight (GETs' values are checked).
     sent: Vec<u64>,
     /// The reply a GET expects (reused).
     want: Vec<u8>,
+}
+
+/// One connection of the green-thread driver: its socket, commands and reply buffer.
+struct Conn {
+    s: Stream,
+    cmds: Cmds,
+    rbuf: Vec<u8>,
 }
 
 /// `k` as at least 6 decimal digits (zero-padded), as `format!("{k:06}")` writes it.
@@ -321,7 +340,20 @@ fn bulk(w: &mut Vec<u8>, parts: &[&[u8]]) {
     w.extend_from_slice(b"\r\n");
 }
 
-impl Conn {
+impl Cmds {
+    fn new(spec: &Spec, i: usize, cdf: &Option<Arc<Vec<f64>>>) -> Cmds {
+        Cmds {
+            keys: Keys {
+                rng: (spec.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
+                n: spec.keys.max(1),
+                cdf: cdf.clone(),
+            },
+            wbuf: Vec::with_capacity(64 * spec.pipeline),
+            sent: Vec::with_capacity(spec.pipeline),
+            want: Vec::new(),
+        }
+    }
+
     /// Queues one command on a key drawn from the distribution (without allocating:
     /// the key and value are those of [`super::kv::key_value`]).
     fn queue(&mut self, op: LoadOp) {
@@ -342,15 +374,40 @@ impl Conn {
         self.sent.push(k);
     }
 
+    /// Checks `reply`, the whole reply to the `i`-th command in flight.
+    fn check(&mut self, op: LoadOp, i: usize, reply: &[u8]) -> Result<(), String> {
+        let k = self.sent[i];
+        let ok = match op {
+            LoadOp::Set => reply == b"+OK\r\n",
+            LoadOp::Get => {
+                let mut d = [0u8; 20];
+                let d = digits(k, &mut d);
+                self.want.clear();
+                bulk(&mut self.want, &[b"value-of-", d]);
+                reply == self.want.as_slice()
+            }
+        };
+        if !ok {
+            return Err(format!(
+                "{} of key {k} answered {:?}",
+                op.name(),
+                String::from_utf8_lossy(reply)
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Conn {
     /// Sends the queued commands and reads one reply per command, checking each.
     fn round_trip(&mut self, op: LoadOp) -> Result<(), String> {
         self.s
-            .write_all(&self.wbuf)
+            .write_all(&self.cmds.wbuf)
             .map_err(|e| format!("cannot send to the server: {e}"))?;
-        self.wbuf.clear();
+        self.cmds.wbuf.clear();
         let mut at = 0;
         let mut filled = 0;
-        for i in 0..self.sent.len() {
+        for i in 0..self.cmds.sent.len() {
             let len = loop {
                 if let Some(r) = reply_len(&self.rbuf[at..filled]) {
                     break r?;
@@ -373,31 +430,13 @@ impl Conn {
                 }
                 filled += n;
             };
-            let reply = &self.rbuf[at..at + len];
-            let k = self.sent[i];
-            let ok = match op {
-                LoadOp::Set => reply == b"+OK\r\n",
-                LoadOp::Get => {
-                    let mut d = [0u8; 20];
-                    let d = digits(k, &mut d);
-                    self.want.clear();
-                    bulk(&mut self.want, &[b"value-of-", d]);
-                    reply == self.want.as_slice()
-                }
-            };
-            if !ok {
-                return Err(format!(
-                    "{} of key {k} answered {:?}",
-                    op.name(),
-                    String::from_utf8_lossy(reply)
-                ));
-            }
+            self.cmds.check(op, i, &self.rbuf[at..at + len])?;
             at += len;
         }
         if at != filled {
             return Err("the server sent more replies than commands".into());
         }
-        self.sent.clear();
+        self.cmds.sent.clear();
         Ok(())
     }
 }
@@ -427,9 +466,30 @@ impl Outcome {
     }
 }
 
-/// Runs `spec` on a runtime of one worker per CPU: every connection opened first,
-/// then the clock starts.
+/// Runs `spec`: every connection opened first, then the clock starts. The event-loop
+/// driver ([`ring`]) when the kernel gives the process io_uring and
+/// `WEFT_KV_LOAD_DRIVER` is not `green`, else the green-thread driver.
 pub fn run(spec: Spec) -> Result<Outcome, String> {
+    let green = match std::env::var("WEFT_KV_LOAD_DRIVER") {
+        Ok(v) if v == "green" => true,
+        Ok(v) if v.is_empty() || v == "ring" => false,
+        Err(_) => false,
+        Ok(v) => {
+            return Err(format!(
+                "WEFT_KV_LOAD_DRIVER={v:?} is not understood: use ring (the default) or green"
+            ))
+        }
+    };
+    if !green {
+        if let Some(o) = ring::run(&spec)? {
+            return Ok(o);
+        }
+    }
+    run_green(spec)
+}
+
+/// Runs `spec` on a runtime of one worker per CPU, a green thread a connection.
+fn run_green(spec: Spec) -> Result<Outcome, String> {
     let workers = super::nproc();
     let rt = weft_runtime::Runtime::builder()
         .workers(workers)
@@ -450,15 +510,8 @@ fn drive(spec: Arc<Spec>, workers: usize) -> Result<Outcome, String> {
     for i in 0..spec.conns {
         conns.push(Conn {
             s: Stream::connect(&spec)?,
-            keys: Keys {
-                rng: (spec.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1,
-                n: spec.keys.max(1),
-                cdf: cdf.clone(),
-            },
-            wbuf: Vec::with_capacity(64 * spec.pipeline),
+            cmds: Cmds::new(&spec, i, &cdf),
             rbuf: vec![0; 16 << 10],
-            sent: Vec::with_capacity(spec.pipeline),
-            want: Vec::new(),
         });
     }
     // Claimed commands (closed loop); the first error; the merged histogram.
@@ -535,7 +588,7 @@ fn closed_loop(
         }
         let n = p.min(spec.requests - from);
         for _ in 0..n {
-            c.queue(spec.op);
+            c.cmds.queue(spec.op);
         }
         let t0 = Instant::now();
         c.round_trip(spec.op)?;
@@ -578,7 +631,7 @@ fn open_loop(
             *late += 1;
             due
         };
-        c.queue(spec.op);
+        c.cmds.queue(spec.op);
         c.round_trip(spec.op)?;
         hist.record(from.elapsed().as_nanos() as u64);
         *done += 1;
@@ -662,6 +715,159 @@ mod tests {
         let mut w = Vec::new();
         bulk(&mut w, &[b"ab", b"c"]);
         assert_eq!(w, b"$3\r\nabc\r\n");
+    }
+
+    /// A stand-in server on a Unix socket in a fresh directory: answers `GET key:D`
+    /// with `value-of-D` (or, when `wrong`, another value) and SET with `+OK`; counts
+    /// the commands it answered.
+    fn fake_server(wrong: bool) -> (tempdir::Dir, Arc<AtomicU64>) {
+        use std::io::{BufRead, BufReader, Read};
+        let dir = tempdir::Dir::new();
+        let l = std::os::unix::net::UnixListener::bind(dir.path.join("s")).unwrap();
+        let count = Arc::new(AtomicU64::new(0));
+        let n = count.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { return };
+                let n = n.clone();
+                std::thread::spawn(move || {
+                    let mut w = s.try_clone().unwrap();
+                    let mut r = BufReader::new(s);
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let argc: usize = line[1..].trim().parse().unwrap();
+                        let mut args = Vec::new();
+                        for _ in 0..argc {
+                            line.clear();
+                            r.read_line(&mut line).unwrap();
+                            let len: usize = line[1..].trim().parse().unwrap();
+                            let mut b = vec![0; len + 2];
+                            r.read_exact(&mut b).unwrap();
+                            b.truncate(len);
+                            args.push(b);
+                        }
+                        let reply = if args[0] == b"GET" {
+                            let d = &args[1][4..];
+                            let v = [
+                                if wrong {
+                                    b"value-of-x".as_slice()
+                                } else {
+                                    b"value-of-"
+                                },
+                                d,
+                            ]
+                            .concat();
+                            let mut o = Vec::new();
+                            bulk(&mut o, &[&v]);
+                            o
+                        } else {
+                            b"+OK\r\n".to_vec()
+                        };
+                        n.fetch_add(1, Relaxed);
+                        if w.write_all(&reply).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (dir, count)
+    }
+
+    mod tempdir {
+        /// A fresh directory under the system's temporary one, removed on drop.
+        pub struct Dir {
+            pub path: std::path::PathBuf,
+        }
+
+        impl Dir {
+            pub fn new() -> Dir {
+                use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let path = std::env::temp_dir().join(format!(
+                    "weft-kvload-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Relaxed)
+                ));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir { path }
+            }
+        }
+
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.path);
+            }
+        }
+    }
+
+    fn spec(addr: &std::path::Path, op: LoadOp, pipeline: usize, rate: Option<f64>) -> Spec {
+        Spec {
+            addr: addr.to_str().unwrap().to_string(),
+            tcp: false,
+            conns: 7,
+            pipeline,
+            requests: 1000,
+            op,
+            dist: Dist::Uniform,
+            keys: 1000,
+            rate,
+            seed: 3,
+        }
+    }
+
+    /// The event loop sends exactly the commands asked for, one or sixteen at a time,
+    /// checks every reply, and gives every command a latency.
+    #[test]
+    fn the_event_loop_sends_every_command_once_and_times_each() {
+        for (op, pipeline) in [(LoadOp::Get, 1), (LoadOp::Set, 1), (LoadOp::Get, 16)] {
+            let (dir, count) = fake_server(false);
+            let Some(o) = ring::run(&spec(&dir.path.join("s"), op, pipeline, None)).unwrap() else {
+                eprintln!("no io_uring here: the event loop is not tried");
+                return;
+            };
+            assert_eq!(o.requests, 1000, "{op:?} by {pipeline}");
+            assert_eq!(o.hist.total, 1000);
+            assert_eq!(count.load(Relaxed), 1000);
+            assert_eq!(o.late, 0);
+            assert!(o.hist.quantile(0.5) > 0);
+        }
+    }
+
+    /// At a fixed rate the event loop sends each connection's share, every command once.
+    #[test]
+    fn the_event_loop_at_a_fixed_rate_sends_every_command_once() {
+        let (dir, count) = fake_server(false);
+        let mut sp = spec(&dir.path.join("s"), LoadOp::Get, 1, Some(20_000.0));
+        sp.requests = 500;
+        let Some(o) = ring::run(&sp).unwrap() else {
+            return;
+        };
+        assert_eq!(o.requests, 500);
+        assert_eq!(o.hist.total, 500);
+        assert_eq!(count.load(Relaxed), 500);
+        assert!(o.late <= 500);
+    }
+
+    /// A wrong value is an error naming the key, not a figure; so is a server that is
+    /// not there.
+    #[test]
+    fn the_event_loop_fails_on_a_wrong_reply() {
+        let (dir, _count) = fake_server(true);
+        match ring::run(&spec(&dir.path.join("s"), LoadOp::Get, 1, None)) {
+            Err(e) => assert!(e.contains("GET of key") && e.contains("value-of-x"), "{e}"),
+            Ok(None) => {}
+            Ok(Some(o)) => panic!("a wrong reply gave figures: {}", o.json()),
+        }
+        match ring::run(&spec(&dir.path.join("none"), LoadOp::Get, 1, None)) {
+            Err(e) => assert!(e.starts_with("cannot connect to"), "{e}"),
+            Ok(None) => {}
+            Ok(Some(o)) => panic!("no server gave figures: {}", o.json()),
+        }
     }
 
     #[test]

@@ -195,8 +195,8 @@ pub(super) fn load_generator(
     let runs = rb_runs(opts);
     rep.line("");
     rep.line(format!(
-        "load generator (weft bench-worker kv-load: {LOAD_CONNS} connections on green threads \
-         over {} workers, closed loop, every GET's value checked), Unix socket, median of \
+        "load generator (weft bench-worker kv-load: {LOAD_CONNS} connections on {} \
+         event-loop threads with an io_uring each, closed loop, every GET's value checked), Unix socket, median of \
          {runs} run(s), servers alternating run by run; it shares the CPUs with the server, \
          alike for both",
         super::super::nproc()
