@@ -12,7 +12,10 @@
 //!   `evicted_keys` counts every key evicted;
 //! - with nothing it may evict, a write is refused (OOM) and deletions still run;
 //! - an eviction fires the `evicted` event, invalidates client-side caches, fails a
-//!   WATCHing transaction, and is logged: after a restart the key is still gone.
+//!   WATCHing transaction, and is logged: after a restart the key is still gone;
+//! - eviction reaches the whole keyspace: a write on a shard with nothing to evict
+//!   evicts keys of another shard (as Redis, with one keyspace, would) instead of
+//!   being refused.
 //!
 //! Memory here is what INFO's `used_memory` counts: each key's key and value bytes plus
 //! 64 bytes (docs/kv.md).
@@ -584,4 +587,103 @@ fn a_pool_of_deleted_candidates_does_not_stop_eviction() {
     }
     let used = w.info_field("memory", "used_memory") as u64;
     assert!(used <= limit + key_memory("new", size), "{used}");
+}
+
+/// Keys `prefix:i` that fall on shard `shard` of 2, the first `n` of them.
+fn keys_on(prefix: &str, shard: usize, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}:{i}"))
+        .filter(|k| kv::crc32c(k.as_bytes()) as usize % 2 == shard)
+        .take(n)
+        .collect()
+}
+
+/// Sets each of `keys` to a `size`-byte value, with `EX 10000` if `volatile`.
+fn fill_keys(w: &mut Wire, keys: &[String], size: usize, volatile: bool) {
+    let value = "x".repeat(size);
+    for k in keys {
+        let mut args = vec!["SET", k, &value];
+        if volatile {
+            args.extend(["EX", "10000"]);
+        }
+        assert_eq!(w.call(&args), ok(), "{k}");
+    }
+}
+
+/// Under each `volatile-*` policy, the keys with an expiry time all on one shard and
+/// the persistent ones on the other: a write on the persistent keys' shard, the
+/// server over its limit, evicts expiring keys of the other shard instead of being
+/// refused (Redis evicts from its whole keyspace), and is refused (OOM) only once no
+/// shard has a key it may evict. The evictions are logged: a restart gives back the
+/// same keys.
+#[test]
+fn a_write_on_a_shard_with_nothing_to_evict_evicts_another_shards_keys() {
+    let size = 200;
+    let keep = keys_on("keep", 0, 60);
+    let vol = keys_on("vol", 1, 60);
+    for policy in [
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = start(
+            tmp.path(),
+            "2",
+            &[
+                "--maxmemory-policy",
+                policy,
+                "--enable-debug-command",
+                "local",
+            ],
+        );
+        let mut w = Wire::connect(&s.socket);
+        // No housekeeping: only the writes below evict.
+        assert_eq!(w.call(&["DEBUG", "PAUSE-CRON", "1"]), ok());
+        fill_keys(&mut w, &keep, size, false);
+        fill_keys(&mut w, &vol, size, true);
+        let used = w.info_field("memory", "used_memory") as u64;
+        // Shard 0 (persistent keys) over its half of the limit, the server over it.
+        let limit = used - 10 * key_memory("vol", size);
+        assert_eq!(
+            w.call(&["CONFIG", "SET", "maxmemory", &limit.to_string()]),
+            ok()
+        );
+        for k in keys_on("more", 0, 10) {
+            let value = "y".repeat(size);
+            assert_eq!(w.call(&["SET", &k, &value]), ok(), "{policy}: {k}");
+            // Room was made before the write, which may then pass the limit by itself.
+            let used = w.info_field("memory", "used_memory") as u64;
+            let most = limit + key_memory("more", size);
+            assert!(used <= most, "{policy}: {used} over {most} after {k}");
+        }
+        let evicted = w.info_field("stats", "evicted_keys");
+        assert!(evicted >= 10, "{policy}: {evicted} evicted");
+        let mut exists = |keys: &[String]| {
+            let n = keys.iter().filter(|k| w.call(&["EXISTS", k]) == int(1));
+            n.count()
+        };
+        assert_eq!(exists(&keep), keep.len(), "{policy}");
+        let vol_left = exists(&vol);
+        assert_eq!(vol_left as i64, vol.len() as i64 - evicted, "{policy}");
+        // Nothing left anywhere that the policy may evict: refused.
+        assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", "1000"]), ok());
+        let value = "z".repeat(size);
+        assert_eq!(
+            w.call(&["SET", &keep[0], &value]),
+            err("OOM command not allowed when used memory > 'maxmemory'.")
+        );
+        assert_eq!(w.call(&["DBSIZE"]), int(keep.len() as i64 + 10), "{policy}");
+        let mut before: Vec<Val> = w.call(&["KEYS", "*"]).items().to_vec();
+        before.sort();
+        drop(w);
+        s.signal(libc::SIGTERM);
+        assert!(s.wait_exit().success());
+        let s = start(tmp.path(), "2", &[]);
+        let mut w = Wire::connect(&s.socket);
+        let mut after: Vec<Val> = w.call(&["KEYS", "*"]).items().to_vec();
+        after.sort();
+        assert!(after == before, "{policy}: the keys after a restart differ");
+    }
 }

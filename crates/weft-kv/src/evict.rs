@@ -3,15 +3,25 @@
 //! before each command (docs/kv.md, "Memory limit and eviction").
 //!
 //! The limit is the server's, over every shard; each shard knows what the others use
-//! (as they last published it) and evicts only its own keys. Before each command, a
-//! shard over the limit first reclaims its expired keys, then evicts keys of its own
+//! (as they last published it). Before each command, a shard over the limit first
+//! reclaims its expired keys, then evicts keys of its own
 //! ([`Shard::evict_over_limit`]) until the server is under the limit, or until it is
 //! itself down to its share (the limit divided by the number of shards): the other
 //! shards, over their share, evict on their next command, or on their worker's
 //! housekeeping (every 100 ms), so a shard holding little never empties itself for
-//! the others. A command is refused with OOM (if it may grow memory) only when the
-//! server is over the limit and its shard, over its share, has nothing left it may
-//! evict (a `volatile-*` policy and no key with an expiry time).
+//! the others.
+//!
+//! Redis evicts from the whole keyspace, so a write must not fail, nor the server stay
+//! over its limit, because its own shard has nothing to give: before a write whose
+//! shard is at or under its share, or has no key it may evict (none at all, or none
+//! with an expiry time under a `volatile-*` policy), while the server is over the
+//! limit, the connection has the other shards evict ([`Shard::evict_for_others`], the
+//! ones using the most memory first) until the server is under the limit
+//! (`Shards::make_room` in `server/shards.rs`; never from inside a transaction, which
+//! holds gates in its own order). A command is refused with OOM (if it may grow
+//! memory) only when the server is still over the limit and its shard, over its
+//! share, has nothing left it may evict: no shard had anything (a `volatile-*`
+//! policy and no key with an expiry time anywhere).
 //!
 //! Under an LRU or LFU policy, the key is the best of a pool of candidates from every
 //! sample so far ([`Pool`]; `keyspace/evict.rs` samples); under a random one, the
@@ -103,10 +113,11 @@ impl Shard {
     }
 
     /// Whether this shard should evict now: the server over its limit, and this shard
-    /// over its share.
-    fn should_evict(&self) -> bool {
+    /// over its share (or holding anything at all, `for_others`).
+    fn should_evict(&self, for_others: bool) -> bool {
         let own = self.used_memory();
-        self.mem_limit != 0 && own + self.mem_others > self.mem_limit && own > self.share()
+        let floor = if for_others { 0 } else { self.share() };
+        self.mem_limit != 0 && own + self.mem_others > self.mem_limit && own > floor
     }
 
     /// Before a command, under an evicting policy: evicts as needed (module doc) and
@@ -115,7 +126,7 @@ impl Shard {
     /// is evicted before the next one).
     pub(crate) fn evict_for_room(&mut self, now_ms: u64) -> (bool, u64) {
         self.evict_over_limit(now_ms, EVICT_PER_COMMAND);
-        match self.should_evict() {
+        match self.should_evict(false) {
             true => (true, 0),
             false => (false, u64::MAX),
         }
@@ -124,6 +135,17 @@ impl Shard {
     /// Evicts keys of this shard by the policy, at most `max_keys`, while the server
     /// is over its limit and this shard over its share; answers how many.
     pub fn evict_over_limit(&mut self, now_ms: u64, max_keys: usize) -> usize {
+        self.evict_while(now_ms, max_keys, false)
+    }
+
+    /// For a write on another shard that cannot make room itself (module doc): evicts
+    /// keys of this shard by the policy, at most `max_keys`, while the server is over
+    /// its limit, whatever this shard's share; answers how many.
+    pub fn evict_for_others(&mut self, now_ms: u64, max_keys: usize) -> usize {
+        self.evict_while(now_ms, max_keys, true)
+    }
+
+    fn evict_while(&mut self, now_ms: u64, max_keys: usize, for_others: bool) -> usize {
         let policy = access::policy();
         if policy == Policy::NoEviction {
             return 0;
@@ -135,7 +157,7 @@ impl Shard {
             Policy::AllKeysRandom | Policy::VolatileRandom | Policy::VolatileTtl
         );
         let mut n = 0;
-        while n < max_keys && self.should_evict() {
+        while n < max_keys && self.should_evict(for_others) {
             if pooled {
                 if !self.evict_from_pool(policy, samples, now_ms) {
                     break;

@@ -31,6 +31,12 @@ pub trait ShardSet {
     fn room(&self) -> u64;
     /// Why shard `s` refuses writes now (its log cannot be written), if it does.
     fn refuses_writes(&self, s: usize) -> Option<Reply>;
+    /// Before a write on shard `s`, under a memory limit and an evicting policy: has
+    /// the other shards evict if the server is over the limit and shard `s` cannot
+    /// make room itself (`evict.rs`); whether any key was evicted.
+    fn make_room(&self, _s: usize) -> bool {
+        false
+    }
 }
 
 /// The shards a transaction holds ([`ShardSet::atomically`]).
@@ -67,10 +73,19 @@ impl Acks {
 /// for a write. (The memory limit is checked by the command itself, on its shard,
 /// against what it would add: see [`crate::commands::Ctx::room`].)
 pub fn precheck(set: &impl ShardSet, cmd: &Command, s: usize) -> Option<Reply> {
+    precheck_room(set, cmd, s).err()
+}
+
+/// [`precheck`], and before a write, room made on other shards if its own cannot
+/// ([`ShardSet::make_room`]): `Ok(true)` if keys were evicted there.
+pub fn precheck_room(set: &impl ShardSet, cmd: &Command, s: usize) -> Result<bool, Reply> {
     if cmd.flags & flags::WRITE != 0 {
-        return set.refuses_writes(s);
+        if let Some(r) = set.refuses_writes(s) {
+            return Err(r);
+        }
+        return Ok(set.make_room(s));
     }
-    None
+    Ok(false)
 }
 
 /// Runs a command of kind Shard or Split (the caller has checked arity and

@@ -1354,6 +1354,50 @@ impl ShardSet for Shards {
         }
     }
 
+    fn make_room(&self, s: usize) -> bool {
+        let max = self.settings.maxmemory();
+        if max == 0 || !crate::evict::evicting() {
+            return false;
+        }
+        let used =
+            |list: &[ServerShard]| -> u64 { list.iter().map(|o| o.memory.load(Relaxed)).sum() };
+        if used(&self.list) <= max {
+            return false;
+        }
+        // Shard `s` evicts its own keys before the write when it is over its share and
+        // has some it may evict; else the others do, now (`evict.rs`).
+        let sh = &self.list[s];
+        let volatile = crate::keyspace::access::policy().volatile();
+        let counts = if volatile { &sh.expires } else { &sh.keys };
+        let evictable = counts.iter().any(|c| c.load(Relaxed) > 0);
+        let share = max / self.list.len() as u64;
+        if evictable && sh.memory.load(Relaxed) > share {
+            return false;
+        }
+        // Never from inside a transaction: it holds gates, entered in its own order.
+        if self.list.iter().any(|o| o.gate.mine().is_some()) {
+            return false;
+        }
+        let mut others: Vec<usize> = (0..self.list.len()).filter(|&t| t != s).collect();
+        others.sort_by_key(|&t| std::cmp::Reverse(self.list[t].memory.load(Relaxed)));
+        let mut evicted = false;
+        for t in others {
+            let o = &self.list[t];
+            let counts = if volatile { &o.expires } else { &o.keys };
+            if counts.iter().all(|c| c.load(Relaxed) == 0) {
+                continue;
+            }
+            let n = self.run_on(t, 0, |st| {
+                st.evict_for_others(now_ms(), crate::evict::EVICT_PER_COMMAND)
+            });
+            evicted |= n > 0;
+            if used(&self.list) <= max {
+                break;
+            }
+        }
+        evicted
+    }
+
     fn refuses_writes(&self, s: usize) -> Option<Reply> {
         let sh = &self.list[s];
         if !sh.failing.load(Relaxed) {

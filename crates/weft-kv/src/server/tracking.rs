@@ -322,4 +322,8 @@ impl<S: ShardSet> ShardSet for AsWriter<'_, S> {
     fn refuses_writes(&self, s: usize) -> Option<Reply> {
         self.inner.refuses_writes(s)
     }
+
+    fn make_room(&self, s: usize) -> bool {
+        self.inner.make_room(s)
+    }
 }
