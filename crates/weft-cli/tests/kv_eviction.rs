@@ -687,3 +687,66 @@ fn a_write_on_a_shard_with_nothing_to_evict_evicts_another_shards_keys() {
         assert!(after == before, "{policy}: the keys after a restart differ");
     }
 }
+
+/// The next two replies on `cache`: an invalidation of `key`, then `+OK`.
+fn invalidation_then_ok(cache: &mut Wire, key: &str, what: &str) {
+    let push = cache.read();
+    assert_eq!(
+        push.kind(),
+        b'>',
+        "{what}: {push:?} before the invalidation"
+    );
+    assert_eq!(push.items()[0].text(), "invalidate", "{what}");
+    assert_eq!(push.items()[1].items(), [bulk(key)], "{what}");
+    assert_eq!(cache.read(), ok(), "{what}");
+}
+
+/// A tracking connection's write that evicts a key it tracks gets the invalidation
+/// before its reply (as in Redis), whichever worker runs the write: each shard in
+/// turn (two workers: one of them is another worker than the connection's), the
+/// eviction on the write's own shard, then on the other shard (the write's shard
+/// having nothing to evict).
+#[test]
+fn an_evicted_keys_invalidation_comes_before_the_reply_on_any_worker() {
+    for shard in 0..2 {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = start(
+            tmp.path(),
+            "2",
+            &[
+                "--maxmemory-policy",
+                "volatile-ttl",
+                "--enable-debug-command",
+                "local",
+            ],
+        );
+        let mut w = Wire::connect(&s.socket);
+        // No housekeeping: only the commands below evict.
+        assert_eq!(w.call(&["DEBUG", "PAUSE-CRON", "1"]), ok());
+        let mut cache = Wire::connect(&s.socket);
+        assert_eq!(cache.call(&["HELLO", "3"]).kind(), b'%');
+        assert_eq!(cache.call(&["CLIENT", "TRACKING", "on"]), ok());
+        let here = keys_on("here", shard, 3);
+        let there = keys_on("there", 1 - shard, 1);
+        let big = "x".repeat(1000);
+        // The eviction on the write's own shard: the only key with an expiry goes.
+        assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", "1500"]), ok());
+        assert_eq!(cache.call(&["SET", &here[0], &big, "EX", "100"]), ok());
+        assert_eq!(cache.call(&["GET", &here[0]]), bulk(&big));
+        assert_eq!(cache.call(&["SET", &here[1], &big]), ok());
+        cache.send(&[b"SET".to_vec(), here[2].clone().into_bytes(), b"v".to_vec()]);
+        invalidation_then_ok(&mut cache, &here[0], &format!("own shard {shard}"));
+        // On the other shard: the write's shard holds only persistent keys.
+        assert_eq!(w.call(&["CONFIG", "SET", "maxmemory", "0"]), ok());
+        assert_eq!(cache.call(&["SET", &there[0], "v", "EX", "100"]), ok());
+        assert_eq!(cache.call(&["GET", &there[0]]), bulk("v"));
+        let used = w.info_field("memory", "used_memory") as u64;
+        assert_eq!(
+            w.call(&["CONFIG", "SET", "maxmemory", &(used - 10).to_string()]),
+            ok()
+        );
+        cache.send(&[b"SET".to_vec(), here[2].clone().into_bytes(), b"w".to_vec()]);
+        invalidation_then_ok(&mut cache, &there[0], &format!("other shard {shard}"));
+        assert_eq!(w.info_field("stats", "evicted_keys"), 2);
+    }
+}

@@ -171,6 +171,33 @@ impl Shard {
         now_ms: u64,
         out: Option<&mut Vec<u8>>,
     ) -> (Reply, u64) {
+        self.run_with(f, db, args, now_ms, out, None)
+    }
+
+    /// [`Shard::run`] of a command whose reply is encoded later, on its connection's
+    /// worker: the messages that keys evicted before it send the connection
+    /// (client-side caching) go to `before`, for the connection to send just ahead
+    /// of the reply, as [`Shard::run`] puts them ahead of it in `out`.
+    pub fn run_before(
+        &mut self,
+        f: ShardFn,
+        db: u8,
+        args: &[&[u8]],
+        now_ms: u64,
+        before: &mut Vec<u8>,
+    ) -> (Reply, u64) {
+        self.run_with(f, db, args, now_ms, None, Some(before))
+    }
+
+    fn run_with(
+        &mut self,
+        f: ShardFn,
+        db: u8,
+        args: &[&[u8]],
+        now_ms: u64,
+        out: Option<&mut Vec<u8>>,
+        before_reply: Option<&mut Vec<u8>>,
+    ) -> (Reply, u64) {
         crate::keyspace::access::set_now(now_ms);
         let evicted = crate::evict::evicted_count();
         let (over_memory, room) = self.memory_room(now_ms);
@@ -178,11 +205,11 @@ impl Shard {
         // command's own start after them.)
         let before = self.log.len();
         let mut out = out;
-        if let Some(out) = out.as_deref_mut() {
-            if crate::evict::evicted_count() != evicted {
-                // Evicted before the command: the connection's invalidations come
-                // before its reply, as in Redis.
-                crate::pubsub::tracking::flush_writer_into(out);
+        if crate::evict::evicted_count() != evicted {
+            // Evicted before the command: the connection's invalidations come
+            // before its reply, as in Redis.
+            if let Some(to) = out.as_deref_mut().or(before_reply) {
+                crate::pubsub::tracking::flush_writer_into(to);
             }
         }
         self.dirty_dbs |= 1 << db;

@@ -83,8 +83,9 @@ struct Batch {
     done: Vec<Option<Done>>,
     /// Per shard, the commands gathered for another worker's shard.
     pending: Vec<Vec<Pending>>,
-    /// Their replies, by position, once run (encoded after the others).
-    late: Vec<(usize, Reply)>,
+    /// Their replies, by position, once run (encoded after the others), each after
+    /// the messages to send just ahead of it (`Shard::run_before`).
+    late: Vec<(usize, Vec<u8>, Reply)>,
     /// What the replies wait for.
     acks: Acks,
     /// The replies, encoded.
@@ -120,6 +121,9 @@ pub(super) struct Pending {
     /// Its statistics id, and whether its reply is dropped (CLIENT REPLY).
     id: usize,
     mute: bool,
+    /// Keys of other shards were evicted to make room for it (`exec::precheck_room`):
+    /// the connection's invalidations held so far go ahead of its reply.
+    evicted: bool,
 }
 
 /// The read buffer's usual size; it grows only for a command larger than it.
@@ -559,8 +563,9 @@ fn run_pipeline(
             acks,
             limit.saturating_sub(wbuf.len()),
         );
-        for (slot, r) in late.drain(..) {
+        for (slot, before, r) in late.drain(..) {
             let start = wbuf.len();
+            wbuf.extend_from_slice(&before);
             r.encode(conn.proto, wbuf);
             done[slot - first] = Some(Done {
                 start,
@@ -653,7 +658,7 @@ fn run_pending(
     server: &Arc<Server>,
     client: Option<&clients::Client>,
     pending: &mut [Vec<Pending>],
-    late: &mut Vec<(usize, Reply)>,
+    late: &mut Vec<(usize, Vec<u8>, Reply)>,
     acks: &mut Acks,
     budget: usize,
 ) -> bool {
@@ -676,7 +681,7 @@ fn run_pending(
         let batch = std::mem::take(list);
         let (out, lsn, rest, used) = server.shards.with(s, move |sh| {
             let (mut need, mut used) = (0, 0);
-            let mut out: Vec<(usize, Reply)> = Vec::new();
+            let mut out: Vec<(usize, Vec<u8>, Reply)> = Vec::new();
             let mut rest = Vec::new();
             for p in batch {
                 if !rest.is_empty() || (used >= left && !(must && out.is_empty())) {
@@ -686,13 +691,19 @@ fn run_pending(
                 let t0 = stats::stamp();
                 let args = commands::borrow_args(&p.args);
                 let writer = client.map_or(0, |c| c.id);
+                // What keys evicted before it tell the connection comes ahead of its
+                // reply, as for a command run on the connection's own worker.
+                let mut before = Vec::new();
                 let (r, lsn) = crate::pubsub::tracking::as_writer(writer, || {
-                    sh.run(p.f, p.db, &args, now, None)
+                    if p.evicted {
+                        crate::pubsub::tracking::flush_writer_into(&mut before);
+                    }
+                    sh.run_before(p.f, p.db, &args, now, &mut before)
                 });
                 let r = answered(server, p.id, t0, r, p.mute, (client, &p.args));
                 need = need.max(lsn);
                 used += r.size_hint();
-                out.push((p.slot, r));
+                out.push((p.slot, before, r));
             }
             (out, need, rest, used)
         });
@@ -825,13 +836,22 @@ pub(super) fn run_command(
     let r = match cmd.exec {
         Exec::Shard(f) => {
             let s = route::shard_of_command(cmd, args, shards.count()).unwrap_or(0);
-            if let Some(r) = exec::precheck(&**shards, cmd, s) {
-                return refuse(conn, Some(id), r, wbuf);
-            } else if me == Some(shards.owner(s)) || conn.tx.executing() {
+            let evicted = match exec::precheck_room(&**shards, cmd, s) {
+                Err(r) => return refuse(conn, Some(id), r, wbuf),
+                Ok(evicted) => evicted,
+            };
+            if me == Some(shards.owner(s)) || conn.tx.executing() {
                 // (Inside EXEC every command runs at once, wherever its shard is.)
                 let (db, me) = (conn.db, conn.id);
                 let (r, lsn) = shards.with(s, |sh| {
-                    crate::pubsub::tracking::as_writer(me, || sh.run(f, db, args, now, Some(wbuf)))
+                    crate::pubsub::tracking::as_writer(me, || {
+                        if evicted {
+                            // Keys of other shards evicted to make room: their
+                            // invalidations come ahead of the reply.
+                            crate::pubsub::tracking::flush_writer_into(wbuf);
+                        }
+                        sh.run(f, db, args, now, Some(wbuf))
+                    })
                 });
                 acks.note(s, lsn);
                 r
@@ -845,6 +865,7 @@ pub(super) fn run_command(
                     args,
                     id,
                     mute,
+                    evicted,
                 });
                 return None;
             }
