@@ -121,14 +121,14 @@ impl Shard {
     }
 
     /// Before a command, under an evicting policy: evicts as needed (module doc) and
-    /// answers whether the command is refused if it may grow memory, and the bytes it
+    /// answers whether the command is refused if it may grow memory, the bytes it
     /// may add (no bound unless refused: under an evicting policy, what a command adds
-    /// is evicted before the next one).
-    pub(crate) fn evict_for_room(&mut self, now_ms: u64) -> (bool, u64) {
-        self.evict_over_limit(now_ms, EVICT_PER_COMMAND);
+    /// is evicted before the next one), and how many keys it evicted here.
+    pub(crate) fn evict_for_room(&mut self, now_ms: u64) -> (bool, u64, usize) {
+        let n = self.evict_over_limit(now_ms, EVICT_PER_COMMAND);
         match self.should_evict(false) {
-            true => (true, 0),
-            false => (false, u64::MAX),
+            true => (true, 0, n),
+            false => (false, u64::MAX, n),
         }
     }
 

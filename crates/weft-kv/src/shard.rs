@@ -199,13 +199,12 @@ impl Shard {
         before_reply: Option<&mut Vec<u8>>,
     ) -> (Reply, u64) {
         crate::keyspace::access::set_now(now_ms);
-        let evicted = crate::evict::evicted_count();
-        let (over_memory, room) = self.memory_room(now_ms);
+        let (over_memory, room, evicted) = self.memory_room(now_ms);
         // (An eviction to make room logged and noted its records itself: the
         // command's own start after them.)
         let before = self.log.len();
         let mut out = out;
-        if crate::evict::evicted_count() != evicted {
+        if evicted > 0 {
             // Evicted before the command: the connection's invalidations come
             // before its reply, as in Redis.
             if let Some(to) = out.as_deref_mut().or(before_reply) {
@@ -289,14 +288,17 @@ impl Shard {
         freed
     }
 
-    /// Whether the server is over its memory limit, and how many bytes a command may
-    /// add (`u64::MAX`: no limit). Over the limit, expired keys of this shard are
-    /// reclaimed first, so that keys whose time has passed never cause a refusal;
-    /// then, under an evicting `maxmemory-policy`, keys are evicted (`evict.rs`).
-    fn memory_room(&mut self, now_ms: u64) -> (bool, u64) {
+    /// Whether the server is over its memory limit, how many bytes a command may
+    /// add (`u64::MAX`: no limit), and how many keys of this shard were evicted. Over
+    /// the limit, expired keys of this shard are reclaimed first, so that keys whose
+    /// time has passed never cause a refusal; then, under an evicting
+    /// `maxmemory-policy`, keys are evicted (`evict.rs`). (The count is this shard's
+    /// own, not the server's `evicted_keys`: the other shards evict at the same time
+    /// on their workers, and CONFIG RESETSTAT clears that one.)
+    fn memory_room(&mut self, now_ms: u64) -> (bool, u64, usize) {
         let limit = self.mem_limit;
         if limit == 0 {
-            return (false, u64::MAX);
+            return (false, u64::MAX, 0);
         }
         let mut used = self.mem_others + self.used_memory();
         if used > limit && self.next_expiry().is_some_and(|at| at <= now_ms) {
@@ -306,7 +308,7 @@ impl Shard {
         if crate::evict::evicting() {
             return self.evict_for_room(now_ms);
         }
-        (used > limit, limit.saturating_sub(used))
+        (used > limit, limit.saturating_sub(used), 0)
     }
 
     /// Accounts for records appended to `log` since it was `before` bytes long.
