@@ -5,7 +5,9 @@
 //! order, writes are logged and recovered as any others; a client that goes (closed,
 //! killed, or in the middle of a request) leaves no connection behind; a client that
 //! writes garbage into its segment loses only its own connection; CLIENT KILL and a
-//! server that goes end the client's wait with an error.
+//! server that goes end the client's wait with an error. The client's spin before it
+//! sleeps: replies that come within it need no futex sleep, it stops when replies are
+//! slow, and the replies are the same with it, without it, and over the socket.
 
 mod common;
 #[path = "common/kv.rs"]
@@ -17,6 +19,15 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 use weft_kv::client::Client;
 use weft_kv::resp::Reply;
+use weft_kv::shm::Spin;
+
+/// A spin long enough for any reply of a live server: every wait spins until it.
+const SPIN_ALWAYS: Spin = Spin {
+    max_ns: 10_000_000_000,
+    adaptive: false,
+    yield_ns: 0,
+    busy_below: 0,
+};
 
 fn shm_client(s: &TempKv) -> Client {
     let c = Client::connect_shm(&s.socket).expect("connect over shared memory");
@@ -77,11 +88,21 @@ const SCRIPT: &[&[&str]] = &[
 fn every_reply_is_the_one_the_socket_gives() {
     let s = TempKv::start(0, &[]);
     let mut replies = Vec::new();
-    for shm in [false, true] {
-        let mut c = if shm {
-            shm_client(&s)
-        } else {
-            s.client().unwrap()
+    // The socket, then shared memory with the default spin, none, and one that always
+    // catches its reply.
+    for spin in [
+        None,
+        Some(Spin::from_env()),
+        Some(Spin::OFF),
+        Some(SPIN_ALWAYS),
+    ] {
+        let mut c = match spin {
+            Some(spin) => {
+                let mut c = shm_client(&s);
+                assert!(c.set_shm_spin(spin));
+                c
+            }
+            None => s.client().unwrap(),
         };
         assert_eq!(run(&mut c, &["FLUSHALL"]), ok());
         let mut got = Vec::new();
@@ -93,7 +114,17 @@ fn every_reply_is_the_one_the_socket_gives() {
             }
             got.push((cmd.join(" "), r));
         }
+        if spin == Some(SPIN_ALWAYS) {
+            let w = c.shm_wait_counts().unwrap();
+            assert_eq!((w.sleeps, w.given_up), (0, 0), "{w:?}");
+        }
+        if spin == Some(Spin::OFF) {
+            assert_eq!(c.shm_wait_counts().unwrap().spins, 0);
+        }
         replies.push(got);
+    }
+    for r in &replies[2..] {
+        assert_eq!(&replies[0], r);
     }
     assert_eq!(replies[0], replies[1]);
     // And they are the right ones (a few, as a check that the script ran).
@@ -106,6 +137,52 @@ fn every_reply_is_the_one_the_socket_gives() {
     assert_eq!(shm[27].1, Reply::Double(1.5));
     assert_eq!(shm[28].1, Reply::Nil);
     assert_eq!(shm[31].1, bulk("1.5"));
+}
+
+#[test]
+fn replies_that_come_within_the_spin_need_no_futex_sleep() {
+    let s = TempKv::start(0, &[]);
+    let mut c = shm_client(&s);
+    assert!(c.set_shm_spin(SPIN_ALWAYS));
+    for i in 0..300 {
+        let k = format!("k{}", i % 7);
+        assert_eq!(run(&mut c, &["SET", &k, &i.to_string()]), ok());
+        assert_eq!(run(&mut c, &["GET", &k]), bulk(&i.to_string()));
+    }
+    let w = c.shm_wait_counts().unwrap();
+    assert_eq!(w.sleeps, 0, "{w:?}");
+    assert_eq!(w.given_up, 0, "{w:?}");
+    // A reply may be there before the client looks: then it does not spin at all.
+    assert_eq!(w.caught, w.spins);
+    assert!(w.spins <= 600, "{w:?}");
+    // Over the socket there is nothing to count.
+    assert_eq!(s.client().unwrap().shm_wait_counts(), None);
+}
+
+#[test]
+fn the_spin_stops_when_replies_are_slow_and_the_replies_stay_the_same() {
+    let s = TempKv::start(0, &[]);
+    let mut c = shm_client(&s);
+    assert!(c.set_shm_spin(Spin::ADAPTIVE));
+    // Replies that come 20 ms late: the first spins run out (each shorter), then the
+    // client sleeps at once.
+    for _ in 0..10 {
+        assert_eq!(run(&mut c, &["DEBUG", "SLEEP", "0.02"]), ok());
+    }
+    let w = c.shm_wait_counts().unwrap();
+    assert_eq!((w.spins, w.given_up, w.caught), (3, 3, 0), "{w:?}");
+    assert!(w.sleeps >= 10, "{w:?}");
+    // A blocking command that times out: the same, no spin.
+    assert_eq!(run(&mut c, &["BLPOP", "nothing", "0.02"]), Reply::NilArray);
+    assert_eq!(c.shm_wait_counts().unwrap().spins, 3);
+    // Fast replies again: writes and reads are right whether or not a probe caught one
+    // (a probe spins once in every few waits while spinning is off).
+    for i in 0..100 {
+        assert_eq!(run(&mut c, &["SET", "k", &i.to_string()]), ok());
+    }
+    assert_eq!(run(&mut c, &["GET", "k"]), bulk("99"));
+    let after = c.shm_wait_counts().unwrap();
+    assert!(after.spins > 3, "a probe spins: {after:?}");
 }
 
 #[test]

@@ -189,6 +189,27 @@ impl Client {
         self.stream.set_timeout(timeout)
     }
 
+    /// Over shared memory, sets how the waits for replies spin before they sleep
+    /// (`crate::shm::Spin`); other connections have no spin: false.
+    pub fn set_shm_spin(&mut self, spin: crate::shm::Spin) -> bool {
+        match &mut self.stream {
+            Stream::Shm(s) => {
+                s.set_spin(spin);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Over shared memory, what the waits for replies did so far (futex sleeps, spins);
+    /// `None` over a socket.
+    pub fn shm_wait_counts(&self) -> Option<crate::shm::WaitCounts> {
+        match &self.stream {
+            Stream::Shm(s) => Some(s.wait_counts()),
+            _ => None,
+        }
+    }
+
     /// Sends one command (its name and arguments, as a RESP array) and reads its
     /// reply. A server error is `Ok(Reply::Error(..))`; `Err` means the connection
     /// failed or the reply was malformed.

@@ -33,6 +33,23 @@
 //! - The flags and positions are atomics on both sides (`SeqCst` where a flag is set
 //!   and a position then read, or the other way: the two sides' store-then-load pairs
 //!   must not pass each other, or a wake-up is lost).
+//!
+//! # The client's spin
+//! Waking a client that sleeps on its futex costs the server a few microseconds (on a
+//! virtual machine, an interrupt to a halted CPU) and the client more before it runs.
+//! So before it sleeps, a client waiting for a reply looks at the reply ring for a
+//! short while ([`Spin`]): a reply that comes within that spin needs no futex at all.
+//! Spinning pays only while the reply comes soon and the CPU it holds is not needed by
+//! the server or another client, so by default the spin adapts, as adaptive mutexes
+//! do: its length follows the recent replies' times (twice the last caught one, at
+//! most [`Spin::max_ns`]); a spin that runs out halves the next; a few in a row turn
+//! spinning off, and then only an occasional short probe spins, until one catches its
+//! reply again. A spin during which the client lost its CPU for a while counts as
+//! one that ran out: the CPUs are taken. The server also publishes in the segment how
+//! many of its shared-memory connections are busy (`server_busy`): by default a
+//! client spins only while they are at most twice its CPUs, since beyond that the
+//! clients that spin take the CPUs the server and the others need.
+//! `WEFT_KV_SHM_SPIN` changes the defaults (see [`Spin::from_env`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -62,6 +79,9 @@ const SERVER_SLEEPING: usize = 256;
 const CLIENT_WAITS_REPLY: usize = 320;
 const CLIENT_BELL: usize = 384;
 const CLIENT_WAITS_ROOM: usize = 448;
+/// How many of the server's shared-memory connections are busy (not asleep on their
+/// socket), published with each reply: a hint for the client's spin.
+const SERVER_BUSY: usize = 512;
 
 /// The path of the shared-memory socket beside the Unix socket `socket`.
 pub fn socket_path(socket: &Path) -> PathBuf {
@@ -284,6 +304,12 @@ impl ServerSide {
         head
     }
 
+    /// Publishes how many of the server's shared-memory connections are busy (a hint
+    /// for the client's spin; see the module comment).
+    pub fn publish_busy(&self, busy: u32) {
+        self.seg.u32_at(SERVER_BUSY).store(busy, Relaxed);
+    }
+
     /// Wakes the client if it waits for what `flag` says (replies, or room for
     /// requests): only then, so that taking a request does not wake a client that
     /// waits for its reply.
@@ -380,6 +406,171 @@ pub fn recv_segment(sock: RawFd) -> io::Result<OwnedFd> {
 /// still there.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 
+/// How a client waits for a reply before it sleeps on its futex (the module comment's
+/// "The client's spin").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spin {
+    /// The longest spin, in nanoseconds (0: never spin).
+    pub max_ns: u64,
+    /// Whether the spin's length follows the recent replies (else it is always
+    /// `max_ns`).
+    pub adaptive: bool,
+    /// Lets other runnable threads have the CPU (`sched_yield`) every this many
+    /// nanoseconds of a spin (0: never).
+    pub yield_ns: u64,
+    /// Spins only while fewer than this many of the server's shared-memory connections
+    /// are busy (0: however many).
+    pub busy_below: u32,
+}
+
+/// A gap this long between two looks of a spin means the client lost its CPU: the
+/// CPUs are taken, and spinning only takes more. An adaptive spin then stops, as if
+/// it had run out.
+const PREEMPTED_NS: u64 = 20_000;
+
+/// The shortest adaptive spin, in nanoseconds: a shorter one cannot catch a reply.
+const MIN_SPIN_NS: u64 = 1_000;
+/// Spins in a row that run out before spinning goes off.
+const MISSES_OFF: u32 = 3;
+/// While spinning is off, one wait in this many spins (half the longest spin) to see
+/// whether replies come fast again.
+const PROBE_EVERY: u32 = 32;
+
+impl Spin {
+    /// Never spin: sleep on the futex at once.
+    pub const OFF: Spin = Spin {
+        max_ns: 0,
+        adaptive: false,
+        yield_ns: 0,
+        busy_below: 0,
+    };
+
+    /// The default without its hint: adaptive, up to 20 us.
+    pub const ADAPTIVE: Spin = Spin {
+        max_ns: 20_000,
+        adaptive: true,
+        yield_ns: 0,
+        busy_below: 0,
+    };
+
+    /// The default: [`Spin::ADAPTIVE`], only while the server's busy shared-memory
+    /// connections are at most twice the CPUs this process may run on (measured on
+    /// two CPUs: spinning wins with 4 client processes, loses with 6).
+    pub fn default_for_this_machine() -> Spin {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Spin {
+            busy_below: (2 * cpus + 1).min(u32::MAX as usize) as u32,
+            ..Spin::ADAPTIVE
+        }
+    }
+
+    /// The spin `WEFT_KV_SHM_SPIN` asks for, else [`Spin::default_for_this_machine`]: `off`, or words
+    /// separated by commas that change the default: `max=US` (the longest spin in
+    /// microseconds), `fixed` (always the longest), `yield=US` (let other threads run
+    /// every US microseconds of a spin), `busy=N` (spin only while fewer than N of the
+    /// server's shared-memory connections are busy; 0: however many). A word it does
+    /// not know is ignored.
+    pub fn from_env() -> Spin {
+        static SPIN: std::sync::OnceLock<Spin> = std::sync::OnceLock::new();
+        *SPIN.get_or_init(|| match std::env::var("WEFT_KV_SHM_SPIN") {
+            Ok(v) => Spin::parse(&v, Spin::default_for_this_machine()),
+            Err(_) => Spin::default_for_this_machine(),
+        })
+    }
+
+    /// `v`'s words (see [`Spin::from_env`]) applied to `spin`.
+    fn parse(v: &str, mut spin: Spin) -> Spin {
+        for word in v.split(',').map(str::trim) {
+            let num = |w: &str| w.parse::<u64>().ok();
+            match word.split_once('=') {
+                None if word == "off" => return Spin::OFF,
+                None if word == "fixed" => spin.adaptive = false,
+                Some(("max", n)) => spin.max_ns = num(n).map_or(spin.max_ns, |n| n * 1000),
+                Some(("yield", n)) => spin.yield_ns = num(n).map_or(spin.yield_ns, |n| n * 1000),
+                Some(("busy", n)) => {
+                    spin.busy_below =
+                        num(n).map_or(spin.busy_below, |n| n.min(u32::MAX as u64) as u32)
+                }
+                _ => {}
+            }
+        }
+        spin
+    }
+}
+
+/// What a client's waits for replies did (for tests and measurements): see
+/// [`ClientEnd::wait_counts`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitCounts {
+    /// Futex waits (each a sleep, unless the bell rang first).
+    pub sleeps: u64,
+    /// Spins begun.
+    pub spins: u64,
+    /// Spins that saw their reply come.
+    pub caught: u64,
+    /// Spins that ran out and went on to sleep.
+    pub given_up: u64,
+}
+
+/// The adaptive spin's state: how long the next spin is.
+#[derive(Debug)]
+struct SpinState {
+    spin: Spin,
+    /// The next spin's length (0: spinning is off).
+    next_ns: u64,
+    /// Spins in a row that ran out.
+    misses: u32,
+    /// Waits since spinning went off.
+    off_waits: u32,
+}
+
+impl SpinState {
+    fn new(spin: Spin) -> SpinState {
+        SpinState {
+            spin,
+            next_ns: spin.max_ns,
+            misses: 0,
+            off_waits: 0,
+        }
+    }
+
+    /// How long the next wait spins (0: it sleeps at once).
+    fn next(&mut self) -> u64 {
+        if !self.spin.adaptive || self.next_ns > 0 {
+            return self.next_ns.min(self.spin.max_ns);
+        }
+        self.off_waits += 1;
+        if self.off_waits % PROBE_EVERY == 0 {
+            self.spin.max_ns / 2
+        } else {
+            0
+        }
+    }
+
+    /// A spin saw its reply `ns` after it began.
+    fn caught(&mut self, ns: u64) {
+        if self.spin.adaptive {
+            self.misses = 0;
+            self.off_waits = 0;
+            self.next_ns = self
+                .next_ns
+                .max(ns.saturating_mul(2))
+                .clamp(MIN_SPIN_NS, self.spin.max_ns.max(MIN_SPIN_NS));
+        }
+    }
+
+    /// A spin ran out.
+    fn gave_up(&mut self) {
+        if self.spin.adaptive {
+            self.misses += 1;
+            self.next_ns /= 2;
+            if self.misses >= MISSES_OFF || self.next_ns < MIN_SPIN_NS {
+                self.next_ns = 0;
+            }
+        }
+    }
+}
+
 /// The client's end of a shared-memory connection: blocking, for ordinary threads.
 pub struct ClientEnd {
     sock: UnixStream,
@@ -390,6 +581,9 @@ pub struct ClientEnd {
     /// How long a read or write waits at most, in nanoseconds (`u64::MAX`: forever;
     /// an atomic so that the client stays `Sync`, as a socket's is).
     timeout_ns: AtomicU64,
+    /// How the next wait for a reply spins.
+    spin: SpinState,
+    counts: WaitCounts,
 }
 
 impl ClientEnd {
@@ -404,7 +598,20 @@ impl ClientEnd {
             req_head: 0,
             rep_tail: 0,
             timeout_ns: AtomicU64::new(u64::MAX),
+            spin: SpinState::new(Spin::from_env()),
+            counts: WaitCounts::default(),
         })
+    }
+
+    /// Sets how the waits for replies spin from now on (the default is
+    /// [`Spin::from_env`]).
+    pub fn set_spin(&mut self, spin: Spin) {
+        self.spin = SpinState::new(spin);
+    }
+
+    /// What the waits for replies did so far.
+    pub fn wait_counts(&self) -> WaitCounts {
+        self.counts
     }
 
     /// Sets how long a read or write waits at most.
@@ -443,9 +650,10 @@ impl ClientEnd {
             let n = held(head, self.rep_tail)?.min(buf.len());
             if n == 0 {
                 let tail = self.rep_tail;
-                self.wait(started, CLIENT_WAITS_REPLY, |s| {
-                    s.u64_at(REP_HEAD).load(SeqCst) != tail
-                })?;
+                let ready = |s: &Segment| s.u64_at(REP_HEAD).load(SeqCst) != tail;
+                if !self.spin_for(ready) {
+                    self.wait(started, CLIENT_WAITS_REPLY, ready)?;
+                }
                 continue;
             }
             self.seg.copy_out(true, self.rep_tail, &mut buf[..n]);
@@ -480,10 +688,52 @@ impl ClientEnd {
         Ok(())
     }
 
+    /// Spins until `ready` for as long as the spin's state says (see the module
+    /// comment): whether it came.
+    fn spin_for(&mut self, ready: impl Fn(&Segment) -> bool) -> bool {
+        let spin = self.spin.spin;
+        if spin.busy_below > 0 && self.seg.u32_at(SERVER_BUSY).load(Relaxed) >= spin.busy_below {
+            return false;
+        }
+        let budget = self.spin.next();
+        if budget == 0 {
+            return false;
+        }
+        self.counts.spins += 1;
+        let t0 = Instant::now();
+        let mut yielded = 0;
+        let mut last = 0;
+        let mut looks = 0u32;
+        loop {
+            if ready(&self.seg) {
+                self.counts.caught += 1;
+                self.spin.caught(t0.elapsed().as_nanos() as u64);
+                return true;
+            }
+            looks = looks.wrapping_add(1);
+            // The clock is read every few looks only.
+            if looks % 16 == 0 {
+                let ns = t0.elapsed().as_nanos() as u64;
+                if ns >= budget || (spin.adaptive && ns - last > PREEMPTED_NS) {
+                    self.counts.given_up += 1;
+                    self.spin.gave_up();
+                    return false;
+                }
+                if spin.yield_ns > 0 && ns - yielded >= spin.yield_ns {
+                    yielded = ns;
+                    // SAFETY: a plain system call with no arguments.
+                    unsafe { libc::sched_yield() };
+                }
+                last = ns;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Waits until `ready` (checked after saying we wait, so no wake-up is lost), the
     /// server goes (an error), or the timeout. `flag` says what we wait for.
     fn wait(
-        &self,
+        &mut self,
         started: Instant,
         flag: usize,
         ready: impl Fn(&Segment) -> bool,
@@ -511,6 +761,7 @@ impl ClientEnd {
                 }
                 slice = slice.min(left);
             }
+            self.counts.sleeps += 1;
             futex_wait(bell, b, slice);
             if bell.load(SeqCst) == b && self.server_gone() {
                 return Err(io::Error::new(
@@ -582,6 +833,80 @@ mod tests {
         assert_eq!(side.take(at, &mut got), at + 1000);
         assert_eq!(got, msg);
         assert_eq!(side.seg.u64_at(REQ_TAIL).load(SeqCst), at + 1000);
+    }
+
+    #[test]
+    fn the_spin_setting_reads_its_words() {
+        assert_eq!(Spin::parse("", Spin::ADAPTIVE), Spin::ADAPTIVE);
+        assert_eq!(Spin::parse("off", Spin::ADAPTIVE), Spin::OFF);
+        assert_eq!(Spin::parse("max=5, busy=3,nonsense", Spin::ADAPTIVE), {
+            let mut s = Spin::ADAPTIVE;
+            s.max_ns = 5_000;
+            s.busy_below = 3;
+            s
+        });
+        let s = Spin::parse("fixed,max=10,yield=2", Spin::ADAPTIVE);
+        assert!(!s.adaptive);
+        assert_eq!((s.max_ns, s.yield_ns), (10_000, 2_000));
+        // A number that is not one leaves the default.
+        assert_eq!(
+            Spin::parse("max=ten", Spin::ADAPTIVE).max_ns,
+            Spin::ADAPTIVE.max_ns
+        );
+    }
+
+    #[test]
+    fn the_adaptive_spin_follows_the_replies_and_stops_when_they_are_slow() {
+        let max = Spin::ADAPTIVE.max_ns;
+        let mut st = SpinState::new(Spin::ADAPTIVE);
+        assert_eq!(st.next(), max);
+        // Replies caught soon keep the spin; one caught late lengthens it up to max.
+        st.caught(3_000);
+        assert_eq!(st.next(), max);
+        // A spin that runs out halves the next; three in a row turn spinning off.
+        st.gave_up();
+        assert_eq!(st.next(), max / 2);
+        st.caught(1_000);
+        assert_eq!(
+            st.next(),
+            max / 2,
+            "a hit resets the misses, not the length"
+        );
+        st.caught(8_000);
+        assert_eq!(st.next(), 16_000);
+        st.gave_up();
+        st.gave_up();
+        assert_eq!(st.next(), 4_000);
+        st.gave_up();
+        // Off: no spin, but one probe of half the longest in PROBE_EVERY waits.
+        let spins: Vec<u64> = (0..2 * PROBE_EVERY).map(|_| st.next()).collect();
+        let probes: Vec<usize> = (0..spins.len()).filter(|&i| spins[i] > 0).collect();
+        assert_eq!(
+            probes,
+            [PROBE_EVERY as usize - 1, 2 * PROBE_EVERY as usize - 1]
+        );
+        assert!(probes.iter().all(|&i| spins[i] == max / 2));
+        // A probe that misses leaves it off; one that catches turns it on again, as
+        // long as twice the reply's time (at least the shortest spin).
+        st.gave_up();
+        assert_eq!(st.next(), 0);
+        st.caught(300);
+        assert_eq!(st.next(), MIN_SPIN_NS);
+        st.caught(6_000);
+        assert_eq!(st.next(), 12_000);
+    }
+
+    #[test]
+    fn a_fixed_spin_never_changes_and_off_never_spins() {
+        let fixed = Spin::parse("fixed,max=7", Spin::ADAPTIVE);
+        let mut st = SpinState::new(fixed);
+        for _ in 0..10 {
+            st.gave_up();
+        }
+        st.caught(1);
+        assert_eq!(st.next(), 7_000);
+        let mut off = SpinState::new(Spin::OFF);
+        assert!((0..100).all(|_| off.next() == 0));
     }
 
     #[test]

@@ -728,7 +728,8 @@ fn run_cell(
 
 /// `weft bench-worker kv-client`: connects to `socket`, prints "ready", waits for a byte
 /// on stdin, runs `ops` commands (`op`, random keys from `seed`) one at a time, checking
-/// each reply, and prints `{"ops":N,"elapsed_s":S}`.
+/// each reply, and prints `{"ops":N,"elapsed_s":S}` (over shared memory with the
+/// waits' counts after it: `"sleeps"`, `"spins"`, `"caught"`, `"given_up"`).
 pub fn client_worker_main(
     socket: &Path,
     op: Op,
@@ -786,7 +787,14 @@ pub fn client_worker_main(
         }
     }
     let elapsed = t0.elapsed().as_secs_f64();
-    writeln!(out, "{{\"ops\":{ops},\"elapsed_s\":{elapsed}}}")
+    // Over shared memory, also how the waits for replies went (futex sleeps, spins).
+    let waits = conn.0.shm_wait_counts().map_or(String::new(), |w| {
+        format!(
+            ",\"sleeps\":{},\"spins\":{},\"caught\":{},\"given_up\":{}",
+            w.sleeps, w.spins, w.caught, w.given_up
+        )
+    });
+    writeln!(out, "{{\"ops\":{ops},\"elapsed_s\":{elapsed}{waits}}}")
         .and_then(|()| out.flush())
         .map_err(|e| format!("cannot write to the bench runner: {e}"))
 }

@@ -11,6 +11,11 @@
 //! the reply ring; when it is full (a client reading a big reply slowly) the writer
 //! waits the same way for the client to free room.
 //!
+//! The server counts its shared-memory connections that are busy (all but those
+//! asleep on their socket) and publishes that count in the segment with each reply:
+//! a client does not spin for its reply while they outnumber the CPUs (`crate::shm`,
+//! "The client's spin").
+//!
 //! The stream's descriptor (CLIENT LIST's `fd`, what CLIENT KILL and a blocked
 //! command's read-ahead shut down) is the socket's. As a connection that polls its
 //! ring does not read that socket, it also looks at its entry's kill flag each time
@@ -20,7 +25,7 @@ use super::{clients, input::Input, Server};
 use crate::shm::{self, Segment, ServerSide};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_runtime::net::{UnixListener, UnixStream};
@@ -30,6 +35,10 @@ const POLL: Duration = Duration::from_micros(50);
 
 /// How long a writer waiting for room in the reply ring sleeps between looks.
 const NAP: Duration = Duration::from_micros(100);
+
+/// How many shared-memory connections are busy: counted from their start until they
+/// end, except while they sleep on their socket.
+static BUSY: AtomicU32 = AtomicU32::new(0);
 
 /// A shared-memory connection, as `conn.rs` reads and writes it.
 pub struct ShmStream {
@@ -42,6 +51,14 @@ pub struct ShmStream {
     /// The connection's entry, for CLIENT KILL: a connection that polls its ring does
     /// not read the socket that the kill shuts down.
     client: std::sync::OnceLock<Arc<clients::Client>>,
+    /// Whether this connection counts in [`BUSY`].
+    busy: AtomicBool,
+}
+
+impl Drop for ShmStream {
+    fn drop(&mut self) {
+        self.set_busy(false);
+    }
 }
 
 impl ShmStream {
@@ -56,7 +73,20 @@ impl ShmStream {
             tail: AtomicU64::new(0),
             head: weft_runtime::sync::Mutex::new(0),
             client: std::sync::OnceLock::new(),
+            busy: AtomicBool::new(false),
         })
+        .inspect(|s| s.set_busy(true))
+    }
+
+    /// Counts this connection in [`BUSY`] or takes it out.
+    fn set_busy(&self, busy: bool) {
+        if self.busy.swap(busy, Relaxed) != busy {
+            if busy {
+                BUSY.fetch_add(1, Relaxed);
+            } else {
+                BUSY.fetch_sub(1, Relaxed);
+            }
+        }
     }
 
     /// Waits until `ready`: Ok(false) when the socket ended (the client went, or the
@@ -95,7 +125,10 @@ impl ShmStream {
                 return Ok(true);
             }
             let mut bells = [0u8; 64];
-            match self.sock.read(&mut bells) {
+            self.set_busy(false);
+            let got = self.sock.read(&mut bells);
+            self.set_busy(true);
+            match got {
                 Ok(0) => return Ok(false),
                 Ok(_) => since = None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -148,6 +181,7 @@ impl ShmStream {
             ));
         }
         let n = self.side.reply_room(h)?.min(buf.len());
+        self.side.publish_busy(BUSY.load(Relaxed));
         *head = self.side.put(h, &buf[..n]);
         Ok(n)
     }
