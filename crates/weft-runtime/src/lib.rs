@@ -96,6 +96,8 @@ pub use runtime::{set_name, sleep, spawn, spawn_on, workers, Builder, Runtime, T
 #[cfg(not(feature = "loom"))]
 pub use task::JoinHandle;
 #[cfg(not(feature = "loom"))]
-pub use worker::{current_worker, preemption_point, yield_now, Shutdown};
+pub use worker::{
+    current_worker, in_blocking_call, preemption_point, worker_rests, yield_now, Shutdown,
+};
 #[cfg(not(feature = "loom"))]
 pub use {blocking::blocking, io::io_backend, io::ring_enters, io::IoBackend};

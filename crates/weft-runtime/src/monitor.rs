@@ -5,8 +5,11 @@
 //! it is preempted: its `preempt_requested` flag is set and its OS thread gets the
 //! preemption signal (`worker/preempt.rs` decides there whether to switch or only leave
 //! the flag). If that signal did not switch the thread out (it landed in libc, say),
-//! the next tick signals again, until the thread switches. While every worker is idle
-//! the monitor checks ten times less often.
+//! the next tick signals again, until the thread switches. While every worker is idle,
+//! or asleep in a system call it declared ([`in_blocking_call`](crate::in_blocking_call):
+//! a log's `fdatasync`, where a signal could not preempt it anyway), the monitor
+//! checks ten times less often, instead of waking every millisecond of the call; such
+//! a worker starts a fresh slice when the call returns.
 //!
 //! A worker held for a tick while never-run green threads wait in its spawn deque also
 //! gets a sleeping worker woken, which steals them (the part of Go's hand-off that our
@@ -48,6 +51,19 @@ fn run(shared: &Shared) {
                 since[i] = now;
             }
             if !w.progress.running.load(Relaxed) {
+                continue;
+            }
+            if w.progress.blocked.load(Relaxed) {
+                // Asleep in a system call on the worker (`in_blocking_call`): nothing
+                // to preempt, and the slice starts again when it returns. Only the
+                // hand-off of never-run threads keeps the monitor ticking for it.
+                since[i] = now;
+                if !(w.stealer.is_empty() && w.next.is_empty()) {
+                    any_running = true;
+                    if let Some(o) = (0..n).find(|&o| o != i && shared.remote.is_sleeping(o)) {
+                        shared.remote.wake(o);
+                    }
+                }
                 continue;
             }
             any_running = true;

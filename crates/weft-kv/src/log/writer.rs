@@ -39,7 +39,9 @@
 //! helper's, then the worker's for the completion). Should such a write sleep (the
 //! worker's voluntary context switches, from `getrusage(RUSAGE_THREAD)`, went up
 //! during the call: it waited for the filesystem's journal or for dirty pages to be
-//! written back), the writes of the next [`ASYNC_AFTER_SLEEP`] go through
+//! written back; the count before the call is the one read after the previous write
+//! when the worker has not waited for work since, so a busy worker pays one
+//! `getrusage` a write, not two), the writes of the next [`ASYNC_AFTER_SLEEP`] go through
 //! `weft_runtime::fs` (an io_uring write, which parks only the green thread), so a
 //! worker never keeps sleeping in the log's writes while its other green threads wait.
 //! [`LogWriter::sync_handle`] lets an fsync run on another green thread while writes
@@ -84,6 +86,10 @@ pub struct LogWriter {
     /// Until when writes without sync on a green thread go through io_uring (a write
     /// on the worker slept).
     async_until: Option<Instant>,
+    /// The worker's voluntary context switches after the last watched write, and its
+    /// rests then (`weft_runtime::worker_rests`): while the rests have not moved since,
+    /// that count is the next write's "before" (one `getrusage` a write, not two).
+    last_switches: Option<(i64, Option<u64>)>,
     stats: WriteStats,
 }
 
@@ -102,6 +108,8 @@ pub struct WriteStats {
     pub synced_here: u64,
     /// Writes with sync whose fdatasync went through the worker's ring.
     pub synced_ring: u64,
+    /// `getrusage` calls made to tell whether a write slept.
+    pub sleep_checks: u64,
 }
 
 /// The log file, shared with an fsync running beside the writer
@@ -172,6 +180,7 @@ impl LogWriter {
             sync_here: false,
             ctx: None,
             async_until: None,
+            last_switches: None,
             stats: WriteStats::default(),
         })
     }
@@ -294,7 +303,7 @@ impl LogWriter {
     /// writes through io_uring. (Not watched: a write the worker's own fdatasync
     /// follows, as the worker sleeps in that anyway; two system calls fewer a write.)
     fn write_on_worker(&mut self, buf: &[u8], start: u64, watch: bool) -> io::Result<()> {
-        let before = if watch { voluntary_switches() } else { 0 };
+        let before = if watch { self.switches_before() } else { 0 };
         let fd = self.file.as_raw_fd();
         let mut done = 0;
         let res = loop {
@@ -325,11 +334,32 @@ impl LogWriter {
             done += r as usize;
         };
         self.stats.direct += 1;
-        if watch && voluntary_switches() > before {
-            self.stats.slept += 1;
-            self.async_until = Some(Instant::now() + ASYNC_AFTER_SLEEP);
+        if watch {
+            let after = self.voluntary_switches();
+            self.last_switches = Some((after, weft_runtime::worker_rests()));
+            if after > before {
+                self.stats.slept += 1;
+                self.async_until = Some(Instant::now() + ASYNC_AFTER_SLEEP);
+            }
         }
         res
+    }
+
+    /// The worker's voluntary context switches before a watched write: those after the
+    /// last one if the worker has not rested since (it did not wait for work nor go
+    /// into a declared blocking call: so it did not sleep, unless some call of its
+    /// own slept, which the write then counts as its own, as a sleep the write caused
+    /// would be), else a fresh `getrusage`.
+    fn switches_before(&mut self) -> i64 {
+        match self.last_switches {
+            Some((n, rests)) if rests.is_some() && rests == weft_runtime::worker_rests() => n,
+            _ => self.voluntary_switches(),
+        }
+    }
+
+    fn voluntary_switches(&mut self) -> i64 {
+        self.stats.sleep_checks += 1;
+        voluntary_switches()
     }
 
     /// `pwrite64` then `fdatasync`, one syslet (a linked chain on the io_uring engine).
@@ -397,8 +427,13 @@ fn voluntary_switches() -> i64 {
     ru.ru_nvcsw as i64
 }
 
-/// fdatasync on the calling thread, which sleeps in it.
+/// fdatasync on the calling thread, which sleeps in it (declared to the runtime, whose
+/// monitor then does not tick every millisecond of it: `weft_runtime::in_blocking_call`).
 fn fdatasync_here(fd: i32) -> io::Result<()> {
+    weft_runtime::in_blocking_call(|| fdatasync_retrying(fd))
+}
+
+fn fdatasync_retrying(fd: i32) -> io::Result<()> {
     loop {
         // SAFETY: fdatasync on a descriptor the caller keeps open; no memory is passed.
         if unsafe { libc::fdatasync(fd) } == 0 {

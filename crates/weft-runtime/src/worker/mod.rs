@@ -128,6 +128,9 @@ pub(crate) struct Progress {
     pub preempt_requested: AtomicBool,
     /// Whether a green thread (not the scheduler) holds the worker now.
     pub running: AtomicBool,
+    /// Whether that green thread sleeps in a system call on the worker itself
+    /// ([`in_blocking_call`]): nothing to preempt, so the monitor need not tick for it.
+    pub blocked: AtomicBool,
 }
 
 /// A one-task slot that the owner fills and empties and a thief may empty: each side
@@ -235,6 +238,9 @@ pub(crate) struct Worker {
     /// Runtime depth: above 0 while runtime code runs on this worker, so the preemption
     /// signal only sets a flag (`preempt.rs`). Every context switch happens at depth 1.
     pub(crate) depth: core::cell::Cell<u32>,
+    /// Times the worker went to wait for work ([`idle`]) or into a declared blocking
+    /// call ([`in_blocking_call`]): where it may sleep by the runtime's own choice.
+    rests: u64,
 }
 
 /// The runtime of worker `w`.
@@ -334,6 +340,7 @@ impl Worker {
             spawnq_in: SPAWNQ_EVERY,
             promoted: false,
             depth: core::cell::Cell::new(0),
+            rests: 0,
         })
     }
 }
@@ -1169,6 +1176,55 @@ fn unwind_cancelled(me: &Task) {
     }
 }
 
+/// Runs `f`, a system call that may sleep (an `fdatasync`, say), on the worker itself
+/// and tells the runtime so: the worker's other green threads wait meanwhile, as they
+/// would for any long call, but the monitor does not wake every millisecond to watch
+/// a worker that cannot be preempted anyway (it ticks as for an idle worker; the
+/// thread starts a fresh slice when the call returns). Never-run green threads queued
+/// on this worker are offered to a sleeping worker first (the hand-off the monitor
+/// would make after a tick), and the monitor keeps ticking for the hand-off while
+/// some remain. Outside a green thread it just runs `f`.
+pub fn in_blocking_call<R>(f: impl FnOnce() -> R) -> R {
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's live worker.
+    if w.is_null() || unsafe { (*w).current.is_none() } {
+        return f();
+    }
+    // SAFETY: as above; the references do not outlive the call, which runs on it.
+    let (sh, shared, id) = unsafe { (mine(w), shared_of(w), (*w).id) };
+    if !(sh.stealer.is_empty() && sh.next.is_empty()) {
+        wake_an_idle_worker(shared, id);
+    }
+    struct Back<'a>(&'a Progress);
+    impl Drop for Back<'_> {
+        fn drop(&mut self) {
+            // Only this worker writes its switch counter: the call counts as a switch,
+            // so the thread's slice starts again now.
+            let p = self.0;
+            p.switches.store(p.switches.load(Relaxed) + 1, Relaxed);
+            p.blocked.store(false, Relaxed);
+        }
+    }
+    // SAFETY: the worker's own state, touched only on its thread (this one).
+    unsafe { (*w).rests += 1 };
+    sh.progress.blocked.store(true, Relaxed);
+    let _back = Back(&sh.progress);
+    f()
+}
+
+/// How many times the calling green thread's worker has gone to wait for work or into
+/// [`in_blocking_call`] (`None` off a worker): the places where a worker sleeps by the
+/// runtime's choice. If this count did not move between two readings of the worker's
+/// voluntary context switches (`getrusage(RUSAGE_THREAD)`), any sleep counted there
+/// happened in the caller's own system calls (how the log writer tells a write that
+/// slept with one `getrusage` a write).
+#[doc(hidden)]
+pub fn worker_rests() -> Option<u64> {
+    let w = current();
+    // SAFETY: a non-null thread word is this thread's live worker; one read.
+    (!w.is_null()).then(|| unsafe { (*w).rests })
+}
+
 /// Lets the other ready green threads of this worker run; returns at once if there are
 /// none (or outside the runtime, yields the OS thread).
 pub fn yield_now() {
@@ -1370,6 +1426,7 @@ unsafe fn idle(w: *mut Worker) {
         // the spin before it watches the completion ring.
         let io: *const crate::io::Driver = &(*w).io;
         (*io).submit();
+        (*w).rests += 1;
         (*w).endpoint.wait_or(timeout, || (*io).has_completions());
     }
 }
