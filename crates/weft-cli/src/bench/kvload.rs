@@ -30,7 +30,9 @@
 //!   whenever the connection was still waiting for the previous reply at that time (so a server
 //!   that falls behind is charged the queueing it causes: no coordinated omission),
 //!   and from its send otherwise (a timer that wakes late is the generator's delay,
-//!   not the server's).
+//!   not the server's). The event loop sends a command up to 50 us before it is due
+//!   together with one that is due (one wake-up for several); its latency then counts
+//!   from that send.
 //!
 //! Keys are drawn uniformly or from a Zipf distribution (exponent 0.99, the most
 //! popular key first: a few keys take most of the traffic), from a seed per

@@ -162,6 +162,11 @@ fn connect(spec: &Spec) -> Result<OwnedFd, String> {
     }
 }
 
+/// Open loop: how long before its due time a command may go with one that is due
+/// (one wake-up for several: each costs the VM's CPUs 10-20 us, docs/benchmarks.md;
+/// about the timer slack by which a sleeping thread's wake-up may come late).
+const EARLY: Duration = Duration::from_micros(50);
+
 /// `user_data` of a connection's operations: its index and which one.
 const SEND: u64 = 0;
 const RECV: u64 = 1;
@@ -231,16 +236,23 @@ impl<'a> Loop<'a> {
         }
         let mut last_progress = Instant::now();
         loop {
-            // Open loop: the waiting connections whose command is due go now.
+            // Open loop: the waiting connections whose command is due go now, and with
+            // them those due within `EARLY` (one wake-up for several).
             let mut next_due: Option<Instant> = None;
             if open {
                 let now = Instant::now();
+                let idle = |c: &RConn| !c.busy && !c.finished;
+                let horizon = if self.conns.iter().any(|c| idle(c) && c.t0 <= now) {
+                    now + EARLY
+                } else {
+                    now
+                };
                 for c in 0..self.conns.len() {
                     let conn = &self.conns[c];
-                    if conn.busy || conn.finished {
+                    if !idle(conn) {
                         continue;
                     }
-                    if conn.t0 <= now {
+                    if conn.t0 <= horizon {
                         self.send(c, true)?;
                     } else {
                         next_due = Some(next_due.map_or(conn.t0, |d| d.min(conn.t0)));
