@@ -258,6 +258,23 @@ impl Stream {
     fn send_then_discard(&self, buf: &[u8], discard: usize) -> io::Result<()> {
         rio::send_then_discard(&self.fd, buf, discard, Self::deadline(&self.write_timeout))
     }
+    fn send_then_recv(
+        &self,
+        buf: &[u8],
+        discard: usize,
+        rbuf: &mut [u8],
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
+        rio::send_then_recv(
+            &self.fd,
+            buf,
+            discard,
+            rbuf,
+            flags,
+            Self::deadline(&self.write_timeout),
+            Self::deadline(&self.read_timeout),
+        )
+    }
     fn set(t: &AtomicU64, d: Option<Duration>) -> io::Result<()> {
         check_timeout(d)?;
         let ns = d.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX as u128) as u64);
@@ -306,6 +323,33 @@ macro_rules! stream_impls {
             /// anyway). Waits at most the write timeout for the write (`TimedOut`).
             pub fn send_then_discard(&self, buf: &[u8], discard: usize) -> io::Result<()> {
                 self.s.send_then_discard(buf, discard)
+            }
+            /// Writes all of `buf`, takes `discard` bytes that a [`peek`](Self::peek)
+            /// saw off the socket (0: none; as [`send_then_discard`](Self::send_then_discard)),
+            /// then reads into `rbuf` as [`read`](Self::read) does: a server's reply
+            /// and its next read. On an io_uring worker the three go to the kernel as
+            /// one linked chain, with the other green threads' operations of the
+            /// worker's turn, and the caller is woken once, when the read has bytes
+            /// (or fails): the reply costs no system call of its own, and the read is
+            /// waiting in the kernel from the moment the reply has gone. Waits at most
+            /// the write timeout for the write and the read timeout for the read.
+            pub fn send_then_read(
+                &self,
+                buf: &[u8],
+                discard: usize,
+                rbuf: &mut [u8],
+            ) -> io::Result<usize> {
+                self.s.send_then_recv(buf, discard, rbuf, 0)
+            }
+            /// As [`send_then_read`](Self::send_then_read), but the bytes read stay
+            /// queued, as with [`peek`](Self::peek).
+            pub fn send_then_peek(
+                &self,
+                buf: &[u8],
+                discard: usize,
+                rbuf: &mut [u8],
+            ) -> io::Result<usize> {
+                self.s.send_then_recv(buf, discard, rbuf, libc::MSG_PEEK)
             }
             /// Shuts down the read, write or both halves.
             pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {

@@ -1276,6 +1276,12 @@ impl Ahead {
         }
     }
 
+    /// Whether no read-ahead is under way or left bytes ([`Ahead::take`] would give
+    /// `None`).
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, AheadState::Idle)
+    }
+
     /// The connection's next read: what the read-ahead read (waiting for it), copied
     /// into `buf`; `None` when no read-ahead is under way or left bytes.
     pub fn take(&mut self, buf: &mut [u8]) -> Option<std::io::Result<usize>> {

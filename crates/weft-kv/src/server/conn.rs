@@ -232,6 +232,12 @@ where
         if let Some(s) = sub {
             s.release();
         }
+        self.sent(wbuf, other);
+        true
+    }
+
+    /// After `wbuf` was sent: empties it, gives back a grown allocation, and counts.
+    fn sent(&mut self, wbuf: &mut Vec<u8>, other: usize) {
         self.server.stats.wrote(wbuf.len());
         self.client.note_output(0);
         wbuf.clear();
@@ -239,7 +245,30 @@ where
             *wbuf = Vec::with_capacity(WBUF);
         }
         self.count(other + wbuf.capacity());
-        true
+    }
+
+    /// Whether a read's last replies may wait to go with the connection's next read
+    /// ([`Out::send_and_take`]): not when there are none (CLIENT REPLY OFF), nor to a
+    /// subscriber or a tracking client, whose messages another thread may be writing.
+    fn chains(&self, wbuf: &[u8]) -> bool {
+        S::CHAINS && !wbuf.is_empty() && self.client.pubsub.get().is_none()
+    }
+
+    /// As [`Out::send_and_consume`] (which `chains` allows), then the connection's
+    /// next read into `rbuf`, as one chain of operations where the socket can
+    /// (`input.rs`). An error when the send or the read failed (the connection ends).
+    fn send_and_take(
+        &mut self,
+        wbuf: &mut Vec<u8>,
+        other: usize,
+        peeked: usize,
+        rbuf: &mut [u8],
+    ) -> std::io::Result<usize> {
+        self.count(other + wbuf.capacity());
+        self.client.note_output(wbuf.len());
+        let got = self.stream.send_and_take(wbuf, peeked, rbuf)?;
+        self.sent(wbuf, other);
+        Ok(got)
     }
 }
 
@@ -310,6 +339,9 @@ where
         argv: Vec::new(),
         hashes: Vec::new(),
     };
+    // A read's last replies kept to go with the next read (`input.rs`): what the
+    // connection's input held then, and the bytes peeked for that read.
+    let mut pending: Option<(usize, usize)> = None;
     'conn: loop {
         if rbuf.len() > RBUF * 64 && end - start < RBUF {
             // A big command is done: give its buffer back, keeping what follows it.
@@ -329,7 +361,14 @@ where
                 rbuf.resize(rbuf.len() + grow, 0);
             }
         }
-        // (A blocked command's read-ahead may have made this read already.)
+        // The last read's replies go with this read, unless a blocked command's
+        // read-ahead is making it (or made it already): then they go first.
+        if let Some((h, k)) = pending.filter(|_| !conn.ahead.is_idle()) {
+            pending = None;
+            if !out.send_and_consume(&mut b.wbuf, h, k) {
+                break;
+            }
+        }
         let early = conn.ahead.take(&mut rbuf[end..]);
         // A Unix socket's bytes are peeked, and taken off the socket once answered
         // (`input.rs`).
@@ -337,7 +376,15 @@ where
         // What the connection's input held when replies were kept to go with the
         // read's removal (for the memory count).
         let mut held = 0;
-        let n = match early.unwrap_or_else(|| stream.take(&mut rbuf[end..])) {
+        // Whether this read's last replies wait for the end of the read (to go with
+        // its removal, or with the next read).
+        let mut last_held = false;
+        let got = match (early, pending.take()) {
+            (Some(got), _) => got,
+            (None, Some((h, k))) => out.send_and_take(&mut b.wbuf, h, k, &mut rbuf[end..]),
+            (None, None) => stream.take(&mut rbuf[end..]),
+        };
+        let n = match got {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -413,10 +460,15 @@ where
                 if !ran {
                     break 'conn;
                 }
-                if peeked && all_parsed && b.next == b.cmds.len() && !conn.close {
+                if (peeked || out.chains(&b.wbuf))
+                    && all_parsed
+                    && b.next == b.cmds.len()
+                    && !conn.close
+                {
                     // The read's last replies: sent as the read is taken off the
-                    // socket, below (`input.rs`).
+                    // socket, or with the next read, below (`input.rs`).
                     held = input;
+                    last_held = true;
                     break;
                 }
                 if !out.send(&mut b.wbuf, input) {
@@ -438,10 +490,13 @@ where
                 break 'conn;
             }
         }
-        if peeked && !out.send_and_consume(&mut b.wbuf, held, n) {
+        let peeked = if peeked { n } else { 0 };
+        if last_held && out.chains(&b.wbuf) {
+            pending = Some((held, peeked));
+        } else if (peeked > 0 || last_held) && !out.send_and_consume(&mut b.wbuf, held, peeked) {
             break;
         }
-        debug_assert!(b.wbuf.is_empty());
+        debug_assert!(pending.is_some() || b.wbuf.is_empty());
         if start == end {
             start = 0;
             end = 0;

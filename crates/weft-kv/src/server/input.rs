@@ -29,6 +29,20 @@
 //!
 //! TCP does not wake a sender when its bytes are read (only when its send buffer was
 //! full), so a TCP connection simply reads.
+//!
+//! The read's last replies also wait for the connection's next read, and go with it
+//! ([`Input::send_and_take`]): on an io_uring worker the send, the removal (a Unix
+//! socket) and the next read (a peek on a Unix socket) are one linked chain of
+//! operations, submitted with the turn's other replies, and the connection is woken
+//! once, when the next request has come. So a request one at a time costs no system
+//! call of its own (before: a `send` of the reply over TCP, and a receive tried at once
+//! after each reply, which mostly found nothing yet), and the next read is in the
+//! kernel from the moment the reply has gone out: requests of several connections are
+//! still taken in the order they arrived (a read tried only after the worker ran other
+//! connections' completions would come after theirs). Not chained: replies to a
+//! subscriber or a tracking client (another thread may write its messages), and when a
+//! blocked command's read-ahead reads the socket (the replies go first, then its bytes
+//! are taken).
 
 use crate::commands::{self, Exec};
 use std::io;
@@ -58,10 +72,25 @@ pub trait Input: AsRawFd {
 
     /// Removes `n` bytes that [`Input::take`] peeked (they are queued: never waits).
     fn consume(&self, n: usize) -> io::Result<()>;
+
+    /// Whether a read's last replies wait for the connection's next read, to go with it
+    /// ([`Input::send_and_take`]; the module comment says why).
+    const CHAINS: bool = false;
+
+    /// [`Input::send_and_consume`] then [`Input::take`], as one chain of operations
+    /// on an io_uring worker where [`Input::CHAINS`].
+    fn send_and_take(&self, buf: &[u8], n: usize, rbuf: &mut [u8]) -> io::Result<usize>
+    where
+        for<'a> &'a Self: io::Write,
+    {
+        self.send_and_consume(buf, n)?;
+        self.take(rbuf)
+    }
 }
 
 impl Input for UnixStream {
     const PEEKS: bool = true;
+    const CHAINS: bool = true;
 
     fn take(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.peek(buf)
@@ -74,10 +103,15 @@ impl Input for UnixStream {
     fn consume(&self, n: usize) -> io::Result<()> {
         self.discard(n)
     }
+
+    fn send_and_take(&self, buf: &[u8], n: usize, rbuf: &mut [u8]) -> io::Result<usize> {
+        self.send_then_peek(buf, n, rbuf)
+    }
 }
 
 impl Input for TcpStream {
     const PEEKS: bool = false;
+    const CHAINS: bool = true;
 
     fn take(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read(buf)
@@ -85,6 +119,10 @@ impl Input for TcpStream {
 
     fn consume(&self, n: usize) -> io::Result<()> {
         self.discard(n)
+    }
+
+    fn send_and_take(&self, buf: &[u8], n: usize, rbuf: &mut [u8]) -> io::Result<usize> {
+        self.send_then_read(buf, n, rbuf)
     }
 }
 

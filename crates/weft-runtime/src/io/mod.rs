@@ -317,6 +317,9 @@ pub(crate) struct OpData {
 /// thread, waited for by a green thread.
 pub(crate) struct Slot {
     done: AtomicBool,
+    /// Completing it wakes nobody (the first operations of a chain whose waiter waits
+    /// for the last: [`send_then_recv`]); cleared by a waiter that parks on it anyway.
+    quiet: AtomicBool,
     res: AtomicI64,
     waker: Unparker,
     data: UnsafeCell<OpData>,
@@ -333,6 +336,7 @@ impl Slot {
     pub(crate) fn new(data: OpData) -> Arc<Slot> {
         Arc::new(Slot {
             done: AtomicBool::new(false),
+            quiet: AtomicBool::new(false),
             res: AtomicI64::new(0),
             waker: Unparker::current(),
             data: UnsafeCell::new(data),
@@ -342,8 +346,12 @@ impl Slot {
     /// The completer's side: publishes `res` (a count, or -errno) and wakes the waiter.
     pub(crate) fn complete(&self, res: i64) {
         self.res.store(res, Relaxed);
-        self.done.store(true, Release);
-        self.waker.unpark();
+        // SeqCst with the load below and [`wait_quiet`]'s: a waiter that clears `quiet`
+        // and then finds `done` false is woken.
+        self.done.store(true, SeqCst);
+        if !self.quiet.load(SeqCst) {
+            self.waker.unpark();
+        }
     }
 
     pub(crate) fn is_done(&self) -> bool {
@@ -387,6 +395,15 @@ fn wait(slot: &Slot, abandon: impl FnOnce()) {
         park::park();
     }
     g.1 = None;
+}
+
+/// [`wait`] for a quiet slot (one whose completion wakes nobody): it wakes its waiter
+/// again from now on.
+fn wait_quiet(slot: &Slot, abandon: impl FnOnce()) {
+    slot.quiet.store(false, SeqCst);
+    if !slot.done.load(SeqCst) {
+        wait(slot, abandon);
+    }
 }
 
 /// What an operation returned: its result (count or -errno) and its data back.
@@ -1306,6 +1323,159 @@ pub(crate) fn send_then_discard(
         }
     }
     discard_queued(fd, left)
+}
+
+/// Sends all of `buf`, takes `discard` bytes off the socket's receive queue (peeked
+/// ones, as [`send_then_discard`]; 0: none), then receives into `rbuf` with `flags`
+/// (0, or `MSG_PEEK`), waiting for bytes: a server's reply to one read and its next
+/// read. On an io_uring worker the three go to the kernel as one linked chain in the
+/// `io_uring_enter` the worker makes once it has nothing left to run (with the other
+/// green threads' operations of its turn), and the calling green thread is woken once,
+/// by the receive: no `send` of its own for the reply, and no receive tried at once
+/// that would only say EAGAIN. The receive is in the kernel from the moment the reply
+/// has gone out, so a peer's next bytes are taken in the order they arrive among the
+/// worker's other sockets' (see `send_then_discard` for why that order matters).
+/// Elsewhere (another backend, a timeout, a long reply or discard): the calls one after
+/// the other. Returns what the receive got (0: the peer closed).
+pub(crate) fn send_then_recv(
+    fd: &Fd,
+    buf: &[u8],
+    discard: usize,
+    rbuf: &mut [u8],
+    flags: libc::c_int,
+    write_deadline: Option<Instant>,
+    read_deadline: Option<Instant>,
+) -> io::Result<usize> {
+    let len = rbuf.len().min(MAX_IO);
+    if ctx() != Ctx::Uring
+        || write_deadline.is_some()
+        || read_deadline.is_some()
+        || buf.is_empty()
+        || buf.len() > MAX_IO
+        || discard > DISCARD_CHAINED
+        || len == 0
+    {
+        if discard > 0 || !buf.is_empty() {
+            send_then_discard(fd, buf, discard, write_deadline)?;
+        }
+        return recv_flags(fd, rbuf, read_deadline, flags);
+    }
+    crate::worker::preemption_point();
+    let slot = |buf: Vec<u8>, flags: libc::c_int| {
+        let s = Slot::new(OpData {
+            fd: fd.raw(),
+            buf,
+            flags,
+            keep: Some(fd.clone()),
+            ..Default::default()
+        });
+        let ud = Arc::into_raw(s.clone()) as u64;
+        (s, ud)
+    };
+    let (send, su) = slot(bufs::copy(buf), 0);
+    // The removal's few bytes from the send buffers' cache (`send_then_discard` says
+    // why).
+    let removal = (discard > 0).then(|| slot(bufs::zeroed_copy(discard), 0));
+    let (recv, vu) = slot(bufs::take(len), flags);
+    // The first ones wake nobody: the receive comes after them in the chain, and its
+    // waiter looks at them once it is done.
+    send.quiet.store(true, Relaxed);
+    let link = io_uring::squeue::Flags::IO_LINK;
+    // SAFETY: not handed over yet: the submitter's.
+    let sd = unsafe { send.data() };
+    let mut entries = vec![io_uring::opcode::Send::new(
+        io_uring::types::Fd(sd.fd),
+        sd.buf.as_ptr(),
+        sd.buf.len() as u32,
+    )
+    // All of it or a failure, which breaks the chain: without MSG_WAITALL, io_uring
+    // completes a send that found too little room short, and runs what follows.
+    .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+    .build()
+    .flags(link)
+    .user_data(su)];
+    if let Some((removal, ru)) = &removal {
+        removal.quiet.store(true, Relaxed);
+        // SAFETY: not handed over yet: the submitter's.
+        let rd = unsafe { removal.data() };
+        entries.push(
+            io_uring::opcode::Recv::new(
+                io_uring::types::Fd(rd.fd),
+                rd.buf.as_mut_ptr(),
+                discard as u32,
+            )
+            // All of the peeked bytes (queued: never waits) or a failure, which breaks
+            // the chain before the next receive could see them again.
+            .flags(libc::MSG_DONTWAIT | libc::MSG_WAITALL)
+            .build()
+            .flags(link)
+            .user_data(*ru),
+        );
+    }
+    // SAFETY: not handed over yet: the submitter's.
+    let vd = unsafe { recv.data() };
+    entries.push(
+        io_uring::opcode::Recv::new(io_uring::types::Fd(vd.fd), vd.buf.as_mut_ptr(), len as u32)
+            .flags(flags)
+            .build()
+            .user_data(vu),
+    );
+    let n = entries.len();
+    // SAFETY: everything the entries point to is owned by the slots, which the ring
+    // keeps (through the user data) until their completions are reaped.
+    let pushed = with_ring(|r| unsafe { r.push(&entries, n) }).expect("a uring context");
+    if let Err(e) = pushed {
+        // SAFETY: the counts taken for the ring, which never got the entries.
+        unsafe {
+            drop(Arc::from_raw(su as *const Slot));
+            drop(Arc::from_raw(vu as *const Slot));
+            if let Some((_, ru)) = &removal {
+                drop(Arc::from_raw(*ru as *const Slot));
+            }
+        }
+        return Err(e);
+    }
+    wait(&recv, || {
+        with_ring(|r| r.cancel(vu));
+    });
+    // The chain's earlier completions came before the receive's (or with it).
+    wait_quiet(&send, || {});
+    // SAFETY: done was seen: its data is ours now.
+    bufs::give_copy(core::mem::take(unsafe { send.data() }).buf);
+    let s = send.res.load(Relaxed);
+    let mut result = if s < 0 {
+        Err(io::Error::from_raw_os_error(-s as i32))
+    } else if (s as usize) < buf.len() {
+        Err(io::ErrorKind::WriteZero.into())
+    } else {
+        Ok(())
+    };
+    if let Some((removal, _)) = &removal {
+        wait_quiet(removal, || {});
+        // SAFETY: done was seen: its data is ours now.
+        bufs::give_copy(core::mem::take(unsafe { removal.data() }).buf);
+        let r = removal.res.load(Relaxed);
+        if result.is_ok() && r != discard as i64 {
+            result = Err(if r < 0 {
+                io::Error::from_raw_os_error(-r as i32)
+            } else {
+                io::ErrorKind::UnexpectedEof.into()
+            });
+        }
+    }
+    // SAFETY: done was seen: its data is ours now.
+    let vd = core::mem::take(unsafe { recv.data() });
+    let v = recv.res.load(Relaxed);
+    let result = result.and_then(|()| {
+        if v < 0 {
+            return Err(io::Error::from_raw_os_error(-v as i32));
+        }
+        let v = v as usize;
+        rbuf[..v].copy_from_slice(&vd.buf[..v]);
+        Ok(v)
+    });
+    bufs::give(vd.buf);
+    result
 }
 
 /// Takes `n` bytes off the socket's receive queue without waiting (they must be queued
