@@ -18,7 +18,8 @@
 //!
 //! With [`LogWriter::set_sync_on_worker`] (the server's flusher sets it when its worker
 //! owns no other shard and either no command that logged nothing, a read, ran on the
-//! shard since its last write, or every connection waits for this fsync) the
+//! shard since its last write, or every connection waits for a write, or no read ran
+//! during its last fsync through the ring) the
 //! `fdatasync` is a plain system call on the worker too, which
 //! sleeps in it as redis-server's main thread does: no helper thread to wake, no
 //! completion to wake the worker, no idle spin while the disk flushes, about half the

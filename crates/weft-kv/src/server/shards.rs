@@ -37,8 +37,9 @@
 //! (every record since its last write: group commit), writes it (a plain `pwrite` on
 //! the worker, or through io_uring after one that slept: `log/writer.rs`), fsyncs
 //! under `always` (on the worker itself when the worker owns no other shard and no
-//! read ran on the shard since the last write, else through the worker's ring, which
-//! lets reads be served during the fsync: `log/writer.rs`), then publishes the
+//! read ran on the shard since the last write, or none ran during its last fsync
+//! through the ring, else through the worker's ring, which lets reads be served
+//! during the fsync: `log/writer.rs`), then publishes the
 //! LSN it reached as `durable` and wakes the connections waiting for it. Under
 //! `everysec` an fsync of what was written runs once a second, when something was, on
 //! a green thread of its own: the flusher goes on writing (and connections on being
@@ -660,8 +661,15 @@ impl Shards {
         // that log nothing (reads) ran since its last write: those are served during
         // the fsync when it goes through the worker's ring, where on the worker they
         // would wait for it. When every connection waits for this fsync, none could be
-        // served meanwhile: on the worker then, reads or not.
+        // served meanwhile: on the worker then, reads or not. And the ring's fsync pays
+        // (its thread wake-ups cost about as much server CPU as the write itself) only
+        // if reads do come while it runs: after one during which none ran on the shard
+        // (reads and writes taking turns, as clients that each read then write do), the
+        // fsyncs with reads between go on the worker, every [`RING_PROBE`]th through
+        // the ring again to look.
         let mut quiet_runs = 0;
+        let mut reads_during_ring = true;
+        let mut probe = 0u32;
         let alone = self
             .list
             .iter()
@@ -719,17 +727,32 @@ impl Shards {
             let must_sync = close == CLOSING || asked > sh.fsync_done.load(Relaxed) || sync_failed;
             if !buf.is_empty() {
                 let reads = sh.quiet_runs.load(Relaxed);
+                // A connection waiting for a write (on any shard) sends nothing until it
+                // is answered: when every open one waits, no read can come during this
+                // fsync, and the ring's fsync would only cost its thread wake-ups.
                 let everyone_waits = self.clients.get().is_some_and(|c| {
                     let open = c.load(Relaxed);
-                    open > 0 && sh.waiting.load(Relaxed) >= open
+                    let waiting: usize = self.list.iter().map(|o| o.waiting.load(Relaxed)).sum();
+                    open > 0 && waiting >= open
                 });
-                writer.set_sync_on_worker(alone && (reads == quiet_runs || everyone_waits));
+                let on_worker = if reads == quiet_runs || everyone_waits {
+                    true
+                } else if reads_during_ring {
+                    false
+                } else {
+                    probe += 1;
+                    probe % RING_PROBE != 0
+                };
+                writer.set_sync_on_worker(alone && on_worker);
                 quiet_runs = reads;
-                let here = writer.stats().synced_here;
+                let (here, ring) = (writer.stats().synced_here, writer.stats().synced_ring);
                 match writer.write(&buf, policy() == Fsync::Always || must_sync) {
                     Ok(()) => {
                         if writer.stats().synced_here > here {
                             sh.fsyncs_on_worker.fetch_add(1, Relaxed);
+                        }
+                        if writer.stats().synced_ring > ring {
+                            reads_during_ring = sh.quiet_runs.load(Relaxed) != reads;
                         }
                         sh.log_len.store(writer.len(), Relaxed);
                         if policy() == Fsync::Always || must_sync {
@@ -1436,3 +1459,8 @@ impl Held for ServerHeld<'_> {
         }
     }
 }
+
+/// Under `--fsync always`, after an fsync through the ring during which no read ran, one
+/// in this many of the fsyncs with reads between goes through the ring again, to see
+/// whether reads come during it now (`Shards::flusher`).
+const RING_PROBE: u32 = 8;
