@@ -5,7 +5,9 @@
 //! order, writes are logged and recovered as any others; a client that goes (closed,
 //! killed, or in the middle of a request) leaves no connection behind; a client that
 //! writes garbage into its segment loses only its own connection; CLIENT KILL and a
-//! server that goes end the client's wait with an error. The client's spin before it
+//! server that goes end the client's wait with an error; a connection's segment counts
+//! in its client's memory (CLIENT LIST `tot-mem`, INFO's `mem_clients_normal`) for as
+//! long as it is open. The client's spin before it
 //! sleeps: replies that come within it need no futex sleep, it stops when replies are
 //! slow, and the replies are the same with it, without it, and over the socket.
 
@@ -506,4 +508,53 @@ fn no_shm_serves_the_socket_only() {
     assert!(e.to_string().contains(".shm"), "{e}");
     let mut c = s.client().unwrap();
     assert_eq!(run(&mut c, &["PING"]), Reply::Simple("PONG".into()));
+}
+
+/// An INFO field of section `section`, as a number.
+fn info_number(c: &mut Client, section: &str, field: &str) -> i64 {
+    let Reply::Bulk(info) = run(c, &["INFO", section]) else {
+        panic!("INFO")
+    };
+    let prefix = format!("{field}:");
+    String::from_utf8(info)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_owned))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {field}"))
+}
+
+/// CLIENT LIST's `tot-mem` of the connection that asks.
+fn own_tot_mem(c: &mut Client) -> i64 {
+    let Reply::Bulk(line) = run(c, &["CLIENT", "INFO"]) else {
+        panic!("CLIENT INFO")
+    };
+    String::from_utf8(line)
+        .unwrap()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tot-mem="))
+        .and_then(|v| v.parse().ok())
+        .expect("tot-mem")
+}
+
+#[test]
+fn a_connections_segment_counts_in_its_clients_memory() {
+    let s = TempKv::start(0, &[]);
+    let mut admin = s.client().unwrap();
+    let segment = weft_kv::shm::SEGMENT as i64;
+    let socket_mem = own_tot_mem(&mut admin);
+    assert!(socket_mem < segment, "{socket_mem}");
+    let before = info_number(&mut admin, "memory", "mem_clients_normal");
+    let mut c = shm_client(&s);
+    let shm_mem = own_tot_mem(&mut c);
+    assert!(
+        shm_mem >= segment && shm_mem < segment + socket_mem + (64 << 10),
+        "tot-mem {shm_mem} for a segment of {segment}"
+    );
+    let with = info_number(&mut admin, "memory", "mem_clients_normal");
+    assert!(with >= before + segment, "{with} with, {before} before");
+    drop(c);
+    eventually("the segment no longer counted", || {
+        info_number(&mut admin, "memory", "mem_clients_normal") < before + segment
+    });
 }

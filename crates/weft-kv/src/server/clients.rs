@@ -40,6 +40,13 @@ pub trait Peer {
     /// Given the connection's entry once it is made: a stream that must see CLIENT
     /// KILL itself (one that is not a socket the kill shuts down, `shm.rs`) keeps it.
     fn attach(&self, _client: &Arc<Client>) {}
+
+    /// The memory the transport holds for the connection as long as it is open,
+    /// besides the connection's buffers (a shared-memory connection's segment): counted
+    /// in the client's memory (CLIENT LIST `tot-mem`, INFO's `mem_clients_normal`).
+    fn fixed_memory(&self) -> usize {
+        0
+    }
 }
 
 impl Peer for weft_runtime::net::TcpStream {
@@ -94,6 +101,9 @@ pub struct Client {
     /// LIST's `multi`, `multi-mem` and flag `x`; `multi.rs`).
     pub(super) multi: std::sync::atomic::AtomicI64,
     pub(super) multi_mem: AtomicUsize,
+    /// What the transport holds for the connection (`Peer::fixed_memory`), in
+    /// `tot-mem`.
+    fixed_mem: AtomicUsize,
     /// A key it watches changed: its EXEC will fail (flag `d`; set by the shards).
     pub(super) dirty_cas: Arc<AtomicBool>,
     /// Its subscriptions and the messages queued for it, once it has subscribed.
@@ -148,6 +158,7 @@ impl Client {
             waiter: Mutex::new(None),
             multi: std::sync::atomic::AtomicI64::new(-1),
             multi_mem: AtomicUsize::new(0),
+            fixed_mem: AtomicUsize::new(0),
             dirty_cas: Arc::new(AtomicBool::new(false)),
             pubsub: std::sync::OnceLock::new(),
             tracking: std::sync::OnceLock::new(),
@@ -162,6 +173,12 @@ impl Client {
         self.qbuf.store(qbuf, Relaxed);
         self.qbuf_free.store(free, Relaxed);
         self.rbs.store(size, Relaxed);
+    }
+
+    /// The transport holds `bytes` for the connection as long as it is open
+    /// ([`Peer::fixed_memory`]).
+    pub fn note_fixed(&self, bytes: usize) {
+        self.fixed_mem.store(bytes, Relaxed);
     }
 
     /// The connection holds `bytes` of replies not yet sent.
@@ -304,7 +321,11 @@ impl Client {
             self.created.elapsed().as_secs(),
             self.db.load(Relaxed),
             self.multi_mem.load(Relaxed),
-            rbs + omem + argv_mem + self.multi_mem.load(Relaxed) + std::mem::size_of::<Client>(),
+            rbs + omem
+                + argv_mem
+                + self.multi_mem.load(Relaxed)
+                + self.fixed_mem.load(Relaxed)
+                + std::mem::size_of::<Client>(),
             self.resp.load(Relaxed),
         )
     }

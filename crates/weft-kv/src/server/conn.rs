@@ -176,6 +176,9 @@ struct Out<'a, S> {
     server: &'a Server,
     /// The bytes this connection has added to `server.client_memory`.
     counted: usize,
+    /// What the transport itself holds for the connection all along (a shared-memory
+    /// connection's segment: `clients::Peer::fixed_memory`), counted with the buffers.
+    fixed: usize,
     client: &'a clients::Client,
 }
 
@@ -186,6 +189,7 @@ where
 {
     /// Notes that the connection's buffers hold `bytes` now.
     fn count(&mut self, bytes: usize) {
+        let bytes = bytes + self.fixed;
         let total = &self.server.client_memory;
         if bytes > self.counted {
             total.fetch_add(bytes - self.counted, Relaxed);
@@ -318,8 +322,10 @@ where
         stream: &*stream,
         server: &server,
         counted: 0,
+        fixed: clients::Peer::fixed_memory(&*stream),
         client: &client,
     };
+    out.count(0);
     // rbuf[start..end] holds received bytes not yet parsed. The buffer is zeroed once
     // and grows (doubling) only for a command larger than it; it shrinks back when a
     // big command is done. Parsed commands borrow their arguments from it until they

@@ -227,7 +227,13 @@ impl clients::Peer for ShmStream {
     }
 
     fn attach(&self, client: &Arc<clients::Client>) {
+        client.note_fixed(shm::SEGMENT);
         let _ = self.client.set(client.clone());
+    }
+
+    /// The segment, mapped for as long as the connection is open.
+    fn fixed_memory(&self) -> usize {
+        shm::SEGMENT
     }
 }
 
