@@ -3,7 +3,8 @@
 //! finds them, and that removal is logged), SLEEP, OBJECT, RELOAD and LOADAOF (the
 //! keyspaces rebuilt from the log are what a restart loads, inside EXEC too), HELP
 //! and the error for a subcommand weft-kv does not have; `enable-debug-command`
-//! (who may run DEBUG: the Unix socket, loopback TCP, a client from the network).
+//! (who may run DEBUG: the Unix socket, loopback TCP, a client from the network), and
+//! a DEBUG it refuses inside MULTI refused as it is queued (EXEC aborts).
 
 mod common;
 #[path = "common/kv.rs"]
@@ -142,6 +143,12 @@ impl Drop for RedisWithDebug {
 
 /// Starts one (`None` when redis-server is not installed), and connects to it.
 fn redis_with_debug(dir: &Path) -> Option<(RedisWithDebug, UnixStream)> {
+    redis_with(dir, "yes")
+}
+
+/// Starts a redis-server whose `enable-debug-command` is `debug` (`None` when
+/// redis-server is not installed), and connects to it.
+fn redis_with(dir: &Path, debug: &str) -> Option<(RedisWithDebug, UnixStream)> {
     let socket = dir.join("r");
     let child = std::process::Command::new("redis-server")
         .args(["--port", "0", "--unixsocket"])
@@ -152,7 +159,7 @@ fn redis_with_debug(dir: &Path) -> Option<(RedisWithDebug, UnixStream)> {
             "--appendonly",
             "no",
             "--enable-debug-command",
-            "yes",
+            debug,
         ])
         .arg("--dir")
         .arg(dir)
@@ -507,6 +514,43 @@ fn enable_debug_command_says_who_may_run_debug() {
         if let Some(ip) = network {
             on_tcp(ip, network_ok);
         }
+    }
+}
+
+/// The replies to a transaction that queues a DEBUG the connection may not run: DEBUG
+/// is refused as it is queued (not at EXEC), so EXEC aborts and the transaction's
+/// other commands never run, as in redis-server (compared beside it when installed;
+/// only the texts of DEBUG's refusal differ).
+#[test]
+fn debug_refused_in_multi_aborts_the_transaction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, socket) = (tmp.path().join("data"), tmp.path().join("s"));
+    let _server = KvServer::weft(&dir, &socket, &["--enable-debug-command", "no"]).unwrap();
+    let script: [&[&str]; 5] = [
+        &["MULTI"],
+        &["DEBUG", "SLEEP", "0"],
+        &["SET", "a", "1"],
+        &["EXEC"],
+        &["GET", "a"],
+    ];
+    let replies = |c: &mut Wire| -> Vec<String> {
+        let mut lines: Vec<String> = script.iter().map(|cmd| show(&c.call(cmd))).collect();
+        // DEBUG's refusal: its first words only.
+        lines[1] = lines[1].split('.').next().unwrap().to_string();
+        lines
+    };
+    let want = [
+        "+\"OK\"",
+        "-\"ERR DEBUG command not allowed",
+        "+\"QUEUED\"",
+        "-\"EXECABORT Transaction discarded because of previous errors.\"",
+        "$nil",
+    ];
+    let ours = replies(&mut Wire::connect(&socket));
+    assert_eq!(ours, want);
+    if let Some((_redis, _)) = redis_with(tmp.path(), "no") {
+        let theirs = replies(&mut Wire::connect(&tmp.path().join("r")));
+        assert_eq!(ours, theirs);
     }
 }
 

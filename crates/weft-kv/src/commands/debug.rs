@@ -47,22 +47,32 @@ fn bulk(s: &str) -> Reply {
     Reply::Bulk(s.as_bytes().to_vec())
 }
 
+/// Why the connection may not run DEBUG (`enable-debug-command`), if it may not: the
+/// command is refused before it runs, and in MULTI as it is queued (so EXEC aborts, as
+/// in Redis).
+pub(crate) fn refusal(server: &Server, conn: &Conn) -> Option<Reply> {
+    let allowed = server.config.enable_debug_command;
+    if allowed.allows(conn.client.is_local()) {
+        return None;
+    }
+    Some(Reply::error(format!(
+        "ERR DEBUG command not allowed. This server lets {} run it (its \
+         enable-debug-command is '{}'): start it with --enable-debug-command yes, or \
+         local to allow clients on its machine.",
+        if allowed == crate::server::DebugCommand::No {
+            "no client"
+        } else {
+            "only clients on its machine"
+        },
+        allowed.name()
+    )))
+}
+
 /// DEBUG subcommand [arguments]: runs it (arity checked by the table: at least one
 /// argument).
 pub(crate) fn debug(server: &Arc<Server>, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
-    let allowed = server.config.enable_debug_command;
-    if !allowed.allows(conn.client.is_local()) {
-        return Reply::error(format!(
-            "ERR DEBUG command not allowed. This server lets {} run it (its \
-             enable-debug-command is '{}'): start it with --enable-debug-command yes, or \
-             local to allow clients on its machine.",
-            if allowed == crate::server::DebugCommand::No {
-                "no client"
-            } else {
-                "only clients on its machine"
-            },
-            allowed.name()
-        ));
+    if let Some(r) = refusal(server, conn) {
+        return r;
     }
     let sub = &args[1];
     match args.len() {

@@ -204,6 +204,12 @@ pub fn queue(server: &Server, conn: &mut Conn, cmd: &Command, args: &[&[u8]]) ->
             Reply::err("ERR Command not allowed inside a transaction"),
         );
     }
+    // DEBUG refused to this connection: refused as it is queued, as in Redis.
+    if cmd.name == "debug" {
+        if let Some(r) = commands::debug::refusal(server, conn) {
+            return refuse(conn, r);
+        }
+    }
     if cmd.flags & flags::DENYOOM != 0 && over_memory(server) {
         return refuse(conn, commands::OOM);
     }
