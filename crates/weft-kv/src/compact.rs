@@ -4,8 +4,9 @@
 //! A compaction runs as a green thread on its shard's worker, and each step of its walk
 //! holds the worker: other commands run only between steps. A step writes the
 //! whole-state records of the keys of [`KEYS_PER_STEP`] hashes, except that a hash,
-//! set, sorted set or list of more than [`PIECE`] elements is set aside (it is *held*)
-//! and written later, [`PIECE`] elements a step (`keyspace/pieces.rs`): the first
+//! set, sorted set or list of more than [`PIECE`] elements or [`PIECE_BYTES`] of memory
+//! is set aside (it is *held*) and written later, a piece of at most that a step
+//! (`keyspace/pieces.rs`): the first
 //! piece's record creates the key, replacing what it held, the later ones add to it.
 //! The held keys of a step are written before the walk goes on.
 //!
@@ -39,8 +40,12 @@ use std::collections::VecDeque;
 /// The hashes of keys a step of the walk visits.
 pub const KEYS_PER_STEP: usize = 1024;
 
-/// The elements of a big key a step writes (and the size past which a key is big).
+/// The most elements of a big key a step writes (past which a key is big).
 pub const PIECE: usize = 4096;
+
+/// The memory of the elements of a big key a step writes, about (past which a key is
+/// big).
+pub const PIECE_BYTES: u64 = 256 << 10;
 
 /// The times a big key is started again before it is written whole in one step.
 pub const RESTARTS: u32 = 3;
@@ -94,7 +99,7 @@ pub struct Walk {
     /// The times the first held key was started again.
     restarts: u32,
     keys: usize,
-    piece: usize,
+    piece: pieces::Size,
     /// The steps that wrote a piece of a held key (or all of it).
     pub pieces: u64,
     /// The times a held key was started again after a change.
@@ -110,7 +115,8 @@ impl Default for Walk {
 }
 
 impl Walk {
-    /// A walk of `keys` hashes a step, writing big keys `piece` elements a step.
+    /// A walk of `keys` hashes a step, writing big keys at most `piece` elements (and
+    /// about [`PIECE_BYTES`]) a step.
     pub fn with(keys: usize, piece: usize) -> Walk {
         Walk {
             db: 0,
@@ -118,7 +124,10 @@ impl Walk {
             at: 0,
             restarts: 0,
             keys,
-            piece,
+            piece: pieces::Size {
+                elements: piece,
+                bytes: PIECE_BYTES,
+            },
             pieces: 0,
             restarted: 0,
             whole: 0,
@@ -175,7 +184,10 @@ impl Walk {
                 Keyspace::state_records(e, enc);
                 None
             }
-            Some(e) => pieces::state_piece(e, self.at, self.piece, enc),
+            Some(e) => {
+                let n = pieces::piece_len(e, self.piece);
+                pieces::state_piece(e, self.at, n, enc)
+            }
         };
         self.pieces += 1;
         match next {
@@ -418,6 +430,25 @@ mod tests {
         );
     }
 
+    /// A whole compaction with no command between its steps: the walk, the image and
+    /// tail, the steps, the most bytes one step wrote.
+    fn compact_quietly(sh: &mut Shard, now: u64) -> (Walk, Vec<u8>, usize, usize) {
+        sh.start_rewrite();
+        let (mut image, mut steps, mut most) = (Vec::new(), 0, 0);
+        let mut walk = Walk::default();
+        loop {
+            let before = image.len();
+            let done = walk.step(sh, now, &mut image);
+            steps += 1;
+            most = most.max(image.len() - before);
+            if done {
+                break;
+            }
+        }
+        image.extend_from_slice(&sh.end_rewrite().unwrap());
+        (walk, image, steps, most)
+    }
+
     /// The walk's steps over a sorted set of 100,000 members: the set is written over
     /// many steps of at most a piece each, not in one, and the image replays to it.
     #[test]
@@ -437,26 +468,37 @@ mod tests {
             now,
             &mut all,
         );
-        sh.start_rewrite();
-        let (mut image, mut steps, mut most) = (Vec::new(), 0, 0);
-        let mut walk = Walk::default();
-        loop {
-            let before = image.len();
-            let done = walk.step(&mut sh, now, &mut image);
-            steps += 1;
-            most = most.max(image.len() - before);
-            if done {
-                break;
-            }
-        }
-        image.extend_from_slice(&sh.end_rewrite().unwrap());
-        assert_eq!(walk.pieces, 100_000u64.div_ceil(PIECE as u64));
+        let (walk, image, steps, most) = compact_quietly(&mut sh, now);
+        // At most PIECE members a piece (fewer by PIECE_BYTES of ~100-byte members).
+        assert!(
+            walk.pieces >= 100_000u64.div_ceil(PIECE as u64),
+            "{}",
+            walk.pieces
+        );
         assert!(steps > 24, "{steps} steps");
         assert!(
             most < image.len() / 20,
             "a step wrote {most} of {} bytes",
             image.len()
         );
+        assert_eq!(dump(&replay(&image, now), now), dump(&sh.dbs, now));
+    }
+
+    /// A hash of few but large fields (200 of 10 KB, under [`PIECE`] fields) is
+    /// written in pieces of about [`PIECE_BYTES`], and its image replays to it.
+    #[test]
+    fn a_hash_of_large_fields_is_written_in_pieces_by_its_memory() {
+        let mut sh = Shard::new(vec![]);
+        let now = 1_000_000;
+        let mut all = Vec::new();
+        let mut line = vec!["hset".to_string(), "wide".to_string()];
+        for i in 0..200 {
+            line.extend([format!("f{i}"), format!("{i:<10000}")]);
+        }
+        run(&mut sh, 0, &line, now, &mut all);
+        let (walk, image, _, most) = compact_quietly(&mut sh, now);
+        assert!(walk.pieces >= 6, "{} pieces", walk.pieces);
+        assert!(most < 2 * PIECE_BYTES as usize, "a step wrote {most} bytes");
         assert_eq!(dump(&replay(&image, now), now), dump(&sh.dbs, now));
     }
 }

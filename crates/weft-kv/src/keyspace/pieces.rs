@@ -1,7 +1,7 @@
 //! A big key's state in pieces, for a compaction that must not hold its worker for
 //! the whole of one key (`crate::compact`).
 //!
-//! A hash, set, sorted set or list of more than a piece's elements is logged as its
+//! A hash, set, sorted set or list of more than a piece is logged as its
 //! usual whole-state records ([`Keyspace::state_records`]) cut at piece boundaries: the
 //! first piece starts with the record that creates the key (replacing whatever the key
 //! held), each later piece adds to it with the type's add records (`HSet`, `SAdd`,
@@ -11,32 +11,45 @@
 //! unchanged: the compaction starts a key over when it changes between its pieces.
 //!
 //! ```text
-//! walk_deferring(cursor, keys, now, most, f, defer)   a walk step; big keys to `defer`
-//! is_big(e, most)                                      more than `most` elements
-//! state_piece(e, from, most, f)                        one piece; the next position
+//! walk_deferring(cursor, keys, now, size, f, defer)   a walk step; big keys to `defer`
+//! piece_len(e, size)                                   the elements of a piece of `e`
+//! is_big(e, size)                                      more than one piece
+//! state_piece(e, from, n, f)                           one piece; the next position
 //! ```
+//!
+//! A piece has at most [`Size::elements`] elements, and fewer if the key's elements
+//! are large: as many as take about [`Size::bytes`] of the key's memory on average.
 //!
 //! Strings and streams are written whole.
 
 use super::{hash, list, set, tag, zset, Entry, Keyspace};
 use crate::log::RecordRef;
 
+/// The size of a piece: at most `elements` elements and about `bytes` of memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Size {
+    /// The most elements a piece has.
+    pub elements: usize,
+    /// The memory a piece's elements take, about (by the key's average element).
+    pub bytes: u64,
+}
+
 impl Keyspace {
     /// One compaction step as [`Keyspace::walk`], except that each live key of more
-    /// than `most` elements ([`is_big`]) goes to `defer` instead of `f`: the caller
-    /// writes it in pieces.
+    /// than one piece of `size` ([`is_big`]) goes to `defer` instead of `f`: the
+    /// caller writes it in pieces.
     pub fn walk_deferring(
         &self,
         cursor: u64,
         max_keys: usize,
         now_ms: u64,
-        most: usize,
+        size: Size,
         mut f: impl FnMut(RecordRef<'_>),
         mut defer: impl FnMut(&[u8]),
     ) -> u64 {
         self.visit(cursor, max_keys.max(1), |e| {
             if e.expired(now_ms) {
-            } else if is_big(e, most) {
+            } else if is_big(e, size) {
                 defer(e.key());
             } else {
                 Self::state_records(e, &mut f);
@@ -52,21 +65,39 @@ impl Keyspace {
     }
 }
 
-/// Whether `e` is a hash, set, sorted set or list of more than `most` elements (one
-/// the compaction writes in pieces).
-pub fn is_big(e: &Entry, most: usize) -> bool {
+/// The elements of a hash, set, sorted set or list kept in a table, tree or
+/// quicklist (the encodings written in pieces); 0 for any other entry.
+fn elements(e: &Entry) -> usize {
     match e.tag() {
-        tag::HASH_TABLE => hash::len(e) > most,
-        tag::SET_TABLE => set::len(e) > most,
-        tag::ZSET_SKIP => zset::len(e) > most,
-        tag::LIST_QUICK => list::len(e) > most,
-        _ => false,
+        tag::HASH_TABLE => hash::len(e),
+        tag::SET_TABLE => set::len(e),
+        tag::ZSET_SKIP => zset::len(e),
+        tag::LIST_QUICK => list::len(e),
+        _ => 0,
     }
+}
+
+/// The elements of a piece of `e`: at most `size.elements`, and as many as take
+/// about `size.bytes` of its memory on average (at least one).
+pub fn piece_len(e: &Entry, size: Size) -> usize {
+    let memory = e.value_memory().max(1) as u128;
+    let by_bytes = size.bytes as u128 * elements(e) as u128 / memory;
+    size.elements
+        .min(by_bytes.min(usize::MAX as u128) as usize)
+        .max(1)
+}
+
+/// Whether `e` is a hash, set, sorted set or list of more than one piece (one the
+/// compaction writes in pieces).
+pub fn is_big(e: &Entry, size: Size) -> bool {
+    let n = elements(e);
+    n > 1 && n > piece_len(e, size)
 }
 
 /// Logs through `f` the piece of big entry `e`'s state ([`is_big`]) that starts at
 /// position `from` (0: the first, which creates the key) and has about `most`
-/// elements; answers the position of the next piece, or `None` after the last.
+/// elements ([`piece_len`]); answers the position of the next piece, or `None` after
+/// the last.
 pub fn state_piece(e: &Entry, from: u64, most: usize, f: impl FnMut(RecordRef<'_>)) -> Option<u64> {
     match e.tag() {
         tag::HASH_TABLE => hash::state_piece(e, from, most, f),
