@@ -741,7 +741,7 @@ impl Shards {
                     false
                 } else {
                     probe += 1;
-                    probe % RING_PROBE != 0
+                    !probe.is_multiple_of(RING_PROBE)
                 };
                 writer.set_sync_on_worker(alone && on_worker);
                 quiet_runs = reads;
