@@ -11,9 +11,10 @@
 //! - **event loop** (`ring.rs`, the default): one OS thread per CPU, each owning its
 //!   share of the connections and one io_uring, every connection's send and receive
 //!   of a turn submitted in one `io_uring_enter` that also waits. It leaves the
-//!   server the most CPU time (docs/benchmarks.md, 2026-11-29: about half the
-//!   green-thread driver's CPU time a request, nearly all of it the kernel's socket
-//!   work). `WEFT_KV_LOAD_THREADS=N` runs N threads instead of one per CPU.
+//!   server the most CPU time (docs/benchmarks.md, 2026-11-29: 20-40% less CPU time a
+//!   request than the green-thread driver, a tenth of its system calls; what is left
+//!   is nearly all the kernel's socket work). `WEFT_KV_LOAD_THREADS=N` runs N threads
+//!   instead of one per CPU.
 //! - **green threads** (`WEFT_KV_LOAD_DRIVER=green`, or when the kernel gives the
 //!   process no io_uring): a green thread a connection on a weft runtime of one worker
 //!   per CPU (the connections spread over the workers round-robin; the workers do not
