@@ -231,7 +231,8 @@ pub enum WorkerJob {
         #[arg(long)]
         shm: bool,
     },
-    /// `bench kv`'s load generator: CONNS connections on green threads (one worker per
+    /// `bench kv`'s load generator: CONNS connections on one event-loop thread per CPU
+    /// (an io_uring each; WEFT_KV_LOAD_DRIVER=green: on green threads, one worker per
     /// CPU), GET or SET of keys drawn uniformly or Zipf, PIPELINE commands at a time,
     /// REQUESTS in all (closed loop) or at RATE commands a second (open loop); prints
     /// requests/s and latency quantiles.
