@@ -49,8 +49,8 @@
 //! every 100 ms: service resumes when space returns.
 //!
 //! # Compaction
-//! A compaction walks the keys in chunks (yielding between them, so service goes on)
-//! into a temporary file while the shard keeps every new record in a *tail* too. The
+//! A compaction walks the keys in chunks, a big key a piece at a time (yielding
+//! between them, so service goes on: `compact.rs`) into a temporary file while the shard keeps every new record in a *tail* too. The
 //! compaction's thread then writes and fsyncs the file, and the tail kept so far (a
 //! few rounds, until what is left is small), while the flusher goes on writing the
 //! old log; the flusher then appends the rest of the tail, publishes the file (fsync,
