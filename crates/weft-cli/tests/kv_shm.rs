@@ -162,6 +162,28 @@ fn replies_that_come_within_the_spin_need_no_futex_sleep() {
 }
 
 #[test]
+fn the_server_publishes_its_busy_connections_and_forgets_those_that_went() {
+    let s = TempKv::start(0, &[]);
+    let mut a = shm_client(&s);
+    assert_eq!(run(&mut a, &["PING"]), Reply::Simple("PONG".into()));
+    assert_eq!(a.shm_wait_counts().unwrap().server_busy, 1);
+    let mut others: Vec<Client> = (0..4).map(|_| shm_client(&s)).collect();
+    for c in &mut others {
+        assert_eq!(run(c, &["PING"]), Reply::Simple("PONG".into()));
+    }
+    // Each counts from its start, until it sleeps on its socket (after some 50 us
+    // with nothing to do): the last one's reply counts it, at most all five.
+    let busy = others[3].shm_wait_counts().unwrap().server_busy;
+    assert!((1..=5).contains(&busy), "{busy}");
+    // Those that go are no longer counted.
+    drop(others);
+    eventually("the connections that went are forgotten", || {
+        run(&mut a, &["PING"]);
+        a.shm_wait_counts().unwrap().server_busy == 1
+    });
+}
+
+#[test]
 fn the_spin_stops_when_replies_are_slow_and_the_replies_stay_the_same() {
     let s = TempKv::start(0, &[]);
     let mut c = shm_client(&s);

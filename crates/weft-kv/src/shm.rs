@@ -41,9 +41,9 @@
 //! short while ([`Spin`]): a reply that comes within that spin needs no futex at all.
 //! Spinning pays only while the reply comes soon and the CPU it holds is not needed by
 //! the server or another client, so by default the spin adapts, as adaptive mutexes
-//! do: its length follows the recent replies' times (twice the last caught one, at
-//! most [`Spin::max_ns`]); a spin that runs out halves the next; a few in a row turn
-//! spinning off, and then only an occasional short probe spins, until one catches its
+//! do: a reply caught after t makes the spin at least 2t long and at least half of
+//! [`Spin::max_ns`] (at most that); a spin that runs out halves the next; a few in a row turn
+//! spinning off, and then only one wait in 32 spins (a probe), until one catches its
 //! reply again. A spin during which the client lost its CPU for a while counts as
 //! one that ran out: the CPUs are taken. The server also publishes in the segment how
 //! many of its shared-memory connections are busy (`server_busy`): by default a
@@ -432,8 +432,10 @@ const PREEMPTED_NS: u64 = 20_000;
 const MIN_SPIN_NS: u64 = 1_000;
 /// Spins in a row that run out before spinning goes off.
 const MISSES_OFF: u32 = 3;
-/// While spinning is off, one wait in this many spins (half the longest spin) to see
-/// whether replies come fast again.
+/// While spinning is off, one wait in this many spins (the longest spin) to see
+/// whether replies come fast again. Not a shorter one: while clients sleep, the
+/// server's replies come later than while they spin (each wake-up costs the server
+/// too), and a short probe would never see them come.
 const PROBE_EVERY: u32 = 32;
 
 impl Spin {
@@ -510,6 +512,9 @@ pub struct WaitCounts {
     pub caught: u64,
     /// Spins that ran out and went on to sleep.
     pub given_up: u64,
+    /// How many of the server's shared-memory connections were busy, as published
+    /// with the last reply.
+    pub server_busy: u32,
 }
 
 /// The adaptive spin's state: how long the next spin is.
@@ -541,13 +546,15 @@ impl SpinState {
         }
         self.off_waits += 1;
         if self.off_waits % PROBE_EVERY == 0 {
-            self.spin.max_ns / 2
+            self.spin.max_ns
         } else {
             0
         }
     }
 
-    /// A spin saw its reply `ns` after it began.
+    /// A spin saw its reply `ns` after it began: the next is at least twice that, and
+    /// at least half the longest (a shorter one would run out at the first reply a
+    /// little later than this one, and two more such turn spinning off).
     fn caught(&mut self, ns: u64) {
         if self.spin.adaptive {
             self.misses = 0;
@@ -555,6 +562,7 @@ impl SpinState {
             self.next_ns = self
                 .next_ns
                 .max(ns.saturating_mul(2))
+                .max(self.spin.max_ns / 2)
                 .clamp(MIN_SPIN_NS, self.spin.max_ns.max(MIN_SPIN_NS));
         }
     }
@@ -611,7 +619,10 @@ impl ClientEnd {
 
     /// What the waits for replies did so far.
     pub fn wait_counts(&self) -> WaitCounts {
-        self.counts
+        WaitCounts {
+            server_busy: self.seg.u32_at(SERVER_BUSY).load(Relaxed),
+            ..self.counts
+        }
     }
 
     /// Sets how long a read or write waits at most.
@@ -878,20 +889,20 @@ mod tests {
         st.gave_up();
         assert_eq!(st.next(), 4_000);
         st.gave_up();
-        // Off: no spin, but one probe of half the longest in PROBE_EVERY waits.
+        // Off: no spin, but one probe of the longest in PROBE_EVERY waits.
         let spins: Vec<u64> = (0..2 * PROBE_EVERY).map(|_| st.next()).collect();
         let probes: Vec<usize> = (0..spins.len()).filter(|&i| spins[i] > 0).collect();
         assert_eq!(
             probes,
             [PROBE_EVERY as usize - 1, 2 * PROBE_EVERY as usize - 1]
         );
-        assert!(probes.iter().all(|&i| spins[i] == max / 2));
+        assert!(probes.iter().all(|&i| spins[i] == max));
         // A probe that misses leaves it off; one that catches turns it on again, as
-        // long as twice the reply's time (at least the shortest spin).
+        // long as twice the reply's time, at least half the longest.
         st.gave_up();
         assert_eq!(st.next(), 0);
         st.caught(300);
-        assert_eq!(st.next(), MIN_SPIN_NS);
+        assert_eq!(st.next(), max / 2);
         st.caught(6_000);
         assert_eq!(st.next(), 12_000);
     }
