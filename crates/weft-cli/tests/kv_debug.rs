@@ -391,6 +391,85 @@ fn state(c: &mut Wire) -> Vec<String> {
         .collect()
 }
 
+/// OBJECT ENCODING before and after DEBUG RELOAD, beside redis-server (when
+/// installed): a sorted set SORT_RO made a tree, a sorted set and a hash that grew past
+/// the thresholds and shrank, come back packed (`listpack`), as Redis 7.0 loads them;
+/// those still past a threshold stay as they were; the values are unchanged.
+#[test]
+fn reload_packs_small_sorted_sets_and_hashes_as_redis_server_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _server = start(tmp.path());
+    let mut c = Wire::connect(&tmp.path().join("s"));
+    let long = "x".repeat(100);
+    // Past both servers' thresholds (a hash: 512 fields in Redis 7.0, 128 here).
+    let many: Vec<String> = (0..600).map(|i| format!("m{i:03}")).collect();
+    let mut zadd: Vec<&str> = vec!["ZADD", "zs"];
+    let mut hset: Vec<&str> = vec!["HSET", "hbig"];
+    for m in &many {
+        zadd.extend(["1", m]);
+        hset.extend([m.as_str(), "v"]);
+    }
+    let script: Vec<Vec<&str>> = vec![
+        vec!["ZADD", "z", "1", "a", "2", "b"],
+        vec!["SORT_RO", "z", "ALPHA"],
+        zadd,
+        vec!["ZREMRANGEBYRANK", "zs", "2", "-1"],
+        vec!["HSET", "h", "f", &long],
+        vec!["HSET", "h", "f", "v", "g", "w"],
+        hset,
+        vec!["ZADD", "zlong", "1", &long],
+    ];
+    let keys = ["z", "zs", "h", "hbig", "zlong"];
+    let run = |c: &mut Wire| -> Vec<String> {
+        let mut out: Vec<String> = script.iter().map(|cmd| show(&c.call(cmd))).collect();
+        for phase in 0..2 {
+            if phase == 1 {
+                out.push(show(&c.call(&["DEBUG", "RELOAD"])));
+            }
+            for k in keys {
+                out.push(format!("{k} {}", show(&c.call(&["OBJECT", "ENCODING", k]))));
+            }
+            out.push(show(&c.call(&["ZRANGE", "z", "0", "-1", "WITHSCORES"])));
+            out.push(show(&c.call(&["ZRANGE", "zs", "0", "-1", "WITHSCORES"])));
+            out.push(show(&c.call(&["HGET", "h", "f"])));
+            out.push(show(&c.call(&["HLEN", "hbig"])));
+        }
+        out
+    };
+    let ours = run(&mut c);
+    let encodings = |phase: usize| -> Vec<&str> {
+        let at = script.len() + phase * (keys.len() + 4) + phase;
+        ours[at..at + keys.len()]
+            .iter()
+            .map(String::as_str)
+            .collect()
+    };
+    assert_eq!(
+        encodings(0),
+        [
+            "z $\"skiplist\"",
+            "zs $\"skiplist\"",
+            "h $\"hashtable\"",
+            "hbig $\"hashtable\"",
+            "zlong $\"skiplist\""
+        ]
+    );
+    assert_eq!(
+        encodings(1),
+        [
+            "z $\"listpack\"",
+            "zs $\"listpack\"",
+            "h $\"listpack\"",
+            "hbig $\"hashtable\"",
+            "zlong $\"skiplist\""
+        ]
+    );
+    if let Some((_redis, _)) = redis_with_debug(tmp.path()) {
+        let theirs = run(&mut Wire::connect(&tmp.path().join("r")));
+        assert_eq!(ours, theirs);
+    }
+}
+
 /// DEBUG RELOAD and LOADAOF give back the same keys (every type, across shards, with
 /// their expiry), as a restart of the server loads them; inside EXEC, an error.
 #[test]

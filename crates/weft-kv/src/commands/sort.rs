@@ -23,8 +23,10 @@
 //! and compaction need nothing of their own.
 //!
 //! As Redis 7.0's, SORT and SORT_RO of a sorted set make it a tree (OBJECT ENCODING
-//! `skiplist`) if it was packed, however small: logged as a `ZAdd` of no members (a
-//! record of the encoding only), and kept by compaction (`zset::state_records`).
+//! `skiplist`) if it was packed, however small. That is not logged (SORT_RO is a
+//! read, and a read logs nothing): after a restart or DEBUG RELOAD a small sorted set
+//! is packed again whatever made it a tree, as Redis 7.0 loads it
+//! (`zset::pack_small_trees`), so the log need not say.
 
 use super::lists::{growth, packed_len};
 use super::steps::Steps;
@@ -145,17 +147,13 @@ fn weight(b: &[u8]) -> Option<f64> {
 /// type `l`, `s` or `z` (a sorted set's members in score order), nil for a missing
 /// key, WRONGTYPE for a string or a hash. A packed sorted set becomes a tree
 /// (`skiplist`), as Redis's SORT and SORT_RO leave it, whatever follows (an error
-/// of the sort included): logged as a `ZAdd` of no members, a change of its encoding
-/// only.
+/// of the sort included). Not logged: a read logs nothing (SORT_RO is one), and the
+/// encoding would not survive a restart anyway (replay packs a small sorted set again,
+/// as Redis loads one: `zset::pack_small_trees`).
 pub fn read_source(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let key = args[1];
-    if ks.get(key, ctx.now_ms).map(|e| e.kind()) == Some(Type::ZSet)
-        && ks.modify(key, ctx.now_ms, zset::make_tree_now) == Some(true)
-    {
-        ctx.record(&RecordRef::ZAdd {
-            key,
-            items: Items::Slices(&[]),
-        });
+    if ks.get(key, ctx.now_ms).map(|e| e.kind()) == Some(Type::ZSet) {
+        ks.modify(key, ctx.now_ms, zset::make_tree_now);
     }
     let Some(e) = ks.get(key, ctx.now_ms) else {
         return Reply::Nil;

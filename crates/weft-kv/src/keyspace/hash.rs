@@ -380,6 +380,28 @@ fn convert(e: &mut Entry) {
     e.set_payload(tag::HASH_TABLE, &value::ptr_bytes(p));
 }
 
+/// Makes a table small enough to be packed (at most [`max_packed_entries`] fields,
+/// no field or value longer than [`max_packed_value`]) packed again: whether it did.
+/// Only the end of a replay does it (a restart, DEBUG RELOAD), as Redis 7.0 loads a
+/// small hash as a listpack whatever it was when saved; commands never convert back.
+pub fn pack_if_fits(e: &mut Entry) -> bool {
+    if e.tag() != tag::HASH_TABLE || len(e) > max_packed_entries() {
+        return false;
+    }
+    let max = max_packed_value();
+    let t = table(e);
+    if t.iter().any(|(f, v)| f.len() > max || v.len() > max) {
+        return false;
+    }
+    let mut bytes = Vec::new();
+    for (f, v) in t.iter() {
+        packed::put(&mut bytes, f);
+        packed::put(&mut bytes, v);
+    }
+    e.set_payload(tag::HASH_PACKED, &bytes);
+    true
+}
+
 /// Sets `field` to `value` in a hash entry (converting it to a table past the
 /// thresholds): whether the field is new.
 pub fn set(e: &mut Entry, field: &[u8], value: &[u8]) -> bool {

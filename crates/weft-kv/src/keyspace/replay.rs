@@ -30,7 +30,8 @@ use crate::log::RecordRef;
 pub const BATCH: usize = 1 << 20;
 
 /// Replays a shard's log into its databases; [`Replay::finish`] applies what is still
-/// gathered and then drops the keys whose time has passed.
+/// gathered, then drops the keys whose time has passed and packs the sorted sets and
+/// hashes small enough to be packed ([`pack_small`]).
 pub struct Replay<'a> {
     dbs: &'a mut [Keyspace],
     now_ms: u64,
@@ -101,6 +102,7 @@ impl<'a> Replay<'a> {
         for ks in self.dbs.iter_mut() {
             ks.expire_cycle(self.now_ms, usize::MAX);
             ks.reset_expired_count();
+            pack_small(ks, self.now_ms);
         }
     }
 
@@ -122,6 +124,30 @@ impl<'a> Replay<'a> {
             self.dbs[db as usize].apply_hashed(h, rec);
         }
     }
+}
+
+/// Packs every sorted set and hash of `ks` small enough to be packed that is not
+/// (`zset::pack_if_fits`, `hash::pack_if_fits`): the end of a replay, as Redis 7.0
+/// loads a small sorted set or hash as a listpack whatever its encoding when it was
+/// saved, so the encoding after a restart does not depend on whether a compaction ran
+/// (whose records of a small one make it packed). Answers how many.
+pub(super) fn pack_small(ks: &mut Keyspace, now_ms: u64) -> usize {
+    use super::value::tag;
+    let small: Vec<Vec<u8>> = ks
+        .index
+        .iter_from(0)
+        .filter(|(_, e)| match e.tag() {
+            tag::ZSET_SKIP => super::zset::len(e) <= super::zset::max_packed_entries(),
+            tag::HASH_TABLE => super::hash::len(e) <= super::hash::max_packed_entries(),
+            _ => false,
+        })
+        .map(|(_, e)| e.key().to_vec())
+        .collect();
+    let pack = |e: &mut super::Entry| super::zset::pack_if_fits(e) || super::hash::pack_if_fits(e);
+    small
+        .iter()
+        .filter(|k| ks.modify(k, now_ms, pack) == Some(true))
+        .count()
 }
 
 #[cfg(test)]
@@ -336,6 +362,8 @@ mod tests {
             }
             for ks in &mut one {
                 ks.expire_cycle(now, usize::MAX);
+                // As the end of a replay packs what shrank (some hashes here do).
+                pack_small(ks, now);
             }
             let mut rp = Replay::new(&mut batched, now);
             for (db, r) in &recs {

@@ -715,6 +715,29 @@ pub fn make_tree_now(e: &mut Entry) -> bool {
     true
 }
 
+/// Makes a tree small enough to be packed (at most [`max_packed_entries`] members,
+/// none longer than [`max_packed_value`]) packed again: whether it did. Only the end of
+/// a replay does it (a restart, DEBUG RELOAD), as Redis 7.0 loads a small sorted set
+/// as a listpack whatever it was when saved; commands never convert back.
+pub fn pack_if_fits(e: &mut Entry) -> bool {
+    if e.tag() != tag::ZSET_SKIP || len(e) > max_packed_entries() {
+        return false;
+    }
+    let t = tree(e);
+    if t.range(0, usize::MAX, false)
+        .any(|(m, _)| m.len() > max_packed_value())
+    {
+        return false;
+    }
+    let pairs: Vec<(Vec<u8>, f64)> = t
+        .range(0, usize::MAX, false)
+        .map(|(m, s)| (m.to_vec(), s))
+        .collect();
+    let bytes = pack(pairs.iter().map(|(m, s)| (m.as_slice(), *s)));
+    e.set_payload(tag::ZSET_PACKED, &bytes);
+    true
+}
+
 /// `pairs` copied, so that an entry whose bytes they borrow can be rewritten.
 fn owned_pairs(pairs: &[(&[u8], f64)]) -> Vec<(Vec<u8>, f64)> {
     pairs.iter().map(|&(m, s)| (m.to_vec(), s)).collect()
