@@ -418,7 +418,7 @@ fn concurrent_writers_and_a_restart_agree() {
         (4, 1_500, 500)
     };
     let tmp = tempfile::tempdir().unwrap();
-    let mut s = start(
+    let s = start(
         tmp.path(),
         "2",
         &["--maxmemory", "300kb", "--maxmemory-policy", "allkeys-lru"],
@@ -451,17 +451,27 @@ fn concurrent_writers_and_a_restart_agree() {
     let keys = w.call(&["DBSIZE"]).int().unwrap();
     let evicted = w.info_field("stats", "evicted_keys");
     assert_eq!(keys + evicted, (writers * per) as i64);
-    let mut before: Vec<Val> = w.call(&["KEYS", "*"]).items().to_vec();
-    before.sort();
     drop(w);
+    restart_gives_the_same_keys(s, tmp.path(), "");
+}
+
+/// Stops server `s` (over `dir`, two workers) and starts it again: the same keys (the
+/// log replayed, evictions included).
+fn restart_gives_the_same_keys(mut s: KvServer, dir: &Path, what: &str) {
+    let sorted_keys = |s: &KvServer| {
+        let mut keys: Vec<Val> = Wire::connect(&s.socket)
+            .call(&["KEYS", "*"])
+            .items()
+            .to_vec();
+        keys.sort();
+        keys
+    };
+    let before = sorted_keys(&s);
     s.signal(libc::SIGTERM);
     assert!(s.wait_exit().success());
-    let s = start(tmp.path(), "2", &[]);
-    let mut w = Wire::connect(&s.socket);
-    let mut after: Vec<Val> = w.call(&["KEYS", "*"]).items().to_vec();
-    after.sort();
-    assert_eq!(after.len(), before.len());
-    assert!(after == before, "the keys after a restart differ");
+    let after = sorted_keys(&start(dir, "2", &[]));
+    assert_eq!(after.len(), before.len(), "{what}");
+    assert!(after == before, "{what}: the keys after a restart differ");
 }
 
 /// The replies about eviction are redis-server's: the settings and their errors,
@@ -628,7 +638,7 @@ fn a_write_on_a_shard_with_nothing_to_evict_evicts_another_shards_keys() {
         "volatile-ttl",
     ] {
         let tmp = tempfile::tempdir().unwrap();
-        let mut s = start(
+        let s = start(
             tmp.path(),
             "2",
             &[
@@ -675,16 +685,8 @@ fn a_write_on_a_shard_with_nothing_to_evict_evicts_another_shards_keys() {
             err("OOM command not allowed when used memory > 'maxmemory'.")
         );
         assert_eq!(w.call(&["DBSIZE"]), int(keep.len() as i64 + 10), "{policy}");
-        let mut before: Vec<Val> = w.call(&["KEYS", "*"]).items().to_vec();
-        before.sort();
         drop(w);
-        s.signal(libc::SIGTERM);
-        assert!(s.wait_exit().success());
-        let s = start(tmp.path(), "2", &[]);
-        let mut w = Wire::connect(&s.socket);
-        let mut after: Vec<Val> = w.call(&["KEYS", "*"]).items().to_vec();
-        after.sort();
-        assert!(after == before, "{policy}: the keys after a restart differ");
+        restart_gives_the_same_keys(s, tmp.path(), policy);
     }
 }
 

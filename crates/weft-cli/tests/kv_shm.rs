@@ -39,15 +39,7 @@ fn shm_client(s: &TempKv) -> Client {
 
 /// INFO's connected_clients.
 fn connected(c: &mut Client) -> i64 {
-    let Reply::Bulk(info) = run(c, &["INFO", "clients"]) else {
-        panic!("INFO")
-    };
-    String::from_utf8(info)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("connected_clients")
+    info_number(c, "clients", "connected_clients")
 }
 
 /// A script of commands of every kind, run once per transport on a fresh database.
