@@ -4,7 +4,7 @@
 //! A compaction runs as a green thread on its shard's worker, and each step of its walk
 //! holds the worker: other commands run only between steps. A step writes the
 //! whole-state records of the keys of [`KEYS_PER_STEP`] hashes, except that a hash,
-//! set, sorted set or list of more than [`PIECE`] elements or [`PIECE_BYTES`] of memory
+//! set, sorted set, list or stream of more than [`PIECE`] elements or [`PIECE_BYTES`] of memory
 //! is set aside (it is *held*) and written later, a piece of at most that a step
 //! (`keyspace/pieces.rs`): the first
 //! piece's record creates the key, replacing what it held, the later ones add to it.
@@ -95,7 +95,7 @@ pub struct Walk {
     db: u8,
     cursor: u64,
     /// Where the next piece of the first held key starts (0: its start).
-    at: u64,
+    at: u128,
     /// The times the first held key was started again.
     restarts: u32,
     keys: usize,
@@ -288,11 +288,20 @@ mod tests {
     }
 
     /// The big keys' names, one of each type, and the names they may be renamed to.
-    const BIG: [&str; 4] = ["z", "s", "h", "l"];
+    const BIG: [&str; 5] = ["z", "s", "h", "l", "x"];
     const OTHER: [&str; 3] = ["a", "b", "c"];
 
-    /// A command making big key `name` (the type its name says) with `n` elements.
-    fn create(name: &str, n: u64, salt: u64) -> Vec<String> {
+    /// The commands making big key `name` (the type its name says) with `n` elements
+    /// (a stream: made anew).
+    fn create(name: &str, n: u64, salt: u64) -> Vec<Vec<String>> {
+        if name == "x" {
+            let mut lines = vec![vec!["del".to_string(), name.into()]];
+            lines.extend((1..=n).map(|i| {
+                let id = format!("{}-{i}", salt + 1);
+                vec!["xadd".into(), name.into(), id, "f".into(), format!("v{i}")]
+            }));
+            return lines;
+        }
         let mut line: Vec<String> = match name {
             "z" => vec!["zadd".into(), name.into()],
             "s" => vec!["sadd".into(), name.into()],
@@ -306,7 +315,7 @@ mod tests {
                 _ => line.push(format!("e{i}.{salt}")),
             }
         }
-        line
+        vec![line]
     }
 
     /// One random command of every kind that changes big keys between pieces: adds,
@@ -314,11 +323,10 @@ mod tests {
     /// type, the key made again, now and then a FLUSHDB.
     fn random_command(sh: &mut Shard, r: &mut Rnd, now: u64, all: &mut Vec<u8>) {
         let db = r.below(2) as u8;
-        let pick = |r: &mut Rnd| BIG[r.below(4) as usize];
-        let name = pick(r);
+        let name = BIG[r.below(5) as usize];
         let i = r.below(1500);
         let s = |x: &str| x.to_string();
-        let line: Vec<String> = match r.below(30) {
+        let line: Vec<String> = match r.below(31) {
             0 if r.below(6) == 0 => {
                 let before = sh.log.len();
                 sh.flush_db(db);
@@ -338,7 +346,28 @@ mod tests {
             4 => vec![s("rename"), s(OTHER[r.below(3) as usize]), s(name)],
             5 => vec![s("pexpire"), s(name), format!("{}", 1 + r.below(4))],
             6 => vec![s("set"), s(name), s("a string now")],
-            7..=8 => create(name, 100 + r.below(400), r.below(1000)),
+            7..=8 => {
+                for line in create(name, 100 + r.below(400), r.below(1000)) {
+                    run(sh, db, &line, now, all);
+                }
+                return;
+            }
+            27 => vec![s("xadd"), s("x"), s("*"), s("g"), format!("{i}")],
+            28 => vec![s("xtrim"), s("x"), s("maxlen"), format!("{}", 200 + i)],
+            29 if i % 2 == 0 => vec![
+                s("xgroup"),
+                s("create"),
+                s("x"),
+                format!("g{}", i % 3),
+                s("0"),
+            ],
+            29 => vec![
+                s("xgroup"),
+                s("createconsumer"),
+                s("x"),
+                format!("g{}", i % 3),
+                format!("c{i}"),
+            ],
             9..=11 => vec![
                 s("zadd"),
                 s("z"),
@@ -381,8 +410,9 @@ mod tests {
             let mut all = Vec::new();
             for db in 0..2 {
                 for name in BIG {
-                    let line = create(name, 600 + r.below(600), round);
-                    run(&mut sh, db, &line, now, &mut all);
+                    for line in create(name, 600 + r.below(600), round) {
+                        run(&mut sh, db, &line, now, &mut all);
+                    }
                 }
             }
             for _ in 0..20 {

@@ -1,13 +1,14 @@
 //! A big key's state in pieces, for a compaction that must not hold its worker for
 //! the whole of one key (`crate::compact`).
 //!
-//! A hash, set, sorted set or list of more than a piece is logged as its
+//! A hash, set, sorted set, list or stream of more than a piece is logged as its
 //! usual whole-state records ([`Keyspace::state_records`]) cut at piece boundaries: the
 //! first piece starts with the record that creates the key (replacing whatever the key
 //! held), each later piece adds to it with the type's add records (`HSet`, `SAdd`,
-//! `ZAdd`, `RPush`). A position says where the next piece starts: a scan cursor for a
-//! hash or set (their tables are ordered by field hash), a rank for a sorted set, a
-//! node for a list; 0 is the start. The positions hold only while the key is
+//! `ZAdd`, `RPush`, `XAdd`; a stream's last piece also has its groups, consumers and
+//! pending entries, whole). A position says where the next piece starts: a scan
+//! cursor for a hash or set (their tables are ordered by field hash), a rank for a
+//! sorted set, a node for a list, an entry's ID for a stream; 0 is the start. The positions hold only while the key is
 //! unchanged: the compaction starts a key over when it changes between its pieces.
 //!
 //! ```text
@@ -20,9 +21,9 @@
 //! A piece has at most [`Size::elements`] elements, and fewer if the key's elements
 //! are large: as many as take about [`Size::bytes`] of the key's memory on average.
 //!
-//! Strings and streams are written whole.
+//! Strings are written whole.
 
-use super::{hash, list, set, tag, zset, Entry, Keyspace};
+use super::{hash, list, set, stream, tag, zset, Entry, Keyspace};
 use crate::log::RecordRef;
 
 /// The size of a piece: at most `elements` elements and about `bytes` of memory.
@@ -66,13 +67,15 @@ impl Keyspace {
 }
 
 /// The elements of a hash, set, sorted set or list kept in a table, tree or
-/// quicklist (the encodings written in pieces); 0 for any other entry.
+/// quicklist, or the entries of a stream (the encodings written in pieces); 0 for any
+/// other entry.
 fn elements(e: &Entry) -> usize {
     match e.tag() {
         tag::HASH_TABLE => hash::len(e),
         tag::SET_TABLE => set::len(e),
         tag::ZSET_SKIP => zset::len(e),
         tag::LIST_QUICK => list::len(e),
+        tag::STREAM => stream::of(e).len(),
         _ => 0,
     }
 }
@@ -87,7 +90,7 @@ pub fn piece_len(e: &Entry, size: Size) -> usize {
         .max(1)
 }
 
-/// Whether `e` is a hash, set, sorted set or list of more than one piece (one the
+/// Whether `e` is a hash, set, sorted set, list or stream of more than one piece (one the
 /// compaction writes in pieces).
 pub fn is_big(e: &Entry, size: Size) -> bool {
     let n = elements(e);
@@ -98,16 +101,29 @@ pub fn is_big(e: &Entry, size: Size) -> bool {
 /// position `from` (0: the first, which creates the key) and has about `most`
 /// elements ([`piece_len`]); answers the position of the next piece, or `None` after
 /// the last.
-pub fn state_piece(e: &Entry, from: u64, most: usize, f: impl FnMut(RecordRef<'_>)) -> Option<u64> {
-    match e.tag() {
-        tag::HASH_TABLE => hash::state_piece(e, from, most, f),
-        tag::SET_TABLE => set::state_piece(e, from, most, f),
-        tag::ZSET_SKIP => zset::state_piece(e, from, most, f),
-        tag::LIST_QUICK => list::state_piece(e, from, most, f),
+pub fn state_piece(
+    e: &Entry,
+    from: u128,
+    most: usize,
+    mut f: impl FnMut(RecordRef<'_>),
+) -> Option<u128> {
+    let at = from as u64;
+    let next = match e.tag() {
+        tag::HASH_TABLE => hash::state_piece(e, at, most, f),
+        tag::SET_TABLE => set::state_piece(e, at, most, f),
+        tag::ZSET_SKIP => zset::state_piece(e, at, most, f),
+        tag::LIST_QUICK => list::state_piece(e, at, most, f),
+        tag::STREAM => {
+            let key = e.key();
+            return stream::state_piece(e, from, most, |kind, body| {
+                f(RecordRef::Stream { kind, key, body })
+            });
+        }
         _ => {
             debug_assert_eq!(from, 0, "a key not in pieces starts at 0");
             Keyspace::state_records(e, f);
             None
         }
-    }
+    };
+    next.map(u128::from)
 }

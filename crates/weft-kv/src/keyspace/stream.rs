@@ -1060,11 +1060,29 @@ pub fn valid_body(kind: u8, body: &[u8]) -> bool {
 /// with its first entries, `XAdd` of the rest (each of at most
 /// [`crate::log::ITEMS_PER_RECORD`] bytes unless one entry is larger), then each
 /// group, its consumers and their pending entries.
-pub fn state_records(e: &Entry, mut f: impl FnMut(u8, &[u8])) {
+pub fn state_records(e: &Entry, f: impl FnMut(u8, &[u8])) {
+    state_piece(e, 0, usize::MAX, f);
+}
+
+/// A piece of a big stream's state, as [`state_records`] makes it: `most` entries
+/// from the one of ID position `from` (the ID as `ms << 64 | seq`; 0: the first
+/// piece, which creates the key with `XStream`, the later ones add with `XAdd`), and
+/// after the last entries every group, consumer and pending entry; the position of
+/// the next piece, or `None` after the last (a compaction: `crate::compact`).
+pub fn state_piece(
+    e: &Entry,
+    from: u128,
+    most: usize,
+    mut f: impl FnMut(u8, &[u8]),
+) -> Option<u128> {
     let s = of(e);
+    let start = Id {
+        ms: (from >> 64) as u64,
+        seq: from as u64,
+    };
     let mut chunk: Vec<(Id, &Item)> = Vec::new();
     let mut bytes = 0usize;
-    let mut first = true;
+    let mut first = from == 0;
     let mut emit = |chunk: &mut Vec<(Id, &Item)>, first: &mut bool| {
         let entries = s.owned(chunk);
         chunk.clear();
@@ -1086,7 +1104,12 @@ pub fn state_records(e: &Entry, mut f: impl FnMut(u8, &[u8])) {
             f(71, &c.body());
         }
     };
-    for (id, it) in &s.entries {
+    let mut next = None;
+    for (n, (id, it)) in s.entries.range(start..).enumerate() {
+        if n == most.max(1) {
+            next = Some((id.ms as u128) << 64 | id.seq as u128);
+            break;
+        }
         if !chunk.is_empty() && bytes + it.fields.len() > crate::log::ITEMS_PER_RECORD {
             emit(&mut chunk, &mut first);
             bytes = 0;
@@ -1096,6 +1119,9 @@ pub fn state_records(e: &Entry, mut f: impl FnMut(u8, &[u8])) {
     }
     if first || !chunk.is_empty() {
         emit(&mut chunk, &mut first);
+    }
+    if next.is_some() {
+        return next;
     }
     for (name, g) in &s.groups {
         let c = Change::Group {
@@ -1129,6 +1155,7 @@ pub fn state_records(e: &Entry, mut f: impl FnMut(u8, &[u8])) {
             }
         }
     }
+    None
 }
 
 #[cfg(test)]
