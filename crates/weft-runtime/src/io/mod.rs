@@ -1325,6 +1325,11 @@ pub(crate) fn send_then_discard(
     discard_queued(fd, left)
 }
 
+/// The longest reply [`send_then_recv`] chains: its copy stays allocated until the
+/// receive completes, which may be long for an idle peer (a longer one is sent first,
+/// and the receive follows as a call of its own).
+const SEND_CHAINED: usize = 16 << 10;
+
 /// Sends all of `buf`, takes `discard` bytes off the socket's receive queue (peeked
 /// ones, as [`send_then_discard`]; 0: none), then receives into `rbuf` with `flags`
 /// (0, or `MSG_PEEK`), waiting for bytes: a server's reply to one read and its next
@@ -1335,8 +1340,9 @@ pub(crate) fn send_then_discard(
 /// that would only say EAGAIN. The receive is in the kernel from the moment the reply
 /// has gone out, so a peer's next bytes are taken in the order they arrive among the
 /// worker's other sockets' (see `send_then_discard` for why that order matters).
-/// Elsewhere (another backend, a timeout, a long reply or discard): the calls one after
-/// the other. Returns what the receive got (0: the peer closed).
+/// Elsewhere (another backend, a timeout, a reply longer than [`SEND_CHAINED`], a long
+/// discard): the calls one after the other. Returns what the receive got (0: the peer
+/// closed).
 pub(crate) fn send_then_recv(
     fd: &Fd,
     buf: &[u8],
@@ -1351,7 +1357,7 @@ pub(crate) fn send_then_recv(
         || write_deadline.is_some()
         || read_deadline.is_some()
         || buf.is_empty()
-        || buf.len() > MAX_IO
+        || buf.len() > SEND_CHAINED
         || discard > DISCARD_CHAINED
         || len == 0
     {
