@@ -153,6 +153,46 @@ fn replies_that_come_within_the_spin_need_no_futex_sleep() {
     assert_eq!(s.client().unwrap().shm_wait_counts(), None);
 }
 
+/// Pins thread or process `tid` (0: this thread) to `cpu` alone.
+fn pin(tid: i32, cpu: usize) {
+    // SAFETY: a zeroed CPU set filled with the macros, passed by reference.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set),
+            0
+        );
+    }
+}
+
+#[test]
+fn a_client_on_the_servers_cpu_does_not_spin() {
+    let s = TempKv::start(0, &[]);
+    // The server's threads and this one on one CPU: a spin there would only keep the
+    // server from answering.
+    // SAFETY: a plain call with no arguments.
+    let cpu = unsafe { libc::sched_getcpu() } as usize;
+    pin(0, cpu);
+    for t in std::fs::read_dir(format!("/proc/{}/task", s.child.id())).unwrap() {
+        pin(
+            t.unwrap().file_name().to_str().unwrap().parse().unwrap(),
+            cpu,
+        );
+    }
+    let mut c = shm_client(&s);
+    assert!(c.set_shm_spin(Spin::default_for_this_machine()));
+    for i in 0..50 {
+        assert_eq!(run(&mut c, &["SET", "k", &i.to_string()]), ok());
+    }
+    assert_eq!(run(&mut c, &["GET", "k"]), bulk("49"));
+    let w = c.shm_wait_counts().unwrap();
+    // Only the first wait may spin: the server has said where it runs only with its
+    // first reply.
+    assert!(w.spins <= 1, "{w:?}");
+    assert!(w.same_cpu > 0, "{w:?}");
+}
+
 #[test]
 fn the_server_publishes_its_busy_connections_and_forgets_those_that_went() {
     let s = TempKv::start(0, &[]);

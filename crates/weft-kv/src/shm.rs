@@ -48,7 +48,11 @@
 //! one that ran out: the CPUs are taken. The server also publishes in the segment how
 //! many of its shared-memory connections are busy (`server_busy`): by default a
 //! client spins only while they are at most twice its CPUs, since beyond that the
-//! clients that spin take the CPUs the server and the others need.
+//! clients that spin take the CPUs the server and the others need. It also publishes
+//! the CPU it answered from (`server_cpu`): a client on that CPU does not spin, since
+//! the server cannot answer while it holds the CPU (a client woken from its futex is
+//! often moved to the CPU of the server that woke it, and there a spin could never
+//! catch a reply).
 //! `WEFT_KV_SHM_SPIN` changes the defaults (see [`Spin::from_env`]).
 
 use std::io;
@@ -82,6 +86,10 @@ const CLIENT_WAITS_ROOM: usize = 448;
 /// How many of the server's shared-memory connections are busy (not asleep on their
 /// socket), published with each reply: a hint for the client's spin.
 const SERVER_BUSY: usize = 512;
+/// The CPU the server's thread ran on when it sent the last reply, plus one (0: not
+/// known): a client on that CPU does not spin, as its spin would keep the server off
+/// the CPU it needs to answer.
+const SERVER_CPU: usize = 576;
 
 /// The path of the shared-memory socket beside the Unix socket `socket`.
 pub fn socket_path(socket: &Path) -> PathBuf {
@@ -256,6 +264,13 @@ fn futex_wait(word: &AtomicU32, val: u32, timeout: Duration) {
     };
 }
 
+/// The CPU this thread runs on, plus one (0 if not known).
+fn this_cpu() -> u32 {
+    // SAFETY: a plain call with no arguments (the kernel's rseq area or vDSO: cheap).
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).map_or(0, |c| c.wrapping_add(1))
+}
+
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: a shared futex wake on a word of a live mapping.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1) };
@@ -308,6 +323,7 @@ impl ServerSide {
     /// for the client's spin; see the module comment).
     pub fn publish_busy(&self, busy: u32) {
         self.seg.u32_at(SERVER_BUSY).store(busy, Relaxed);
+        self.seg.u32_at(SERVER_CPU).store(this_cpu(), Relaxed);
     }
 
     /// Wakes the client if it waits for what `flag` says (replies, or room for
@@ -419,7 +435,8 @@ pub struct Spin {
     /// nanoseconds of a spin (0: never).
     pub yield_ns: u64,
     /// Spins only while fewer than this many of the server's shared-memory connections
-    /// are busy (0: however many).
+    /// are busy, and not on the CPU the server last answered from (0: however many,
+    /// and on any CPU: the server's hints are not used).
     pub busy_below: u32,
 }
 
@@ -515,6 +532,8 @@ pub struct WaitCounts {
     /// How many of the server's shared-memory connections were busy, as published
     /// with the last reply.
     pub server_busy: u32,
+    /// Waits that did not spin because the client ran on the server's CPU.
+    pub same_cpu: u64,
 }
 
 /// The adaptive spin's state: how long the next spin is.
@@ -704,6 +723,13 @@ impl ClientEnd {
     fn spin_for(&mut self, ready: impl Fn(&Segment) -> bool) -> bool {
         let spin = self.spin.spin;
         if spin.busy_below > 0 && self.seg.u32_at(SERVER_BUSY).load(Relaxed) >= spin.busy_below {
+            return false;
+        }
+        // On the server's own CPU a spin only keeps the server from answering (a
+        // client woken from its futex is often moved there).
+        let server_cpu = self.seg.u32_at(SERVER_CPU).load(Relaxed);
+        if spin.busy_below > 0 && server_cpu != 0 && server_cpu == this_cpu() {
+            self.counts.same_cpu += 1;
             return false;
         }
         let budget = self.spin.next();

@@ -729,7 +729,7 @@ fn run_cell(
 /// `weft bench-worker kv-client`: connects to `socket`, prints "ready", waits for a byte
 /// on stdin, runs `ops` commands (`op`, random keys from `seed`) one at a time, checking
 /// each reply, and prints `{"ops":N,"elapsed_s":S}` (over shared memory with the
-/// waits' counts after it: `"sleeps"`, `"spins"`, `"caught"`, `"given_up"`).
+/// waits' counts after it: `"sleeps"`, `"spins"`, `"caught"`, `"given_up"`, `"same_cpu"`).
 pub fn client_worker_main(
     socket: &Path,
     op: Op,
@@ -790,8 +790,8 @@ pub fn client_worker_main(
     // Over shared memory, also how the waits for replies went (futex sleeps, spins).
     let waits = conn.0.shm_wait_counts().map_or(String::new(), |w| {
         format!(
-            ",\"sleeps\":{},\"spins\":{},\"caught\":{},\"given_up\":{}",
-            w.sleeps, w.spins, w.caught, w.given_up
+            ",\"sleeps\":{},\"spins\":{},\"caught\":{},\"given_up\":{},\"same_cpu\":{}",
+            w.sleeps, w.spins, w.caught, w.given_up, w.same_cpu
         )
     });
     writeln!(out, "{{\"ops\":{ops},\"elapsed_s\":{elapsed}{waits}}}")
