@@ -564,7 +564,7 @@ impl SpinState {
             return self.next_ns.min(self.spin.max_ns);
         }
         self.off_waits += 1;
-        if self.off_waits % PROBE_EVERY == 0 {
+        if self.off_waits.is_multiple_of(PROBE_EVERY) {
             self.spin.max_ns
         } else {
             0
@@ -749,7 +749,7 @@ impl ClientEnd {
             }
             looks = looks.wrapping_add(1);
             // The clock is read every few looks only.
-            if looks % 16 == 0 {
+            if looks.is_multiple_of(16) {
                 let ns = t0.elapsed().as_nanos() as u64;
                 if ns >= budget || (spin.adaptive && ns - last > PREEMPTED_NS) {
                     self.counts.given_up += 1;
