@@ -463,7 +463,11 @@ pub fn default_workers() -> usize {
     // Measured on 2 CPUs (redis-benchmark -c 50 -P 16 over the Unix socket): 1 worker
     // did GET 700k/s and SET 326k/s, 2 workers 350k/s and 166k/s, at twice the CPU per
     // request: the second worker competed with the client for a core and sent half of
-    // every connection's commands across workers.
+    // every connection's commands across workers. Measured again on 2 CPUs with the
+    // event-loop load generator (docs/benchmarks.md, 2026-11-29, "The default worker
+    // count"): 2 workers took 5-15x the CPU per request of 1 and answered 3-9x fewer
+    // requests, one command at a time and pipelined, over the Unix socket and shared
+    // memory; most of the difference was the idle spin waiting on the other worker.
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
