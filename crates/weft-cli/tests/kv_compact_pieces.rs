@@ -140,13 +140,17 @@ fn big_keys_changed_during_a_compaction_come_back_after_a_restart() {
                             format!("{}", r.below(9000)),
                             format!("m{i}"),
                         ],
-                        (_, "l") if i % 3 == 0 => vec!["lpop".into(), name.into()],
+                        (_, "l") if i.is_multiple_of(3) => vec!["lpop".into(), name.into()],
                         (_, "l") => vec!["rpush".into(), name.into(), format!("x{i}")],
-                        (_, "h") if i % 3 == 0 => vec!["hdel".into(), name.into(), format!("f{i}")],
+                        (_, "h") if i.is_multiple_of(3) => {
+                            vec!["hdel".into(), name.into(), format!("f{i}")]
+                        }
                         (_, "h") => {
                             vec!["hset".into(), name.into(), format!("f{i}"), format!("w{i}")]
                         }
-                        (_, _) if i % 3 == 0 => vec!["srem".into(), name.into(), format!("e{i}.1")],
+                        (_, _) if i.is_multiple_of(3) => {
+                            vec!["srem".into(), name.into(), format!("e{i}.1")]
+                        }
                         (_, _) => vec!["sadd".into(), name.into(), format!("y{i}")],
                     };
                     let args: Vec<&[u8]> = line.iter().map(|a| a.as_bytes()).collect();

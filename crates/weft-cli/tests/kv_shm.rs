@@ -531,7 +531,7 @@ fn many_clients_at_once_each_get_their_own_replies() {
         .map(|t| {
             let mut c = shm_client(&s);
             std::thread::spawn(move || {
-                let mut rng = kv::Rng(seed ^ (t + 1) * 0x9e37_79b9);
+                let mut rng = kv::Rng(seed ^ ((t + 1) * 0x9e37_79b9));
                 for i in 0..rounds {
                     let key = format!("t{t}:{}", rng.below(50));
                     let len = match rng.below(20) {

@@ -354,7 +354,7 @@ mod tests {
             }
             27 => vec![s("xadd"), s("x"), s("*"), s("g"), format!("{i}")],
             28 => vec![s("xtrim"), s("x"), s("maxlen"), format!("{}", 200 + i)],
-            29 if i % 2 == 0 => vec![
+            29 if i.is_multiple_of(2) => vec![
                 s("xgroup"),
                 s("create"),
                 s("x"),

@@ -238,7 +238,7 @@ fn replies_match_redis_server() {
         &["foo"],
     ];
     for line in script {
-        let args = common::items(&line);
+        let args = common::items(line);
         let want = redis.run(&args);
         let got = ours(&mut ks, &args);
         assert_eq!(got, want, "{line:?}");
@@ -545,7 +545,7 @@ fn hash_replies_match_redis_server() {
         vec!["type", "h"],
     ];
     for line in &script {
-        let args = common::items(&line);
+        let args = common::items(line);
         let want = redis.run(&args);
         let got = resp2(ours(&mut ks, &args));
         if line[0] == "hrandfield" {
@@ -807,7 +807,7 @@ fn list_replies_match_redis_server() {
         vec!["scan", "0", "type", "list", "count", "100"],
     ];
     for line in &script {
-        let args = common::items(&line);
+        let args = common::items(line);
         let want = redis.run(&args);
         let mut got = ours(&args);
         if line[0] == "scan" {
@@ -1108,7 +1108,7 @@ fn bitmap_and_key_replies_match_redis_server() {
         vec!["dump", "nokey"],
     ];
     for line in &script {
-        let args = common::items(&line);
+        let args = common::items(line);
         let want = redis.run(&args);
         let got = resp2(ours(&mut ks, &args));
         assert_eq!(got, want, "{line:?}");
@@ -1397,7 +1397,7 @@ fn set_replies_match_redis_server() {
         vec!["exists", "fresh"],
     ];
     for line in &script {
-        let args = common::items(&line);
+        let args = common::items(line);
         let want = resp2_sorted(redis.run(&args));
         let got = ours(&args);
         if line[0] == "srandmember" && line.len() == 3 {
@@ -1715,7 +1715,7 @@ fn zset_replies_match_redis_server() {
         vec!["object", "encoding", "z"],
     ];
     for line in &script {
-        let args = common::items(&line);
+        let args = common::items(line);
         let want = redis.run(&args);
         let got = ours(&mut ks, &args);
         if line[0] == "zrandmember" && !want.is_error() && line.len() > 2 {
@@ -1809,10 +1809,8 @@ fn zset_replies_match_redis_server() {
                     ]);
                 }
             }
-            "zpopmin" | "zpopmax" => {
-                if rng.below(2) == 0 {
-                    line.push(rng.below(4).to_string());
-                }
+            "zpopmin" | "zpopmax" if rng.below(2) == 0 => {
+                line.push(rng.below(4).to_string());
             }
             _ => {}
         }
@@ -2627,7 +2625,7 @@ fn stream_replies_match_redis_server() {
         vec!["scan", "0", "type", "stream", "count", "1000"],
     ];
     for (i, line) in script.iter().enumerate() {
-        let args = common::items(&line);
+        let args = common::items(line);
         let cmd = line[0];
         let (want, got) = (redis.run(&args), ours(&args));
         let sorted_keys = |r: Reply| match r {

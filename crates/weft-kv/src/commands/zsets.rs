@@ -444,7 +444,7 @@ pub fn zadd(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     if f.nx && f.xx {
         return Reply::err("ERR XX and NX options at the same time are not compatible");
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if [f.gt, f.lt, f.nx].iter().filter(|&&on| on).count() > 1 {
         return Reply::err("ERR GT, LT, and/or NX options at the same time are not compatible");
     }
     if f.incr && rest.len() > 2 {
@@ -742,7 +742,7 @@ pub fn parse_query<'a>(
 }
 
 /// The elements `q` selects of `v`, in its order.
-pub fn select<'a, 'v>(v: &'v View<'a>, q: &Query<'_>) -> Vec<(&'a [u8], f64)> {
+pub fn select<'a>(v: &View<'a>, q: &Query<'_>) -> Vec<(&'a [u8], f64)> {
     let len = v.len();
     let (from, to) = match q.spec {
         Spec::Rank(start, stop) => {
@@ -923,7 +923,7 @@ pub fn pop(
     count: usize,
     max: bool,
     ctx: &mut Ctx<'_>,
-) -> Result<Option<Vec<(Vec<u8>, f64)>>, Reply> {
+) -> Result<Option<super::zsets_multi::Scored>, Reply> {
     let len = match zset_of(ks, key, ctx.now_ms)? {
         None => return Ok(None),
         Some(e) => zset::len(e),

@@ -19,6 +19,9 @@ use crate::resp::Reply;
 use crate::route::shard_of;
 use std::collections::HashMap;
 
+/// Members with their scores, in the order a step gives them.
+pub(crate) type Scored = Vec<(Vec<u8>, f64)>;
+
 /// The commands of this module: their reply, or `None` for another command.
 pub fn run_multi(
     set: &impl ShardSet,
@@ -44,13 +47,13 @@ pub fn run_multi(
 
 impl Steps<'_> {
     /// The whole sorted set `key` (`None` if missing), or WRONGTYPE.
-    fn read(&mut self, key: &[u8]) -> Result<Option<Vec<(Vec<u8>, f64)>>, Reply> {
+    fn read(&mut self, key: &[u8]) -> Result<Option<Scored>, Reply> {
         pairs(self.run(zsets::read_all, key, &[&b"zread"[..], key]))
     }
 }
 
 /// The elements a read step answered (`zsets::read_all`).
-fn pairs(r: Reply) -> Result<Option<Vec<(Vec<u8>, f64)>>, Reply> {
+fn pairs(r: Reply) -> Result<Option<Scored>, Reply> {
     match r {
         Reply::Nil => Ok(None),
         Reply::Array(items) => {
@@ -79,7 +82,7 @@ fn store(steps: &mut Steps<'_>, name: &[u8], dst: &[u8], result: &[(Vec<u8>, f64
 }
 
 /// Members with their scores, or only the members.
-fn reply(result: Vec<(Vec<u8>, f64)>, withscores: bool) -> Reply {
+fn reply(result: Scored, withscores: bool) -> Reply {
     if withscores {
         Reply::Pairs(
             result
@@ -193,13 +196,13 @@ fn parse_options(rest: &[&[u8]], n: usize, op: Op, store: bool) -> Result<Option
 
 /// The result of `op` over `inputs` (each with its weight; a missing key is empty),
 /// in (score, member) order; for Card, the intersection up to `limit` (0: all).
-fn compute(op: Op, inputs: Vec<Option<Vec<(Vec<u8>, f64)>>>, o: &Options) -> Vec<(Vec<u8>, f64)> {
-    let mut inputs: Vec<(Vec<(Vec<u8>, f64)>, f64)> = inputs
+fn compute(op: Op, inputs: Vec<Option<Scored>>, o: &Options) -> Scored {
+    let mut inputs: Vec<(Scored, f64)> = inputs
         .into_iter()
         .zip(&o.weights)
         .map(|(i, &w)| (i.unwrap_or_default(), w))
         .collect();
-    let mut out: Vec<(Vec<u8>, f64)> = match op {
+    let mut out: Scored = match op {
         Op::Diff => {
             let others: Vec<HashMap<Vec<u8>, f64>> = inputs
                 .drain(1..)
@@ -237,7 +240,7 @@ fn compute(op: Op, inputs: Vec<Option<Vec<(Vec<u8>, f64)>>>, o: &Options) -> Vec
         Op::Union => {
             inputs.sort_by_key(|(i, _)| i.len());
             let mut at: HashMap<Vec<u8>, usize> = HashMap::new();
-            let mut out: Vec<(Vec<u8>, f64)> = Vec::new();
+            let mut out: Scored = Vec::new();
             for (input, w) in inputs {
                 for (m, s) in input {
                     let v = weighted(s, w);

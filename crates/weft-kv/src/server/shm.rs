@@ -108,7 +108,7 @@ impl ShmStream {
             // The clock is read every few looks only (a look is a yield: cheap).
             looks = looks.wrapping_add(1);
             let t0 = *since.get_or_insert_with(Instant::now);
-            if looks % 8 != 0 || t0.elapsed() < POLL {
+            if !looks.is_multiple_of(8) || t0.elapsed() < POLL {
                 weft_runtime::yield_now();
                 continue;
             }
