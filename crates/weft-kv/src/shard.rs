@@ -423,8 +423,10 @@ impl Shard {
         rec: &RecordRef<'_>,
     ) -> bool {
         match rec.key() {
-            Some(key) if held.holds(db, key) => false,
-            Some(key) => (db, dbs[db as usize].hash(key)) < frontier,
+            Some(key) => match held.holds(db, key) {
+                Some(to_tail) => to_tail,
+                None => (db, dbs[db as usize].hash(key)) < frontier,
+            },
             // Every database walked: the image is whole, anything may follow it.
             None if frontier.0 as usize == dbs.len() && held.is_empty() => true,
             None => {

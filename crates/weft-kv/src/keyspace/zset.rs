@@ -899,26 +899,39 @@ const KINDS: state::Kinds = state::Kinds {
     add: |key, items| crate::log::RecordRef::ZAdd { key, items },
 };
 
-/// A piece of a big sorted set's state ([`state::piece`]): the members of ranks
-/// `from..from + most` (0: the first piece, which creates the key); the rank of the
-/// next piece, or `None` after the last (which ends as [`state_records`] does).
+/// A piece of a big sorted set's state ([`state::piece`]): at most `most` members
+/// after `after` in (score, member) order (`None`: the first piece, which creates the
+/// key); the last member written, where the next piece goes on, or `None` after the
+/// last piece (which ends as [`state_records`] does). The position is an element of
+/// the order, not a rank: members added or removed before it do not move it, so a
+/// member never written to is in exactly one piece however the set changes between
+/// pieces.
 pub fn state_piece(
     e: &Entry,
-    from: u64,
+    after: Option<(f64, &[u8])>,
     most: usize,
     mut f: impl FnMut(crate::log::RecordRef<'_>),
-) -> Option<u64> {
-    let to = from as usize + most.max(1);
-    let next = state::piece(e, &KINDS, from == 0, &mut f, |runs| {
-        for (m, s) in tree(e).range(from as usize, to, false) {
-            runs.push(&[m, &score_bytes(s)]);
-        }
-        (to < len(e)).then_some(to as u64)
+) -> Option<(f64, Box<[u8]>)> {
+    let t = tree(e);
+    let from = after.map_or(0, |a| {
+        t.count_before(|s, m| cmp((s, m), a) != Ordering::Greater)
     });
-    if next.is_none() {
-        stays_tree(e, f);
+    let to = from + most.max(1);
+    let mut last = None;
+    state::piece(e, &KINDS, after.is_none(), &mut f, |runs| {
+        for (m, s) in t.range(from, to, false) {
+            runs.push(&[m, &score_bytes(s)]);
+            last = Some((s, m));
+        }
+        None
+    });
+    match last {
+        Some((s, m)) if to < t.len() => Some((s, m.into())),
+        _ => {
+            stays_tree(e, f);
+            None
+        }
     }
-    next
 }
 
 /// The record that keeps a tree small enough to be packed a tree on replay, after
