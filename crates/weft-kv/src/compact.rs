@@ -475,7 +475,9 @@ mod tests {
             1 => vec![s("spop"), s("s"), format!("{}", 1 + r.below(3))],
             2 => vec![s("smove"), s("s"), s("t"), format!("e{i}.0")],
             3 => vec![s("smove"), s("t"), s("s"), format!("e{i}.0")],
-            4 if i % 2 == 0 => vec![s("zadd"), s("z"), s("incr"), s("-700"), format!("m{i}")],
+            4 if i.is_multiple_of(2) => {
+                vec![s("zadd"), s("z"), s("incr"), s("-700"), format!("m{i}")]
+            }
             4 => vec![
                 s("zadd"),
                 s("z"),
