@@ -31,7 +31,7 @@ pub const BATCH: usize = 1 << 20;
 
 /// Replays a shard's log into its databases; [`Replay::finish`] applies what is still
 /// gathered, then drops the keys whose time has passed and packs the sorted sets and
-/// hashes small enough to be packed ([`pack_small`]).
+/// hashes small enough to be packed (`pack_small`).
 pub struct Replay<'a> {
     dbs: &'a mut [Keyspace],
     now_ms: u64,
