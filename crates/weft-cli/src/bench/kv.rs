@@ -94,7 +94,8 @@
 //!   max beside each other. JSON `latency-at-rate/<pct>/...`.
 //! - **redis-benchmark tests**: `-t set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,
 //!   zadd,zpopmin,lrange_100,lrange_600,mset -c 50 -P 16` over the Unix socket; a test
-//!   whose commands weft-kv does not answer yet is reported as not supported yet. JSON
+//!   whose commands weft-kv does not answer yet is reported as not supported yet. Target:
+//!   at least redis-server's requests/s on every test, with a p99 no higher. JSON
 //!   `redis-benchmark-tests/unix/P16/<test>/{rps,p99}`.
 //!
 //! Units in JSON: the table cells in "ms", throughput in "req/s", redis-benchmark's

@@ -30,6 +30,9 @@ const LOAD_REQUESTS_P16: u64 = 1_000_000;
 const RATE_SECS: f64 = 3.0;
 /// The shares of redis-server's closed-loop GET rate the fixed-rate rows run at.
 const RATE_SHARES: [f64; 2] = [0.5, 0.9];
+/// The target of redis-benchmark's fifteen tests: at least redis-server's requests/s
+/// on every test, with a p99 no higher (the other tables aim at 1.5x).
+const RB_TESTS_TARGET: f64 = 1.0;
 /// redis-benchmark's tests of the last table, and the requests per test.
 const RB_TESTS: [&str; 15] = [
     "set",
@@ -463,7 +466,7 @@ pub(super) fn rb_tests(
         key_space()
     ));
     rep.line(format!(
-        "  target: weft >= {TARGET_RATIO}x redis-server's requests/s with a p99 no higher; a \
+        "  target: weft >= {RB_TESTS_TARGET}x redis-server's requests/s with a p99 no higher; a \
          test whose commands weft-kv does not answer yet is not run (not supported yet)"
     ));
     let mut supported: Vec<Vec<&str>> = Vec::new();
@@ -571,7 +574,7 @@ pub(super) fn rb_tests(
         );
         match figures.as_slice() {
             [Some(w), Some(r)] => {
-                let met = w.0 / r.0 >= TARGET_RATIO && w.1 <= r.1;
+                let met = w.0 / r.0 >= RB_TESTS_TARGET && w.1 <= r.1;
                 verdicts.1 += 1;
                 if met {
                     verdicts.0 += 1;
