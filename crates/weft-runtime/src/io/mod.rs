@@ -1765,7 +1765,12 @@ pub(crate) mod bufs {
                 let top = c.list.last().expect("the receive buffer kept");
                 assert_eq!((top.as_ptr(), top.len()), (at, 16 << 10));
             });
-            assert_eq!(take(16 << 10).as_ptr(), at);
+            let again = take(16 << 10);
+            assert_eq!(
+                again.as_ptr(),
+                at,
+                "the kept receive buffer is the one taken next"
+            );
         }
     }
 }
