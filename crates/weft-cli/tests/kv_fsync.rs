@@ -225,11 +225,9 @@ fn under_always_reads_during_the_fsync_keep_it_on_the_ring() {
         }
         n
     });
-    let mut rounds = 0;
     eventually(
         "most fsyncs beside a busy reader go through the ring",
         || {
-            rounds += 1;
             let f = persistence(&mut c);
             let (f0, w0) = (num(&f, "aof_fsyncs"), num(&f, "aof_fsyncs_on_worker"));
             for i in 0..40 {
@@ -243,5 +241,4 @@ fn under_always_reads_during_the_fsync_keep_it_on_the_ring() {
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(reads.join().unwrap() > 0);
-    assert!(rounds >= 1);
 }

@@ -80,7 +80,7 @@ pub struct Held {
     /// The first key was written to since its last piece (and its records were held).
     changed: bool,
     /// The records about a key being written that went to the tail, its pieces going
-    /// on.
+    /// on (read by the tests: nothing reports it).
     pub went_on: u64,
 }
 
@@ -136,7 +136,8 @@ pub struct Walk {
     pub pieces: u64,
     /// The times a held key was started again after a change.
     pub restarted: u64,
-    /// The held keys written whole after [`RESTARTS`] starts.
+    /// The held keys written whole after [`RESTARTS`] starts. (These three counts are
+    /// read by the tests: nothing reports them.)
     pub whole: u64,
 }
 

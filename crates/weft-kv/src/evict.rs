@@ -126,10 +126,8 @@ impl Shard {
     /// is evicted before the next one), and how many keys it evicted here.
     pub(crate) fn evict_for_room(&mut self, now_ms: u64) -> (bool, u64, usize) {
         let n = self.evict_over_limit(now_ms, EVICT_PER_COMMAND);
-        match self.should_evict(false) {
-            true => (true, 0, n),
-            false => (false, u64::MAX, n),
-        }
+        let refused = self.should_evict(false);
+        (refused, if refused { 0 } else { u64::MAX }, n)
     }
 
     /// Evicts keys of this shard by the policy, at most `max_keys`, while the server

@@ -41,6 +41,12 @@ fn run(shared: &Shared) {
     let mut since = vec![Instant::now(); n];
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
+    // A sleeping worker other than `i`, woken to steal `i`'s never-run threads.
+    let hand_off = |i: usize| {
+        if let Some(o) = (0..n).find(|&o| o != i && shared.remote.is_sleeping(o)) {
+            shared.remote.wake(o);
+        }
+    };
     while !shared.shutdown.load(Acquire) {
         let now = Instant::now();
         let mut any_running = false;
@@ -53,16 +59,15 @@ fn run(shared: &Shared) {
             if !w.progress.running.load(Relaxed) {
                 continue;
             }
+            let queued = || !(w.stealer.is_empty() && w.next.is_empty());
             if w.progress.blocked.load(Relaxed) {
                 // Asleep in a system call on the worker (`in_blocking_call`): nothing
                 // to preempt, and the slice starts again when it returns. Only the
                 // hand-off of never-run threads keeps the monitor ticking for it.
                 since[i] = now;
-                if !(w.stealer.is_empty() && w.next.is_empty()) {
+                if queued() {
                     any_running = true;
-                    if let Some(o) = (0..n).find(|&o| o != i && shared.remote.is_sleeping(o)) {
-                        shared.remote.wake(o);
-                    }
+                    hand_off(i);
                 }
                 continue;
             }
@@ -71,10 +76,8 @@ fn run(shared: &Shared) {
             // Hand-off of what may move: a worker held for a tick (in a long computation
             // or a blocking system call) with never-run threads queued gets a sleeping
             // worker woken to steal them. Started threads stay (docs/runtime.md).
-            if stuck >= TICK && !(w.stealer.is_empty() && w.next.is_empty()) {
-                if let Some(o) = (0..n).find(|&o| o != i && shared.remote.is_sleeping(o)) {
-                    shared.remote.wake(o);
-                }
+            if stuck >= TICK && queued() {
+                hand_off(i);
             }
             if stuck >= preempt::SLICE {
                 w.progress.preempt_requested.store(true, Relaxed);

@@ -26,14 +26,14 @@
 //! `skiplist`) if it was packed, however small. That is not logged (SORT_RO is a
 //! read, and a read logs nothing): after a restart or DEBUG RELOAD a small sorted set
 //! is packed again whatever made it a tree, as Redis 7.0 loads it
-//! (`zset::pack_small_trees`), so the log need not say.
+//! (`zset::pack_if_fits`), so the log need not say.
 
 use super::lists::{growth, packed_len};
 use super::steps::Steps;
 use super::strings::make_room;
 use super::{parse_i64, Ctx, NOT_INT, OOM, SYNTAX_ERR, WRONGTYPE};
 use crate::exec::{Acks, ShardSet};
-use crate::keyspace::{hash, list, set, zset, Keyspace, Type};
+use crate::keyspace::{hash, list, set, tag, zset, Keyspace, Type};
 use crate::log::{Items, RecordRef};
 use crate::pubsub::{notify, GENERIC, LIST, NEW};
 use crate::resp::Reply;
@@ -149,10 +149,11 @@ fn weight(b: &[u8]) -> Option<f64> {
 /// (`skiplist`), as Redis's SORT and SORT_RO leave it, whatever follows (an error
 /// of the sort included). Not logged: a read logs nothing (SORT_RO is one), and the
 /// encoding would not survive a restart anyway (replay packs a small sorted set again,
-/// as Redis loads one: `zset::pack_small_trees`).
+/// as Redis loads one: `zset::pack_if_fits`).
 pub fn read_source(ks: &mut Keyspace, args: &[&[u8]], ctx: &mut Ctx<'_>) -> Reply {
     let key = args[1];
-    if ks.get(key, ctx.now_ms).map(|e| e.kind()) == Some(Type::ZSet) {
+    // Only a packed one changes: a tree is left alone (no new stamp for a read).
+    if ks.get(key, ctx.now_ms).map(|e| e.tag()) == Some(tag::ZSET_PACKED) {
         ks.modify(key, ctx.now_ms, zset::make_tree_now);
     }
     let Some(e) = ks.get(key, ctx.now_ms) else {

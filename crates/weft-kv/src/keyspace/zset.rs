@@ -11,9 +11,9 @@
 //! write decodes the at most 128 pairs, changes them and writes them back. A sorted
 //! set stays packed while it has at most [`max_packed_entries`] members and every
 //! member is at most [`max_packed_value`] bytes; past either it becomes a tree, never
-//! to go back. SORT makes a packed one a tree too, as Redis's does ([`make_tree_now`]);
-//! a tree that fits the thresholds keeps its encoding through replay and compaction
-//! ([`state_records`]).
+//! to go back while the server runs. SORT makes a packed one a tree too, as Redis's
+//! does ([`make_tree_now`]); the end of a replay packs a tree that fits the thresholds
+//! again ([`pack_if_fits`]), as Redis 7.0 loads one.
 //!
 //! **Tree** (tag `ZSET_SKIP`, `skiplist`): a treap (a binary search tree kept balanced
 //! by random priorities) over (score, member), each node counting the nodes below it,
@@ -729,11 +729,7 @@ pub fn pack_if_fits(e: &mut Entry) -> bool {
     {
         return false;
     }
-    let pairs: Vec<(Vec<u8>, f64)> = t
-        .range(0, usize::MAX, false)
-        .map(|(m, s)| (m.to_vec(), s))
-        .collect();
-    let bytes = pack(pairs.iter().map(|(m, s)| (m.as_slice(), *s)));
+    let bytes = pack(t.range(0, usize::MAX, false));
     e.set_payload(tag::ZSET_PACKED, &bytes);
     true
 }
@@ -876,16 +872,13 @@ pub fn pack_pairs<'a>(pairs: impl Iterator<Item = (&'a [u8], f64)>) -> Vec<u8> {
 /// Logs a sorted set entry's whole state as records, through `f`: one `ZSet` record
 /// (for a tree, of its first members), then `ZAdd` records of the rest, each of at
 /// most [`crate::log::ITEMS_PER_RECORD`] bytes of members and scores unless one pair
-/// alone is larger (compaction, a creation, a STORE's destination). A tree small
-/// enough to be packed (one that shrank, or that SORT made a tree) ends with a `ZAdd`
-/// of no members, which makes it a tree again on replay.
+/// alone is larger (compaction, a creation, a STORE's destination).
 pub fn state_records(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
     state::records(e, &KINDS, &mut f, |runs| {
         for (m, s) in tree(e).range(0, usize::MAX, false) {
             runs.push(&[m, &score_bytes(s)]);
         }
     });
-    stays_tree(e, f);
 }
 
 /// The records a sorted set's state is logged as ([`state::Kinds`]).
@@ -927,26 +920,7 @@ pub fn state_piece(
     });
     match last {
         Some((s, m)) if to < t.len() => Some((s, m.into())),
-        _ => {
-            stays_tree(e, f);
-            None
-        }
-    }
-}
-
-/// The record that keeps a tree small enough to be packed a tree on replay, after
-/// its state's records (a `ZAdd` of no members).
-fn stays_tree(e: &Entry, mut f: impl FnMut(crate::log::RecordRef<'_>)) {
-    use crate::log::RecordRef;
-    if e.tag() == tag::ZSET_SKIP && len(e) <= max_packed_entries() {
-        let t = tree(e);
-        let longest = t.range(0, usize::MAX, false).map(|(m, _)| m.len()).max();
-        if longest.unwrap_or(0) <= max_packed_value() {
-            f(RecordRef::ZAdd {
-                key: e.key(),
-                items: Items::Slices(&[]),
-            });
-        }
+        _ => None,
     }
 }
 

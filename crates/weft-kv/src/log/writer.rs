@@ -90,7 +90,7 @@ pub struct LogWriter {
     /// The worker's voluntary context switches after the last watched write, and its
     /// rests then (`weft_runtime::worker_rests`): while the rests have not moved since,
     /// that count is the next write's "before" (one `getrusage` a write, not two).
-    last_switches: Option<(i64, Option<u64>)>,
+    last_switches: Option<(i64, u64)>,
     stats: WriteStats,
 }
 
@@ -337,7 +337,7 @@ impl LogWriter {
         self.stats.direct += 1;
         if watch {
             let after = self.voluntary_switches();
-            self.last_switches = Some((after, weft_runtime::worker_rests()));
+            self.last_switches = weft_runtime::worker_rests().map(|r| (after, r));
             if after > before {
                 self.stats.slept += 1;
                 self.async_until = Some(Instant::now() + ASYNC_AFTER_SLEEP);
@@ -353,7 +353,7 @@ impl LogWriter {
     /// would be), else a fresh `getrusage`.
     fn switches_before(&mut self) -> i64 {
         match self.last_switches {
-            Some((n, rests)) if rests.is_some() && rests == weft_runtime::worker_rests() => n,
+            Some((n, rests)) if Some(rests) == weft_runtime::worker_rests() => n,
             _ => self.voluntary_switches(),
         }
     }

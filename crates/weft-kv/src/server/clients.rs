@@ -103,7 +103,7 @@ pub struct Client {
     pub(super) multi_mem: AtomicUsize,
     /// What the transport holds for the connection (`Peer::fixed_memory`), in
     /// `tot-mem`.
-    fixed_mem: AtomicUsize,
+    fixed_mem: usize,
     /// A key it watches changed: its EXEC will fail (flag `d`; set by the shards).
     pub(super) dirty_cas: Arc<AtomicBool>,
     /// Its subscriptions and the messages queued for it, once it has subscribed.
@@ -158,7 +158,7 @@ impl Client {
             waiter: Mutex::new(None),
             multi: std::sync::atomic::AtomicI64::new(-1),
             multi_mem: AtomicUsize::new(0),
-            fixed_mem: AtomicUsize::new(0),
+            fixed_mem: stream.fixed_memory(),
             dirty_cas: Arc::new(AtomicBool::new(false)),
             pubsub: std::sync::OnceLock::new(),
             tracking: std::sync::OnceLock::new(),
@@ -173,12 +173,6 @@ impl Client {
         self.qbuf.store(qbuf, Relaxed);
         self.qbuf_free.store(free, Relaxed);
         self.rbs.store(size, Relaxed);
-    }
-
-    /// The transport holds `bytes` for the connection as long as it is open
-    /// ([`Peer::fixed_memory`]).
-    pub fn note_fixed(&self, bytes: usize) {
-        self.fixed_mem.store(bytes, Relaxed);
     }
 
     /// The connection holds `bytes` of replies not yet sent.
@@ -324,7 +318,7 @@ impl Client {
             rbs + omem
                 + argv_mem
                 + self.multi_mem.load(Relaxed)
-                + self.fixed_mem.load(Relaxed)
+                + self.fixed_mem
                 + std::mem::size_of::<Client>(),
             self.resp.load(Relaxed),
         )

@@ -386,7 +386,11 @@ where
         // its removal, or with the next read).
         let mut last_held = false;
         let got = match (early, pending.take()) {
-            (Some(got), _) => got,
+            (Some(got), kept) => {
+                // A read ahead comes only once the held replies went (the loop's top).
+                debug_assert!(kept.is_none(), "held replies dropped by a read ahead");
+                got
+            }
             (None, Some((h, k))) => out.send_and_take(&mut b.wbuf, h, k, &mut rbuf[end..]),
             (None, None) => stream.take(&mut rbuf[end..]),
         };

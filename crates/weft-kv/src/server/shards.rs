@@ -730,12 +730,15 @@ impl Shards {
                 // A connection waiting for a write (on any shard) sends nothing until it
                 // is answered: when every open one waits, no read can come during this
                 // fsync, and the ring's fsync would only cost its thread wake-ups.
-                let everyone_waits = self.clients.get().is_some_and(|c| {
-                    let open = c.load(Relaxed);
-                    let waiting: usize = self.list.iter().map(|o| o.waiting.load(Relaxed)).sum();
-                    open > 0 && waiting >= open
-                });
-                let on_worker = if reads == quiet_runs || everyone_waits {
+                let everyone_waits = || {
+                    self.clients.get().is_some_and(|c| {
+                        let open = c.load(Relaxed);
+                        let waiting: usize =
+                            self.list.iter().map(|o| o.waiting.load(Relaxed)).sum();
+                        open > 0 && waiting >= open
+                    })
+                };
+                let on_worker = if reads == quiet_runs || everyone_waits() {
                     true
                 } else if reads_during_ring {
                     false

@@ -227,7 +227,6 @@ impl clients::Peer for ShmStream {
     }
 
     fn attach(&self, client: &Arc<clients::Client>) {
-        client.note_fixed(shm::SEGMENT);
         let _ = self.client.set(client.clone());
     }
 
